@@ -1,0 +1,61 @@
+"""One error hierarchy, rendered by one handler as OpenAI's error body."""
+
+from __future__ import annotations
+
+
+class OmniError(Exception):
+    """An error a client may see: carries its HTTP status and OpenAI error fields."""
+
+    status = 500
+    type = "server_error"
+    code: str | None = "server_error"
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        if code is not None:
+            self.code = code
+
+    def body(self) -> dict[str, object]:
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+
+class InvalidRequest(OmniError):
+    status = 400
+    type = "invalid_request_error"
+    code = None
+
+
+class NotFound(OmniError):
+    status = 404
+    type = "invalid_request_error"
+    code = None
+
+
+class ModelNotFound(NotFound):
+    code = "model_not_found"
+
+
+class ModelLoadError(OmniError):
+    """A model could not be found, fetched, verified or converted (a start-up error)."""
+
+    code = "model_load_error"
+
+
+class StoreError(OmniError):
+    """The event store failed (driver errors are translated into this)."""
+
+
+class SeqConflict(StoreError):
+    """An append's expected seq did not match the stream's next seq."""
+
+    status = 409
+    code = "conflict"
