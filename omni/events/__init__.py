@@ -1,0 +1,17 @@
+"""The event log: store (append/read), notifier (wake-ups), follow (catch up, then wait)."""
+
+from omni.events.appender import Appender
+from omni.events.follow import KEEPALIVE, follow
+from omni.events.notifier import Notifier
+from omni.events.store import Append, EventStore, NewEvent, StoredEvent
+
+__all__ = [
+    "KEEPALIVE",
+    "Append",
+    "Appender",
+    "EventStore",
+    "NewEvent",
+    "Notifier",
+    "StoredEvent",
+    "follow",
+]

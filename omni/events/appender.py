@@ -1,0 +1,90 @@
+"""Group commit: everything queued while the previous commit ran goes into the next one."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+
+from omni.events.notifier import Notifier
+from omni.events.store import Append, EventStore, StoredEvent
+
+log = logging.getLogger(__name__)
+
+
+class Appender:
+    """Batches appends from many producers into one transaction, then notifies.
+
+    Producers never wait for the disk unless they ask to (`await appender.append(...)`);
+    nothing becomes visible to readers before its commit.
+    """
+
+    def __init__(self, store: EventStore, notifier: Notifier, max_batch: int = 4096):
+        self.store = store
+        self.notifier = notifier
+        self._max_batch = max_batch
+        self._queue: asyncio.Queue[tuple[Append, asyncio.Future[list[StoredEvent]]]] = (
+            asyncio.Queue()
+        )
+        self._task: asyncio.Task[None] | None = None
+        self.commits = 0  # for tests and benchmarks: how many transactions ran
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="omni-appender")
+
+    async def stop(self) -> None:
+        """Commit what is queued, then stop."""
+        if self._task is None:
+            return
+        await self._queue.join()
+        self._task.cancel()
+        try:
+            await self._task
+        except asyncio.CancelledError:
+            pass
+        self._task = None
+
+    def submit(self, append: Append) -> asyncio.Future[list[StoredEvent]]:
+        """Queue an append; the future resolves after its commit (or carries the error)."""
+        future: asyncio.Future[list[StoredEvent]] = asyncio.get_running_loop().create_future()
+        # Fire-and-forget producers must not trigger "exception was never retrieved".
+        future.add_done_callback(lambda f: f.cancelled() or f.exception())
+        self._queue.put_nowait((append, future))
+        return future
+
+    async def append(self, append: Append) -> list[StoredEvent]:
+        return await self.submit(append)
+
+    async def _run(self) -> None:
+        while True:
+            batch = [await self._queue.get()]
+            while not self._queue.empty() and len(batch) < self._max_batch:
+                batch.append(self._queue.get_nowait())
+            await self._commit(batch)
+            for _ in batch:
+                self._queue.task_done()
+
+    async def _commit(
+        self, batch: Sequence[tuple[Append, asyncio.Future[list[StoredEvent]]]]
+    ) -> None:
+        try:
+            stored = await self.store.append(a for a, _ in batch)
+        except Exception as exc:  # one bad append must not sink the others: retry singly
+            if len(batch) > 1:
+                for item in batch:
+                    await self._commit([item])
+                return
+            log.warning("append failed: %s", exc)
+            append, future = batch[0]
+            if not future.done():
+                future.set_exception(exc)
+            return
+        self.commits += 1
+        self.notifier.notify(a.stream_id for a, _ in batch)
+        by_stream: dict[tuple[str, int], StoredEvent] = {(e.stream_id, e.seq): e for e in stored}
+        for append, future in batch:
+            if not future.done():
+                first = append.first_seq
+                future.set_result(
+                    [by_stream[(append.stream_id, first + i)] for i in range(len(append.events))]
+                )

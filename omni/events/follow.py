@@ -1,0 +1,41 @@
+"""follow(): the only way any client reads a stream: catch up, then wait for wake-ups."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from typing import Final
+
+from omni.events.notifier import Notifier
+from omni.events.store import EventStore, StoredEvent
+
+KEEPALIVE: Final = None  # yielded when nothing arrived within the keep-alive interval
+
+
+async def follow(
+    store: EventStore,
+    notifier: Notifier,
+    stream_id: str,
+    after: int,
+    is_terminal: Callable[[StoredEvent], bool],
+    keepalive: float = 15.0,
+) -> AsyncIterator[StoredEvent | None]:
+    """Yield events with seq > after, live, until a terminal event (inclusive).
+
+    Yields KEEPALIVE (None) after `keepalive` seconds without news.
+    """
+    with notifier.subscribe(stream_id) as wake:
+        while True:
+            wake.clear()  # clear first, then read: a commit after the read sets it again
+            rows = await store.read(stream_id, after)
+            for row in rows:
+                yield row
+                after = row.seq
+                if is_terminal(row):
+                    return
+            if rows:
+                continue
+            try:
+                await asyncio.wait_for(wake.wait(), keepalive)
+            except TimeoutError:
+                yield KEEPALIVE

@@ -1,0 +1,23 @@
+"""The one table of the log, as SQLAlchemy Core (the migrations create it)."""
+
+from __future__ import annotations
+
+from sqlalchemy import Column, Index, Integer, MetaData, Table, Text, UniqueConstraint
+
+metadata = MetaData()
+
+events = Table(
+    "events",
+    metadata,
+    Column("position", Integer, primary_key=True, autoincrement=True),
+    Column("stream_id", Text, nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("type", Text, nullable=False),
+    Column("data", Text, nullable=False),
+    Column("created_at", Integer, nullable=False),
+    UniqueConstraint("stream_id", "seq", name="uq_events_stream_seq"),
+    sqlite_autoincrement=True,
+)
+
+# Recovery and listings scan by type ("which streams were accepted / ended").
+Index("ix_events_type", events.c.type)

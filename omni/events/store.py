@@ -1,0 +1,204 @@
+"""The event store: one writer connection, `BEGIN IMMEDIATE` appends, many readers.
+
+Driver errors are translated into `StoreError`; a duplicate (stream_id, seq) is a `SeqConflict`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import event as sa_event
+from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.pool import AsyncAdaptedQueuePool
+
+from omni.errors import SeqConflict, StoreError
+from omni.events.schema import events
+
+
+@dataclass(frozen=True, slots=True)
+class NewEvent:
+    type: str
+    data: str  # JSON text, exactly the bytes a client will see
+
+
+@dataclass(frozen=True, slots=True)
+class Append:
+    """Events for one stream; `first_seq` is the seq the first of them must get."""
+
+    stream_id: str
+    first_seq: int
+    events: Sequence[NewEvent]
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEvent:
+    position: int
+    stream_id: str
+    seq: int
+    type: str
+    data: str
+    created_at: int
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def sqlite_url(path: str) -> str:
+    return f"sqlite+aiosqlite:///{path}"
+
+
+class EventStore:
+    """Append and read streams of events in SQLite (WAL, one writer)."""
+
+    def __init__(self, path: str, *, synchronous: str = "NORMAL"):
+        self.path = path
+        self._synchronous = synchronous
+        self._writer: AsyncEngine | None = None
+        self._reader: AsyncEngine | None = None
+
+    async def open(self) -> None:
+        # One connection for all writes: SQLite has one writer anyway, and a pool of one
+        # makes insert order equal commit order.
+        self._writer = self._engine(pool_size=1, begin="BEGIN IMMEDIATE")
+        self._reader = self._engine(pool_size=4, begin="BEGIN")
+        try:
+            async with self._writer.connect() as conn:
+                await conn.exec_driver_sql("SELECT 1")
+        except SQLAlchemyError as exc:
+            raise StoreError(f"cannot open database {self.path}: {exc.orig or exc}") from exc
+
+    def _engine(self, pool_size: int, begin: str) -> AsyncEngine:
+        engine = create_async_engine(
+            sqlite_url(self.path),
+            poolclass=AsyncAdaptedQueuePool,
+            pool_size=pool_size,
+            max_overflow=0,
+        )
+        synchronous = self._synchronous
+
+        @sa_event.listens_for(engine.sync_engine, "connect")
+        def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+            # Take transactions out of the driver's hands so BEGIN IMMEDIATE is ours.
+            dbapi_conn.isolation_level = None
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute(f"PRAGMA synchronous={synchronous}")
+            cur.execute("PRAGMA busy_timeout=5000")
+            cur.close()
+
+        @sa_event.listens_for(engine.sync_engine, "begin")
+        def _on_begin(conn: Any) -> None:
+            # Writers take the lock up front (no upgrade deadlocks); readers stay deferred.
+            conn.exec_driver_sql(begin)
+
+        return engine
+
+    async def close(self) -> None:
+        for engine in (self._writer, self._reader):
+            if engine is not None:
+                await engine.dispose()
+        self._writer = self._reader = None
+
+    async def append(self, appends: Iterable[Append]) -> list[StoredEvent]:
+        """Append to one or more streams in ONE transaction; all or nothing."""
+        now = _now_ms()
+        rows = [
+            {
+                "stream_id": a.stream_id,
+                "seq": a.first_seq + i,
+                "type": e.type,
+                "data": e.data,
+                "created_at": now,
+            }
+            for a in appends
+            for i, e in enumerate(a.events)
+        ]
+        if not rows:
+            return []
+        assert self._writer is not None, "store is not open"
+        try:
+            async with self._writer.begin() as conn:
+                result = await conn.execute(
+                    events.insert().returning(events.c.position, events.c.stream_id, events.c.seq),
+                    rows,
+                    execution_options={"preserve_rowcount": False},
+                )
+                positions = {(r.stream_id, r.seq): r.position for r in result}
+        except IntegrityError as exc:
+            raise SeqConflict(f"append conflict: {exc.orig}") from exc
+        except SQLAlchemyError as exc:
+            raise StoreError(f"append failed: {exc.orig or exc}") from exc
+        return [
+            StoredEvent(
+                positions[(r["stream_id"], r["seq"])],
+                r["stream_id"],
+                r["seq"],
+                r["type"],
+                r["data"],
+                r["created_at"],
+            )
+            for r in rows
+        ]
+
+    async def read(
+        self, stream_id: str, after: int = -1, limit: int | None = None
+    ) -> list[StoredEvent]:
+        """Events of one stream with seq > after, in seq order."""
+        query = (
+            select(events)
+            .where(events.c.stream_id == stream_id, events.c.seq > after)
+            .order_by(events.c.seq)
+        )
+        if limit is not None:
+            query = query.limit(limit)
+        return [StoredEvent(*row) for row in await self._fetch(query)]
+
+    async def last(self, stream_id: str) -> StoredEvent | None:
+        """The newest event of a stream, or None for an empty stream."""
+        query = (
+            select(events).where(events.c.stream_id == stream_id).order_by(events.c.seq.desc())
+        ).limit(1)
+        rows = await self._fetch(query)
+        return StoredEvent(*rows[0]) if rows else None
+
+    async def next_seq(self, stream_id: str) -> int:
+        query = select(func.coalesce(func.max(events.c.seq), -1)).where(
+            events.c.stream_id == stream_id
+        )
+        rows = await self._fetch(query)
+        return int(rows[0][0]) + 1
+
+    async def by_type(self, type_: str, after_position: int = 0) -> list[StoredEvent]:
+        """Every event of one type, in log order (used by recovery and listings)."""
+        query = (
+            select(events)
+            .where(events.c.type == type_, events.c.position > after_position)
+            .order_by(events.c.position)
+        )
+        return [StoredEvent(*row) for row in await self._fetch(query)]
+
+    async def purge(self, stream_ids: Sequence[str]) -> int:
+        """Remove whole streams on purpose (store:false streams once nobody reads them)."""
+        assert self._writer is not None, "store is not open"
+        try:
+            async with self._writer.begin() as conn:
+                result = await conn.execute(
+                    events.delete().where(events.c.stream_id.in_(list(stream_ids)))
+                )
+                return int(result.rowcount or 0)
+        except SQLAlchemyError as exc:
+            raise StoreError(f"purge failed: {exc.orig or exc}") from exc
+
+    async def _fetch(self, query: Any) -> list[Any]:
+        assert self._reader is not None, "store is not open"
+        try:
+            async with self._reader.connect() as conn:
+                return list((await conn.execute(query)).all())
+        except SQLAlchemyError as exc:
+            raise StoreError(f"read failed: {exc.orig or exc}") from exc
