@@ -11,6 +11,9 @@ from omni.events.store import Append, EventStore, StoredEvent
 
 log = logging.getLogger(__name__)
 
+# Appends that must commit together, and the future their producer may await.
+_Item = tuple[tuple[Append, ...], "asyncio.Future[list[StoredEvent]]"]
+
 
 class Appender:
     """Batches appends from many producers into one transaction, then notifies.
@@ -23,9 +26,7 @@ class Appender:
         self.store = store
         self.notifier = notifier
         self._max_batch = max_batch
-        self._queue: asyncio.Queue[tuple[Append, asyncio.Future[list[StoredEvent]]]] = (
-            asyncio.Queue()
-        )
+        self._queue: asyncio.Queue[_Item] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
         self.commits = 0  # for tests and benchmarks: how many transactions ran
 
@@ -44,16 +45,17 @@ class Appender:
             pass
         self._task = None
 
-    def submit(self, append: Append) -> asyncio.Future[list[StoredEvent]]:
-        """Queue an append; the future resolves after its commit (or carries the error)."""
+    def submit(self, *appends: Append) -> asyncio.Future[list[StoredEvent]]:
+        """Queue appends that commit together; the future resolves after the commit (or
+        carries the error)."""
         future: asyncio.Future[list[StoredEvent]] = asyncio.get_running_loop().create_future()
         # Fire-and-forget producers must not trigger "exception was never retrieved".
         future.add_done_callback(lambda f: f.cancelled() or f.exception())
-        self._queue.put_nowait((append, future))
+        self._queue.put_nowait((appends, future))
         return future
 
-    async def append(self, append: Append) -> list[StoredEvent]:
-        return await self.submit(append)
+    async def append(self, *appends: Append) -> list[StoredEvent]:
+        return await self.submit(*appends)
 
     async def _run(self) -> None:
         while True:
@@ -64,27 +66,28 @@ class Appender:
             for _ in batch:
                 self._queue.task_done()
 
-    async def _commit(
-        self, batch: Sequence[tuple[Append, asyncio.Future[list[StoredEvent]]]]
-    ) -> None:
+    async def _commit(self, batch: Sequence[_Item]) -> None:
         try:
-            stored = await self.store.append(a for a, _ in batch)
+            stored = await self.store.append(a for appends, _ in batch for a in appends)
         except Exception as exc:  # one bad append must not sink the others: retry singly
             if len(batch) > 1:
                 for item in batch:
                     await self._commit([item])
                 return
             log.warning("append failed: %s", exc)
-            append, future = batch[0]
+            future = batch[0][1]
             if not future.done():
                 future.set_exception(exc)
             return
         self.commits += 1
-        self.notifier.notify(a.stream_id for a, _ in batch)
-        by_stream: dict[tuple[str, int], StoredEvent] = {(e.stream_id, e.seq): e for e in stored}
-        for append, future in batch:
+        self.notifier.notify(e.stream_id for e in stored)
+        by_key = {(e.stream_id, e.seq): e for e in stored}
+        for appends, future in batch:
             if not future.done():
-                first = append.first_seq
                 future.set_result(
-                    [by_stream[(append.stream_id, first + i)] for i in range(len(append.events))]
+                    [
+                        by_key[(a.stream_id, a.first_seq + i)]
+                        for a in appends
+                        for i in range(len(a.events))
+                    ]
                 )

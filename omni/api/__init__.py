@@ -1,0 +1,1 @@
+"""HTTP: Quart blueprints and SSE bytes. Everything else lives below."""

@@ -1,0 +1,72 @@
+"""The Quart application: resources opened in before_serving, closed after serving."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+
+from quart import Quart
+
+from omni import db
+from omni.api import errors, models, responses
+from omni.engine.types import Engine
+from omni.events import Appender, EventStore, Notifier
+from omni.service import ResponsesService
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Settings:
+    db_path: str = "omni.db"
+    synchronous: str = "NORMAL"
+    keepalive: float = 15.0
+    model_aliases: frozenset[str] = field(default_factory=frozenset)
+
+
+@dataclass
+class State:
+    engine: Engine
+    store: EventStore
+    notifier: Notifier
+    appender: Appender
+    responses: ResponsesService
+    started_at: int
+
+
+def create_app(settings: Settings, engine: Engine) -> Quart:
+    """An app serving `engine` (already loaded) over the log at settings.db_path."""
+    app = Quart("omni")
+    app.config["MAX_CONTENT_LENGTH"] = 64 * 1024 * 1024
+    errors.install(app)
+    for prefix in ("/v1", ""):
+        app.register_blueprint(responses.bp, url_prefix=prefix, name=f"responses{prefix}")
+        app.register_blueprint(models.bp, url_prefix=prefix, name=f"models{prefix}")
+
+    @app.get("/health")
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.before_serving
+    async def open_resources() -> None:
+        await asyncio.to_thread(db.upgrade, settings.db_path)
+        store = EventStore(settings.db_path, synchronous=settings.synchronous)
+        await store.open()
+        notifier = Notifier()
+        appender = Appender(store, notifier)
+        appender.start()
+        service = ResponsesService(
+            store, appender, notifier, engine, settings.model_aliases, settings.keepalive
+        )
+        app.config["OMNI"] = State(engine, store, notifier, appender, service, int(time.time()))
+
+    @app.after_serving
+    async def close_resources() -> None:
+        state: State = app.config["OMNI"]
+        await state.responses.close()
+        await state.appender.stop()
+        await state.store.close()
+
+    return app

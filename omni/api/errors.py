@@ -1,0 +1,40 @@
+"""One handler renders every error as OpenAI's error body."""
+
+from __future__ import annotations
+
+import logging
+
+from quart import Quart, Response, jsonify
+from werkzeug.exceptions import HTTPException
+
+from omni.errors import OmniError
+
+log = logging.getLogger(__name__)
+
+
+def error_response(exc: OmniError) -> Response:
+    response = jsonify(exc.body())
+    response.status_code = exc.status
+    if exc.status >= 500:
+        # The SDK retries 5xx twice; a failed generation must not run three times.
+        response.headers["x-should-retry"] = "false"
+    return response
+
+
+def install(app: Quart) -> None:
+    @app.errorhandler(OmniError)
+    async def _omni(exc: OmniError) -> Response:
+        return error_response(exc)
+
+    @app.errorhandler(HTTPException)
+    async def _http(exc: HTTPException) -> Response:
+        err = OmniError(exc.description or exc.name)
+        err.status = exc.code or 500
+        err.type = "invalid_request_error" if err.status < 500 else "server_error"
+        err.code = None if err.status < 500 else "server_error"
+        return error_response(err)
+
+    @app.errorhandler(Exception)
+    async def _unexpected(exc: Exception) -> Response:
+        log.exception("unhandled error")
+        return error_response(OmniError(f"The server had an error: {exc}"))

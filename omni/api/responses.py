@@ -1,0 +1,111 @@
+"""The Responses API: create, retrieve (JSON or SSE replay), input_items, delete."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from quart import Blueprint, Response, current_app, request
+
+from omni.api.sse import KEEPALIVE_FRAME, frame
+from omni.errors import InvalidRequest, OmniError
+from omni.schemas.responses import ResponseCreate, parse_body
+from omni.service import ResponsesService
+
+log = logging.getLogger(__name__)
+bp = Blueprint("responses", __name__)
+
+
+def _service() -> ResponsesService:
+    return current_app.config["OMNI"].responses  # type: ignore[no-any-return]
+
+
+def _int_arg(name: str, default: int | None, low: int | None = None, high: int | None = None):
+    raw = request.args.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise InvalidRequest(f"'{name}' must be an integer.", param=name) from None
+    if (low is not None and value < low) or (high is not None and value > high):
+        raise InvalidRequest(f"'{name}' must be between {low} and {high}.", param=name)
+    return value
+
+
+def _bool_arg(name: str) -> bool:
+    raw = request.args.get(name, "false").lower()
+    if raw not in ("true", "false", "1", "0"):
+        raise InvalidRequest(f"'{name}' must be true or false.", param=name)
+    return raw in ("true", "1")
+
+
+def _sse(service: ResponsesService, response_id: str, after: int, cancel_on_close: bool) -> Response:
+    async def body() -> AsyncIterator[bytes]:
+        finished = False
+        try:
+            async for event in service.events(response_id, after):
+                if event is None:
+                    yield KEEPALIVE_FRAME
+                    continue
+                yield frame(event.type, event.data, event.seq)
+            finished = True
+        finally:
+            # A foreground stream whose client went away is cancelled at the next token.
+            if not finished and cancel_on_close:
+                service.cancel_running(response_id)
+
+    response = Response(body(), content_type="text/event-stream")
+    response.headers["cache-control"] = "no-cache"
+    response.headers["x-accel-buffering"] = "no"
+    response.timeout = None
+    return response
+
+
+@bp.post("/responses")
+async def create() -> Any:
+    service = _service()
+    body = parse_body(await request.get_data(), ResponseCreate)
+    response_id = await service.create(body)
+    if body.stream:
+        return _sse(service, response_id, -1, cancel_on_close=not body.background)
+    try:
+        final = await service.wait(response_id)
+    finally:
+        service.cancel_running(response_id)  # no-op once finished; stops it if we were cut off
+    if final["status"] == "failed" and not final["output"]:
+        raise OmniError(final["error"]["message"])
+    return final
+
+
+@bp.get("/responses/<response_id>")
+async def retrieve(response_id: str) -> Any:
+    service = _service()
+    stream = _bool_arg("stream")
+    after = _int_arg("starting_after", -1, low=-1)
+    response = await service.retrieve(response_id)
+    if not stream:
+        return response
+    # Last-Event-ID lets EventSource resume by itself.
+    last_event_id = request.headers.get("last-event-id")
+    if request.args.get("starting_after") is None and last_event_id is not None:
+        try:
+            after = int(last_event_id)
+        except ValueError:
+            raise InvalidRequest("Last-Event-ID must be an integer.", param="Last-Event-ID") from None
+    return _sse(service, response_id, after, cancel_on_close=False)
+
+
+@bp.get("/responses/<response_id>/input_items")
+async def input_items(response_id: str) -> Any:
+    order = request.args.get("order", "desc")
+    if order not in ("asc", "desc"):
+        raise InvalidRequest("'order' must be 'asc' or 'desc'.", param="order")
+    limit = _int_arg("limit", 20, low=1, high=100)
+    return await _service().input_items(response_id, request.args.get("after"), limit, order)
+
+
+@bp.delete("/responses/<response_id>")
+async def delete(response_id: str) -> Any:
+    return await _service().delete(response_id)

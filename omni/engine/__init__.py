@@ -1,0 +1,1 @@
+"""Generation: the only package that imports MLX. It knows nothing of HTTP or the database."""

@@ -1,0 +1,343 @@
+"""Convert a llama-family GGUF file into an mlx-lm model folder."""
+
+from __future__ import annotations
+
+import json
+import mmap
+import shutil
+import struct
+import tempfile
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+
+from omni.errors import ModelLoadError
+
+Progress = Callable[[str], None]
+
+# GGUF tensor base names -> mlx-lm llama module paths.
+_TOP = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
+_LAYER = {
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+    "attn_norm": "input_layernorm",
+    "ffn_norm": "post_attention_layernorm",
+}
+
+
+def convert_gguf(gguf_path: Path, out_dir: Path, progress: Progress | None = None) -> Path:
+    """Write an mlx-lm folder for `gguf_path` at `out_dir` (atomically) and return it."""
+    say = progress or (lambda _msg: None)
+    if out_dir.exists():
+        raise ModelLoadError(f"cannot convert {gguf_path.name}: {out_dir} already exists")
+    say(f"reading {gguf_path.name}")
+    tensors, meta = _read(gguf_path)
+    arch = meta.get("general.architecture")
+    if arch != "llama":
+        raise ModelLoadError(f"unsupported GGUF architecture {arch!r} in {gguf_path.name}")
+    weights = _rename(tensors)
+    config = _config(meta, weights)
+    tokenizer = _tokenizer(meta, int(config["max_position_embeddings"]))
+    say(f"writing mlx model to {out_dir}")
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        mx.save_safetensors(str(tmp / "model.safetensors"), weights, metadata={"format": "mlx"})
+        (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+        tokenizer.save_pretrained(str(tmp))
+        _publish(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out_dir
+
+
+def _publish(tmp: Path, out_dir: Path) -> None:
+    # A rename is atomic: readers see no folder or a whole one. If a concurrent
+    # conversion won the race, keep its result.
+    try:
+        tmp.rename(out_dir)
+    except OSError as exc:
+        if not (out_dir / "config.json").exists():
+            raise ModelLoadError(f"cannot write converted model to {out_dir}: {exc}") from exc
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _read(path: Path) -> tuple[dict[str, mx.array], dict[str, Any]]:
+    # Validate the layout first: MLX's reader can crash on a malformed header.
+    _check_layout(path)
+    try:
+        tensors, meta = mx.load(str(path), format="gguf", return_metadata=True)
+    except (RuntimeError, ValueError, OSError) as exc:
+        detail = str(exc).splitlines()[0].replace("[load_gguf] ", "") if str(exc) else "unreadable"
+        raise ModelLoadError(f"cannot read GGUF file {path.name}: {detail}") from exc
+    return tensors, meta
+
+
+def _rename(tensors: dict[str, mx.array]) -> dict[str, mx.array]:
+    out: dict[str, mx.array] = {}
+    for name, value in tensors.items():
+        parts = name.split(".")
+        if parts[0] == "blk" and len(parts) >= 4 and parts[2] in _LAYER:
+            new = f"model.layers.{parts[1]}.{_LAYER[parts[2]]}.{'.'.join(parts[3:])}"
+        elif parts[0] in _TOP and len(parts) >= 2:
+            new = f"{_TOP[parts[0]]}.{'.'.join(parts[1:])}"
+        elif parts[0] == "rope_freqs":
+            raise ModelLoadError("GGUF tensor 'rope_freqs' (Llama 3.1 RoPE) is not supported")
+        else:
+            raise ModelLoadError(f"unexpected tensor {name!r} in a llama GGUF file")
+        out[new] = value
+    return out
+
+
+def _num(meta: dict[str, Any], key: str, default: float | None = None) -> Any:
+    value = meta.get(key)
+    if value is None:
+        if default is None:
+            raise ModelLoadError(f"GGUF metadata lacks {key!r}")
+        return default
+    if isinstance(value, mx.array):
+        if value.ndim != 0:
+            raise ModelLoadError(f"GGUF metadata {key!r} varies per layer, which is not supported")
+        return value.item()
+    return value
+
+
+def _config(meta: dict[str, Any], weights: dict[str, mx.array]) -> dict[str, Any]:
+    heads = int(_num(meta, "llama.attention.head_count"))
+    hidden = int(_num(meta, "llama.embedding_length"))
+    head_dim = int(_num(meta, "llama.attention.key_length", hidden // heads))
+    if int(_num(meta, "llama.rope.dimension_count", head_dim)) != head_dim:
+        raise ModelLoadError("GGUF models with partial rotary embeddings are not supported")
+    config: dict[str, Any] = {
+        "model_type": "llama",
+        "hidden_size": hidden,
+        "num_hidden_layers": int(_num(meta, "llama.block_count")),
+        "intermediate_size": int(_num(meta, "llama.feed_forward_length")),
+        "num_attention_heads": heads,
+        "num_key_value_heads": int(_num(meta, "llama.attention.head_count_kv", heads)),
+        "head_dim": head_dim,
+        "rms_norm_eps": _f32(_num(meta, "llama.attention.layer_norm_rms_epsilon")),
+        "rope_theta": _f32(_num(meta, "llama.rope.freq_base", 10000.0)),
+        # llama.cpp's converter permutes q/k rows for interleaved RoPE.
+        "rope_traditional": True,
+        "vocab_size": int(weights["model.embed_tokens.weight"].shape[0]),
+        "max_position_embeddings": int(_num(meta, "llama.context_length", 4096)),
+        "tie_word_embeddings": "lm_head.weight" not in weights,
+        "attention_bias": "model.layers.0.self_attn.q_proj.bias" in weights,
+        "mlp_bias": "model.layers.0.mlp.up_proj.bias" in weights,
+    }
+    for key, name in (("bos_token_id", "bos"), ("eos_token_id", "eos")):
+        if f"tokenizer.ggml.{name}_token_id" in meta:
+            config[key] = int(_num(meta, f"tokenizer.ggml.{name}_token_id"))
+    scaling = meta.get("llama.rope.scaling.type", "none")
+    if scaling == "linear":
+        factor = float(_num(meta, "llama.rope.scaling.factor"))
+        config["rope_scaling"] = {"type": "linear", "factor": factor}
+    elif scaling != "none":
+        raise ModelLoadError(f"unsupported GGUF RoPE scaling {scaling!r}")
+    quant = _quantization(weights, config)
+    if quant:
+        config["quantization"] = quant
+    return config
+
+
+def _f32(value: float) -> float:
+    # GGUF stores float32: 1e-5 reads back as 9.9999997e-06; keep config.json readable.
+    return float(f"{value:.7g}")
+
+
+def _in_features(module: str, config: dict[str, Any]) -> int:
+    if module.endswith("o_proj"):
+        return int(config["num_attention_heads"] * config["head_dim"])
+    if module.endswith("down_proj"):
+        return int(config["intermediate_size"])
+    return int(config["hidden_size"])
+
+
+def _quantization(weights: dict[str, mx.array], config: dict[str, Any]) -> dict[str, Any]:
+    """Derive each quantized module's bits and group size from its packed shapes."""
+    params: dict[str, tuple[int, int]] = {}
+    for name in weights:
+        if not name.endswith(".scales"):
+            continue
+        module = name.removesuffix(".scales")
+        packed, groups = weights[f"{module}.weight"].shape[-1], weights[name].shape[-1]
+        in_features = _in_features(module, config)
+        bits, group_size = packed * 32 // in_features, in_features // groups
+        if bits * in_features != packed * 32 or group_size * groups != in_features:
+            raise ModelLoadError(f"GGUF tensor for {module} has an unexpected quantized shape")
+        params[module] = (bits, group_size)
+    if not params:
+        return {}
+    (bits, group_size), _ = Counter(params.values()).most_common(1)[0]
+    quant: dict[str, Any] = {"group_size": group_size, "bits": bits}
+    # Mixed files: mlx-lm reads per-module overrides keyed by module path.
+    for module, (b, g) in sorted(params.items()):
+        if (b, g) != (bits, group_size):
+            quant[module] = {"group_size": g, "bits": b}
+    return quant
+
+
+# Tensor types MLX imports: ggml type id -> (name, elements per block, bytes per block).
+_TYPES = {
+    0: ("F32", 1, 4),
+    1: ("F16", 1, 2),
+    2: ("Q4_0", 32, 18),
+    3: ("Q4_1", 32, 20),
+    8: ("Q8_0", 32, 34),
+}
+_SCALAR_BYTES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+_STRING, _ARRAY, _U32 = 8, 9, 4
+
+
+class _Cursor:
+    """Bounds-checked reads over the GGUF header; a short read means a corrupt file."""
+
+    def __init__(self, buf: mmap.mmap) -> None:
+        self.buf, self.pos = buf, 0
+
+    def take(self, n: int) -> int:
+        if n > len(self.buf) - self.pos:
+            raise ValueError("it ends inside its header")
+        self.pos += n
+        return self.pos - n
+
+    def u32(self) -> int:
+        return int(struct.unpack_from("<I", self.buf, self.take(4))[0])
+
+    def u64(self) -> int:
+        return int(struct.unpack_from("<Q", self.buf, self.take(8))[0])
+
+    def text(self) -> str:
+        size = self.u64()
+        start = self.take(size)
+        return self.buf[start : start + size].decode("utf-8", "replace")
+
+    def skip_value(self, kind: int, nested: bool = False) -> None:
+        if kind == _STRING:
+            self.take(self.u64())
+        elif kind in _SCALAR_BYTES:
+            self.take(_SCALAR_BYTES[kind])
+        elif kind == _ARRAY and not nested:
+            inner, count = self.u32(), self.u64()
+            if inner in _SCALAR_BYTES:
+                self.take(count * _SCALAR_BYTES[inner])
+            else:
+                for _ in range(count):  # each string takes >= 8 bytes, so this ends
+                    self.skip_value(inner, nested=True)
+        else:
+            raise ValueError(f"it has an unknown metadata value type {kind}")
+
+
+def _check_layout(path: Path) -> None:
+    """Walk the header and tensor table so MLX never parses a malformed file."""
+    if not path.is_file():
+        raise ModelLoadError(f"GGUF file not found: {path}")
+    if path.stat().st_size < 24:
+        raise ModelLoadError(f"corrupt GGUF file {path.name}: it is too short")
+    with path.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+        if buf[:4] != b"GGUF":
+            raise ModelLoadError(f"{path.name} is not a GGUF file")
+        try:
+            _walk(_Cursor(buf), path.name)
+        except (ValueError, OverflowError) as exc:
+            raise ModelLoadError(f"corrupt GGUF file {path.name}: {exc}") from exc
+
+
+def _walk(cur: _Cursor, name: str) -> None:
+    cur.take(4)
+    if (version := cur.u32()) not in (2, 3):
+        raise ModelLoadError(f"{name} is GGUF version {version}; Omni reads versions 2 and 3")
+    n_tensors, n_kv, alignment = cur.u64(), cur.u64(), 32
+    for _ in range(n_kv):
+        key, kind = cur.text(), cur.u32()
+        if key == "general.alignment" and kind == _U32:
+            alignment = cur.u32() or 32
+        else:
+            cur.skip_value(kind)
+    ends: list[tuple[str, int]] = []
+    for _ in range(n_tensors):
+        tensor, n_dims = cur.text(), cur.u32()
+        if n_dims > 4:
+            raise ValueError(f"tensor {tensor!r} claims {n_dims} dimensions")
+        dims = [cur.u64() for _ in range(n_dims)]
+        kind, offset = cur.u32(), cur.u64()
+        if kind not in _TYPES:
+            supported = ", ".join(t[0] for t in _TYPES.values())
+            raise ModelLoadError(f"GGUF tensor {tensor!r} has type {kind}; supported: {supported}")
+        _, block, nbytes = _TYPES[kind]
+        if n_dims == 0 or dims[0] % block:
+            raise ValueError(f"tensor {tensor!r} has a bad shape {dims}")
+        ends.append((tensor, offset + _prod(dims) // block * nbytes))
+    data_start = -(-cur.pos // alignment) * alignment
+    for tensor, end in ends:
+        if data_start + end > len(cur.buf):
+            raise ValueError(f"tensor {tensor!r} extends past the end (truncated download?)")
+
+
+def _prod(dims: list[int]) -> int:
+    total = 1
+    for d in dims:
+        total *= d
+    return total
+
+
+def _tokenizer(meta: dict[str, Any], max_length: int) -> Any:
+    """Build a Hugging Face fast tokenizer from the GGUF's gpt2-style BPE vocabulary."""
+    # Imported lazily: transformers is slow to import and only conversion needs it.
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    if (kind := meta.get("tokenizer.ggml.model")) != "gpt2":
+        raise ModelLoadError(f"unsupported GGUF tokenizer {kind!r}: Omni reads gpt2-style BPE")
+    tokens: list[str] = list(meta["tokenizer.ggml.tokens"])
+    raw_types = meta.get("tokenizer.ggml.token_type")
+    types = raw_types.tolist() if isinstance(raw_types, mx.array) else [1] * len(tokens)
+    merges = [tuple(m.split(" ", 1)) for m in meta.get("tokenizer.ggml.merges", [])]
+    try:
+        tok = Tokenizer(models.BPE({t: i for i, t in enumerate(tokens)}, merges, fuse_unk=False))
+    except Exception as exc:  # tokenizers raises a bare Exception on bad merges
+        raise ModelLoadError(f"GGUF tokenizer is malformed: {exc}") from exc
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    if meta.get("tokenizer.ggml.pre") == "smollm":
+        digits = pre_tokenizers.Digits(individual_digits=True)
+        tok.pre_tokenizer = pre_tokenizers.Sequence([digits, byte_level])
+    else:
+        tok.pre_tokenizer = byte_level
+    tok.decoder = decoders.ByteLevel()
+    if len(types) != len(tokens):
+        raise ModelLoadError("GGUF tokenizer has a token_type list of the wrong length")
+    # Control tokens are special (skipped when decoding); user-defined ones are not.
+    kinds = list(zip(tokens, types, strict=True))
+    tok.add_special_tokens(
+        [AddedToken(t, special=True, normalized=False) for t, k in kinds if k == 3]
+    )
+    tok.add_tokens([AddedToken(t, normalized=False) for t, k in kinds if k == 4])
+    special: dict[str, str] = {}
+    for role, key in (("bos", "bos"), ("eos", "eos"), ("unk", "unknown"), ("pad", "padding")):
+        if (token_id := meta.get(f"tokenizer.ggml.{key}_token_id")) is not None:
+            if not 0 <= int(token_id.item()) < len(tokens):
+                raise ModelLoadError(f"GGUF {role} token id {int(token_id.item())} is out of range")
+            special[f"{role}_token"] = tokens[int(token_id.item())]
+    add_bos = meta.get("tokenizer.ggml.add_bos_token")
+    if "bos_token" in special and add_bos is not None and bool(add_bos.item()):
+        bos = special["bos_token"]
+        tok.post_processor = processors.TemplateProcessing(
+            single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, tokens.index(bos))]
+        )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        model_max_length=max_length,
+        clean_up_tokenization_spaces=False,
+        chat_template=meta.get("tokenizer.chat_template"),
+        **special,
+    )

@@ -1,0 +1,112 @@
+"""The MLX engine: one thread owns the model; jobs in through a queue, outputs out as values."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from omni.engine.model_source import ModelSource
+from omni.engine.types import Delta, Failed, Finished, Job, Output
+from omni.errors import ModelLoadError
+
+log = logging.getLogger(__name__)
+
+
+class MLXEngine:
+    """Runs jobs one at a time on a dedicated thread with mlx-lm's stream_generate."""
+
+    def __init__(self, source: ModelSource):
+        self.source = source
+        self.model_id = source.model_id
+        self.context_length = 0
+        self.generations = 0  # jobs that reached the model (tests check single flight with it)
+        self._jobs: queue.Queue[tuple[Job, asyncio.AbstractEventLoop] | None] = queue.Queue()
+        self._loaded = threading.Event()
+        self._load_error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="omni-engine", daemon=True)
+        self._model: Any = None
+        self._tokenizer: Any = None
+
+    def start(self) -> None:
+        """Load the model on the engine thread; raise ModelLoadError if it cannot be loaded."""
+        self._thread.start()
+        self._loaded.wait()
+        if self._load_error is not None:
+            raise ModelLoadError(f"cannot load model {self.source.path}: {self._load_error}")
+
+    def _load(self) -> None:
+        from mlx_lm import load
+
+        self._model, self._tokenizer = load(self.source.path)
+        args = getattr(self._model, "args", None)
+        self.context_length = int(getattr(args, "max_position_embeddings", None) or 4096)
+
+    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[int]:
+        tokens = self._tokenizer.apply_chat_template(
+            messages, tools=tools or None, add_generation_prompt=True, tokenize=True
+        )
+        # transformers 5 may hand back a BatchEncoding; mlx-lm wants a flat list of ids.
+        if isinstance(tokens, dict) or hasattr(tokens, "input_ids"):
+            tokens = tokens["input_ids"]
+        return list(tokens)
+
+    def submit(self, job: Job) -> None:
+        self._jobs.put((job, asyncio.get_running_loop()))
+
+    def close(self) -> None:
+        if self._thread.is_alive():
+            self._jobs.put(None)
+            self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        try:
+            self._load()
+        except BaseException as exc:  # noqa: BLE001 - reported to start() as a value
+            self._load_error = exc
+            self._loaded.set()
+            return
+        self._loaded.set()
+        while (item := self._jobs.get()) is not None:
+            job, loop = item
+
+            def emit(out: Output, _job: Job = job, _loop: asyncio.AbstractEventLoop = loop) -> None:
+                _loop.call_soon_threadsafe(_job.outputs.put_nowait, out)
+
+            try:
+                self._generate(job, emit)
+            except Exception as exc:  # errors travel as values
+                log.exception("generation failed")
+                emit(Failed(f"generation failed: {exc}"))
+
+    def _generate(self, job: Job, emit: Callable[[Output], None]) -> None:
+        import mlx.core as mx
+        from mlx_lm import stream_generate
+        from mlx_lm.sample_utils import make_sampler
+
+        if job.stop.is_set():
+            emit(Finished("cancelled", len(job.prompt), 0))
+            return
+        self.generations += 1
+        s = job.sampling
+        if s.seed is not None:
+            mx.random.seed(s.seed)
+        sampler = make_sampler(temp=s.temperature, top_p=s.top_p)
+        count = 0
+        reason = "length"
+        for resp in stream_generate(
+            self._model, self._tokenizer, job.prompt, max_tokens=s.max_tokens, sampler=sampler
+        ):
+            if resp.finish_reason == "stop":
+                reason = "stop"  # the eos token is not output
+            else:
+                count += 1
+            if resp.text:
+                emit(Delta(resp.text, resp.token))
+            if job.stop.is_set() and resp.finish_reason is None:
+                reason = "cancelled"
+                break
+        emit(Finished(reason, len(job.prompt), count))  # type: ignore[arg-type]

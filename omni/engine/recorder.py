@@ -1,0 +1,146 @@
+"""The recorder's mapping: engine outputs in, OpenAI Responses stream events out.
+
+Pure: it holds the response being built and hands back event payloads with their
+sequence numbers; the service appends them. It is the only author of `resp_X` after
+`response.created` / `response.in_progress`.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from typing import Any
+
+from omni.engine.types import Delta, Failed, Finished, Output
+from omni.ids import new_id
+
+Event = dict[str, Any]
+
+TERMINAL_TYPES = frozenset(
+    {"response.completed", "response.failed", "response.incomplete", "response.cancelled"}
+)
+
+
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict[str, Any]:
+    return {
+        "input_tokens": prompt_tokens,
+        "input_tokens_details": {"cached_tokens": cached_tokens, "cache_write_tokens": 0},
+        "output_tokens": completion_tokens,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+
+
+class ResponseRecorder:
+    """Builds one response's events; `next_seq` continues where the log ends."""
+
+    def __init__(self, response: dict[str, Any], next_seq: int):
+        self.response = copy.deepcopy(response)
+        self.next_seq = next_seq
+        self.text = ""
+        self._message: dict[str, Any] | None = None
+        self.done = False
+
+    def _event(self, type_: str, **fields: Any) -> Event:
+        event = {"type": type_, "sequence_number": self.next_seq, **fields}
+        self.next_seq += 1
+        return event
+
+    def _lifecycle(self, type_: str) -> Event:
+        return self._event(type_, response=copy.deepcopy(self.response))
+
+    def opening(self) -> list[Event]:
+        """response.created then response.in_progress, both with empty output."""
+        return [self._lifecycle("response.created"), self._lifecycle("response.in_progress")]
+
+    def on_output(self, out: Output) -> list[Event]:
+        if isinstance(out, Delta):
+            return self.on_delta(out.text)
+        if isinstance(out, Finished):
+            return self.on_finished(out)
+        return self.on_failed(out)
+
+    def _open_message(self) -> list[Event]:
+        self._message = {
+            "id": new_id("msg"),
+            "type": "message",
+            "role": "assistant",
+            "status": "in_progress",
+            "content": [],
+        }
+        index = len(self.response["output"])
+        return [
+            self._event("response.output_item.added", output_index=index, item=dict(self._message)),
+            self._event(
+                "response.content_part.added",
+                item_id=self._message["id"],
+                output_index=index,
+                content_index=0,
+                part={"type": "output_text", "text": "", "annotations": [], "logprobs": []},
+            ),
+        ]
+
+    def on_delta(self, text: str) -> list[Event]:
+        events = self._open_message() if self._message is None else []
+        assert self._message is not None
+        self.text += text
+        events.append(
+            self._event(
+                "response.output_text.delta",
+                item_id=self._message["id"],
+                output_index=len(self.response["output"]),
+                content_index=0,
+                delta=text,
+                logprobs=[],
+            )
+        )
+        return events
+
+    def _close_message(self, status: str) -> list[Event]:
+        events = self._open_message() if self._message is None else []
+        assert self._message is not None
+        item_id, index = self._message["id"], len(self.response["output"])
+        part = {"type": "output_text", "text": self.text, "annotations": [], "logprobs": []}
+        item = {**self._message, "status": status, "content": [part]}
+        events += [
+            self._event(
+                "response.output_text.done",
+                item_id=item_id,
+                output_index=index,
+                content_index=0,
+                text=self.text,
+                logprobs=[],
+            ),
+            self._event(
+                "response.content_part.done",
+                item_id=item_id,
+                output_index=index,
+                content_index=0,
+                part=part,
+            ),
+            self._event("response.output_item.done", output_index=index, item=item),
+        ]
+        self.response["output"].append(item)
+        self._message = None
+        return events
+
+    def on_finished(self, out: Finished) -> list[Event]:
+        self.done = True
+        status = {"stop": "completed", "length": "incomplete", "cancelled": "cancelled"}[out.reason]
+        events = self._close_message("completed" if status == "completed" else "incomplete")
+        self.response["status"] = status
+        self.response["usage"] = usage(out.prompt_tokens, out.completion_tokens, out.cached_tokens)
+        if status == "completed":
+            self.response["completed_at"] = int(time.time())
+        if status == "incomplete":
+            self.response["incomplete_details"] = {"reason": "max_output_tokens"}
+        events.append(self._lifecycle(f"response.{status}"))
+        return events
+
+    def on_failed(self, out: Failed) -> list[Event]:
+        self.done = True
+        events = self._close_message("incomplete") if self._message is not None else []
+        self.response["status"] = "failed"
+        self.response["error"] = {"code": "server_error", "message": out.message}
+        events.append(self._lifecycle("response.failed"))
+        return events

@@ -1,0 +1,68 @@
+"""Values that cross the seam between the engine thread and the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+FinishReason = Literal["stop", "length", "cancelled"]
+
+
+@dataclass(frozen=True, slots=True)
+class Sampling:
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_tokens: int = 4096
+    seed: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Delta:
+    text: str
+    token: int
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    reason: FinishReason
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    message: str
+
+
+Output = Delta | Finished | Failed
+
+
+@dataclass(eq=False)
+class Job:
+    """One generation. The engine pushes outputs; Finished or Failed always ends it."""
+
+    prompt: list[int]
+    sampling: Sampling
+    outputs: asyncio.Queue[Output] = field(default_factory=asyncio.Queue)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def cancel(self) -> None:
+        self.stop.set()
+
+
+class Engine(Protocol):
+    """What the service needs from a model runner."""
+
+    model_id: str
+    context_length: int
+
+    def render(self, messages: list[dict[str, object]], tools: list[dict[str, object]]) -> list[int]:
+        """Prompt tokens for a chat, through the model's chat template."""
+        ...
+
+    def submit(self, job: Job) -> None: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,1 @@
+"""Pure folds over events and items: no I/O."""

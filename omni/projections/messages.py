@@ -1,0 +1,77 @@
+"""Stored items → chat-template messages.
+
+System and developer messages (and `instructions`) merge into one leading system message,
+so templates that allow a single system message still work.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+SYSTEM_ROLES = ("system", "developer")
+
+
+def _text(item: dict[str, Any]) -> str:
+    parts = item.get("content", [])
+    return "\n".join(p.get("text") or p.get("refusal") or "" for p in parts)
+
+
+def _arguments(raw: str) -> Any:
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError:
+        return raw
+
+
+def _output_text(output: Any) -> str:
+    if isinstance(output, str):
+        return output
+    return "\n".join(p.get("text", "") for p in output if isinstance(p, dict))
+
+
+def to_chat_messages(
+    instructions: str | None,
+    items: Sequence[dict[str, Any]],
+    structured_tools: bool,
+) -> list[dict[str, Any]]:
+    """Chat messages for the template; tool items as tool_calls/tool messages, or as text
+    when the template knows no tools."""
+    system = [instructions] if instructions else []
+    messages: list[dict[str, Any]] = []
+    names: dict[str, str] = {}
+    for item in items:
+        kind = item["type"]
+        if kind == "message" and item["role"] in SYSTEM_ROLES:
+            system.append(_text(item))
+        elif kind == "message":
+            messages.append({"role": item["role"], "content": _text(item)})
+        elif kind == "function_call":
+            names[item["call_id"]] = item["name"]
+            call = {"name": item["name"], "arguments": _arguments(item["arguments"])}
+            if structured_tools:
+                messages.append(
+                    {
+                        "role": "assistant",
+                        "content": "",
+                        "tool_calls": [
+                            {"id": item["call_id"], "type": "function", "function": call}
+                        ],
+                    }
+                )
+            else:
+                messages.append({"role": "assistant", "content": json.dumps(call)})
+        elif kind == "function_call_output":
+            output = _output_text(item["output"])
+            if structured_tools:
+                messages.append(
+                    {"role": "tool", "tool_call_id": item["call_id"], "content": output}
+                )
+            else:
+                name = names.get(item["call_id"], item["call_id"])
+                messages.append({"role": "user", "content": f"Result of {name}: {output}"})
+        # reasoning items carry nothing a non-reasoning template can show
+    if system:
+        messages.insert(0, {"role": "system", "content": "\n\n".join(system)})
+    return messages

@@ -1,0 +1,1 @@
+"""Pydantic models at the HTTP edge; no I/O."""

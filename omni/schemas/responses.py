@@ -1,0 +1,76 @@
+"""The body of POST /v1/responses. Unknown keys are ignored, as OpenAI's SDK expects."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from omni.errors import InvalidRequest
+
+
+class ResponseCreate(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    model: str | None = None
+    input: str | list[Any] | None = None
+    instructions: str | None = None
+    previous_response_id: str | None = None
+    conversation: Any = None
+    store: bool = True
+    stream: bool = False
+    background: bool = False
+    max_output_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    metadata: dict[str, str] | None = None
+    user: str | None = None
+    safety_identifier: str | None = None
+    prompt_cache_key: str | None = None
+    service_tier: str | None = None
+    text: dict[str, Any] | None = None
+    tools: list[dict[str, Any]] = Field(default_factory=list)
+    tool_choice: str | dict[str, Any] = "auto"
+    parallel_tool_calls: bool = True
+    reasoning: dict[str, Any] | None = None
+    truncation: Literal["auto", "disabled"] | None = None
+    include: list[str] | None = None
+    max_tool_calls: int | None = None
+    stream_options: dict[str, Any] | None = None
+
+    @field_validator("metadata")
+    @classmethod
+    def _metadata_bounds(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        if value is None:
+            return value
+        if len(value) > 16:
+            raise ValueError("at most 16 keys")
+        for key, val in value.items():
+            if len(key) > 64 or len(val) > 512:
+                raise ValueError("keys are at most 64 characters, values at most 512")
+        return value
+
+    @field_validator("tool_choice")
+    @classmethod
+    def _tool_choice(cls, value: str | dict[str, Any]) -> str | dict[str, Any]:
+        if isinstance(value, str) and value not in ("none", "auto", "required"):
+            raise ValueError("must be 'none', 'auto', 'required' or an object")
+        return value
+
+
+def parse_body(raw: bytes, model: type[BaseModel]) -> Any:
+    """Malformed JSON and invalid fields become 400s naming the parameter."""
+    try:
+        data = json.loads(raw or b"null")
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InvalidRequest(f"The request body is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise InvalidRequest("The request body must be a JSON object.")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        param = ".".join(str(p) for p in err["loc"]) or None
+        raise InvalidRequest(f"Invalid value for '{param}': {err['msg']}", param=param) from None

@@ -1,0 +1,50 @@
+"""Shared fixtures: a tiny real llama, a real Hypercorn server, the official OpenAI SDK."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from omni.api.app import Settings
+from omni.engine.mlx_engine import MLXEngine
+from omni.engine.model_source import ModelSource
+from tests.server import ServerThread
+from tests.tiny_model import build_tiny_llama
+
+TINY_ID = "tiny-llama"
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_llama(tmp_path_factory.mktemp("models") / TINY_ID)
+
+
+@pytest.fixture(scope="session")
+def tiny_engine(tiny_model_dir: Path) -> Iterator[MLXEngine]:
+    engine = MLXEngine(ModelSource(str(tiny_model_dir), TINY_ID))
+    engine.start()
+    yield engine
+    engine.close()
+
+
+@pytest.fixture(scope="module")
+def server(tiny_engine: MLXEngine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
+    db_path = tmp_path_factory.mktemp("db") / "omni.db"
+    srv = ServerThread(Settings(db_path=str(db_path), keepalive=1.0), tiny_engine).start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def client(server: ServerThread):  # type: ignore[no-untyped-def]
+    from openai import OpenAI
+
+    with OpenAI(
+        base_url=f"{server.base_url}/v1",
+        api_key="test",
+        max_retries=0,
+        _strict_response_validation=True,
+    ) as c:
+        yield c

@@ -1,0 +1,67 @@
+"""A real Hypercorn server on a loopback port, in a background thread, for end-to-end tests."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from typing import Any
+
+import httpx
+from hypercorn.asyncio import serve
+from hypercorn.config import Config
+
+from omni.api.app import Settings, create_app
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class ServerThread:
+    def __init__(self, settings: Settings, engine: Any):
+        self.app = create_app(settings, engine)
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self._stop: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        async def main() -> None:
+            self._loop = asyncio.get_running_loop()
+            self._stop = asyncio.Event()
+            config = Config()
+            config.bind = [f"127.0.0.1:{self.port}"]
+            config.accesslog = None
+            await serve(self.app, config, shutdown_trigger=self._stop.wait)  # type: ignore[arg-type]
+
+        asyncio.run(main())
+
+    def start(self) -> ServerThread:
+        self._thread.start()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{self.base_url}/health", timeout=1).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                time.sleep(0.05)
+        raise RuntimeError("server did not start")
+
+    @property
+    def state(self) -> Any:
+        return self.app.config["OMNI"]
+
+    def call(self, coro: Any) -> Any:
+        """Run a coroutine on the server's loop (to reach the store from a test)."""
+        assert self._loop is not None
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout=30)
+
+    def stop(self) -> None:
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(timeout=30)

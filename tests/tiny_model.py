@@ -1,0 +1,75 @@
+"""A tiny random-weight llama as an mlx-lm folder: the real mlx-lm code path, fast."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+CHATML = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + "
+    "message['content'] + '<|im_end|>\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+CORPUS = [
+    "The quick brown fox jumps over the lazy dog.",
+    "What is the capital of France? The capital of France is Paris.",
+    "Hello, how are you today? I am fine, thank you.",
+    "Omni records every event of every response in a durable log.",
+    "Numbers like 12345 and 67890 appear in text too.",
+] * 20
+
+
+def build_tokenizer(out: Path, vocab_size: int = 512) -> None:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    tok.train_from_iterator(CORPUS, trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<|im_start|>",
+        eos_token="<|im_end|>",
+        unk_token="<|endoftext|>",
+        pad_token="<|endoftext|>",
+    )
+    fast.chat_template = CHATML
+    fast.save_pretrained(str(out))
+
+
+def build_tiny_llama(out: Path, *, layers: int = 2, hidden: int = 64, seed: int = 0) -> Path:
+    """Write config.json, model.safetensors and a tokenizer into `out`."""
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+    from mlx_lm.models import llama
+
+    out.mkdir(parents=True, exist_ok=True)
+    build_tokenizer(out)
+    vocab = len(json.loads((out / "tokenizer.json").read_text())["model"]["vocab"]) + 3
+    config = {
+        "model_type": "llama",
+        "hidden_size": hidden,
+        "num_hidden_layers": layers,
+        "intermediate_size": hidden * 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "rms_norm_eps": 1e-5,
+        "vocab_size": vocab,
+        "max_position_embeddings": 2048,
+        "rope_theta": 10000.0,
+        "tie_word_embeddings": False,
+    }
+    mx.random.seed(seed)
+    model = llama.Model(llama.ModelArgs(**config))
+    # A wide random head gives varied greedy text rather than one repeated token.
+    params = {k: v * 8 if k.startswith("lm_head") else v for k, v in tree_flatten(model.parameters())}
+    mx.save_safetensors(str(out / "model.safetensors"), params)
+    (out / "config.json").write_text(json.dumps(config, indent=2))
+    return out
