@@ -14,7 +14,6 @@ url = config.get_main_option("sqlalchemy.url")
 def run_migrations_online() -> None:
     engine = create_engine(url)
     with engine.connect() as connection:
-        connection.exec_driver_sql("PRAGMA journal_mode=WAL")
         context.configure(connection=connection, target_metadata=metadata)
         with context.begin_transaction():
             context.run_migrations()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 from pathlib import Path
 
@@ -33,4 +34,5 @@ def upgrade(db_path: str) -> None:
             conn.execute("DROP TABLE _omni_probe")
     except sqlite3.Error as exc:
         raise StoreError(f"cannot write database {db_path}: {exc}") from exc
+    logging.getLogger("alembic").setLevel(logging.WARNING)
     command.upgrade(alembic_config(db_path), "head")

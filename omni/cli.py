@@ -1,0 +1,128 @@
+"""`omni serve` and `omni db upgrade`. Start-up failures are one clear line, not a traceback."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import errno
+import logging
+import os
+import signal
+import socket
+import sys
+from pathlib import Path
+
+from omni import __version__, db
+from omni.errors import OmniError
+
+log = logging.getLogger("omni")
+
+
+def _env(name: str, default: str | None) -> str | None:
+    return os.environ.get(f"OMNI_{name}", default)
+
+
+def omni_home() -> Path:
+    return Path(_env("HOME", None) or Path.home() / ".cache" / "omni").expanduser()
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="omni", description=__doc__)
+    p.add_argument("--version", action="version", version=f"omni {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="serve the OpenAI-compatible API")
+    serve.add_argument("--host", default=_env("HOST", "127.0.0.1"))
+    serve.add_argument("--port", type=int, default=int(_env("PORT", "10240") or 10240))
+    serve.add_argument("--db", default=_env("DB", "omni.db"), help="SQLite file (the event log)")
+    serve.add_argument(
+        "--model",
+        default=_env("MODEL", None),
+        help="mlx-lm folder, Hugging Face repo id or .gguf file (default: SmolLM2-135M-Instruct)",
+    )
+    serve.add_argument("--log-level", default=_env("LOG_LEVEL", "info"))
+    serve.add_argument(
+        "--synchronous",
+        choices=["NORMAL", "FULL"],
+        default=(_env("SYNCHRONOUS", "NORMAL") or "NORMAL").upper(),
+        help="SQLite synchronous mode: FULL makes every commit survive power loss",
+    )
+
+    dbp = sub.add_parser("db", help="database maintenance")
+    dbsub = dbp.add_subparsers(dest="db_command", required=True)
+    up = dbsub.add_parser("upgrade", help="apply the schema migrations")
+    up.add_argument("--db", default=_env("DB", "omni.db"))
+    return p
+
+
+def check_port(host: str, port: int) -> None:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise OmniError(f"port {port} on {host} is already in use") from None
+            raise OmniError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+
+
+def serve(args: argparse.Namespace) -> None:
+    from hypercorn.asyncio import serve as hypercorn_serve
+    from hypercorn.config import Config
+
+    from omni.api.app import Settings, create_app
+    from omni.engine.mlx_engine import MLXEngine
+    from omni.engine.model_source import resolve_model
+
+    db.upgrade(args.db)
+    check_port(args.host, args.port)
+
+    def progress(message: str) -> None:
+        print(f"omni: {message}", file=sys.stderr, flush=True)
+
+    source = resolve_model(args.model, omni_home(), progress)
+    progress(f"loading model {source.model_id} from {source.path}")
+    engine = MLXEngine(source)
+    engine.start()
+    aliases = frozenset(a for a in (args.model, source.path) if a)
+    app = create_app(Settings(db_path=args.db, synchronous=args.synchronous, model_aliases=aliases), engine)
+
+    config = Config()
+    config.bind = [f"[{args.host}]:{args.port}" if ":" in args.host else f"{args.host}:{args.port}"]
+    config.accesslog = "-" if args.log_level.lower() == "debug" else None
+    config.errorlog = logging.getLogger("hypercorn.error")  # through our handlers, once
+
+    async def run() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        progress(f"serving {source.model_id} on http://{args.host}:{args.port}/v1 (log: {args.db})")
+        await hypercorn_serve(app, config, shutdown_trigger=stop.wait)  # type: ignore[arg-type]
+
+    try:
+        asyncio.run(run())
+    finally:
+        engine.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    level = getattr(args, "log_level", "info").upper()
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        if args.command == "serve":
+            serve(args)
+        elif args.command == "db":
+            db.upgrade(args.db)
+            print(f"omni: database {args.db} is at the newest schema")
+    except OmniError as exc:
+        print(f"omni: error: {exc.message}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
