@@ -97,8 +97,20 @@ def main() -> None:
     port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
         server = subprocess.Popen(
-            [sys.executable, "-m", "omni", "serve", "--model", source.path, "--port", str(port),
-             "--db", str(Path(tmp) / "bench.db"), "--log-level", "warning"],
+            [
+                sys.executable,
+                "-m",
+                "omni",
+                "serve",
+                "--model",
+                source.path,
+                "--port",
+                str(port),
+                "--db",
+                str(Path(tmp) / "bench.db"),
+                "--log-level",
+                "warning",
+            ],
             env={**os.environ},
         )
         base_url = f"http://127.0.0.1:{port}"
@@ -127,8 +139,12 @@ def main() -> None:
     print(f"model {source.model_id}, {ARGS.tokens} tokens max, median of {ARGS.runs} runs")
     print(f"{'path':<28}{'tokens':>8}{'TTFT ms':>10}{'decode tok/s':>14}")
     for name, row in (("raw mlx_lm.stream_generate", raw), ("omni /v1/responses SSE", served)):
-        print(f"{name:<28}{row['tokens']:>8.0f}{row['ttft_s'] * 1000:>10.1f}{row['decode_tps']:>14.2f}")
-    print(f"ratio server/raw: decode {result['ratio_decode_tps']:.3f}, TTFT {result['ratio_ttft']:.3f}")
+        print(
+            f"{name:<28}{row['tokens']:>8.0f}{row['ttft_s'] * 1000:>10.1f}{row['decode_tps']:>14.2f}"
+        )
+    print(
+        f"ratio server/raw: decode {result['ratio_decode_tps']:.3f}, TTFT {result['ratio_ttft']:.3f}"
+    )
     out = Path(__file__).parent / "out"
     out.mkdir(exist_ok=True)
     (out / "overhead.json").write_text(json.dumps(result, indent=2))

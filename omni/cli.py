@@ -85,7 +85,9 @@ def serve(args: argparse.Namespace) -> None:
     engine = MLXEngine(source)
     engine.start()
     aliases = frozenset(a for a in (args.model, source.path) if a)
-    app = create_app(Settings(db_path=args.db, synchronous=args.synchronous, model_aliases=aliases), engine)
+    app = create_app(
+        Settings(db_path=args.db, synchronous=args.synchronous, model_aliases=aliases), engine
+    )
 
     config = Config()
     config.bind = [f"[{args.host}]:{args.port}" if ":" in args.host else f"{args.host}:{args.port}"]

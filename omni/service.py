@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from omni.engine.recorder import TERMINAL_TYPES, ResponseRecorder
-from omni.engine.types import Engine, Finished, Job, Sampling
+from omni.engine.types import Engine, Failed, Finished, Job, Sampling
 from omni.errors import InvalidRequest, ModelNotFound, NotFound, SeqConflict
 from omni.events import Append, Appender, EventStore, NewEvent, Notifier, StoredEvent, follow
 from omni.ids import new_id
@@ -58,6 +58,8 @@ class ResponsesService:
         self.model_aliases = model_aliases | {engine.model_id}
         self.keepalive = keepalive
         self._running: dict[str, Job] = {}
+        # store:false responses whose creating client has not finished reading yet.
+        self._unreleased: dict[str, asyncio.Event] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
     # --- commands -------------------------------------------------------------
@@ -103,12 +105,17 @@ class ResponsesService:
             Append(response_id, 0, opening),
         )
 
-        job = Job(prompt, Sampling(
-            temperature=1.0 if body.temperature is None else body.temperature,
-            top_p=1.0 if body.top_p is None else body.top_p,
-            max_tokens=max_tokens,
-        ))
+        job = Job(
+            prompt,
+            Sampling(
+                temperature=1.0 if body.temperature is None else body.temperature,
+                top_p=1.0 if body.top_p is None else body.top_p,
+                max_tokens=max_tokens,
+            ),
+        )
         self._running[response_id] = job
+        if not body.store:
+            self._unreleased[response_id] = asyncio.Event()
         task = asyncio.create_task(self._record(response_id, recorder, job, body.store))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -196,8 +203,42 @@ class ResponsesService:
         finally:
             self._running.pop(response_id, None)
         if not store:
+            # Keep the rows until the creating client has read them all, then purge on purpose.
+            released = self._unreleased.get(response_id)
+            if released is not None:
+                await released.wait()
             await self.notifier.wait_idle(response_id)
             await self.store.purge([response_id, request_stream(response_id)])
+
+    def release(self, response_id: str) -> None:
+        """The creating client is done with the stream (read to the end, or gone)."""
+        released = self._unreleased.pop(response_id, None)
+        if released is not None:
+            released.set()
+
+    async def recover(self) -> int:
+        """After a crash, give every response left without a terminal event one: its
+        generation died with the process. store:false leftovers are purged."""
+        unfinished = await self.store.unfinished("response.created", sorted(TERMINAL_TYPES))
+        for response_id in unfinished:
+            rows = await self.store.read(response_id)
+            accepted = await self.store.read(request_stream(response_id), limit=1)
+            if accepted and not json.loads(accepted[0].data)["body"]["store"]:
+                await self.store.purge([response_id, request_stream(response_id)])
+                continue
+            first = rows[-1].seq + 1
+            recorder = ResponseRecorder.resume(
+                fold_response([(r.type, r.data) for r in rows]), first
+            )
+            events = recorder.on_failed(
+                Failed("The server restarted before this response finished.")
+            )
+            await self.appender.append(
+                Append(response_id, first, [NewEvent(e["type"], dumps(e)) for e in events])
+            )
+        if unfinished:
+            log.warning("recovered %d unfinished responses after a restart", len(unfinished))
+        return len(unfinished)
 
     def cancel_running(self, response_id: str) -> None:
         """Stop a running generation at the next token (the recorder writes the end)."""
@@ -220,6 +261,8 @@ class ResponsesService:
     async def close(self) -> None:
         for job in self._running.values():
             job.cancel()
+        for released in self._unreleased.values():
+            released.set()
         if self._tasks:
             await asyncio.wait(self._tasks, timeout=10)
 
@@ -248,9 +291,7 @@ class ResponsesService:
         return fold_response([(r.type, r.data) for r in rows])
 
     def events(self, response_id: str, after: int = -1) -> AsyncIterator[StoredEvent | None]:
-        return follow(
-            self.store, self.notifier, response_id, after, is_terminal, self.keepalive
-        )
+        return follow(self.store, self.notifier, response_id, after, is_terminal, self.keepalive)
 
     async def wait(self, response_id: str) -> dict[str, Any]:
         """Follow to the terminal event and return the final response."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,8 +30,19 @@ def tiny_engine(tiny_model_dir: Path) -> Iterator[MLXEngine]:
     engine.close()
 
 
+@pytest.fixture(scope="session")
+def smollm_dir() -> Path:
+    """The real default model, fetched and converted once per machine (OMNI_TEST_HOME)."""
+    from omni.engine.default_model import ensure_default_model
+
+    home = Path(os.environ.get("OMNI_TEST_HOME", Path.home() / ".cache" / "omni-test"))
+    return ensure_default_model(home, print)
+
+
 @pytest.fixture(scope="module")
-def server(tiny_engine: MLXEngine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
+def server(
+    tiny_engine: MLXEngine, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerThread]:
     db_path = tmp_path_factory.mktemp("db") / "omni.db"
     srv = ServerThread(Settings(db_path=str(db_path), keepalive=1.0), tiny_engine).start()
     yield srv

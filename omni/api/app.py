@@ -60,6 +60,7 @@ def create_app(settings: Settings, engine: Engine) -> Quart:
         service = ResponsesService(
             store, appender, notifier, engine, settings.model_aliases, settings.keepalive
         )
+        await service.recover()
         app.config["OMNI"] = State(engine, store, notifier, appender, service, int(time.time()))
 
     @app.after_serving

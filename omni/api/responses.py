@@ -41,7 +41,9 @@ def _bool_arg(name: str) -> bool:
     return raw in ("true", "1")
 
 
-def _sse(service: ResponsesService, response_id: str, after: int, cancel_on_close: bool) -> Response:
+def _sse(
+    service: ResponsesService, response_id: str, after: int, cancel_on_close: bool
+) -> Response:
     async def body() -> AsyncIterator[bytes]:
         finished = False
         try:
@@ -55,6 +57,7 @@ def _sse(service: ResponsesService, response_id: str, after: int, cancel_on_clos
             # A foreground stream whose client went away is cancelled at the next token.
             if not finished and cancel_on_close:
                 service.cancel_running(response_id)
+            service.release(response_id)
 
     response = Response(body(), content_type="text/event-stream")
     response.headers["cache-control"] = "no-cache"
@@ -74,6 +77,7 @@ async def create() -> Any:
         final = await service.wait(response_id)
     finally:
         service.cancel_running(response_id)  # no-op once finished; stops it if we were cut off
+        service.release(response_id)
     if final["status"] == "failed" and not final["output"]:
         raise OmniError(final["error"]["message"])
     return final
@@ -93,7 +97,9 @@ async def retrieve(response_id: str) -> Any:
         try:
             after = int(last_event_id)
         except ValueError:
-            raise InvalidRequest("Last-Event-ID must be an integer.", param="Last-Event-ID") from None
+            raise InvalidRequest(
+                "Last-Event-ID must be an integer.", param="Last-Event-ID"
+            ) from None
     return _sse(service, response_id, after, cancel_on_close=False)
 
 

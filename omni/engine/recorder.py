@@ -41,6 +41,20 @@ class ResponseRecorder:
         self._message: dict[str, Any] | None = None
         self.done = False
 
+    @classmethod
+    def resume(cls, folded: dict[str, Any], next_seq: int) -> ResponseRecorder:
+        """A recorder that carries on a log left unfinished (e.g. by a crash): an
+        in-progress message item stays open, its text so far kept."""
+        output = list(folded.get("output", []))
+        open_item = output.pop() if output and output[-1].get("status") == "in_progress" else None
+        recorder = cls({**folded, "output": output}, next_seq)
+        if open_item is not None:
+            # item.added and content_part.added are always committed together
+            parts = open_item.get("content") or [{"text": ""}]
+            recorder._message = {**open_item, "content": []}
+            recorder.text = parts[0]["text"]
+        return recorder
+
     def _event(self, type_: str, **fields: Any) -> Event:
         event = {"type": type_, "sequence_number": self.next_seq, **fields}
         self.next_seq += 1

@@ -183,6 +183,17 @@ class EventStore:
         )
         return [StoredEvent(*row) for row in await self._fetch(query)]
 
+    async def unfinished(self, first_type: str, end_types: Sequence[str]) -> list[str]:
+        """Streams that began with `first_type` and hold none of `end_types` (recovery)."""
+        ended = select(events.c.stream_id).where(events.c.type.in_(list(end_types)))
+        query = (
+            select(events.c.stream_id)
+            .where(events.c.type == first_type, events.c.seq == 0)
+            .where(events.c.stream_id.not_in(ended))
+            .order_by(events.c.position)
+        )
+        return [row[0] for row in await self._fetch(query)]
+
     async def purge(self, stream_ids: Sequence[str]) -> int:
         """Remove whole streams on purpose (store:false streams once nobody reads them)."""
         assert self._writer is not None, "store is not open"

@@ -1,0 +1,168 @@
+"""`omni` as a user runs it: real processes, one-line start-up errors, restarts that lose nothing."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.server import free_port
+
+
+def omni(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "omni", *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess[str], fragment: str) -> None:
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("omni: error:")]
+    assert len(errors) == 1 and fragment in errors[0], result.stderr
+
+
+@contextmanager
+def serving(model: Path, db: Path) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "omni",
+            "serve",
+            "--model",
+            str(model),
+            "--db",
+            str(db),
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+        ],
+        text=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                httpx.get(f"{base}/health", timeout=1)
+                break
+            except httpx.HTTPError:
+                assert proc.poll() is None, "server exited during start-up"
+                assert time.monotonic() < deadline, "server did not start"
+                time.sleep(0.1)
+        yield base, proc
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+        proc.wait(timeout=60)
+
+
+def test_db_upgrade_is_idempotent(tmp_path: Path) -> None:
+    db = tmp_path / "omni.db"
+    for _ in range(2):
+        result = omni("db", "upgrade", "--db", str(db))
+        assert result.returncode == 0, result.stderr
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        cols = [r[1] for r in conn.execute("PRAGMA table_info(events)")]
+    assert cols == ["position", "stream_id", "seq", "type", "data", "created_at"]
+
+
+def test_missing_model_is_one_line(tmp_path: Path) -> None:
+    result = omni("serve", "--db", str(tmp_path / "o.db"), "--model", str(tmp_path / "nope"))
+    assert_one_line_error(result, "model not found")
+
+
+def test_unwritable_database_is_one_line(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    result = omni("serve", "--db", str(blocker / "omni.db"))
+    assert_one_line_error(result, "database")
+    result = omni("db", "upgrade", "--db", str(tmp_path))  # a folder is no database
+    assert_one_line_error(result, "database")
+
+
+def test_port_taken_is_one_line(tmp_path: Path, tiny_model_dir: Path) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        result = omni(
+            "serve",
+            "--db",
+            str(tmp_path / "o.db"),
+            "--model",
+            str(tiny_model_dir),
+            "--port",
+            str(port),
+        )
+    assert_one_line_error(result, "already in use")
+
+
+def test_env_settings_are_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from omni.cli import parser
+
+    monkeypatch.setenv("OMNI_PORT", "12345")
+    monkeypatch.setenv("OMNI_DB", str(tmp_path / "env.db"))
+    monkeypatch.setenv("OMNI_MODEL", "some/model")
+    args = parser().parse_args(["serve"])
+    assert (args.port, args.db, args.model, args.host) == (
+        12345,
+        str(tmp_path / "env.db"),
+        "some/model",
+        "127.0.0.1",
+    )
+
+
+def test_restart_loses_nothing(tmp_path: Path, tiny_model_dir: Path) -> None:
+    db = tmp_path / "omni.db"
+    body = {"model": "tiny-llama", "input": "hi", "max_output_tokens": 8, "stream": True}
+    with serving(tiny_model_dir, db) as (base, _):
+        original = httpx.post(f"{base}/v1/responses", json=body, timeout=60).content
+        first = httpx.get(f"{base}/v1/models").json()["data"][0]["id"]
+        response_id = original.split(b'"id":"', 1)[1].split(b'"', 1)[0].decode()
+    with serving(tiny_model_dir, db) as (base, _):
+        replay = httpx.get(f"{base}/v1/responses/{response_id}?stream=true", timeout=60).content
+        assert httpx.get(f"{base}/v1/models").json()["data"][0]["id"] == first
+    assert replay == original
+
+
+def test_kill_9_mid_generation_leaves_a_failed_response(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    db = tmp_path / "omni.db"
+    body = {"input": "hi", "max_output_tokens": 100000, "stream": True}
+    with serving(tiny_model_dir, db) as (base, proc):
+        with httpx.stream("POST", f"{base}/v1/responses", json=body, timeout=60) as stream:
+            lines = stream.iter_lines()
+            for line in lines:
+                if line.startswith("data: ") and "output_text.delta" in line:
+                    break
+            response_id = None
+            os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        response_id = conn.execute(
+            "SELECT stream_id FROM events WHERE type='response.created'"
+        ).fetchone()[0]
+    with serving(tiny_model_dir, db) as (base, _):
+        response = httpx.get(f"{base}/v1/responses/{response_id}", timeout=60).json()
+        events = httpx.get(f"{base}/v1/responses/{response_id}?stream=true", timeout=60).text
+    assert response["status"] == "failed"
+    assert response["error"]["code"] == "server_error"
+    assert "restarted" in response["error"]["message"]
+    assert events.rstrip().split("\n\n")[-1].startswith("event: response.failed")
