@@ -10,7 +10,7 @@ import tempfile
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import mlx.core as mx
 
@@ -45,6 +45,7 @@ def convert_gguf(gguf_path: Path, out_dir: Path, progress: Progress | None = Non
         raise ModelLoadError(f"unsupported GGUF architecture {arch!r} in {gguf_path.name}")
     weights = _rename(tensors)
     config = _config(meta, weights)
+    _check_complete(weights, int(config["num_hidden_layers"]))
     tokenizer = _tokenizer(meta, int(config["max_position_embeddings"]))
     say(f"writing mlx model to {out_dir}")
     out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -53,9 +54,12 @@ def convert_gguf(gguf_path: Path, out_dir: Path, progress: Progress | None = Non
         mx.save_safetensors(str(tmp / "model.safetensors"), weights, metadata={"format": "mlx"})
         (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
         tokenizer.save_pretrained(str(tmp))
+        tmp.chmod(0o755)  # mkdtemp makes it owner-only; the published folder should not be
         _publish(tmp, out_dir)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(exc, OSError):
+            raise ModelLoadError(f"cannot write converted model to {out_dir}: {exc}") from exc
         raise
     return out_dir
 
@@ -65,9 +69,9 @@ def _publish(tmp: Path, out_dir: Path) -> None:
     # conversion won the race, keep its result.
     try:
         tmp.rename(out_dir)
-    except OSError as exc:
+    except OSError:
         if not (out_dir / "config.json").exists():
-            raise ModelLoadError(f"cannot write converted model to {out_dir}: {exc}") from exc
+            raise
         shutil.rmtree(tmp, ignore_errors=True)
 
 
@@ -75,11 +79,11 @@ def _read(path: Path) -> tuple[dict[str, mx.array], dict[str, Any]]:
     # Validate the layout first: MLX's reader can crash on a malformed header.
     _check_layout(path)
     try:
-        tensors, meta = mx.load(str(path), format="gguf", return_metadata=True)
+        loaded = mx.load(str(path), format="gguf", return_metadata=True)
     except (RuntimeError, ValueError, OSError) as exc:
         detail = str(exc).splitlines()[0].replace("[load_gguf] ", "") if str(exc) else "unreadable"
         raise ModelLoadError(f"cannot read GGUF file {path.name}: {detail}") from exc
-    return tensors, meta
+    return cast(tuple[dict[str, mx.array], dict[str, Any]], loaded)
 
 
 def _rename(tensors: dict[str, mx.array]) -> dict[str, mx.array]:
@@ -96,6 +100,16 @@ def _rename(tensors: dict[str, mx.array]) -> dict[str, mx.array]:
             raise ModelLoadError(f"unexpected tensor {name!r} in a llama GGUF file")
         out[new] = value
     return out
+
+
+def _check_complete(weights: dict[str, mx.array], layers: int) -> None:
+    # Refuse here rather than as a strict-load error from mlx-lm later.
+    for n in range(layers):
+        for module in _LAYER.values():
+            if f"model.layers.{n}.{module}.weight" not in weights:
+                raise ModelLoadError(f"GGUF file lacks the weights of layer {n} {module}")
+    if "model.norm.weight" not in weights:
+        raise ModelLoadError("GGUF file lacks the output_norm tensor")
 
 
 def _num(meta: dict[str, Any], key: str, default: float | None = None) -> Any:
@@ -129,7 +143,7 @@ def _config(meta: dict[str, Any], weights: dict[str, mx.array]) -> dict[str, Any
         "rope_theta": _f32(_num(meta, "llama.rope.freq_base", 10000.0)),
         # llama.cpp's converter permutes q/k rows for interleaved RoPE.
         "rope_traditional": True,
-        "vocab_size": int(weights["model.embed_tokens.weight"].shape[0]),
+        "vocab_size": int(_embedding(weights).shape[0]),
         "max_position_embeddings": int(_num(meta, "llama.context_length", 4096)),
         "tie_word_embeddings": "lm_head.weight" not in weights,
         "attention_bias": "model.layers.0.self_attn.q_proj.bias" in weights,
@@ -148,6 +162,12 @@ def _config(meta: dict[str, Any], weights: dict[str, mx.array]) -> dict[str, Any
     if quant:
         config["quantization"] = quant
     return config
+
+
+def _embedding(weights: dict[str, mx.array]) -> mx.array:
+    if "model.embed_tokens.weight" not in weights:
+        raise ModelLoadError("GGUF file lacks the token_embd tensor")
+    return weights["model.embed_tokens.weight"]
 
 
 def _f32(value: float) -> float:
@@ -299,9 +319,11 @@ def _tokenizer(meta: dict[str, Any], max_length: int) -> Any:
 
     if (kind := meta.get("tokenizer.ggml.model")) != "gpt2":
         raise ModelLoadError(f"unsupported GGUF tokenizer {kind!r}: Omni reads gpt2-style BPE")
-    tokens: list[str] = list(meta["tokenizer.ggml.tokens"])
+    tokens: list[str] = list(meta.get("tokenizer.ggml.tokens", []))
+    if not tokens:
+        raise ModelLoadError("GGUF file has no tokenizer vocabulary")
     raw_types = meta.get("tokenizer.ggml.token_type")
-    types = raw_types.tolist() if isinstance(raw_types, mx.array) else [1] * len(tokens)
+    types = cast(list[int], raw_types.tolist()) if raw_types is not None else [1] * len(tokens)
     merges = [tuple(m.split(" ", 1)) for m in meta.get("tokenizer.ggml.merges", [])]
     try:
         tok = Tokenizer(models.BPE({t: i for i, t in enumerate(tokens)}, merges, fuse_unk=False))

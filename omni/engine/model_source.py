@@ -25,7 +25,7 @@ class ModelSource:
 
 def resolve_model(spec: str | None, home: Path, progress: Progress | None = None) -> ModelSource:
     """Map None, a folder, a .gguf file or an HF repo id to a ModelSource (converting GGUF once)."""
-    if spec is None or spec == default_model.DEFAULT_MODEL_ID and not Path(spec).exists():
+    if not spec or (spec == default_model.DEFAULT_MODEL_ID and not Path(spec).exists()):
         folder = default_model.ensure_default_model(home, progress)
         return ModelSource(str(folder), default_model.DEFAULT_MODEL_ID)
     local = Path(spec).expanduser()

@@ -59,7 +59,9 @@ class Engine(Protocol):
     model_id: str
     context_length: int
 
-    def render(self, messages: list[dict[str, object]], tools: list[dict[str, object]]) -> list[int]:
+    def render(
+        self, messages: list[dict[str, object]], tools: list[dict[str, object]]
+    ) -> list[int]:
         """Prompt tokens for a chat, through the model's chat template."""
         ...
 
