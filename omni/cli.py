@@ -106,6 +106,11 @@ def serve(args: argparse.Namespace) -> None:
         asyncio.run(run())
     finally:
         engine.close()
+    # Everything is committed and closed. Skip interpreter finalization: tearing down MLX's
+    # global state while its worker threads live can abort the process ("terminate called").
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -58,6 +58,7 @@ class MLXEngine:
         self._jobs.put((job, asyncio.get_running_loop()))
 
     def close(self) -> None:
+        """Stop taking jobs once the job in progress (if any) has run out."""
         if self._thread.is_alive():
             self._jobs.put(None)
             self._thread.join(timeout=30)
