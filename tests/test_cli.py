@@ -82,7 +82,15 @@ def test_db_upgrade_is_idempotent(tmp_path: Path) -> None:
 
 
 def test_missing_model_is_one_line(tmp_path: Path) -> None:
-    result = omni("serve", "--db", str(tmp_path / "o.db"), "--model", str(tmp_path / "nope"))
+    result = omni(
+        "serve",
+        "--db",
+        str(tmp_path / "o.db"),
+        "--model",
+        str(tmp_path / "nope"),
+        "--port",
+        str(free_port()),
+    )
     assert_one_line_error(result, "model not found")
 
 

@@ -16,9 +16,15 @@ from omni.ids import new_id
 
 Event = dict[str, Any]
 
-TERMINAL_TYPES = frozenset(
-    {"response.completed", "response.failed", "response.incomplete", "response.cancelled"}
-)
+TERMINAL_TYPES = frozenset({"response.completed", "response.failed", "response.incomplete"})
+
+# The SDK knows no "response.cancelled" event (strict clients reject unknown types), so a
+# cancelled response ends with response.incomplete whose response carries status "cancelled".
+_TERMINAL_EVENT = {
+    "completed": "response.completed",
+    "incomplete": "response.incomplete",
+    "cancelled": "response.incomplete",
+}
 
 
 def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict[str, Any]:
@@ -148,7 +154,7 @@ class ResponseRecorder:
             self.response["completed_at"] = int(time.time())
         if status == "incomplete":
             self.response["incomplete_details"] = {"reason": "max_output_tokens"}
-        events.append(self._lifecycle(f"response.{status}"))
+        events.append(self._lifecycle(_TERMINAL_EVENT[status]))
         return events
 
     def on_failed(self, out: Failed) -> list[Event]:

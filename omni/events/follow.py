@@ -35,6 +35,11 @@ async def follow(
                     return
             if rows:
                 continue
+            if after >= 0:
+                # Resuming at or past the end of a finished stream: nothing more will come.
+                last = await store.last(stream_id)
+                if last is not None and last.seq <= after and is_terminal(last):
+                    return
             try:
                 await asyncio.wait_for(wake.wait(), keepalive)
             except TimeoutError:

@@ -58,6 +58,8 @@ class Reasoning(_Item):
     status: str | None = None
 
 
+_ITEM_STATUSES = ("in_progress", "completed", "incomplete")
+
 _KINDS: dict[str, type[_Item]] = {
     "message": Message,
     "function_call": FunctionCall,
@@ -113,13 +115,17 @@ def normalize_item(raw: Any, param: str) -> dict[str, Any]:
         loc = ".".join(str(p) for p in err["loc"])
         raise InvalidRequest(f"Invalid input item: {loc}: {err['msg']}", param=param) from None
     if isinstance(item, Message):
-        return {
+        message = {
             "id": item.id or new_id("msg"),
             "type": "message",
             "role": item.role,
             "content": _parts(item, param),
-            "status": "completed",
+            "status": item.status if item.status in _ITEM_STATUSES else "completed",
         }
+        phase = (item.model_extra or {}).get("phase")
+        if item.role == "assistant" and phase in ("commentary", "final_answer"):
+            message["phase"] = phase
+        return message
     if isinstance(item, FunctionCall):
         return {
             "id": item.id or new_id("fc"),

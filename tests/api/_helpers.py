@@ -1,0 +1,138 @@
+"""Helpers for the end-to-end API tests: raw SSE capture and parsing, error-body checks."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+MODEL = "tiny-llama"
+KEEPALIVE = b": keep-alive\n\n"
+TERMINAL = ("response.completed", "response.incomplete", "response.failed")
+
+#: How long any single stream may take before a test calls it a hang.
+STREAM_DEADLINE = 10.0
+
+
+class StreamHang(AssertionError):
+    """The server kept a stream open (keep-alives only) past the deadline."""
+
+
+@dataclass(frozen=True)
+class Frame:
+    raw: bytes  # the frame's bytes including the blank line that ends it
+    event: str
+    data: dict[str, Any]
+    id: int
+
+    @property
+    def seq(self) -> int:
+        return int(self.data["sequence_number"])
+
+
+def strip_keepalives(body: bytes) -> bytes:
+    return body.replace(KEEPALIVE, b"")
+
+
+def split_blocks(body: bytes) -> list[bytes]:
+    """The SSE blocks of a body, each with its terminating blank line."""
+    assert body == b"" or body.endswith(b"\n\n"), (
+        f"stream does not end with a blank line: {body[-80:]!r}"
+    )
+    parts = body.split(b"\n\n")
+    assert parts[-1] == b""
+    return [p + b"\n\n" for p in parts[:-1]]
+
+
+def parse_frames(body: bytes) -> list[Frame]:
+    """Parse strictly: every non-comment block is `event:`, `data:`, `id:` in that order."""
+    frames: list[Frame] = []
+    for block in split_blocks(body):
+        if block.startswith(b":"):
+            assert block == KEEPALIVE, f"unexpected comment block {block!r}"
+            continue
+        lines = block[:-2].split(b"\n")
+        assert len(lines) == 3, f"frame is not exactly event/data/id: {block[:200]!r}"
+        ev, data, id_ = lines
+        assert ev.startswith(b"event: "), block[:200]
+        assert data.startswith(b"data: "), block[:200]
+        assert id_.startswith(b"id: "), block[:200]
+        assert b"\r" not in block
+        payload = json.loads(data[len(b"data: ") :].decode("utf-8"))
+        frames.append(
+            Frame(block, ev[len(b"event: ") :].decode(), payload, int(id_[len(b"id: ") :]))
+        )
+    return frames
+
+
+def capture(
+    http: httpx.Client,
+    method: str,
+    url: str,
+    *,
+    deadline: float = STREAM_DEADLINE,
+    on_chunk: Callable[[bytes], None] | None = None,
+    **kwargs: Any,
+) -> tuple[httpx.Response, bytes]:
+    """Send a request and read its whole body as raw bytes, failing on a hang."""
+    start = time.monotonic()
+    chunks: list[bytes] = []
+    with http.stream(method, url, **kwargs) as response:
+        for chunk in response.iter_raw():
+            chunks.append(chunk)
+            if on_chunk is not None:
+                on_chunk(chunk)
+            if time.monotonic() - start > deadline:
+                raise StreamHang(
+                    f"{method} {url} still open after {deadline}s; "
+                    f"last bytes: {b''.join(chunks)[-120:]!r}"
+                )
+    return response, b"".join(chunks)
+
+
+def post_stream(http: httpx.Client, body: dict[str, Any], path: str = "/v1/responses"):
+    """POST a streaming create; returns (response, raw bytes, frames)."""
+    response, raw = capture(http, "POST", path, json={**body, "stream": True})
+    assert response.status_code == 200, raw[:500]
+    return response, raw, parse_frames(raw)
+
+
+def assert_error(
+    response: httpx.Response,
+    status: int,
+    *,
+    param: str | None | type[Ellipsis] = ...,  # type: ignore[valid-type]
+    code: str | None | type[Ellipsis] = ...,  # type: ignore[valid-type]
+    type_: str = "invalid_request_error",
+) -> dict[str, Any]:
+    """OpenAI's error body: {"error": {"message", "type", "param", "code"}}, JSON."""
+    assert response.status_code == status, (response.status_code, response.text[:500])
+    assert response.headers["content-type"].startswith("application/json"), response.headers
+    body = response.json()
+    assert set(body) == {"error"}, body
+    error = body["error"]
+    assert set(error) == {"message", "type", "param", "code"}, error
+    assert isinstance(error["message"], str) and error["message"]
+    assert error["type"] == type_, error
+    if param is not ...:
+        assert error["param"] == param, error
+    if code is not ...:
+        assert error["code"] == code, error
+    return error
+
+
+def read_log(server: Any, stream_id: str) -> list[Any]:
+    return list(server.call(server.state.store.read(stream_id)))
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 5.0, interval: float = 0.02) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()
