@@ -139,12 +139,10 @@ def main() -> None:
     print(f"model {source.model_id}, {ARGS.tokens} tokens max, median of {ARGS.runs} runs")
     print(f"{'path':<28}{'tokens':>8}{'TTFT ms':>10}{'decode tok/s':>14}")
     for name, row in (("raw mlx_lm.stream_generate", raw), ("omni /v1/responses SSE", served)):
-        print(
-            f"{name:<28}{row['tokens']:>8.0f}{row['ttft_s'] * 1000:>10.1f}{row['decode_tps']:>14.2f}"
-        )
-    print(
-        f"ratio server/raw: decode {result['ratio_decode_tps']:.3f}, TTFT {result['ratio_ttft']:.3f}"
-    )
+        ttft_ms = row["ttft_s"] * 1000
+        print(f"{name:<28}{row['tokens']:>8.0f}{ttft_ms:>10.1f}{row['decode_tps']:>14.2f}")
+    decode, ttft = result["ratio_decode_tps"], result["ratio_ttft"]
+    print(f"ratio server/raw: decode {decode:.3f}, TTFT {ttft:.3f}")
     out = Path(__file__).parent / "out"
     out.mkdir(exist_ok=True)
     (out / "overhead.json").write_text(json.dumps(result, indent=2))

@@ -1,4 +1,4 @@
-"""`omni` as a user runs it: real processes, one-line start-up errors, restarts that lose nothing."""
+"""`omni` as a user runs it: real processes, one-line errors, restarts that lose nothing."""
 
 from __future__ import annotations
 

@@ -69,7 +69,9 @@ def build_tiny_llama(out: Path, *, layers: int = 2, hidden: int = 64, seed: int 
     mx.random.seed(seed)
     model = llama.Model(llama.ModelArgs(**config))
     # A wide random head gives varied greedy text rather than one repeated token.
-    params = {k: v * 8 if k.startswith("lm_head") else v for k, v in tree_flatten(model.parameters())}
+    params = {
+        k: v * 8 if k.startswith("lm_head") else v for k, v in tree_flatten(model.parameters())
+    }
     mx.save_safetensors(str(out / "model.safetensors"), params)
     (out / "config.json").write_text(json.dumps(config, indent=2))
     return out
