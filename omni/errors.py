@@ -31,13 +31,13 @@ class OmniError(Exception):
 class InvalidRequest(OmniError):
     status = 400
     type = "invalid_request_error"
-    code = None
+    code: str | None = None
 
 
 class NotFound(OmniError):
     status = 404
     type = "invalid_request_error"
-    code = None
+    code: str | None = None
 
 
 class ModelNotFound(NotFound):

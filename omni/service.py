@@ -12,7 +12,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from omni.engine.recorder import TERMINAL_TYPES, ResponseRecorder
+from omni.engine.recorder import ResponseRecorder
 from omni.engine.types import Engine, Failed, Finished, Job, Sampling
 from omni.errors import InvalidRequest, ModelNotFound, NotFound, SeqConflict
 from omni.events import Append, Appender, EventStore, NewEvent, Notifier, StoredEvent, follow
@@ -22,6 +22,7 @@ from omni.projections.messages import to_chat_messages
 from omni.projections.response import fold_response
 from omni.schemas.items import normalize_input
 from omni.schemas.responses import ResponseCreate
+from omni.schemas.stream import TERMINAL_TYPES
 
 log = logging.getLogger(__name__)
 

@@ -41,7 +41,8 @@ class MLXEngine:
     def _load(self) -> None:
         from mlx_lm import load
 
-        self._model, self._tokenizer = load(self.source.path)
+        loaded = load(self.source.path)
+        self._model, self._tokenizer = loaded[0], loaded[1]
         args = getattr(self._model, "args", None)
         self.context_length = int(getattr(args, "max_position_embeddings", None) or 4096)
 

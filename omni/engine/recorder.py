@@ -13,10 +13,11 @@ from typing import Any
 
 from omni.engine.types import Delta, Failed, Finished, Output
 from omni.ids import new_id
+from omni.schemas.stream import TERMINAL_TYPES
+
+__all__ = ["TERMINAL_TYPES", "ResponseRecorder", "usage"]
 
 Event = dict[str, Any]
-
-TERMINAL_TYPES = frozenset({"response.completed", "response.failed", "response.incomplete"})
 
 # The SDK knows no "response.cancelled" event (strict clients reject unknown types), so a
 # cancelled response ends with response.incomplete whose response carries status "cancelled".

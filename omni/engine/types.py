@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 FinishReason = Literal["stop", "length", "cancelled"]
 
@@ -59,9 +59,7 @@ class Engine(Protocol):
     model_id: str
     context_length: int
 
-    def render(
-        self, messages: list[dict[str, object]], tools: list[dict[str, object]]
-    ) -> list[int]:
+    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[int]:
         """Prompt tokens for a chat, through the model's chat template."""
         ...
 

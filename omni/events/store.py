@@ -49,6 +49,11 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def _reason(exc: SQLAlchemyError) -> object:
+    """The driver's own message where there is one (it names the real cause)."""
+    return getattr(exc, "orig", None) or exc
+
+
 def sqlite_url(path: str) -> str:
     return f"sqlite+aiosqlite:///{path}"
 
@@ -71,7 +76,7 @@ class EventStore:
             async with self._writer.connect() as conn:
                 await conn.exec_driver_sql("SELECT 1")
         except SQLAlchemyError as exc:
-            raise StoreError(f"cannot open database {self.path}: {exc.orig or exc}") from exc
+            raise StoreError(f"cannot open database {self.path}: {_reason(exc)}") from exc
 
     def _engine(self, pool_size: int, begin: str) -> AsyncEngine:
         engine = create_async_engine(
@@ -108,7 +113,7 @@ class EventStore:
     async def append(self, appends: Iterable[Append]) -> list[StoredEvent]:
         """Append to one or more streams in ONE transaction; all or nothing."""
         now = _now_ms()
-        rows = [
+        rows: list[dict[str, Any]] = [
             {
                 "stream_id": a.stream_id,
                 "seq": a.first_seq + i,
@@ -133,7 +138,7 @@ class EventStore:
         except IntegrityError as exc:
             raise SeqConflict(f"append conflict: {exc.orig}") from exc
         except SQLAlchemyError as exc:
-            raise StoreError(f"append failed: {exc.orig or exc}") from exc
+            raise StoreError(f"append failed: {_reason(exc)}") from exc
         return [
             StoredEvent(
                 positions[(r["stream_id"], r["seq"])],
@@ -204,7 +209,7 @@ class EventStore:
                 )
                 return int(result.rowcount or 0)
         except SQLAlchemyError as exc:
-            raise StoreError(f"purge failed: {exc.orig or exc}") from exc
+            raise StoreError(f"purge failed: {_reason(exc)}") from exc
 
     async def _fetch(self, query: Any) -> list[Any]:
         assert self._reader is not None, "store is not open"
@@ -212,4 +217,4 @@ class EventStore:
             async with self._reader.connect() as conn:
                 return list((await conn.execute(query)).all())
         except SQLAlchemyError as exc:
-            raise StoreError(f"read failed: {exc.orig or exc}") from exc
+            raise StoreError(f"read failed: {_reason(exc)}") from exc

@@ -6,9 +6,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from omni.engine.recorder import TERMINAL_TYPES
-
-LIFECYCLE = frozenset({"response.created", "response.queued", "response.in_progress"})
+from omni.schemas.stream import LIFECYCLE_TYPES as LIFECYCLE
+from omni.schemas.stream import TERMINAL_TYPES
 
 
 def fold_response(events: Sequence[tuple[str, str]]) -> dict[str, Any]:

@@ -60,7 +60,7 @@ class ResponseCreate(BaseModel):
         return value
 
 
-def parse_body(raw: bytes, model: type[BaseModel]) -> Any:
+def parse_body(raw: bytes | str, model: type[BaseModel]) -> Any:
     """Malformed JSON and invalid fields become 400s naming the parameter."""
     try:
         data = json.loads(raw or b"null")

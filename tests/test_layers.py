@@ -1,0 +1,62 @@
+"""Imports point down only (api → service → projections/engine/events → schemas), MLX is
+imported only by the engine and SQLAlchemy only by the event store."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "omni"
+
+# What each layer may import from omni (besides itself and the leaf modules errors/ids).
+ALLOWED = {
+    "schemas": set(),
+    "events": set(),
+    "projections": {"schemas"},
+    "engine": {"schemas"},
+    "service": {"schemas", "projections", "engine", "events"},
+    "api": {"schemas", "service", "events", "engine", "db"},
+}
+LEAVES = {"errors", "ids"}
+
+
+def imports(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+def layer(path: Path) -> str:
+    rel = path.relative_to(PACKAGE)
+    return rel.parts[0].removesuffix(".py")
+
+
+MODULES = sorted(p for p in PACKAGE.rglob("*.py") if layer(p) in ALLOWED)
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_imports_point_down(path: Path) -> None:
+    own = layer(path)
+    for name in imports(path):
+        parts = name.split(".")
+        if parts[0] != "omni" or len(parts) == 1:
+            continue
+        target = parts[1]
+        assert target == own or target in LEAVES or target in ALLOWED[own], (
+            f"{path.relative_to(PACKAGE)} imports {name}"
+        )
+
+
+@pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: p.name)
+def test_mlx_and_sqlalchemy_stay_in_their_layers(path: Path) -> None:
+    top = {name.split(".")[0] for name in imports(path)}
+    if "mlx" in top or "mlx_lm" in top:
+        assert layer(path) == "engine", f"{path} imports MLX"
+    if "sqlalchemy" in top:
+        assert layer(path) == "events", f"{path} imports SQLAlchemy"
