@@ -73,6 +73,8 @@ async def create() -> Any:
     response_id = await service.create(body)
     if body.stream:
         return _sse(service, response_id, -1, cancel_on_close=not body.background)
+    if body.background:
+        return await service.snapshot(response_id)  # queued; it runs without us
     try:
         final = await service.wait(response_id)
     finally:
@@ -110,6 +112,11 @@ async def input_items(response_id: str) -> Any:
         raise InvalidRequest("'order' must be 'asc' or 'desc'.", param="order")
     limit = _int_arg("limit", 20, low=1, high=100)
     return await _service().input_items(response_id, request.args.get("after"), limit, order)
+
+
+@bp.post("/responses/<response_id>/cancel")
+async def cancel(response_id: str) -> Any:
+    return await _service().cancel(response_id)
 
 
 @bp.delete("/responses/<response_id>")

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from omni.engine.model_source import ModelSource
-from omni.engine.types import Delta, Failed, Finished, Job, Output
+from omni.engine.types import Delta, Failed, Finished, Job, Output, Started
 from omni.errors import ModelLoadError
 
 log = logging.getLogger(__name__)
@@ -86,29 +86,44 @@ class MLXEngine:
 
     def _generate(self, job: Job, emit: Callable[[Output], None]) -> None:
         import mlx.core as mx
-        from mlx_lm import stream_generate
+        from mlx_lm.generate import generate_step
         from mlx_lm.sample_utils import make_sampler
 
+        done = len(job.resume_tokens)
         if job.stop.is_set():
-            emit(Finished("cancelled", len(job.prompt), 0))
+            emit(Finished("cancelled", len(job.prompt), done))
             return
+        emit(Started())
         self.generations += 1
         s = job.sampling
         if s.seed is not None:
             mx.random.seed(s.seed)
-        sampler = make_sampler(temp=s.temperature, top_p=s.top_p)
-        count = 0
+        detokenizer = self._tokenizer.detokenizer
+        for token in job.resume_tokens:  # rebuild the text state of a resumed generation
+            detokenizer.add_token(token)
+        detokenizer.offset = len(detokenizer.text)
+        eos = self._tokenizer.eos_token_ids
         reason = "length"
-        for resp in stream_generate(
-            self._model, self._tokenizer, job.prompt, max_tokens=s.max_tokens, sampler=sampler
-        ):
-            if resp.finish_reason == "stop":
-                reason = "stop"  # the eos token is not output
-            else:
-                count += 1
-            if resp.text:
-                emit(Delta(resp.text, resp.token))
-            if job.stop.is_set() and resp.finish_reason is None:
-                reason = "cancelled"
-                break
-        emit(Finished(reason, len(job.prompt), count))  # type: ignore[arg-type]
+        remaining = s.max_tokens - done
+        if remaining > 0:
+            steps = generate_step(
+                mx.array(job.prompt + job.resume_tokens),
+                self._model,
+                max_tokens=remaining,
+                sampler=make_sampler(temp=s.temperature, top_p=s.top_p),
+            )
+            for token_array, _logprobs in steps:
+                token = int(token_array)
+                if token in eos:
+                    reason = "stop"
+                    break
+                done += 1
+                detokenizer.add_token(token)
+                emit(Delta(detokenizer.last_segment, token))
+                if job.stop.is_set():
+                    reason = "cancelled"
+                    break
+        detokenizer.finalize()
+        if tail := detokenizer.last_segment:
+            emit(Delta(tail, None))
+        emit(Finished(reason, len(job.prompt), done))  # type: ignore[arg-type]

@@ -11,7 +11,7 @@ import copy
 import time
 from typing import Any
 
-from omni.engine.types import Delta, Failed, Finished, Output
+from omni.engine.types import Delta, Failed, Finished, Output, Started
 from omni.ids import new_id
 from omni.schemas.stream import TERMINAL_TYPES
 
@@ -71,15 +71,26 @@ class ResponseRecorder:
         return self._event(type_, response=copy.deepcopy(self.response))
 
     def opening(self) -> list[Event]:
-        """response.created then response.in_progress, both with empty output."""
-        return [self._lifecycle("response.created"), self._lifecycle("response.in_progress")]
+        """response.created, then response.queued (background) or response.in_progress."""
+        follow = (
+            "response.queued" if self.response["status"] == "queued" else "response.in_progress"
+        )
+        return [self._lifecycle("response.created"), self._lifecycle(follow)]
 
     def on_output(self, out: Output) -> list[Event]:
+        if isinstance(out, Started):
+            return self.on_started()
         if isinstance(out, Delta):
-            return self.on_delta(out.text)
+            return self.on_delta(out.text) if out.text else []
         if isinstance(out, Finished):
             return self.on_finished(out)
         return self.on_failed(out)
+
+    def on_started(self) -> list[Event]:
+        if self.response["status"] != "queued":
+            return []
+        self.response["status"] = "in_progress"
+        return [self._lifecycle("response.in_progress")]
 
     def _open_message(self) -> list[Event]:
         self._message = {
@@ -156,6 +167,16 @@ class ResponseRecorder:
         if status == "incomplete":
             self.response["incomplete_details"] = {"reason": "max_output_tokens"}
         events.append(self._lifecycle(_TERMINAL_EVENT[status]))
+        return events
+
+    def on_abandoned(self, reason: str) -> list[Event]:
+        """End without finishing, for a reason that is not an error of the generation
+        (e.g. it cannot be continued after a restart): incomplete, the reason in `error`."""
+        self.done = True
+        events = self._close_message("incomplete") if self._message is not None else []
+        self.response["status"] = "incomplete"
+        self.response["error"] = {"code": "server_error", "message": reason}
+        events.append(self._lifecycle("response.incomplete"))
         return events
 
     def on_failed(self, out: Failed) -> list[Event]:

@@ -19,9 +19,17 @@ class Sampling:
 
 
 @dataclass(frozen=True, slots=True)
+class Started:
+    """The engine took the job off its queue (a queued response is now in progress)."""
+
+
+@dataclass(frozen=True, slots=True)
 class Delta:
+    """One generated token and the text it completed (often "", e.g. half a character).
+    `token` is None for text flushed at the end that belongs to no new token."""
+
     text: str
-    token: int
+    token: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +45,7 @@ class Failed:
     message: str
 
 
-Output = Delta | Finished | Failed
+Output = Started | Delta | Finished | Failed
 
 
 @dataclass(eq=False)
@@ -46,6 +54,8 @@ class Job:
 
     prompt: list[int]
     sampling: Sampling
+    # Tokens already generated (and recorded) before a restart: generation carries on after them.
+    resume_tokens: list[int] = field(default_factory=list)
     outputs: asyncio.Queue[Output] = field(default_factory=asyncio.Queue)
     stop: threading.Event = field(default_factory=threading.Event)
 

@@ -1,0 +1,88 @@
+"""From a validated request to what generation needs: the prompt and the initial Response."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from omni.engine.types import Engine
+from omni.errors import InvalidRequest
+from omni.projections.messages import to_chat_messages
+from omni.schemas.responses import ResponseCreate
+
+log = logging.getLogger(__name__)
+
+
+def function_tools(body: ResponseCreate) -> list[dict[str, Any]]:
+    """The tools this server can honour; hosted tools (web search, …) are ignored."""
+    for tool in body.tools:
+        if tool.get("type") != "function":
+            log.warning("ignoring tool of type %r: it cannot run here", tool.get("type"))
+    return [t for t in body.tools if t.get("type") == "function"]
+
+
+def render_prompt(
+    engine: Engine,
+    instructions: str | None,
+    items: list[dict[str, Any]],
+    tools: list[dict[str, Any]],
+) -> list[int]:
+    structured = bool(getattr(engine, "supports_tools", False))
+    messages = to_chat_messages(instructions, items, structured)
+    chat_tools = [
+        {
+            "type": "function",
+            "function": {
+                k: t[k] for k in ("name", "description", "parameters") if t.get(k) is not None
+            },
+        }
+        for t in tools
+    ]
+    prompt = engine.render(messages, chat_tools)
+    if len(prompt) >= engine.context_length:
+        raise InvalidRequest(
+            f"The input is {len(prompt)} tokens; this model's context is "
+            f"{engine.context_length} tokens.",
+            param="input",
+            code="context_length_exceeded",
+        )
+    return prompt
+
+
+def initial_response(
+    response_id: str, body: ResponseCreate, tools: list[dict[str, Any]], model_id: str
+) -> dict[str, Any]:
+    """The Response as `response.created` carries it: every request field echoed."""
+    return {
+        "id": response_id,
+        "object": "response",
+        "created_at": int(time.time()),
+        "status": "queued" if body.background else "in_progress",
+        "background": body.background,
+        "completed_at": None,
+        "error": None,
+        "incomplete_details": None,
+        "instructions": body.instructions,
+        "max_output_tokens": body.max_output_tokens,
+        "max_tool_calls": body.max_tool_calls,
+        "metadata": body.metadata or {},
+        "model": body.model or model_id,
+        "output": [],
+        "parallel_tool_calls": body.parallel_tool_calls,
+        "previous_response_id": body.previous_response_id,
+        "prompt_cache_key": body.prompt_cache_key,
+        "reasoning": body.reasoning or {"effort": None, "summary": None},
+        "safety_identifier": body.safety_identifier,
+        "service_tier": "default",
+        "store": body.store,
+        "temperature": 1.0 if body.temperature is None else body.temperature,
+        "text": body.text or {"format": {"type": "text"}},
+        "tool_choice": body.tool_choice,
+        "tools": tools,
+        "top_logprobs": body.top_logprobs or 0,
+        "top_p": 1.0 if body.top_p is None else body.top_p,
+        "truncation": body.truncation or "disabled",
+        "usage": None,
+        "user": body.user,
+    }

@@ -1,0 +1,214 @@
+"""The Responses API's commands and queries over the event log."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from omni.engine.recorder import ResponseRecorder
+from omni.engine.types import Engine, Job, Sampling
+from omni.errors import InvalidRequest, ModelNotFound, NotFound, SeqConflict
+from omni.events import Append, Appender, EventStore, NewEvent, Notifier, StoredEvent, follow
+from omni.ids import new_id
+from omni.projections.input_items import page_items
+from omni.projections.response import fold_response
+from omni.schemas.items import normalize_input
+from omni.schemas.responses import ResponseCreate
+from omni.service import recovery
+from omni.service.requests import function_tools, initial_response, render_prompt
+from omni.service.runs import Run, Runs
+from omni.service.streams import (
+    ACCEPTED,
+    CANCEL_REQUESTED,
+    DELETED,
+    dumps,
+    is_terminal,
+    request_stream,
+)
+
+FINISHED = ("completed", "incomplete", "failed", "cancelled")
+
+
+class ResponsesService:
+    def __init__(
+        self,
+        store: EventStore,
+        appender: Appender,
+        notifier: Notifier,
+        engine: Engine,
+        model_aliases: frozenset[str] = frozenset(),
+        keepalive: float = 15.0,
+    ):
+        self.store = store
+        self.appender = appender
+        self.notifier = notifier
+        self.engine = engine
+        self.model_aliases = model_aliases | {engine.model_id}
+        self.keepalive = keepalive
+        self.runs = Runs(engine, store, appender, notifier)
+
+    # --- commands -------------------------------------------------------------
+
+    def check_model(self, model: str | None) -> None:
+        if model is not None and model not in self.model_aliases:
+            raise ModelNotFound(
+                f"The model '{model}' does not exist or is not served here "
+                f"(this server serves '{self.engine.model_id}').",
+                param="model",
+            )
+
+    async def create(self, body: ResponseCreate) -> str:
+        """Accept a request: one transaction writes the request and the opening events,
+        then the generation runs on its own, recorded whoever listens."""
+        self.check_model(body.model)
+        if body.conversation is not None:
+            raise InvalidRequest("The conversations API is not supported.", param="conversation")
+        if body.background and not body.store:
+            raise InvalidRequest(
+                "Background responses must be stored: background requires store=true.",
+                param="background",
+            )
+        history = await self._history(body.previous_response_id)
+        items = normalize_input(body.input)
+        if not items and not history:
+            raise InvalidRequest("`input` is required.", param="input")
+        tools = function_tools(body)
+        prompt = render_prompt(self.engine, body.instructions, history + items, tools)
+        sampling = Sampling(
+            temperature=1.0 if body.temperature is None else body.temperature,
+            top_p=1.0 if body.top_p is None else body.top_p,
+            max_tokens=body.max_output_tokens or max(1, self.engine.context_length - len(prompt)),
+        )
+        response_id = new_id("resp")
+        response = initial_response(response_id, body, tools, self.engine.model_id)
+        recorder = ResponseRecorder(response, next_seq=0)
+        request: dict[str, Any] = {
+            "body": body.model_dump(mode="json", exclude={"input"}),
+            "input": items,
+            "response": response,
+            "model_id": self.engine.model_id,
+            "prompt_tokens": len(prompt),
+            "sampling": {
+                "temperature": sampling.temperature,
+                "top_p": sampling.top_p,
+                "max_tokens": sampling.max_tokens,
+            },
+        }
+        if body.background:
+            request["prompt"] = prompt  # so a restart can run or continue it exactly
+        opening = [NewEvent(e["type"], dumps(e)) for e in recorder.opening()]
+        await self.appender.append(
+            Append(request_stream(response_id), 0, [NewEvent(ACCEPTED, dumps(request))]),
+            Append(response_id, 0, opening),
+        )
+        job = Job(prompt, sampling)
+        self.runs.start(Run(response_id, recorder, job, body.store, body.background))
+        return response_id
+
+    async def cancel(self, response_id: str) -> dict[str, Any]:
+        """Cancel a background response; a finished one is returned unchanged."""
+        request = await self._accepted(response_id)
+        if not request["body"].get("background"):
+            raise InvalidRequest(
+                "Only responses created with background=true can be cancelled.",
+                param="response_id",
+            )
+        current = await self.snapshot(response_id)
+        if current.get("status") in FINISHED:
+            return current
+        await self._append_fact(response_id, CANCEL_REQUESTED)
+        self.runs.cancel(response_id)
+        return await self.wait(response_id)
+
+    async def delete(self, response_id: str) -> dict[str, Any]:
+        await self._accepted(response_id)
+        try:
+            await self._append_fact(response_id, DELETED)
+        except SeqConflict:
+            raise NotFound(f"No response found with id '{response_id}'.") from None
+        self.runs.cancel(response_id)
+        return {"id": response_id, "object": "response.deleted", "deleted": True}
+
+    async def _append_fact(self, response_id: str, type_: str) -> None:
+        stream = request_stream(response_id)
+        seq = await self.store.next_seq(stream)
+        await self.appender.append(Append(stream, seq, [NewEvent(type_, "{}")]))
+
+    def cancel_running(self, response_id: str) -> None:
+        """A foreground client went away: stop its generation at the next token."""
+        self.runs.cancel(response_id)
+
+    def release(self, response_id: str) -> None:
+        self.runs.release(response_id)
+
+    async def recover(self) -> int:
+        return await recovery.recover(self)
+
+    async def close(self) -> None:
+        await self.runs.close()
+
+    # --- queries --------------------------------------------------------------
+
+    async def accepted(self, response_id: str) -> tuple[dict[str, Any], list[StoredEvent]]:
+        """The accepted request and the later facts of a response, else 404."""
+        rows = await self.store.read(request_stream(response_id))
+        if not rows or rows[0].type != ACCEPTED or any(r.type == DELETED for r in rows):
+            raise NotFound(f"No response found with id '{response_id}'.")
+        return json.loads(rows[0].data), rows[1:]
+
+    async def _accepted(self, response_id: str) -> dict[str, Any]:
+        """The accepted request of a stored, undeleted response, else 404."""
+        request, _ = await self.accepted(response_id)
+        if not request["body"]["store"]:
+            raise NotFound(f"No response found with id '{response_id}'.")
+        return request
+
+    async def retrieve(self, response_id: str) -> dict[str, Any]:
+        await self._accepted(response_id)
+        return await self.snapshot(response_id)
+
+    async def snapshot(self, response_id: str) -> dict[str, Any]:
+        """The response as its log stands (a terminal event is read alone)."""
+        last = await self.store.last(response_id)
+        if last is not None and is_terminal(last):
+            return dict(json.loads(last.data)["response"])
+        rows = await self.store.read(response_id)
+        return fold_response([(r.type, r.data) for r in rows])
+
+    def events(self, response_id: str, after: int = -1) -> AsyncIterator[StoredEvent | None]:
+        return follow(self.store, self.notifier, response_id, after, is_terminal, self.keepalive)
+
+    async def wait(self, response_id: str) -> dict[str, Any]:
+        """Follow to the terminal event and return the final response."""
+        async for event in self.events(response_id):
+            if event is not None and is_terminal(event):
+                return dict(json.loads(event.data)["response"])
+        return await self.snapshot(response_id)  # it had ended before we looked
+
+    async def input_items(
+        self, response_id: str, after: str | None, limit: int, order: str
+    ) -> dict[str, Any]:
+        request = await self._accepted(response_id)
+        return page_items(request["input"], after, limit, order)  # type: ignore[arg-type]
+
+    async def _history(self, previous_id: str | None) -> list[dict[str, Any]]:
+        """The chain's input and output items, oldest first (instructions are not carried)."""
+        if previous_id is None:
+            return []
+        try:
+            request = await self._accepted(previous_id)
+        except NotFound:
+            raise InvalidRequest(
+                f"Previous response with id '{previous_id}' not found.",
+                param="previous_response_id",
+                code="previous_response_not_found",
+            ) from None
+        previous = await self.snapshot(previous_id)
+        if previous.get("status") not in FINISHED:
+            raise InvalidRequest(
+                f"Previous response '{previous_id}' is still {previous.get('status')}.",
+                param="previous_response_id",
+            )
+        earlier = await self._history(request["body"].get("previous_response_id"))
+        return earlier + request["input"] + previous["output"]
