@@ -70,11 +70,12 @@ def _sse(
 async def create() -> Any:
     service = _service()
     body = parse_body(await request.get_data(), ResponseCreate)
-    response_id = await service.create(body)
+    created = await service.create(body)
+    response_id = created["id"]
     if body.stream:
         return _sse(service, response_id, -1, cancel_on_close=not body.background)
     if body.background:
-        return await service.snapshot(response_id)  # queued; it runs without us
+        return created  # queued: it runs, and is recorded, without us
     try:
         final = await service.wait(response_id)
     finally:

@@ -58,9 +58,10 @@ class ResponsesService:
                 param="model",
             )
 
-    async def create(self, body: ResponseCreate) -> str:
+    async def create(self, body: ResponseCreate) -> dict[str, Any]:
         """Accept a request: one transaction writes the request and the opening events,
-        then the generation runs on its own, recorded whoever listens."""
+        then the generation runs on its own, recorded whoever listens. Returns the
+        response as created."""
         self.check_model(body.model)
         if body.conversation is not None:
             raise InvalidRequest("The conversations API is not supported.", param="conversation")
@@ -104,7 +105,7 @@ class ResponsesService:
         )
         job = Job(prompt, sampling)
         self.runs.start(Run(response_id, recorder, job, body.store, body.background))
-        return response_id
+        return response  # as response.created carries it (status queued or in_progress)
 
     async def cancel(self, response_id: str) -> dict[str, Any]:
         """Cancel a background response; a finished one is returned unchanged."""
