@@ -12,7 +12,7 @@ from omni.api.app import Settings
 from omni.engine.mlx_engine import MLXEngine
 from omni.engine.model_source import ModelSource
 from tests.server import ServerThread
-from tests.tiny_model import build_tiny_llama
+from omni.engine.tiny import build_tiny_llama
 
 TINY_ID = "tiny-llama"
 

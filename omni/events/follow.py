@@ -19,22 +19,24 @@ async def follow(
     after: int,
     is_terminal: Callable[[StoredEvent], bool],
     keepalive: float = 15.0,
+    page: int = 512,
 ) -> AsyncIterator[StoredEvent | None]:
     """Yield events with seq > after, live, until a terminal event (inclusive).
 
-    Yields KEEPALIVE (None) after `keepalive` seconds without news.
+    Yields KEEPALIVE (None) after `keepalive` seconds without news. Reads `page` rows at a
+    time, so the first bytes of a long replay go out before the rest is read.
     """
     with notifier.subscribe(stream_id) as wake:
         while True:
             wake.clear()  # clear first, then read: a commit after the read sets it again
-            rows = await store.read(stream_id, after)
+            rows = await store.read(stream_id, after, limit=page)
             for row in rows:
                 yield row
                 after = row.seq
                 if is_terminal(row):
                     return
             if rows:
-                continue
+                continue  # more may be there already (a long replay is read page by page)
             if after >= 0:
                 # Resuming at or past the end of a finished stream: nothing more will come.
                 last = await store.last(stream_id)

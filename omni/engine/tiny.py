@@ -1,4 +1,5 @@
-"""A tiny random-weight llama as an mlx-lm folder: the real mlx-lm code path, fast."""
+"""A tiny random-weight llama as an mlx-lm folder: the real mlx-lm code path at hundreds of
+tokens/s, for tests and benchmarks (its text is noise)."""
 
 from __future__ import annotations
 
