@@ -104,6 +104,15 @@ class EventStore:
 
         return engine
 
+    async def pragmas(self) -> dict[str, object]:
+        """The write connection's durability settings, for operators and tests."""
+        assert self._writer is not None, "store is not open"
+        async with self._writer.connect() as conn:
+            journal = (await conn.exec_driver_sql("PRAGMA journal_mode")).scalar()
+            synchronous = (await conn.exec_driver_sql("PRAGMA synchronous")).scalar()
+        names = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
+        return {"journal_mode": journal, "synchronous": names.get(int(synchronous or 0))}
+
     async def close(self) -> None:
         for engine in (self._writer, self._reader):
             if engine is not None:
