@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 CHATML = (
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + "
@@ -54,7 +55,7 @@ def build_tiny_llama(out: Path, *, layers: int = 2, hidden: int = 64, seed: int 
     out.mkdir(parents=True, exist_ok=True)
     build_tokenizer(out)
     vocab = len(json.loads((out / "tokenizer.json").read_text())["model"]["vocab"]) + 3
-    config = {
+    config: dict[str, Any] = {
         "model_type": "llama",
         "hidden_size": hidden,
         "num_hidden_layers": layers,
@@ -70,9 +71,8 @@ def build_tiny_llama(out: Path, *, layers: int = 2, hidden: int = 64, seed: int 
     mx.random.seed(seed)
     model = llama.Model(llama.ModelArgs(**config))
     # A wide random head gives varied greedy text rather than one repeated token.
-    params = {
-        k: v * 8 if k.startswith("lm_head") else v for k, v in tree_flatten(model.parameters())
-    }
+    flat: list[tuple[str, mx.array]] = tree_flatten(model.parameters())  # type: ignore[assignment]
+    params = {k: v * 8 if k.startswith("lm_head") else v for k, v in flat}
     mx.save_safetensors(str(out / "model.safetensors"), params)
     (out / "config.json").write_text(json.dumps(config, indent=2))
     return out
