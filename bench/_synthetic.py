@@ -28,6 +28,9 @@ class SyntheticEngine:
 
     def _run(self, job: Job, loop: asyncio.AbstractEventLoop) -> None:
         put = job.outputs.put_nowait
+        if not job.claim():
+            loop.call_soon_threadsafe(put, Finished("cancelled", len(job.prompt), 0))
+            return
         loop.call_soon_threadsafe(put, Started())
         n = job.sampling.max_tokens
         next_at = time.perf_counter()

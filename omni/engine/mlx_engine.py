@@ -90,7 +90,7 @@ class MLXEngine:
         from mlx_lm.sample_utils import make_sampler
 
         done = len(job.resume_tokens)
-        if job.stop.is_set():
+        if not job.claim():  # cancelled while queued
             emit(Finished("cancelled", len(job.prompt), done))
             return
         emit(Started())

@@ -159,7 +159,9 @@ class ResponseRecorder:
     def on_finished(self, out: Finished) -> list[Event]:
         self.done = True
         status = {"stop": "completed", "length": "incomplete", "cancelled": "cancelled"}[out.reason]
-        events = self._close_message("completed" if status == "completed" else "incomplete")
+        events: list[Event] = []
+        if self._message is not None or status != "cancelled":  # cancelled before output: none
+            events = self._close_message("completed" if status == "completed" else "incomplete")
         self.response["status"] = status
         self.response["usage"] = usage(out.prompt_tokens, out.completion_tokens, out.cached_tokens)
         if status == "completed":

@@ -58,9 +58,20 @@ class Job:
     resume_tokens: list[int] = field(default_factory=list)
     outputs: asyncio.Queue[Output] = field(default_factory=asyncio.Queue)
     stop: threading.Event = field(default_factory=threading.Event)
+    _claimed: bool = False
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def cancel(self) -> None:
-        self.stop.set()
+    def claim(self) -> bool:
+        """The engine takes the job; False if it was cancelled first (then it must not run)."""
+        with self._lock:
+            self._claimed = not self.stop.is_set()
+            return self._claimed
+
+    def cancel(self) -> bool:
+        """Ask the job to stop. True if no engine had claimed it: nobody else will end it."""
+        with self._lock:
+            self.stop.set()
+            return not self._claimed
 
 
 class Engine(Protocol):

@@ -11,7 +11,7 @@ import logging
 from dataclasses import dataclass, field
 
 from omni.engine.recorder import ResponseRecorder
-from omni.engine.types import Delta, Engine, Finished, Job, Output, Started
+from omni.engine.types import Delta, Engine, Finished, Job, Output
 from omni.events import Append, Appender, EventStore, NewEvent, Notifier
 from omni.service.streams import TOKENS, dumps, request_stream, tokens_stream
 
@@ -26,7 +26,6 @@ class Run:
     store: bool = True
     background: bool = False
     tokens_seq: int = 0  # next seq of resp_X/tokens (background runs record their tokens)
-    started: bool = False
     # store:false runs: set once the creating client has read all it wanted.
     released: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -53,12 +52,11 @@ class Runs:
         return self._runs.get(response_id)
 
     def cancel(self, response_id: str) -> None:
-        """Stop at the next token; a run the engine has not started ends at once."""
+        """Stop at the next token; a run the engine has not taken yet ends at once."""
         run = self._runs.get(response_id)
         if run is None:
             return
-        run.job.cancel()
-        if not run.started:
+        if run.job.cancel():  # the engine never took it: end it here, at once
             done = len(run.job.resume_tokens)
             run.job.outputs.put_nowait(Finished("cancelled", len(run.job.prompt), done))
 
@@ -106,9 +104,7 @@ class Runs:
         for out in outputs:
             if run.recorder.done:
                 break  # e.g. the engine's own end after a cancel already recorded
-            if isinstance(out, Started):
-                run.started = True
-            elif isinstance(out, Delta) and out.token is not None:
+            if isinstance(out, Delta) and out.token is not None:
                 tokens.append(out.token)
             events += run.recorder.on_output(out)
         appends = []
