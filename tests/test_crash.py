@@ -79,3 +79,31 @@ def test_kill_9_then_restart_continues_background_work(
     assert seen + rest == replays[0]
     # Greedy decoding carried on token-exactly: the text equals an uninterrupted generation.
     assert finals[0]["output"][0]["content"][0]["text"] == reference
+
+
+def test_restart_with_another_model_ends_background_work_incomplete(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    from omni.engine.tiny import build_tiny_llama
+
+    db = tmp_path / "omni.db"
+    other = build_tiny_llama(tmp_path / "other-llama", seed=1)
+    with serving(tiny_model_dir, db) as (base, proc):
+        body = {**BODY, "temperature": 0, "max_output_tokens": 1500}
+        response_id = httpx.post(f"{base}/v1/responses", json=body).json()["id"]
+        url = f"{base}/v1/responses/{response_id}?stream=true"
+        with httpx.stream("GET", url, timeout=60) as stream:
+            for line in stream.iter_lines():
+                if line == "event: response.output_text.delta":
+                    os.kill(proc.pid, signal.SIGKILL)
+                    break
+        proc.wait()
+    with serving(other, db) as (base, _):
+        final = httpx.get(f"{base}/v1/responses/{response_id}").json()
+        events = replay(base, response_id)
+    assert final["status"] == "incomplete"
+    assert "cannot be continued" in final["error"]["message"]
+    assert "other-llama" in final["error"]["message"]
+    assert final["output"][0]["status"] == "incomplete"
+    assert events[-1].startswith(b"event: response.incomplete")
+    assert [seq_of(f) for f in events] == list(range(len(events)))
