@@ -7,12 +7,13 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from quart import Quart
+from quart import Quart, Response
 
 from omni import db
 from omni.api import errors, models, responses
 from omni.engine.types import Engine
 from omni.events import Appender, EventStore, Notifier
+from omni.ids import new_id
 from omni.service import ResponsesService
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,12 @@ def create_app(settings: Settings, engine: Engine) -> Quart:
     for prefix in ("/v1", ""):
         app.register_blueprint(responses.bp, url_prefix=prefix, name=f"responses{prefix}")
         app.register_blueprint(models.bp, url_prefix=prefix, name=f"models{prefix}")
+
+    @app.after_request
+    async def request_id(response: Response) -> Response:
+        # The SDK reports it as exc.request_id; it helps match a client error to the log.
+        response.headers.setdefault("x-request-id", new_id("req"))
+        return response
 
     @app.get("/health")
     async def health() -> dict[str, str]:

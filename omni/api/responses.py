@@ -21,7 +21,7 @@ def _service() -> ResponsesService:
     return current_app.config["OMNI"].responses  # type: ignore[no-any-return]
 
 
-def _int_arg(name: str, default: int | None, low: int | None = None, high: int | None = None):
+def _int_arg(name: str, default: int, low: int, high: int | None = None) -> int:
     raw = request.args.get(name)
     if raw is None:
         return default
@@ -29,8 +29,9 @@ def _int_arg(name: str, default: int | None, low: int | None = None, high: int |
         value = int(raw)
     except ValueError:
         raise InvalidRequest(f"'{name}' must be an integer.", param=name) from None
-    if (low is not None and value < low) or (high is not None and value > high):
-        raise InvalidRequest(f"'{name}' must be between {low} and {high}.", param=name)
+    if value < low or (high is not None and value > high):
+        bounds = f"between {low} and {high}" if high is not None else f"at least {low}"
+        raise InvalidRequest(f"'{name}' must be {bounds}.", param=name)
     return value
 
 
@@ -91,9 +92,9 @@ async def retrieve(response_id: str) -> Any:
     service = _service()
     stream = _bool_arg("stream")
     after = _int_arg("starting_after", -1, low=-1)
-    response = await service.retrieve(response_id)
     if not stream:
-        return response
+        return await service.retrieve(response_id)
+    await service.retrieve(response_id)  # 404 before any SSE bytes
     # Last-Event-ID lets EventSource resume by itself.
     last_event_id = request.headers.get("last-event-id")
     if request.args.get("starting_after") is None and last_event_id is not None:
