@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import mmap
 import shutil
-import struct
 import tempfile
 from collections import Counter
 from collections.abc import Callable
@@ -14,6 +12,8 @@ from typing import Any, cast
 
 import mlx.core as mx
 
+from omni.engine.gguf_layout import check_layout
+from omni.engine.gguf_tokenizer import build_tokenizer
 from omni.errors import ModelLoadError
 
 Progress = Callable[[str], None]
@@ -46,7 +46,7 @@ def convert_gguf(gguf_path: Path, out_dir: Path, progress: Progress | None = Non
     weights = _rename(tensors)
     config = _config(meta, weights)
     _check_complete(weights, int(config["num_hidden_layers"]))
-    tokenizer = _tokenizer(meta, int(config["max_position_embeddings"]))
+    tokenizer = build_tokenizer(meta, int(config["max_position_embeddings"]))
     say(f"writing mlx model to {out_dir}")
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
@@ -77,7 +77,7 @@ def _publish(tmp: Path, out_dir: Path) -> None:
 
 def _read(path: Path) -> tuple[dict[str, mx.array], dict[str, Any]]:
     # Validate the layout first: MLX's reader can crash on a malformed header.
-    _check_layout(path)
+    check_layout(path)
     try:
         loaded = mx.load(str(path), format="gguf", return_metadata=True)
     except (RuntimeError, ValueError, OSError) as exc:
@@ -205,161 +205,3 @@ def _quantization(weights: dict[str, mx.array], config: dict[str, Any]) -> dict[
         if (b, g) != (bits, group_size):
             quant[module] = {"group_size": g, "bits": b}
     return quant
-
-
-# Tensor types MLX imports: ggml type id -> (name, elements per block, bytes per block).
-_TYPES = {
-    0: ("F32", 1, 4),
-    1: ("F16", 1, 2),
-    2: ("Q4_0", 32, 18),
-    3: ("Q4_1", 32, 20),
-    8: ("Q8_0", 32, 34),
-}
-_SCALAR_BYTES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
-_STRING, _ARRAY, _U32 = 8, 9, 4
-
-
-class _Cursor:
-    """Bounds-checked reads over the GGUF header; a short read means a corrupt file."""
-
-    def __init__(self, buf: mmap.mmap) -> None:
-        self.buf, self.pos = buf, 0
-
-    def take(self, n: int) -> int:
-        if n > len(self.buf) - self.pos:
-            raise ValueError("it ends inside its header")
-        self.pos += n
-        return self.pos - n
-
-    def u32(self) -> int:
-        return int(struct.unpack_from("<I", self.buf, self.take(4))[0])
-
-    def u64(self) -> int:
-        return int(struct.unpack_from("<Q", self.buf, self.take(8))[0])
-
-    def text(self) -> str:
-        size = self.u64()
-        start = self.take(size)
-        return self.buf[start : start + size].decode("utf-8", "replace")
-
-    def skip_value(self, kind: int, nested: bool = False) -> None:
-        if kind == _STRING:
-            self.take(self.u64())
-        elif kind in _SCALAR_BYTES:
-            self.take(_SCALAR_BYTES[kind])
-        elif kind == _ARRAY and not nested:
-            inner, count = self.u32(), self.u64()
-            if inner in _SCALAR_BYTES:
-                self.take(count * _SCALAR_BYTES[inner])
-            else:
-                for _ in range(count):  # each string takes >= 8 bytes, so this ends
-                    self.skip_value(inner, nested=True)
-        else:
-            raise ValueError(f"it has an unknown metadata value type {kind}")
-
-
-def _check_layout(path: Path) -> None:
-    """Walk the header and tensor table so MLX never parses a malformed file."""
-    if not path.is_file():
-        raise ModelLoadError(f"GGUF file not found: {path}")
-    if path.stat().st_size < 24:
-        raise ModelLoadError(f"corrupt GGUF file {path.name}: it is too short")
-    with path.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-        if buf[:4] != b"GGUF":
-            raise ModelLoadError(f"{path.name} is not a GGUF file")
-        try:
-            _walk(_Cursor(buf), path.name)
-        except (ValueError, OverflowError) as exc:
-            raise ModelLoadError(f"corrupt GGUF file {path.name}: {exc}") from exc
-
-
-def _walk(cur: _Cursor, name: str) -> None:
-    cur.take(4)
-    if (version := cur.u32()) not in (2, 3):
-        raise ModelLoadError(f"{name} is GGUF version {version}; Omni reads versions 2 and 3")
-    n_tensors, n_kv, alignment = cur.u64(), cur.u64(), 32
-    for _ in range(n_kv):
-        key, kind = cur.text(), cur.u32()
-        if key == "general.alignment" and kind == _U32:
-            alignment = cur.u32() or 32
-        else:
-            cur.skip_value(kind)
-    ends: list[tuple[str, int]] = []
-    for _ in range(n_tensors):
-        tensor, n_dims = cur.text(), cur.u32()
-        if n_dims > 4:
-            raise ValueError(f"tensor {tensor!r} claims {n_dims} dimensions")
-        dims = [cur.u64() for _ in range(n_dims)]
-        kind, offset = cur.u32(), cur.u64()
-        if kind not in _TYPES:
-            supported = ", ".join(t[0] for t in _TYPES.values())
-            raise ModelLoadError(f"GGUF tensor {tensor!r} has type {kind}; supported: {supported}")
-        _, block, nbytes = _TYPES[kind]
-        if n_dims == 0 or dims[0] % block:
-            raise ValueError(f"tensor {tensor!r} has a bad shape {dims}")
-        ends.append((tensor, offset + _prod(dims) // block * nbytes))
-    data_start = -(-cur.pos // alignment) * alignment
-    for tensor, end in ends:
-        if data_start + end > len(cur.buf):
-            raise ValueError(f"tensor {tensor!r} extends past the end (truncated download?)")
-
-
-def _prod(dims: list[int]) -> int:
-    total = 1
-    for d in dims:
-        total *= d
-    return total
-
-
-def _tokenizer(meta: dict[str, Any], max_length: int) -> Any:
-    """Build a Hugging Face fast tokenizer from the GGUF's gpt2-style BPE vocabulary."""
-    # Imported lazily: transformers is slow to import and only conversion needs it.
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
-    from transformers import PreTrainedTokenizerFast
-
-    if (kind := meta.get("tokenizer.ggml.model")) != "gpt2":
-        raise ModelLoadError(f"unsupported GGUF tokenizer {kind!r}: Omni reads gpt2-style BPE")
-    tokens: list[str] = list(meta.get("tokenizer.ggml.tokens", []))
-    if not tokens:
-        raise ModelLoadError("GGUF file has no tokenizer vocabulary")
-    raw_types = meta.get("tokenizer.ggml.token_type")
-    types = cast(list[int], raw_types.tolist()) if raw_types is not None else [1] * len(tokens)
-    merges = [tuple(m.split(" ", 1)) for m in meta.get("tokenizer.ggml.merges", [])]
-    try:
-        tok = Tokenizer(models.BPE({t: i for i, t in enumerate(tokens)}, merges, fuse_unk=False))
-    except Exception as exc:  # tokenizers raises a bare Exception on bad merges
-        raise ModelLoadError(f"GGUF tokenizer is malformed: {exc}") from exc
-    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    if meta.get("tokenizer.ggml.pre") == "smollm":
-        digits = pre_tokenizers.Digits(individual_digits=True)
-        tok.pre_tokenizer = pre_tokenizers.Sequence([digits, byte_level])
-    else:
-        tok.pre_tokenizer = byte_level
-    tok.decoder = decoders.ByteLevel()
-    if len(types) != len(tokens):
-        raise ModelLoadError("GGUF tokenizer has a token_type list of the wrong length")
-    # Control tokens are special (skipped when decoding); user-defined ones are not.
-    kinds = list(zip(tokens, types, strict=True))
-    tok.add_special_tokens(
-        [AddedToken(t, special=True, normalized=False) for t, k in kinds if k == 3]
-    )
-    tok.add_tokens([AddedToken(t, normalized=False) for t, k in kinds if k == 4])
-    special: dict[str, str] = {}
-    for role, key in (("bos", "bos"), ("eos", "eos"), ("unk", "unknown"), ("pad", "padding")):
-        if (token_id := meta.get(f"tokenizer.ggml.{key}_token_id")) is not None:
-            if not 0 <= int(token_id.item()) < len(tokens):
-                raise ModelLoadError(f"GGUF {role} token id {int(token_id.item())} is out of range")
-            special[f"{role}_token"] = tokens[int(token_id.item())]
-    add_bos = meta.get("tokenizer.ggml.add_bos_token")
-    if "bos_token" in special and add_bos is not None and bool(add_bos.item()):
-        bos = special["bos_token"]
-        tok.post_processor = processors.TemplateProcessing(
-            single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, tokens.index(bos))]
-        )
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        model_max_length=max_length,
-        clean_up_tokenization_spaces=False,
-        chat_template=meta.get("tokenizer.chat_template"),
-        **special,
-    )
