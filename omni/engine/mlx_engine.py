@@ -10,7 +10,16 @@ from collections.abc import Callable
 from typing import Any
 
 from omni.engine.model_source import ModelSource
-from omni.engine.types import Delta, Failed, Finished, Job, Output, Started
+from omni.engine.types import (
+    Delta,
+    Failed,
+    Finished,
+    Job,
+    Logprobs,
+    Output,
+    Started,
+    TokenLogprob,
+)
 from omni.errors import ModelLoadError
 
 log = logging.getLogger(__name__)
@@ -84,6 +93,23 @@ class MLXEngine:
                 log.exception("generation failed")
                 emit(Failed(f"generation failed: {exc}"))
 
+    def _token_logprob(self, token: int, logprob: float) -> TokenLogprob:
+        text = self._tokenizer.decode([token])
+        return TokenLogprob(text, tuple(text.encode()), logprob)
+
+    def _logprobs(self, token: int, logprobs: Any, k: int) -> Logprobs:
+        """The chosen token's log probability and the k most likely alternatives."""
+        import mlx.core as mx
+
+        chosen = self._token_logprob(token, float(logprobs[token].item()))
+        if k == 0:
+            return Logprobs(chosen)
+        best = mx.argpartition(-logprobs, k - 1)[:k]
+        ids: list[int] = best.tolist()  # type: ignore[assignment]
+        values: list[float] = logprobs[best].tolist()
+        ranked = sorted(zip(ids, values, strict=True), key=lambda p: -p[1])
+        return Logprobs(chosen, tuple(self._token_logprob(t, v) for t, v in ranked))
+
     def _generate(self, job: Job, emit: Callable[[Output], None]) -> None:
         import mlx.core as mx
         from mlx_lm.generate import generate_step
@@ -112,14 +138,15 @@ class MLXEngine:
                 max_tokens=remaining,
                 sampler=make_sampler(temp=s.temperature, top_p=s.top_p),
             )
-            for token_array, _logprobs in steps:
+            for token_array, logprobs in steps:
                 token = int(token_array)
                 if token in eos:
                     reason = "stop"
                     break
                 done += 1
                 detokenizer.add_token(token)
-                emit(Delta(detokenizer.last_segment, token))
+                scored = None if s.logprobs is None else self._logprobs(token, logprobs, s.logprobs)
+                emit(Delta(detokenizer.last_segment, token, scored))
                 if job.stop.is_set():
                     reason = "cancelled"
                     break

@@ -16,6 +16,22 @@ class Sampling:
     top_p: float = 1.0
     max_tokens: int = 4096
     seed: int | None = None
+    logprobs: int | None = None  # None: none; k >= 0: the chosen token's and the top k
+
+
+@dataclass(frozen=True, slots=True)
+class TokenLogprob:
+    """A token as text and UTF-8 bytes, with its log probability."""
+
+    token: str
+    bytes: tuple[int, ...]
+    logprob: float
+
+
+@dataclass(frozen=True, slots=True)
+class Logprobs:
+    chosen: TokenLogprob
+    top: tuple[TokenLogprob, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +46,7 @@ class Delta:
 
     text: str
     token: int | None
+    logprobs: Logprobs | None = None
 
 
 @dataclass(frozen=True, slots=True)

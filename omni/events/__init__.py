@@ -3,12 +3,13 @@
 from omni.events.appender import Appender
 from omni.events.follow import KEEPALIVE, follow
 from omni.events.notifier import Notifier
-from omni.events.store import Append, EventStore, NewEvent, StoredEvent
+from omni.events.store import Append, CacheEntry, EventStore, NewEvent, StoredEvent
 
 __all__ = [
     "KEEPALIVE",
     "Append",
     "Appender",
+    "CacheEntry",
     "EventStore",
     "NewEvent",
     "Notifier",

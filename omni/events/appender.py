@@ -7,12 +7,12 @@ import logging
 from collections.abc import Sequence
 
 from omni.events.notifier import Notifier
-from omni.events.store import Append, EventStore, StoredEvent
+from omni.events.store import Append, CacheEntry, EventStore, StoredEvent
 
 log = logging.getLogger(__name__)
 
 # Appends that must commit together, and the future their producer may await.
-_Item = tuple[tuple[Append, ...], "asyncio.Future[list[StoredEvent]]"]
+_Item = tuple[tuple[Append, ...], tuple[CacheEntry, ...], "asyncio.Future[list[StoredEvent]]"]
 
 
 class Appender:
@@ -45,17 +45,21 @@ class Appender:
             pass
         self._task = None
 
-    def submit(self, *appends: Append) -> asyncio.Future[list[StoredEvent]]:
+    def submit(
+        self, *appends: Append, cache: tuple[CacheEntry, ...] = ()
+    ) -> asyncio.Future[list[StoredEvent]]:
         """Queue appends that commit together; the future resolves after the commit (or
         carries the error)."""
         future: asyncio.Future[list[StoredEvent]] = asyncio.get_running_loop().create_future()
         # Fire-and-forget producers must not trigger "exception was never retrieved".
         future.add_done_callback(lambda f: f.cancelled() or f.exception())
-        self._queue.put_nowait((appends, future))
+        self._queue.put_nowait((appends, cache, future))
         return future
 
-    async def append(self, *appends: Append) -> list[StoredEvent]:
-        return await self.submit(*appends)
+    async def append(
+        self, *appends: Append, cache: tuple[CacheEntry, ...] = ()
+    ) -> list[StoredEvent]:
+        return await self.submit(*appends, cache=cache)
 
     async def _run(self) -> None:
         while True:
@@ -68,21 +72,24 @@ class Appender:
 
     async def _commit(self, batch: Sequence[_Item]) -> None:
         try:
-            stored = await self.store.append(a for appends, _ in batch for a in appends)
+            stored = await self.store.append(
+                [a for appends, _, _ in batch for a in appends],
+                [c for _, cache, _ in batch for c in cache],
+            )
         except Exception as exc:  # one bad append must not sink the others: retry singly
             if len(batch) > 1:
                 for item in batch:
                     await self._commit([item])
                 return
             log.warning("append failed: %s", exc)
-            future = batch[0][1]
+            future = batch[0][2]
             if not future.done():
                 future.set_exception(exc)
             return
         self.commits += 1
         self.notifier.notify(e.stream_id for e in stored)
         by_key = {(e.stream_id, e.seq): e for e in stored}
-        for appends, future in batch:
+        for appends, _, future in batch:
             if not future.done():
                 future.set_result(
                     [

@@ -21,3 +21,14 @@ events = Table(
 
 # Recovery and listings scan by type ("which streams were accepted / ended").
 Index("ix_events_type", events.c.type)
+
+# The chat replay cache: a projection of the log (rebuildable from it), written in the same
+# transaction as the completion's last event, bounded by entries and age.
+chat_cache = Table(
+    "chat_cache",
+    metadata,
+    Column("key", Text, primary_key=True),
+    Column("completion_id", Text, nullable=False),
+    Column("created_at", Integer, nullable=False),
+)
+Index("ix_chat_cache_created_at", chat_cache.c.created_at)

@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import AsyncAdaptedQueuePool
 
 from omni.errors import SeqConflict, StoreError
-from omni.events.schema import events
+from omni.events.schema import chat_cache, events
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +33,14 @@ class Append:
     stream_id: str
     first_seq: int
     events: Sequence[NewEvent]
+
+
+@dataclass(frozen=True, slots=True)
+class CacheEntry:
+    """A replay-cache index row: this request key is answered by that finished completion."""
+
+    key: str
+    completion_id: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,9 +69,18 @@ def sqlite_url(path: str) -> str:
 class EventStore:
     """Append and read streams of events in SQLite (WAL, one writer)."""
 
-    def __init__(self, path: str, *, synchronous: str = "NORMAL"):
+    def __init__(
+        self,
+        path: str,
+        *,
+        synchronous: str = "NORMAL",
+        cache_max_entries: int = 1024,
+        cache_max_age_s: float = 86400.0,
+    ):
         self.path = path
         self._synchronous = synchronous
+        self.cache_max_entries = cache_max_entries
+        self.cache_max_age_ms = int(cache_max_age_s * 1000)
         self._writer: AsyncEngine | None = None
         self._reader: AsyncEngine | None = None
 
@@ -119,8 +136,12 @@ class EventStore:
                 await engine.dispose()
         self._writer = self._reader = None
 
-    async def append(self, appends: Iterable[Append]) -> list[StoredEvent]:
-        """Append to one or more streams in ONE transaction; all or nothing."""
+    async def append(
+        self, appends: Iterable[Append], cache: Sequence[CacheEntry] = ()
+    ) -> list[StoredEvent]:
+        """Append to one or more streams in ONE transaction; all or nothing. Replay-cache
+        index rows go in the same transaction, so an entry never points at an unfinished
+        stream."""
         now = _now_ms()
         rows: list[dict[str, Any]] = [
             {
@@ -144,6 +165,8 @@ class EventStore:
                     execution_options={"preserve_rowcount": False},
                 )
                 positions = {(r.stream_id, r.seq): r.position for r in result}
+                if cache:
+                    await self._index(conn, cache, now)
         except IntegrityError as exc:
             raise SeqConflict(f"append conflict: {exc.orig}") from exc
         except SQLAlchemyError as exc:
@@ -159,6 +182,38 @@ class EventStore:
             )
             for r in rows
         ]
+
+    async def _index(self, conn: Any, cache: Sequence[CacheEntry], now: int) -> None:
+        rows = [{"key": c.key, "completion_id": c.completion_id, "created_at": now} for c in cache]
+        await conn.execute(chat_cache.insert().prefix_with("OR REPLACE"), rows)
+        cutoff = now - self.cache_max_age_ms
+        await conn.execute(chat_cache.delete().where(chat_cache.c.created_at < cutoff))
+        newest = (
+            select(chat_cache.c.key)
+            .order_by(chat_cache.c.created_at.desc())
+            .limit(self.cache_max_entries)
+        )
+        await conn.execute(chat_cache.delete().where(chat_cache.c.key.not_in(newest)))
+
+    async def cache_lookup(self, key: str) -> str | None:
+        """The completion that answers this request key, if one is indexed and fresh."""
+        cutoff = _now_ms() - self.cache_max_age_ms
+        query = select(chat_cache.c.completion_id).where(
+            chat_cache.c.key == key, chat_cache.c.created_at >= cutoff
+        )
+        rows = await self._fetch(query)
+        return str(rows[0][0]) if rows else None
+
+    async def cache_size(self) -> int:
+        return int((await self._fetch(select(func.count()).select_from(chat_cache)))[0][0])
+
+    async def cache_rebuild(self, cache: Sequence[CacheEntry]) -> None:
+        """Replace the whole index (it is a projection: the log can always rebuild it)."""
+        assert self._writer is not None, "store is not open"
+        async with self._writer.begin() as conn:
+            await conn.execute(chat_cache.delete())
+            if cache:
+                await self._index(conn, cache, _now_ms())
 
     async def read(
         self, stream_id: str, after: int = -1, limit: int | None = None

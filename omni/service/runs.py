@@ -9,10 +9,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
+from typing import Any
 
+from omni.engine.chat_recorder import USAGE, ChunkRecorder
 from omni.engine.recorder import ResponseRecorder
 from omni.engine.types import Delta, Engine, Finished, Job, Output
-from omni.events import Append, Appender, EventStore, NewEvent, Notifier
+from omni.events import Append, Appender, CacheEntry, EventStore, NewEvent, Notifier
 from omni.service.streams import TOKENS, dumps, request_stream, tokens_stream
 
 log = logging.getLogger(__name__)
@@ -20,14 +22,27 @@ log = logging.getLogger(__name__)
 
 @dataclass(eq=False)
 class Run:
-    response_id: str
-    recorder: ResponseRecorder
+    """One generation being recorded: a response (ResponseRecorder) or a chat/text
+    completion (ChunkRecorder) on stream `stream_id`."""
+
+    stream_id: str
+    recorder: ResponseRecorder | ChunkRecorder
     job: Job
     store: bool = True
     background: bool = False
-    tokens_seq: int = 0  # next seq of resp_X/tokens (background runs record their tokens)
+    tokens_seq: int = 0  # next seq of <stream>/tokens (background runs record their tokens)
+    cache_key: str | None = None  # index the completion in the replay cache if it ends well
+    mirrors: int = 0  # single-flight followers: while any, a disconnect does not cancel
     # store:false runs: set once the creating client has read all it wanted.
     released: asyncio.Event = field(default_factory=asyncio.Event)
+    next_seq: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.next_seq = self.recorder.next_seq
+
+    @property
+    def response_id(self) -> str:
+        return self.stream_id
 
 
 class Runs:
@@ -42,7 +57,7 @@ class Runs:
         self._tasks: set[asyncio.Task[None]] = set()
 
     def start(self, run: Run) -> None:
-        self._runs[run.response_id] = run
+        self._runs[run.stream_id] = run
         task = asyncio.create_task(self._record(run), name=f"record-{run.response_id}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -51,10 +66,11 @@ class Runs:
     def get(self, response_id: str) -> Run | None:
         return self._runs.get(response_id)
 
-    def cancel(self, response_id: str) -> None:
-        """Stop at the next token; a run the engine has not taken yet ends at once."""
+    def cancel(self, response_id: str, unless_mirrored: bool = False) -> None:
+        """Stop at the next token; a run the engine has not taken yet ends at once.
+        `unless_mirrored`: a client went away, but others follow this generation."""
         run = self._runs.get(response_id)
-        if run is None:
+        if run is None or (unless_mirrored and run.mirrors > 0):
             return
         if run.job.cancel():  # the engine never took it: end it here, at once
             done = len(run.job.resume_tokens)
@@ -81,39 +97,50 @@ class Runs:
                 outputs = [await run.job.outputs.get()]
                 while not run.job.outputs.empty():
                     outputs.append(run.job.outputs.get_nowait())
-                appends = self._appends(run, outputs)
+                appends, cache = self._appends(run, outputs)
+                if getattr(recorder, "wants_stop", False):
+                    run.job.cancel()  # a stop sequence: no need to generate further
                 if recorder.done:
-                    await self.appender.append(*appends)
+                    await self.appender.append(*appends, cache=cache)
                 elif appends:
                     self.appender.submit(*appends)
         except Exception:
-            log.exception("recording %s failed", run.response_id)
+            log.exception("recording %s failed", run.stream_id)
         finally:
             if not recorder.done:
                 run.job.cancel()
         if not run.store:
             # Keep the rows until the creating client has read them, then purge on purpose.
             await run.released.wait()
-            await self.notifier.wait_idle(run.response_id)
-            await self.store.purge([run.response_id, request_stream(run.response_id)])
-        self._runs.pop(run.response_id, None)
+            await self.notifier.wait_idle(run.stream_id)
+            await self.store.purge([run.stream_id, request_stream(run.stream_id)])
+        self._runs.pop(run.stream_id, None)
 
-    def _appends(self, run: Run, outputs: list[Output]) -> list[Append]:
-        first = run.recorder.next_seq
-        events, tokens = [], []
+    def _appends(
+        self, run: Run, outputs: list[Output]
+    ) -> tuple[list[Append], tuple[CacheEntry, ...]]:
+        events: list[Any] = []
+        tokens: list[int] = []
         for out in outputs:
             if run.recorder.done:
                 break  # e.g. the engine's own end after a cancel already recorded
             if isinstance(out, Delta) and out.token is not None:
                 tokens.append(out.token)
             events += run.recorder.on_output(out)
-        appends = []
-        if events:
-            rows = [NewEvent(e["type"], dumps(e)) for e in events]
-            appends.append(Append(run.response_id, first, rows))
+        rows = [
+            NewEvent(e[0], dumps(e[1])) if isinstance(e, tuple) else NewEvent(e["type"], dumps(e))
+            for e in events
+        ]
+        appends: list[Append] = []
+        cache: tuple[CacheEntry, ...] = ()
+        if rows:
+            appends.append(Append(run.stream_id, run.next_seq, rows))
+            run.next_seq += len(rows)
+            if run.cache_key and rows[-1].type in USAGE.values():
+                cache = (CacheEntry(run.cache_key, run.stream_id),)  # ended well: replayable
         if run.background and tokens:
             # Same transaction as the deltas: recorded tokens and recorded text never disagree.
-            rows = [NewEvent(TOKENS, dumps(tokens))]
-            appends.append(Append(tokens_stream(run.response_id), run.tokens_seq, rows))
+            token_rows = [NewEvent(TOKENS, dumps(tokens))]
+            appends.append(Append(tokens_stream(run.stream_id), run.tokens_seq, token_rows))
             run.tokens_seq += 1
-        return appends
+        return appends, cache

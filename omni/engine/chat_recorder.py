@@ -1,0 +1,137 @@
+"""Engine outputs → chat.completion.chunk (and legacy text_completion) events. Pure.
+
+A completion's stream is the chunks exactly as sent: the role chunk, content chunks, the chunk
+with `finish_reason`, then one usage chunk (`choices: []`, sent only to clients that asked for
+`include_usage`). A failure ends with an error event, a cancel with an event never sent.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from omni.engine.stops import StopMatcher
+from omni.engine.types import Delta, Failed, Finished, Logprobs, Output, Started
+
+ChunkEvent = tuple[str, dict[str, Any]]
+Kind = Literal["chat", "text"]
+
+CHUNK = {"chat": "chat.completion.chunk", "text": "text_completion.chunk"}
+USAGE = {"chat": "chat.completion.usage", "text": "text_completion.usage"}
+ERROR = "completion.error"
+CANCELLED = "completion.cancelled"
+TERMINAL_TYPES = frozenset({*USAGE.values(), ERROR, CANCELLED})
+
+
+class ChunkRecorder:
+    """Builds the chunk events of one chat (or legacy text) completion."""
+
+    def __init__(
+        self,
+        kind: Kind,
+        completion_id: str,
+        model: str,
+        created: int,
+        stops: list[str] | None = None,
+        logprobs: bool = False,
+        prefix: str = "",
+    ):
+        self.kind = kind
+        self.base = {
+            "id": completion_id,
+            "object": "chat.completion.chunk" if kind == "chat" else "text_completion",
+            "created": created,
+            "model": model,
+        }
+        self.stops = StopMatcher(stops or [])
+        self.logprobs = logprobs
+        self.prefix = prefix  # legacy `echo`: the prompt goes out first
+        self.next_seq = 0
+        self.done = False
+        self.finish_reason: str | None = None
+        self._pending: list[Logprobs] = []
+        self._offset = 0  # legacy logprobs' text_offset
+
+    @property
+    def wants_stop(self) -> bool:
+        """A stop sequence was seen: the engine may stop generating."""
+        return self.stops.stopped
+
+    def opening(self) -> list[ChunkEvent]:
+        if self.kind == "chat":
+            return [self._chunk({"role": "assistant", "content": ""})]
+        return [self._chunk(self.prefix)] if self.prefix else []
+
+    def on_output(self, out: Output) -> list[ChunkEvent]:
+        if self.done or isinstance(out, Started):
+            return []
+        if isinstance(out, Delta):
+            if out.logprobs is not None and self.logprobs:
+                self._pending.append(out.logprobs)
+            return self._emit(self.stops.feed(out.text))
+        if isinstance(out, Failed):
+            self.done = True
+            error = {"message": out.message, "type": "server_error", "param": None}
+            return [(ERROR, {"error": {**error, "code": "server_error"}})]
+        return self._finish(out)
+
+    def _emit(self, text: str) -> list[ChunkEvent]:
+        if not text:
+            return []
+        if self.kind == "chat":
+            return [self._chunk({"content": text})]
+        return [self._chunk(text)]
+
+    def _finish(self, out: Finished) -> list[ChunkEvent]:
+        self.done = True
+        events = self._emit(self.stops.flush())
+        if out.reason == "cancelled" and not self.stops.stopped:
+            return [*events, (CANCELLED, {})]
+        self.finish_reason = "stop" if out.reason == "stop" or self.stops.stopped else "length"
+        events.append(
+            self._chunk({} if self.kind == "chat" else "", finish_reason=self.finish_reason)
+        )
+        usage = {
+            "prompt_tokens": out.prompt_tokens,
+            "completion_tokens": out.completion_tokens,
+            "total_tokens": out.prompt_tokens + out.completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": out.cached_tokens},
+            "completion_tokens_details": {"reasoning_tokens": 0},
+        }
+        events.append((USAGE[self.kind], {**self.base, "choices": [], "usage": usage}))
+        return events
+
+    def _chunk(self, delta: Any, finish_reason: str | None = None) -> ChunkEvent:
+        choice: dict[str, Any] = {"index": 0}
+        if self.kind == "chat":
+            choice["delta"] = delta
+        else:
+            choice["text"] = delta
+        choice["logprobs"] = self._take_logprobs(delta) if self.logprobs else None
+        choice["finish_reason"] = finish_reason
+        self.next_seq += 1
+        return CHUNK[self.kind], {**self.base, "choices": [choice], "usage": None}
+
+    def _take_logprobs(self, delta: Any) -> dict[str, Any] | None:
+        pending, self._pending = self._pending, []
+        if self.kind == "chat":
+            content = [
+                {**_entry(p.chosen), "top_logprobs": [_entry(t) for t in p.top]}
+                for p in pending
+            ]
+            return {"content": content, "refusal": None}
+        offsets = []
+        for p in pending:
+            offsets.append(self._offset)
+            self._offset += len(p.chosen.token)
+        if not pending and isinstance(delta, str):
+            self._offset += len(delta)  # echoed prompt text carries no logprobs
+        return {
+            "tokens": [p.chosen.token for p in pending],
+            "token_logprobs": [p.chosen.logprob for p in pending],
+            "top_logprobs": [{t.token: t.logprob for t in p.top} for p in pending],
+            "text_offset": offsets,
+        }
+
+
+def _entry(t: Any) -> dict[str, Any]:
+    return {"token": t.token, "logprob": t.logprob, "bytes": list(t.bytes)}
