@@ -10,11 +10,12 @@ from dataclasses import dataclass, field
 from quart import Quart, Response
 
 from omni import db
-from omni.api import errors, models, responses
+from omni.api import chat, errors, models, responses
 from omni.engine.types import Engine
 from omni.events import Appender, EventStore, Notifier
 from omni.ids import new_id
 from omni.service import ResponsesService
+from omni.service.completions import CompletionsService
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +26,9 @@ class Settings:
     synchronous: str = "NORMAL"
     keepalive: float = 15.0
     model_aliases: frozenset[str] = field(default_factory=frozenset)
+    cache: bool = True
+    cache_max_entries: int = 1024
+    cache_max_age_s: float = 86400.0
 
 
 @dataclass
@@ -34,6 +38,7 @@ class State:
     notifier: Notifier
     appender: Appender
     responses: ResponsesService
+    completions: CompletionsService
     started_at: int
 
 
@@ -45,6 +50,7 @@ def create_app(settings: Settings, engine: Engine) -> Quart:
     for prefix in ("/v1", ""):
         app.register_blueprint(responses.bp, url_prefix=prefix, name=f"responses{prefix}")
         app.register_blueprint(models.bp, url_prefix=prefix, name=f"models{prefix}")
+        app.register_blueprint(chat.bp, url_prefix=prefix, name=f"chat{prefix}")
 
     @app.after_request
     async def request_id(response: Response) -> Response:
@@ -59,7 +65,12 @@ def create_app(settings: Settings, engine: Engine) -> Quart:
     @app.before_serving
     async def open_resources() -> None:
         await asyncio.to_thread(db.upgrade, settings.db_path)
-        store = EventStore(settings.db_path, synchronous=settings.synchronous)
+        store = EventStore(
+            settings.db_path,
+            synchronous=settings.synchronous,
+            cache_max_entries=settings.cache_max_entries,
+            cache_max_age_s=settings.cache_max_age_s,
+        )
         await store.open()
         notifier = Notifier()
         appender = Appender(store, notifier)
@@ -67,12 +78,18 @@ def create_app(settings: Settings, engine: Engine) -> Quart:
         service = ResponsesService(
             store, appender, notifier, engine, settings.model_aliases, settings.keepalive
         )
+        completions = CompletionsService(
+            store, appender, notifier, engine, service.runs, settings.keepalive, settings.cache
+        )
         await service.recover()
-        app.config["OMNI"] = State(engine, store, notifier, appender, service, int(time.time()))
+        app.config["OMNI"] = State(
+            engine, store, notifier, appender, service, completions, int(time.time())
+        )
 
     @app.after_serving
     async def close_resources() -> None:
         state: State = app.config["OMNI"]
+        await state.completions.close()
         await state.responses.close()
         await state.appender.stop()
         await state.store.close()

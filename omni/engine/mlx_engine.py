@@ -64,6 +64,10 @@ class MLXEngine:
             tokens = tokens["input_ids"]
         return list(tokens)
 
+    def encode(self, text: str) -> list[int]:
+        """Prompt tokens for raw text (legacy completions): no chat template."""
+        return list(self._tokenizer.encode(text))
+
     def submit(self, job: Job) -> None:
         self._jobs.put((job, asyncio.get_running_loop()))
 

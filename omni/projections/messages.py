@@ -75,3 +75,13 @@ def to_chat_messages(
     if system:
         messages.insert(0, {"role": "system", "content": "\n\n".join(system)})
     return messages
+
+
+def merge_system(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Chat messages for the template: developer becomes system, and every system message
+    merges into one leading system message (many templates allow only one)."""
+    system = [m["content"] for m in messages if m["role"] in SYSTEM_ROLES]
+    rest = [m for m in messages if m["role"] not in SYSTEM_ROLES]
+    if system:
+        rest.insert(0, {"role": "system", "content": "\n\n".join(system)})
+    return rest

@@ -53,18 +53,20 @@ class _Sampling(BaseModel):
     model: str | None = None
     temperature: float | None = Field(default=None, ge=0, le=2)
     top_p: float | None = Field(default=None, gt=0, le=1)
-    stop: str | list[str] | None = None
+    stop: list[str] | None = None
     seed: int | None = None
     n: int = Field(default=1, ge=1)
     stream: bool = False
     stream_options: dict[str, Any] | None = None
     user: str | None = None
 
-    @field_validator("stop")
+    @field_validator("stop", mode="before")
     @classmethod
     def _stop(cls, value: str | list[str] | None) -> list[str] | None:
         stops = [value] if isinstance(value, str) else value
-        if stops is not None and (len(stops) > 4 or any(not s for s in stops)):
+        if stops is not None and (
+            not isinstance(stops, list) or len(stops) > 4 or any(not s for s in stops)
+        ):
             raise ValueError("up to 4 non-empty stop sequences")
         return stops
 

@@ -1,0 +1,95 @@
+"""Chat Completions and legacy Completions: create (plain or streamed), from the log."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from quart import Blueprint, Response, current_app, request
+
+from omni.api.sse import KEEPALIVE_FRAME
+from omni.engine.chat_recorder import CANCELLED, ERROR, USAGE
+from omni.errors import OmniError
+from omni.schemas.chat import ChatCompletionCreate, CompletionCreate
+from omni.schemas.responses import parse_body
+from omni.service.completions import CompletionsService
+
+bp = Blueprint("chat", __name__)
+
+DONE_FRAME = b"data: [DONE]\n\n"
+
+
+def _state() -> Any:
+    return current_app.config["OMNI"]
+
+
+def _stream(service: CompletionsService, cid: str, include_usage: bool) -> Response:
+    async def body() -> AsyncIterator[bytes]:
+        finished = False
+        try:
+            async for event in service.events(cid):
+                if event is None:
+                    yield KEEPALIVE_FRAME
+                elif event.type == CANCELLED or (
+                    event.type in USAGE.values() and not include_usage
+                ):
+                    continue
+                else:
+                    yield b"data: " + event.data.encode() + b"\n\n"
+            finished = True
+            yield DONE_FRAME
+        finally:
+            if not finished:  # the client went away: stop generating for it
+                service.cancel_running(cid)
+
+    response = Response(body(), content_type="text/event-stream")
+    response.headers["cache-control"] = "no-cache"
+    response.timeout = None
+    return response
+
+
+async def _complete(service: CompletionsService, kind: str, cid: str) -> dict[str, Any]:
+    finished = False
+    try:
+        events = await service.wait(cid)
+        finished = True
+    finally:
+        if not finished:
+            service.cancel_running(cid)
+    if events[-1].type == ERROR:
+        raise OmniError(json.loads(events[-1].data)["error"]["message"])
+    return service.fold(kind, events)
+
+
+def _no_cache() -> bool:
+    return "no-cache" in request.headers.get("cache-control", "").lower()
+
+
+@bp.post("/chat/completions")
+async def create_chat() -> Any:
+    state = _state()
+    body = parse_body(await request.get_data(), ChatCompletionCreate)
+    state.responses.check_model(body.model)
+    service: CompletionsService = state.completions
+    cid, hit = await service.create_chat(body, bypass_cache=_no_cache())
+    if body.stream:
+        response = _stream(service, cid, body.include_usage)
+    else:
+        response = Response(
+            json.dumps(await _complete(service, "chat", cid)), content_type="application/json"
+        )
+    response.headers["x-omni-cache"] = "hit" if hit else "miss"
+    return response
+
+
+@bp.post("/completions")
+async def create_text() -> Any:
+    state = _state()
+    body = parse_body(await request.get_data(), CompletionCreate)
+    state.responses.check_model(body.model)
+    service: CompletionsService = state.completions
+    cid = await service.create_text(body)
+    if body.stream:
+        return _stream(service, cid, body.include_usage)
+    return await _complete(service, "text", cid)
