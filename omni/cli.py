@@ -48,6 +48,22 @@ def parser() -> argparse.ArgumentParser:
         help="SQLite synchronous mode: FULL makes every commit survive power loss",
     )
 
+    serve.add_argument(
+        "--no-cache",
+        action="store_true",
+        default=(_env("NO_CACHE", "") or "").lower() in ("1", "true", "yes"),
+        help="never answer a chat completion from the replay cache",
+    )
+    serve.add_argument(
+        "--cache-max-entries", type=int, default=int(_env("CACHE_MAX_ENTRIES", "1024") or 1024)
+    )
+    serve.add_argument(
+        "--cache-max-age",
+        type=float,
+        default=float(_env("CACHE_MAX_AGE", "86400") or 86400),
+        help="seconds a replay-cache entry stays valid",
+    )
+
     dbp = sub.add_parser("db", help="database maintenance")
     dbsub = dbp.add_subparsers(dest="db_command", required=True)
     up = dbsub.add_parser("upgrade", help="apply the schema migrations")
@@ -85,9 +101,15 @@ def serve(args: argparse.Namespace) -> None:
     engine = MLXEngine(source)
     engine.start()
     aliases = frozenset(a for a in (args.model, source.path) if a)
-    app = create_app(
-        Settings(db_path=args.db, synchronous=args.synchronous, model_aliases=aliases), engine
+    settings = Settings(
+        db_path=args.db,
+        synchronous=args.synchronous,
+        model_aliases=aliases,
+        cache=not args.no_cache,
+        cache_max_entries=args.cache_max_entries,
+        cache_max_age_s=args.cache_max_age,
     )
+    app = create_app(settings, engine)
 
     config = Config()
     config.bind = [f"[{args.host}]:{args.port}" if ":" in args.host else f"{args.host}:{args.port}"]

@@ -16,6 +16,7 @@ from omni.events import Appender, EventStore, Notifier
 from omni.ids import new_id
 from omni.service import ResponsesService
 from omni.service.completions import CompletionsService
+from omni.service.stored import StoredCompletions
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,7 @@ class State:
     appender: Appender
     responses: ResponsesService
     completions: CompletionsService
+    stored: StoredCompletions
     started_at: int
 
 
@@ -82,8 +84,17 @@ def create_app(settings: Settings, engine: Engine) -> Quart:
             store, appender, notifier, engine, service.runs, settings.keepalive, settings.cache
         )
         await service.recover()
+        if settings.cache and await store.cache_size() == 0:
+            await completions.rebuild_cache()  # the index is a projection of the log
         app.config["OMNI"] = State(
-            engine, store, notifier, appender, service, completions, int(time.time())
+            engine,
+            store,
+            notifier,
+            appender,
+            service,
+            completions,
+            StoredCompletions(store, appender),
+            int(time.time()),
         )
 
     @app.after_serving

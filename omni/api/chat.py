@@ -8,9 +8,10 @@ from typing import Any
 
 from quart import Blueprint, Response, current_app, request
 
+from omni.api.query import page_args
 from omni.api.sse import KEEPALIVE_FRAME
 from omni.engine.chat_recorder import CANCELLED, ERROR, USAGE
-from omni.errors import OmniError
+from omni.errors import InvalidRequest, OmniError
 from omni.schemas.chat import ChatCompletionCreate, CompletionCreate
 from omni.schemas.responses import parse_body
 from omni.service.completions import CompletionsService
@@ -93,3 +94,42 @@ async def create_text() -> Any:
     if body.stream:
         return _stream(service, cid, body.include_usage)
     return await _complete(service, "text", cid)
+
+
+# --- stored chat completions -------------------------------------------------------
+
+
+@bp.get("/chat/completions")
+async def list_chat() -> Any:
+    after, limit, order = page_args("asc")
+    metadata = {
+        key[len("metadata[") : -1]: value
+        for key, value in request.args.items()
+        if key.startswith("metadata[") and key.endswith("]")
+    }
+    return await _state().stored.list(request.args.get("model"), metadata, after, limit, order)
+
+
+@bp.get("/chat/completions/<cid>")
+async def retrieve_chat(cid: str) -> Any:
+    return await _state().stored.retrieve(cid)
+
+
+@bp.get("/chat/completions/<cid>/messages")
+async def chat_messages(cid: str) -> Any:
+    after, limit, order = page_args("asc")
+    return await _state().stored.messages(cid, after, limit, order)
+
+
+@bp.post("/chat/completions/<cid>")
+async def update_chat(cid: str) -> Any:
+    try:
+        body = json.loads(await request.get_data() or b"null")
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise InvalidRequest("The request body is not valid JSON.") from None
+    return await _state().stored.update(cid, body)
+
+
+@bp.delete("/chat/completions/<cid>")
+async def delete_chat(cid: str) -> Any:
+    return await _state().stored.delete(cid)

@@ -8,6 +8,7 @@ from typing import Any
 
 from quart import Blueprint, Response, current_app, request
 
+from omni.api.query import bool_arg, int_arg, page_args
 from omni.api.sse import KEEPALIVE_FRAME, frame
 from omni.errors import InvalidRequest, OmniError
 from omni.schemas.responses import ResponseCreate, parse_body
@@ -19,27 +20,6 @@ bp = Blueprint("responses", __name__)
 
 def _service() -> ResponsesService:
     return current_app.config["OMNI"].responses  # type: ignore[no-any-return]
-
-
-def _int_arg(name: str, default: int, low: int, high: int | None = None) -> int:
-    raw = request.args.get(name)
-    if raw is None:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise InvalidRequest(f"'{name}' must be an integer.", param=name) from None
-    if value < low or (high is not None and value > high):
-        bounds = f"between {low} and {high}" if high is not None else f"at least {low}"
-        raise InvalidRequest(f"'{name}' must be {bounds}.", param=name)
-    return value
-
-
-def _bool_arg(name: str) -> bool:
-    raw = request.args.get(name, "false").lower()
-    if raw not in ("true", "false", "1", "0"):
-        raise InvalidRequest(f"'{name}' must be true or false.", param=name)
-    return raw in ("true", "1")
 
 
 def _sse(
@@ -90,8 +70,8 @@ async def create() -> Any:
 @bp.get("/responses/<response_id>")
 async def retrieve(response_id: str) -> Any:
     service = _service()
-    stream = _bool_arg("stream")
-    after = _int_arg("starting_after", -1, low=-1)
+    stream = bool_arg("stream")
+    after = int_arg("starting_after", -1, low=-1)
     if not stream:
         return await service.retrieve(response_id)
     await service.retrieve(response_id)  # 404 before any SSE bytes
@@ -109,11 +89,8 @@ async def retrieve(response_id: str) -> Any:
 
 @bp.get("/responses/<response_id>/input_items")
 async def input_items(response_id: str) -> Any:
-    order = request.args.get("order", "desc")
-    if order not in ("asc", "desc"):
-        raise InvalidRequest("'order' must be 'asc' or 'desc'.", param="order")
-    limit = _int_arg("limit", 20, low=1, high=100)
-    return await _service().input_items(response_id, request.args.get("after"), limit, order)
+    after, limit, order = page_args("desc")
+    return await _service().input_items(response_id, after, limit, order)
 
 
 @bp.post("/responses/<response_id>/cancel")

@@ -115,8 +115,7 @@ class ChunkRecorder:
         pending, self._pending = self._pending, []
         if self.kind == "chat":
             content = [
-                {**_entry(p.chosen), "top_logprobs": [_entry(t) for t in p.top]}
-                for p in pending
+                {**_entry(p.chosen), "top_logprobs": [_entry(t) for t in p.top]} for p in pending
             ]
             return {"content": content, "refusal": None}
         offsets = []

@@ -74,7 +74,12 @@ def fold_text(events: Sequence[tuple[str, str]]) -> dict[str, Any]:
         "created": head.get("created"),
         "model": head.get("model"),
         "choices": [
-            {"index": 0, "text": "".join(text), "logprobs": logprobs, "finish_reason": finish_reason}
+            {
+                "index": 0,
+                "text": "".join(text),
+                "logprobs": logprobs,
+                "finish_reason": finish_reason,
+            }
         ],
         "usage": usage,
         "system_fingerprint": None,

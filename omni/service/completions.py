@@ -11,10 +11,19 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from omni.engine.chat_recorder import TERMINAL_TYPES, ChunkRecorder
+from omni.engine.chat_recorder import TERMINAL_TYPES, USAGE, ChunkRecorder
 from omni.engine.types import Engine, Job, Sampling
 from omni.errors import InvalidRequest, NotFound
-from omni.events import Append, Appender, EventStore, NewEvent, Notifier, StoredEvent, follow
+from omni.events import (
+    Append,
+    Appender,
+    CacheEntry,
+    EventStore,
+    NewEvent,
+    Notifier,
+    StoredEvent,
+    follow,
+)
 from omni.ids import new_id
 from omni.projections.completions import fold_chat, fold_text
 from omni.projections.messages import merge_system
@@ -210,6 +219,24 @@ class CompletionsService:
         task = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    async def rebuild_cache(self) -> int:
+        """Rebuild the replay-cache index from the log: every finished, generated (not copied)
+        deterministic completion, the newest per key. Returns the number of entries."""
+        newest: dict[str, str] = {}
+        for event in await self.store.by_type(ACCEPTED):
+            if not event.stream_id.startswith("chatcmpl-"):
+                continue
+            request = json.loads(event.data)
+            if request.get("key") is None or "mirror_of" in request:
+                continue
+            cid = event.stream_id.removesuffix("/request")
+            last = await self.store.last(cid)
+            if last is not None and last.type == USAGE["chat"]:
+                newest[request["key"]] = cid
+        entries = [CacheEntry(key, cid) for key, cid in newest.items()]
+        await self.store.cache_rebuild(entries)
+        return await self.store.cache_size()
 
     def cancel_running(self, cid: str) -> None:
         self.runs.cancel(cid, unless_mirrored=True)

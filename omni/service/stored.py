@@ -1,0 +1,116 @@
+"""Stored chat completions (`store: true`): list, retrieve, messages, metadata, delete.
+
+All projections of the log: the accepted request, metadata updates and a tombstone live on
+`chatcmpl-X/request`; the completion itself is the fold of `chatcmpl-X`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from omni.errors import InvalidRequest, NotFound
+from omni.events import Append, Appender, EventStore, NewEvent
+from omni.projections.completions import fold_chat
+from omni.projections.input_items import page_items
+from omni.service.streams import ACCEPTED, dumps, request_stream
+
+METADATA_UPDATED = "omni.completion.metadata_updated"
+COMPLETION_DELETED = "omni.completion.deleted"
+
+
+class StoredCompletions:
+    def __init__(self, store: EventStore, appender: Appender):
+        self.store = store
+        self.appender = appender
+
+    async def _facts(self, cid: str) -> tuple[dict[str, Any], dict[str, str], int]:
+        """The accepted request, current metadata and next request-stream seq, else 404."""
+        rows = await self.store.read(request_stream(cid))
+        request = json.loads(rows[0].data) if rows and rows[0].type == ACCEPTED else None
+        if (
+            request is None
+            or request.get("kind") != "chat"
+            or not request["body"].get("store")
+            or any(r.type == COMPLETION_DELETED for r in rows)
+        ):
+            raise NotFound(f"No stored chat completion found with id '{cid}'.")
+        metadata = request["body"].get("metadata") or {}
+        for row in rows:
+            if row.type == METADATA_UPDATED:
+                metadata = json.loads(row.data)["metadata"]
+        return request, metadata, len(rows)
+
+    async def retrieve(self, cid: str) -> dict[str, Any]:
+        _, metadata, _ = await self._facts(cid)
+        return await self._view(cid, metadata)
+
+    async def _view(self, cid: str, metadata: dict[str, str]) -> dict[str, Any]:
+        events = await self.store.read(cid)
+        return {**fold_chat([(e.type, e.data) for e in events]), "metadata": metadata}
+
+    async def list(
+        self,
+        model: str | None,
+        metadata: dict[str, str],
+        after: str | None,
+        limit: int,
+        order: str,
+    ) -> dict[str, Any]:
+        accepted = [
+            e for e in await self.store.by_type(ACCEPTED) if e.stream_id.startswith("chatcmpl-")
+        ]
+        gone = {e.stream_id for e in await self.store.by_type(COMPLETION_DELETED)}
+        current: dict[str, dict[str, str]] = {}
+        for e in await self.store.by_type(METADATA_UPDATED):
+            current[e.stream_id] = json.loads(e.data)["metadata"]
+        rows = []
+        for e in accepted:
+            body = json.loads(e.data)["body"]
+            meta = current.get(e.stream_id, body.get("metadata") or {})
+            if not body.get("store") or e.stream_id in gone:
+                continue
+            if model is not None and body.get("model") != model:
+                continue
+            if any(meta.get(k) != v for k, v in metadata.items()):
+                continue
+            rows.append({"id": e.stream_id.removesuffix("/request"), "metadata": meta})
+        page = page_items(rows, after, limit, order)  # type: ignore[arg-type]
+        page["data"] = [await self._view(r["id"], r["metadata"]) for r in page["data"]]
+        return page
+
+    async def messages(self, cid: str, after: str | None, limit: int, order: str) -> dict[str, Any]:
+        request, _, _ = await self._facts(cid)
+        items = []
+        for i, message in enumerate(request["body"]["messages"]):
+            content = message.get("content")
+            parts = content if isinstance(content, list) else None
+            if parts is not None:
+                content = "".join(p.get("text") or "" for p in parts)
+            items.append(
+                {**message, "id": f"{cid}-{i}", "content": content, "content_parts": parts}
+            )
+        return page_items(items, after, limit, order)  # type: ignore[arg-type]
+
+    async def update(self, cid: str, body: Any) -> dict[str, Any]:
+        if not isinstance(body, dict) or not isinstance(body.get("metadata"), dict | None):
+            raise InvalidRequest('The body must be {"metadata": {...}}.', param="metadata")
+        metadata = body.get("metadata") or {}
+        if len(metadata) > 16 or any(
+            not isinstance(v, str) or len(k) > 64 or len(v) > 512 for k, v in metadata.items()
+        ):
+            raise InvalidRequest(
+                "metadata: at most 16 string values, keys ≤ 64 and values ≤ 512 characters.",
+                param="metadata",
+            )
+        _, _, seq = await self._facts(cid)
+        event = NewEvent(METADATA_UPDATED, dumps({"metadata": metadata}))
+        await self.appender.append(Append(request_stream(cid), seq, [event]))
+        return await self._view(cid, metadata)
+
+    async def delete(self, cid: str) -> dict[str, Any]:
+        _, _, seq = await self._facts(cid)
+        await self.appender.append(
+            Append(request_stream(cid), seq, [NewEvent(COMPLETION_DELETED, "{}")])
+        )
+        return {"id": cid, "object": "chat.completion.deleted", "deleted": True}
