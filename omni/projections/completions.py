@@ -7,26 +7,30 @@ from collections.abc import Sequence
 from typing import Any
 
 
-def fold_chat(events: Sequence[tuple[str, str]]) -> dict[str, Any]:
-    """(type, data) pairs → a `chat.completion` object: the fold of its chunks."""
+def _chunks(events: Sequence[tuple[str, str]]) -> tuple[dict[str, Any], list[Any], Any]:
+    """The first chunk (id, created, model), every choice in order, and the usage."""
     head: dict[str, Any] = {}
-    content: list[str] = []
-    logprobs: list[dict[str, Any]] | None = None
-    finish_reason = None
+    choices: list[dict[str, Any]] = []
     usage = None
     for _type, data in events:
         chunk = json.loads(data)
-        if "error" in chunk or "id" not in chunk:
+        if "id" not in chunk:  # an error or cancel event: no chunk
             continue
         head = head or chunk
-        if chunk["choices"]:
-            choice = chunk["choices"][0]
-            content.append(choice["delta"].get("content") or "")
-            if choice.get("logprobs") is not None:
-                logprobs = (logprobs or []) + choice["logprobs"]["content"]
-            finish_reason = choice.get("finish_reason") or finish_reason
-        if chunk.get("usage") is not None:
-            usage = chunk["usage"]
+        choices += chunk["choices"]
+        usage = chunk.get("usage") or usage
+    return head, choices, usage
+
+
+def _finish_reason(choices: list[dict[str, Any]]) -> str | None:
+    return next((c["finish_reason"] for c in reversed(choices) if c.get("finish_reason")), None)
+
+
+def fold_chat(events: Sequence[tuple[str, str]]) -> dict[str, Any]:
+    """(type, data) pairs → a `chat.completion` object: the fold of its chunks."""
+    head, choices, usage = _chunks(events)
+    scored = [c["logprobs"]["content"] for c in choices if c.get("logprobs") is not None]
+    content = "".join(c["delta"].get("content") or "" for c in choices)
     return {
         "id": head.get("id"),
         "object": "chat.completion",
@@ -35,9 +39,9 @@ def fold_chat(events: Sequence[tuple[str, str]]) -> dict[str, Any]:
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": "".join(content), "refusal": None},
-                "logprobs": None if logprobs is None else {"content": logprobs, "refusal": None},
-                "finish_reason": finish_reason,
+                "message": {"role": "assistant", "content": content, "refusal": None},
+                "logprobs": {"content": sum(scored, []), "refusal": None} if scored else None,
+                "finish_reason": _finish_reason(choices),
             }
         ],
         "usage": usage,
@@ -48,26 +52,13 @@ def fold_chat(events: Sequence[tuple[str, str]]) -> dict[str, Any]:
 
 def fold_text(events: Sequence[tuple[str, str]]) -> dict[str, Any]:
     """(type, data) pairs → a legacy `text_completion` object."""
-    head: dict[str, Any] = {}
-    text: list[str] = []
+    head, choices, usage = _chunks(events)
     logprobs: dict[str, list[Any]] | None = None
-    finish_reason = None
-    usage = None
-    for _type, data in events:
-        chunk = json.loads(data)
-        if "error" in chunk or "id" not in chunk:
-            continue
-        head = head or chunk
-        if chunk["choices"]:
-            choice = chunk["choices"][0]
-            text.append(choice["text"])
-            if choice.get("logprobs") is not None:
-                logprobs = logprobs or {k: [] for k in choice["logprobs"]}
-                for key, values in choice["logprobs"].items():
-                    logprobs[key] += values
-            finish_reason = choice.get("finish_reason") or finish_reason
-        if chunk.get("usage") is not None:
-            usage = chunk["usage"]
+    for choice in choices:
+        if choice.get("logprobs") is not None:
+            logprobs = logprobs or {k: [] for k in choice["logprobs"]}
+            for key, values in choice["logprobs"].items():
+                logprobs[key] += values
     return {
         "id": head.get("id"),
         "object": "text_completion",
@@ -76,9 +67,9 @@ def fold_text(events: Sequence[tuple[str, str]]) -> dict[str, Any]:
         "choices": [
             {
                 "index": 0,
-                "text": "".join(text),
+                "text": "".join(c["text"] for c in choices),
                 "logprobs": logprobs,
-                "finish_reason": finish_reason,
+                "finish_reason": _finish_reason(choices),
             }
         ],
         "usage": usage,
