@@ -87,7 +87,10 @@ class Appender:
                 future.set_exception(exc)
             return
         self.commits += 1
-        self.notifier.notify(e.stream_id for e in stored)
+        try:
+            self.notifier.notify(e.stream_id for e in stored)
+        except Exception:  # a wake-up must never stop the writer; readers re-read anyway
+            log.exception("notify failed")
         by_key = {(e.stream_id, e.seq): e for e in stored}
         for appends, _, future in batch:
             if not future.done():

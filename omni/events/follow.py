@@ -26,6 +26,7 @@ async def follow(
     Yields KEEPALIVE (None) after `keepalive` seconds without news. Reads `page` rows at a
     time, so the first bytes of a long replay go out before the rest is read.
     """
+    checked_end = False
     with notifier.subscribe(stream_id) as wake:
         while True:
             wake.clear()  # clear first, then read: a commit after the read sets it again
@@ -37,8 +38,10 @@ async def follow(
                     return
             if rows:
                 continue  # more may be there already (a long replay is read page by page)
-            if after >= 0:
+            if not checked_end and after >= 0:
                 # Resuming at or past the end of a finished stream: nothing more will come.
+                # Only the first time: afterwards a terminal event would come through `rows`.
+                checked_end = True
                 last = await store.last(stream_id)
                 if last is not None and last.seq <= after and is_terminal(last):
                     return

@@ -123,12 +123,18 @@ class EventStore:
 
     async def pragmas(self) -> dict[str, object]:
         """The write connection's durability settings, for operators and tests."""
-        assert self._writer is not None, "store is not open"
-        async with self._writer.connect() as conn:
+        writer = self._open(self._writer)
+        async with writer.connect() as conn:
             journal = (await conn.exec_driver_sql("PRAGMA journal_mode")).scalar()
             synchronous = (await conn.exec_driver_sql("PRAGMA synchronous")).scalar()
         names = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
         return {"journal_mode": journal, "synchronous": names.get(int(synchronous or 0))}
+
+    @staticmethod
+    def _open(engine: AsyncEngine | None) -> AsyncEngine:
+        if engine is None:
+            raise StoreError("the event store is not open")
+        return engine
 
     async def close(self) -> None:
         for engine in (self._writer, self._reader):
@@ -156,9 +162,9 @@ class EventStore:
         ]
         if not rows:
             return []
-        assert self._writer is not None, "store is not open"
+        writer = self._open(self._writer)
         try:
-            async with self._writer.begin() as conn:
+            async with writer.begin() as conn:
                 result = await conn.execute(
                     events.insert().returning(events.c.position, events.c.stream_id, events.c.seq),
                     rows,
@@ -168,7 +174,9 @@ class EventStore:
                 if cache:
                     await self._index(conn, cache, now)
         except IntegrityError as exc:
-            raise SeqConflict(f"append conflict: {exc.orig}") from exc
+            if "UNIQUE" in str(exc.orig):
+                raise SeqConflict(f"append conflict: {exc.orig}") from exc
+            raise StoreError(f"append refused: {exc.orig}") from exc
         except SQLAlchemyError as exc:
             raise StoreError(f"append failed: {_reason(exc)}") from exc
         return [
@@ -209,11 +217,14 @@ class EventStore:
 
     async def cache_rebuild(self, cache: Sequence[CacheEntry]) -> None:
         """Replace the whole index (it is a projection: the log can always rebuild it)."""
-        assert self._writer is not None, "store is not open"
-        async with self._writer.begin() as conn:
-            await conn.execute(chat_cache.delete())
-            if cache:
-                await self._index(conn, cache, _now_ms())
+        writer = self._open(self._writer)
+        try:
+            async with writer.begin() as conn:
+                await conn.execute(chat_cache.delete())
+                if cache:
+                    await self._index(conn, cache, _now_ms())
+        except SQLAlchemyError as exc:
+            raise StoreError(f"cache rebuild failed: {_reason(exc)}") from exc
 
     async def read(
         self, stream_id: str, after: int = -1, limit: int | None = None
@@ -265,9 +276,9 @@ class EventStore:
 
     async def purge(self, stream_ids: Sequence[str]) -> int:
         """Remove whole streams on purpose (store:false streams once nobody reads them)."""
-        assert self._writer is not None, "store is not open"
+        writer = self._open(self._writer)
         try:
-            async with self._writer.begin() as conn:
+            async with writer.begin() as conn:
                 result = await conn.execute(
                     events.delete().where(events.c.stream_id.in_(list(stream_ids)))
                 )
@@ -276,9 +287,9 @@ class EventStore:
             raise StoreError(f"purge failed: {_reason(exc)}") from exc
 
     async def _fetch(self, query: Any) -> list[Any]:
-        assert self._reader is not None, "store is not open"
+        reader = self._open(self._reader)
         try:
-            async with self._reader.connect() as conn:
+            async with reader.connect() as conn:
                 return list((await conn.execute(query)).all())
         except SQLAlchemyError as exc:
             raise StoreError(f"read failed: {_reason(exc)}") from exc

@@ -1,0 +1,47 @@
+"""Small builders shared by the event-log tests."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+from omni.events import Append, NewEvent, StoredEvent
+
+TERMINAL = frozenset({"response.completed", "response.failed", "response.cancelled"})
+
+
+def is_terminal(event: StoredEvent) -> bool:
+    return event.type in TERMINAL
+
+
+def ev(type_: str = "response.output_text.delta", **data: object) -> NewEvent:
+    return NewEvent(type_, json.dumps(data, separators=(",", ":")))
+
+
+def deltas(stream_id: str, first_seq: int, n: int) -> Append:
+    """n delta events for stream_id starting at first_seq; data records the seq."""
+    return Append(
+        stream_id,
+        first_seq,
+        [ev(stream=stream_id, seq=first_seq + i) for i in range(n)],
+    )
+
+
+def raw_rows(db_path: Path | str, stream_id: str | None = None) -> list[tuple]:
+    """Read the table with the plain driver (a separate connection, not the store's)."""
+    with sqlite3.connect(str(db_path)) as conn:
+        if stream_id is None:
+            cur = conn.execute(
+                "SELECT position, stream_id, seq, type, data, created_at FROM events "
+                "ORDER BY position"
+            )
+        else:
+            cur = conn.execute(
+                "SELECT position, stream_id, seq, type, data, created_at FROM events "
+                "WHERE stream_id=? ORDER BY position",
+                (stream_id,),
+            )
+        rows = cur.fetchall()
+    conn.close()
+    return rows

@@ -1,0 +1,474 @@
+"""EventStore against a real SQLite file: append, read, conflicts, WAL, errors."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+
+from omni.errors import OmniError, SeqConflict, StoreError
+from omni.events import Append, EventStore, NewEvent, StoredEvent
+
+from ._helpers import deltas, ev, raw_rows
+
+
+async def test_append_new_stream_reads_back_in_seq_order(store: EventStore) -> None:
+    events = [
+        NewEvent("response.created", '{"type":"response.created","sequence_number":0}'),
+        NewEvent("response.in_progress", '{"type":"response.in_progress","sequence_number":1}'),
+        NewEvent("response.output_text.delta", '{"delta":"Hi","sequence_number":2}'),
+        NewEvent("response.completed", '{"type":"response.completed","sequence_number":3}'),
+    ]
+    stored = await store.append([Append("resp_1", 0, events)])
+
+    assert [e.seq for e in stored] == [0, 1, 2, 3]
+    assert all(isinstance(e, StoredEvent) for e in stored)
+    assert all(e.stream_id == "resp_1" for e in stored)
+
+    read = await store.read("resp_1")
+    assert read == stored
+    assert [(e.seq, e.type, e.data) for e in read] == [
+        (i, n.type, n.data) for i, n in enumerate(events)
+    ]
+    # positions are the table's, and increase with seq
+    assert [e.position for e in read] == sorted(e.position for e in read)
+    assert len({e.position for e in read}) == 4
+    # the store returns exactly what the plain driver sees
+    assert raw_rows(store.path, "resp_1") == [
+        (e.position, e.stream_id, e.seq, e.type, e.data, e.created_at) for e in read
+    ]
+
+
+async def test_read_orders_by_seq_not_insertion(store: EventStore) -> None:
+    # Two appends in one call, the later seqs listed first: read still orders by seq.
+    await store.append([deltas("s", 3, 2), deltas("s", 0, 3)])
+    assert [e.seq for e in await store.read("s")] == [0, 1, 2, 3, 4]
+
+
+async def test_read_after_and_limit(store: EventStore) -> None:
+    await store.append([deltas("s", 0, 10)])
+    assert [e.seq for e in await store.read("s", after=4)] == [5, 6, 7, 8, 9]
+    assert [e.seq for e in await store.read("s", after=-1, limit=3)] == [0, 1, 2]
+    assert [e.seq for e in await store.read("s", after=6, limit=2)] == [7, 8]
+    assert await store.read("s", after=9) == []
+    assert await store.read("s", after=100) == []
+    assert await store.read("nope") == []
+    assert await store.read("s", limit=0) == []
+
+
+async def test_last_and_next_seq_empty_and_non_empty(store: EventStore) -> None:
+    assert await store.last("s") is None
+    assert await store.next_seq("s") == 0
+
+    await store.append([deltas("s", 0, 3)])
+    last = await store.last("s")
+    assert last is not None and last.seq == 2 and last.stream_id == "s"
+    assert await store.next_seq("s") == 3
+
+    await store.append([deltas("s", 3, 1)])
+    assert (await store.last("s")).seq == 3  # type: ignore[union-attr]
+    assert await store.next_seq("s") == 4
+    # another stream is independent
+    assert await store.next_seq("t") == 0
+    assert await store.last("t") is None
+
+
+async def test_one_append_carries_several_streams_in_one_transaction(
+    store: EventStore, db_path: Path
+) -> None:
+    before = raw_rows(db_path)
+    stored = await store.append(
+        [
+            Append("resp_A/request", 0, [ev("omni.request.accepted", input="hi")]),
+            Append("resp_A", 0, [ev("response.created"), ev("response.in_progress")]),
+            Append("resp_B", 0, [ev("response.created")]),
+        ]
+    )
+    assert before == []
+    assert [(e.stream_id, e.seq) for e in stored] == [
+        ("resp_A/request", 0),
+        ("resp_A", 0),
+        ("resp_A", 1),
+        ("resp_B", 0),
+    ]
+    # one transaction: one created_at stamp and contiguous positions
+    assert len({e.created_at for e in stored}) == 1
+    positions = [e.position for e in stored]
+    assert positions == list(range(positions[0], positions[0] + 4))
+    assert len(await store.read("resp_A/request")) == 1
+    assert len(await store.read("resp_A")) == 2
+    assert len(await store.read("resp_B")) == 1
+
+
+async def test_empty_append_writes_nothing(store: EventStore, db_path: Path) -> None:
+    assert await store.append([]) == []
+    assert await store.append([Append("s", 0, [])]) == []
+    assert raw_rows(db_path) == []
+
+
+async def test_seq_conflict_is_409_and_writes_nothing(store: EventStore, db_path: Path) -> None:
+    await store.append([deltas("s", 0, 2)])
+    before = raw_rows(db_path)
+
+    with pytest.raises(SeqConflict) as info:
+        await store.append(
+            [
+                Append("other", 0, [ev("x"), ev("y")]),  # would be fine alone
+                deltas("s", 2, 1),  # fine alone too
+                deltas("s", 1, 1),  # seq 1 exists: conflict
+            ]
+        )
+    err = info.value
+    assert isinstance(err, OmniError) and isinstance(err, StoreError)
+    assert err.status == 409
+    assert err.code == "conflict"
+
+    # atomic: nothing of the failed transaction is there
+    assert raw_rows(db_path) == before
+    assert await store.read("other") == []
+    assert await store.next_seq("s") == 2
+    # and the store still works afterwards (the writer was rolled back, not wedged)
+    ok = await store.append([Append("other", 0, [ev("x")])])
+    assert [e.seq for e in ok] == [0]
+
+
+async def test_duplicate_seq_inside_one_append_conflicts(store: EventStore, db_path: Path) -> None:
+    with pytest.raises(SeqConflict):
+        await store.append([deltas("s", 0, 2), deltas("s", 1, 1)])
+    assert raw_rows(db_path) == []
+
+
+async def test_positions_strictly_increase_across_streams_in_commit_order(
+    store: EventStore, db_path: Path
+) -> None:
+    committed: list[StoredEvent] = []
+    next_seq = {"a": 0, "b": 0, "c": 0}
+    for i in range(30):
+        sid = "abc"[(i * 7) % 3]
+        n = 1 + i % 3
+        committed += await store.append([deltas(sid, next_seq[sid], n)])
+        next_seq[sid] += n
+    positions = [e.position for e in committed]
+    assert all(p < q for p, q in zip(positions, positions[1:], strict=False))
+    # the log's global order is the commit order
+    assert [r[0] for r in raw_rows(db_path)] == positions
+    assert [(r[1], r[2]) for r in raw_rows(db_path)] == [(e.stream_id, e.seq) for e in committed]
+
+
+async def test_positions_never_reused_after_purge(store: EventStore) -> None:
+    first = await store.append([deltas("s", 0, 3)])
+    assert await store.purge(["s"]) == 3
+    again = await store.append([deltas("s", 0, 1)])
+    assert again[0].position > max(e.position for e in first)
+
+
+async def test_concurrent_appends_to_different_streams_all_commit(store: EventStore) -> None:
+    results = await asyncio.gather(*(store.append([deltas(f"s{i}", 0, 5)]) for i in range(20)))
+    positions = sorted(e.position for r in results for e in r)
+    assert len(set(positions)) == 100
+    for i in range(20):
+        assert [e.seq for e in await store.read(f"s{i}")] == [0, 1, 2, 3, 4]
+
+
+async def test_by_type_in_log_order_and_after_position(store: EventStore) -> None:
+    await store.append([Append("r1/request", 0, [ev("omni.request.accepted", n=1)])])
+    await store.append([deltas("r1", 0, 3)])
+    await store.append([Append("r2/request", 0, [ev("omni.request.accepted", n=2)])])
+    await store.append([Append("r1/request", 1, [ev("omni.request.cancel")])])
+    await store.append([Append("r3/request", 0, [ev("omni.request.accepted", n=3)])])
+
+    accepted = await store.by_type("omni.request.accepted")
+    assert [e.stream_id for e in accepted] == ["r1/request", "r2/request", "r3/request"]
+    assert all(e.type == "omni.request.accepted" for e in accepted)
+    assert [e.position for e in accepted] == sorted(e.position for e in accepted)
+
+    later = await store.by_type("omni.request.accepted", after_position=accepted[0].position)
+    assert [e.stream_id for e in later] == ["r2/request", "r3/request"]
+    assert await store.by_type("omni.request.accepted", after_position=accepted[-1].position) == []
+    assert await store.by_type("no.such.type") == []
+
+
+async def test_purge_removes_whole_streams_only(store: EventStore, db_path: Path) -> None:
+    await store.append(
+        [
+            deltas("resp_a", 0, 3),
+            deltas("resp_a/request", 0, 1),
+            deltas("resp_ab", 0, 2),
+            deltas("resp_b", 0, 2),
+            deltas("resp_", 0, 1),
+        ]
+    )
+    assert await store.purge(["resp_a", "resp_b"]) == 5
+    assert await store.read("resp_a") == []
+    assert await store.read("resp_b") == []
+    # prefix-sharing and sub-streams are other streams: untouched
+    assert len(await store.read("resp_a/request")) == 1
+    assert len(await store.read("resp_ab")) == 2
+    assert len(await store.read("resp_")) == 1
+    assert sorted({r[1] for r in raw_rows(db_path)}) == ["resp_", "resp_a/request", "resp_ab"]
+    assert await store.purge([]) == 0
+    assert await store.purge(["missing"]) == 0
+    assert len(raw_rows(db_path)) == 4
+
+
+async def test_created_at_is_unix_ms(store: EventStore) -> None:
+    lo = int(time.time() * 1000)
+    stored = await store.append([deltas("s", 0, 1)])
+    hi = int(time.time() * 1000)
+    created = stored[0].created_at
+    assert isinstance(created, int)
+    assert lo <= created <= hi
+    assert (await store.read("s"))[0].created_at == created
+
+
+async def test_data_is_stored_byte_for_byte(store: EventStore, db_path: Path) -> None:
+    samples = [
+        '{"delta":"héllo — 日本語 🎉 مرحبا"}',  # raw non-ASCII, astral plane
+        '{"delta":"\\u00e9\\ud83c\\udf89"}',  # JSON escapes must stay escapes
+        '{"delta":"line1\\nline2\\t\\"quoted\\" back\\\\slash \\u0000"}',
+        '{"a": 1,   "b" :[ ]}\n',  # odd spacing and a trailing newline: not re-serialised
+        "",
+        "'; DROP TABLE events; --",
+        "x" * 100_000,
+    ]
+    await store.append([Append("s", 0, [NewEvent("t", d) for d in samples])])
+
+    assert [e.data for e in await store.read("s")] == samples
+    with sqlite3.connect(str(db_path)) as conn:
+        raw = conn.execute(
+            "SELECT typeof(data), CAST(data AS BLOB) FROM events WHERE stream_id='s' ORDER BY seq"
+        ).fetchall()
+    conn.close()
+    assert [t for t, _ in raw] == ["text"] * len(samples)
+    assert [b for _, b in raw] == [d.encode("utf-8") for d in samples]
+
+
+async def test_unfinished_lists_streams_without_an_end(store: EventStore) -> None:
+    await store.append([Append("r1", 0, [ev("response.created"), ev("response.completed")])])
+    await store.append([Append("r2", 0, [ev("response.created"), ev("response.in_progress")])])
+    await store.append([Append("r3", 0, [ev("response.in_progress")])])  # did not begin so
+    await store.append([Append("r4", 0, [ev("response.created")])])
+    await store.append([Append("r5", 0, [ev("response.created"), ev("response.failed")])])
+    await store.append([Append("r2/request", 0, [ev("response.completed")])])  # other stream
+    await store.append([Append("r6", 0, [ev("x"), ev("response.created")])])  # not at seq 0
+
+    ends = ["response.completed", "response.failed", "response.incomplete"]
+    assert await store.unfinished("response.created", ends) == ["r2", "r4"]
+    await store.append([Append("r4", 1, [ev("response.incomplete")])])
+    assert await store.unfinished("response.created", ends) == ["r2"]
+    assert await store.unfinished("response.created", []) == ["r1", "r2", "r4", "r5"]
+
+
+async def test_pragmas_report_wal_and_synchronous(store: EventStore) -> None:
+    assert await store.pragmas() == {"journal_mode": "wal", "synchronous": "NORMAL"}
+
+
+def test_wal_mode_is_on(db_path: Path) -> None:
+    with sqlite3.connect(str(db_path)) as conn:
+        (mode,) = conn.execute("PRAGMA journal_mode").fetchone()
+    conn.close()
+    assert mode.lower() == "wal"
+
+
+async def test_wal_mode_on_after_store_open_on_fresh_file(tmp_path: Path) -> None:
+    # A store on a brand-new (unmigrated) file still switches it to WAL.
+    path = tmp_path / "fresh.db"
+    s = EventStore(str(path))
+    await s.open()
+    try:
+        with sqlite3.connect(str(path)) as conn:
+            (mode,) = conn.execute("PRAGMA journal_mode").fetchone()
+        conn.close()
+        assert mode.lower() == "wal"
+    finally:
+        await s.close()
+
+
+async def test_reader_reads_while_a_writer_holds_a_transaction(
+    store: EventStore, db_path: Path
+) -> None:
+    await store.append([deltas("s", 0, 2)])
+    writer = sqlite3.connect(str(db_path), isolation_level=None, timeout=0.1)
+    try:
+        writer.execute("BEGIN IMMEDIATE")
+        writer.execute(
+            "INSERT INTO events (stream_id, seq, type, data, created_at) VALUES (?,?,?,?,?)",
+            ("s", 2, "t", "{}", 0),
+        )
+        # The write lock is held and the row is uncommitted: the store's readers must not
+        # block (busy_timeout is 5 s) and must not see the uncommitted row.
+        start = time.perf_counter()
+        rows = await asyncio.wait_for(store.read("s"), 2)
+        assert [e.seq for e in rows] == [0, 1]
+        assert await store.next_seq("s") == 2
+        assert time.perf_counter() - start < 1.0
+        writer.execute("COMMIT")
+    finally:
+        writer.close()
+    assert [e.seq for e in await store.read("s")] == [0, 1, 2]
+
+
+async def test_readers_do_not_wait_for_the_stores_own_open_write_transaction(
+    store: EventStore,
+) -> None:
+    from omni.events.schema import events as table
+
+    await store.append([deltas("s", 0, 1)])
+    assert store._writer is not None
+    async with store._writer.begin() as conn:  # the store's writer, mid-transaction
+        await conn.execute(
+            table.insert(),
+            [{"stream_id": "s", "seq": 1, "type": "t", "data": "{}", "created_at": 0}],
+        )
+        rows = await asyncio.wait_for(store.read("s"), 2)
+        assert [e.seq for e in rows] == [0]  # uncommitted row invisible, no blocking
+    assert [e.seq for e in await store.read("s")] == [0, 1]
+
+
+async def test_writes_begin_immediate_reads_begin_deferred(store: EventStore) -> None:
+    from sqlalchemy import event as sa_event
+
+    seen: dict[str, list[str]] = {"writer": [], "reader": []}
+    assert store._writer is not None and store._reader is not None
+    for name, engine in (("writer", store._writer), ("reader", store._reader)):
+
+        def record(conn, cursor, statement, *args, _name=name):
+            if statement.upper().startswith("BEGIN"):
+                seen[_name].append(statement.upper())
+
+        sa_event.listen(engine.sync_engine, "before_cursor_execute", record)
+    await store.append([deltas("s", 0, 1)])
+    await store.purge(["nothing"])
+    await store.read("s")
+    assert seen["writer"] == ["BEGIN IMMEDIATE", "BEGIN IMMEDIATE"]
+    assert seen["reader"] == ["BEGIN"]
+
+
+async def test_append_waits_for_another_writer_then_commits(
+    store: EventStore, db_path: Path
+) -> None:
+    other = sqlite3.connect(str(db_path), isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        task = asyncio.create_task(store.append([deltas("s", 0, 1)]))
+        await asyncio.sleep(0.15)
+        assert not task.done()  # waiting for the lock (busy_timeout), not failing
+        other.execute("COMMIT")
+        stored = await asyncio.wait_for(task, 3)
+    finally:
+        other.close()
+    assert [e.seq for e in stored] == [0]
+    assert [e.seq for e in await store.read("s")] == [0]
+
+
+async def test_store_writes_while_a_reader_holds_a_snapshot(
+    store: EventStore, db_path: Path
+) -> None:
+    await store.append([deltas("s", 0, 1)])
+    reader = sqlite3.connect(str(db_path), isolation_level=None)
+    try:
+        reader.execute("BEGIN")
+        assert reader.execute("SELECT count(*) FROM events").fetchone() == (1,)
+        # an open read transaction does not block the writer in WAL mode
+        await asyncio.wait_for(store.append([deltas("s", 1, 1)]), 2)
+        # the old snapshot is stable...
+        assert reader.execute("SELECT count(*) FROM events").fetchone() == (1,)
+        reader.execute("COMMIT")
+        # ...and a new one sees the commit
+        assert reader.execute("SELECT count(*) FROM events").fetchone() == (2,)
+    finally:
+        reader.close()
+
+
+async def test_integrity_ok_after_many_appends(store: EventStore, db_path: Path) -> None:
+    seqs: dict[str, int] = {}
+    for i in range(200):
+        batch = []
+        for sid in (f"s{i % 7}", f"t{i % 3}"):
+            n = 1 + (i * 5) % 4
+            batch.append(deltas(sid, seqs.get(sid, 0), n))
+            seqs[sid] = seqs.get(sid, 0) + n
+        await store.append(batch)
+    await store.purge(["s0", "t1"])
+
+    with sqlite3.connect(str(db_path)) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        (count,) = conn.execute("SELECT count(*) FROM events").fetchone()
+    conn.close()
+    assert count == sum(n for sid, n in seqs.items() if sid not in ("s0", "t1"))
+    for sid, n in seqs.items():
+        if sid not in ("s0", "t1"):
+            assert [e.seq for e in await store.read(sid)] == list(range(n))
+
+
+async def test_close_then_reopen_keeps_data(db_path: Path) -> None:
+    s = EventStore(str(db_path))
+    await s.open()
+    await s.append([deltas("s", 0, 3)])
+    await s.close()
+    s2 = EventStore(str(db_path))
+    await s2.open()
+    try:
+        assert [e.seq for e in await s2.read("s")] == [0, 1, 2]
+    finally:
+        await s2.close()
+
+
+async def test_open_file_that_is_not_a_database_raises_store_error(tmp_path: Path) -> None:
+    path = tmp_path / "garbage.db"
+    path.write_bytes(b"this is not a database, just text\n" * 200)
+    s = EventStore(str(path))
+    with pytest.raises(StoreError) as info:
+        await s.open()
+    await s.close()
+    assert type(info.value) is StoreError
+    assert str(path) in info.value.message
+    assert "not a database" in info.value.message
+
+
+async def test_open_unopenable_path_raises_store_error(tmp_path: Path) -> None:
+    not_a_dir = tmp_path / "plain-file"
+    not_a_dir.write_text("x")
+    for path in (not_a_dir / "omni.db", tmp_path):  # a parent that is a file; a directory
+        s = EventStore(str(path))
+        with pytest.raises(StoreError) as info:
+            await s.open()
+        await s.close()
+        assert type(info.value) is StoreError
+        assert "cannot open database" in info.value.message
+
+
+async def test_unmigrated_database_gives_store_error_on_read_and_append(tmp_path: Path) -> None:
+    s = EventStore(str(tmp_path / "bare.db"))
+    await s.open()
+    try:
+        with pytest.raises(StoreError) as read_err:
+            await s.read("s")
+        assert "no such table" in read_err.value.message
+        with pytest.raises(StoreError) as append_err:
+            await s.append([deltas("s", 0, 1)])
+        assert not isinstance(append_err.value, SeqConflict)
+        assert append_err.value.status == 500
+        for call in (s.last("s"), s.next_seq("s"), s.by_type("t"), s.purge(["s"])):
+            with pytest.raises(StoreError):
+                await call
+    finally:
+        await s.close()
+
+
+async def test_database_replaced_by_garbage_gives_store_error(tmp_path: Path) -> None:
+    # The file is corrupted between open and use: the driver's error is translated.
+    from omni.db import upgrade
+
+    path = tmp_path / "omni.db"
+    upgrade(str(path))
+    for suffix in ("-wal", "-shm"):
+        Path(str(path) + suffix).unlink(missing_ok=True)
+    path.write_bytes(b"garbage " * 1000)
+    s = EventStore(str(path))
+    with pytest.raises(StoreError):
+        await s.open()
+    await s.close()
