@@ -65,9 +65,14 @@ class ChunkRecorder:
         if self.done or isinstance(out, Started):
             return []
         if isinstance(out, Delta):
+            if self.stops.stopped:
+                return []  # generated past a stop sequence: not part of the answer
             if out.logprobs is not None and self.logprobs:
                 self._pending.append(out.logprobs)
-            return self._emit(self.stops.feed(out.text))
+            events = self._emit(self.stops.feed(out.text))
+            if self.stops.stopped:
+                self._pending = []
+            return events
         if isinstance(out, Failed):
             self.done = True
             error = {"message": out.message, "type": "server_error", "param": None}
