@@ -17,6 +17,12 @@ class Sampling:
     max_tokens: int = 4096
     seed: int | None = None
     logprobs: int | None = None  # None: none; k >= 0: the chosen token's and the top k
+    top_k: int = 0
+    min_p: float = 0.0
+    repetition_penalty: float | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    logit_bias: tuple[tuple[int, float], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +79,8 @@ class Job:
     sampling: Sampling
     # Tokens already generated (and recorded) before a restart: generation carries on after them.
     resume_tokens: list[int] = field(default_factory=list)
+    # Prefix-cache namespace (the request's prompt_cache_key): conversations stay apart.
+    cache_namespace: str = ""
     outputs: asyncio.Queue[Output] = field(default_factory=asyncio.Queue)
     stop: threading.Event = field(default_factory=threading.Event)
     _claimed: bool = False
