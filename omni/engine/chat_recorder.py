@@ -132,10 +132,18 @@ class ChunkRecorder:
         return {
             "tokens": [p.chosen.token for p in pending],
             "token_logprobs": [p.chosen.logprob for p in pending],
-            "top_logprobs": [{t.token: t.logprob for t in p.top} for p in pending],
+            "top_logprobs": [_by_text(p.top) for p in pending],
             "text_offset": offsets,
         }
 
 
 def _entry(t: Any) -> dict[str, Any]:
     return {"token": t.token, "logprob": t.logprob, "bytes": list(t.bytes)}
+
+
+def _by_text(top: tuple[Any, ...]) -> dict[str, float]:
+    """Legacy top_logprobs map text to logprob; tokens that decode alike keep the best."""
+    best: dict[str, float] = {}
+    for t in top:
+        best[t.token] = max(t.logprob, best.get(t.token, t.logprob))
+    return best

@@ -11,7 +11,7 @@ import copy
 import time
 from typing import Any
 
-from omni.engine.types import Delta, Failed, Finished, Output, Started
+from omni.engine.types import Delta, Failed, Finished, Logprobs, Output, Started, TokenLogprob
 from omni.ids import new_id
 from omni.schemas.stream import TERMINAL_TYPES
 
@@ -45,6 +45,8 @@ class ResponseRecorder:
         self.response = copy.deepcopy(response)
         self.next_seq = next_seq
         self.text = ""
+        self.logprobs: list[dict[str, Any]] = []
+        self._pending: list[dict[str, Any]] = []
         self._message: dict[str, Any] | None = None
         self.done = False
 
@@ -60,6 +62,7 @@ class ResponseRecorder:
             parts = open_item.get("content") or [{"text": ""}]
             recorder._message = {**open_item, "content": []}
             recorder.text = parts[0]["text"]
+            recorder.logprobs = list(parts[0].get("logprobs") or [])
         return recorder
 
     def _event(self, type_: str, **fields: Any) -> Event:
@@ -81,7 +84,7 @@ class ResponseRecorder:
         if isinstance(out, Started):
             return self.on_started()
         if isinstance(out, Delta):
-            return self.on_delta(out.text) if out.text else []
+            return self.on_delta(out.text, out.logprobs)
         if isinstance(out, Finished):
             return self.on_finished(out)
         return self.on_failed(out)
@@ -112,7 +115,13 @@ class ResponseRecorder:
             ),
         ]
 
-    def on_delta(self, text: str) -> list[Event]:
+    def on_delta(self, text: str, logprobs: Logprobs | None = None) -> list[Event]:
+        if logprobs is not None:
+            self._pending.append(_logprob(logprobs))
+        if not text:
+            return []  # e.g. half a character: its logprobs go out with the text
+        scored, self._pending = self._pending, []
+        self.logprobs += scored
         events = self._open_message() if self._message is None else []
         assert self._message is not None
         self.text += text
@@ -123,7 +132,7 @@ class ResponseRecorder:
                 output_index=len(self.response["output"]),
                 content_index=0,
                 delta=text,
-                logprobs=[],
+                logprobs=scored,
             )
         )
         return events
@@ -132,7 +141,12 @@ class ResponseRecorder:
         events = self._open_message() if self._message is None else []
         assert self._message is not None
         item_id, index = self._message["id"], len(self.response["output"])
-        part = {"type": "output_text", "text": self.text, "annotations": [], "logprobs": []}
+        part = {
+            "type": "output_text",
+            "text": self.text,
+            "annotations": [],
+            "logprobs": self.logprobs,
+        }
         item = {**self._message, "status": status, "content": [part]}
         events += [
             self._event(
@@ -141,7 +155,7 @@ class ResponseRecorder:
                 output_index=index,
                 content_index=0,
                 text=self.text,
-                logprobs=[],
+                logprobs=self.logprobs,
             ),
             self._event(
                 "response.content_part.done",
@@ -188,3 +202,12 @@ class ResponseRecorder:
         self.response["error"] = {"code": "server_error", "message": out.message}
         events.append(self._lifecycle("response.failed"))
         return events
+
+
+def _entry(t: TokenLogprob) -> dict[str, Any]:
+    return {"token": t.token, "bytes": list(t.bytes), "logprob": t.logprob}
+
+
+def _logprob(scored: Logprobs) -> dict[str, Any]:
+    """One token's logprob in the shape of output_text's `logprobs` entries."""
+    return {**_entry(scored.chosen), "top_logprobs": [_entry(t) for t in scored.top]}

@@ -6,6 +6,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from omni.schemas.sampling import SamplingExtras
+
 
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="allow")
@@ -47,14 +49,13 @@ class ChatMessage(BaseModel):
         return value
 
 
-class _Sampling(BaseModel):
+class _Sampling(SamplingExtras):
     model_config = ConfigDict(extra="ignore")
 
     model: str | None = None
     temperature: float | None = Field(default=None, ge=0, le=2)
     top_p: float | None = Field(default=None, gt=0, le=1)
     stop: list[str] | None = None
-    seed: int | None = None
     n: int = Field(default=1, ge=1)
     stream: bool = False
     stream_options: dict[str, Any] | None = None

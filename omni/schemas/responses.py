@@ -8,9 +8,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from omni.errors import InvalidRequest
+from omni.schemas.sampling import SamplingExtras
 
 
-class ResponseCreate(BaseModel):
+class ResponseCreate(SamplingExtras):
     model_config = ConfigDict(extra="ignore")
 
     model: str | None = None

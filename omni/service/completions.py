@@ -45,7 +45,7 @@ def cache_key(model_id: str, body: ChatCompletionCreate) -> str | None:
     normal = {
         "model": model_id,
         "messages": [m.model_dump(mode="json", exclude_none=True) for m in body.messages],
-        "sampling": [body.temperature, body.top_p, body.seed, body.stop, body.limit],
+        "sampling": [body.temperature, body.top_p, body.stop, body.limit, body.sampling_fields()],
         "logprobs": [body.logprobs, body.top_logprobs],
         "tools": [body.tools, body.tool_choice, body.parallel_tool_calls],
         "format": body.response_format,
@@ -137,8 +137,8 @@ class CompletionsService:
             temperature=1.0 if body.temperature is None else body.temperature,
             top_p=1.0 if body.top_p is None else body.top_p,
             max_tokens=limit,
-            seed=body.seed,
             logprobs=logprobs,
+            **body.sampling_fields(),
         )
 
     async def _start(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -76,10 +77,13 @@ class ResponsesService:
             raise InvalidRequest("`input` is required.", param="input")
         tools = function_tools(body)
         prompt = render_prompt(self.engine, body.instructions, history + items, tools)
+        wants_logprobs = "message.output_text.logprobs" in (body.include or [])
         sampling = Sampling(
             temperature=1.0 if body.temperature is None else body.temperature,
             top_p=1.0 if body.top_p is None else body.top_p,
             max_tokens=body.max_output_tokens or max(1, self.engine.context_length - len(prompt)),
+            logprobs=(body.top_logprobs or 0) if wants_logprobs else None,
+            **body.sampling_fields(),  # type: ignore[arg-type]
         )
         response_id = new_id("resp")
         response = initial_response(response_id, body, tools, self.engine.model_id)
@@ -90,11 +94,7 @@ class ResponsesService:
             "response": response,
             "model_id": self.engine.model_id,
             "prompt_tokens": len(prompt),
-            "sampling": {
-                "temperature": sampling.temperature,
-                "top_p": sampling.top_p,
-                "max_tokens": sampling.max_tokens,
-            },
+            "sampling": {f.name: getattr(sampling, f.name) for f in dataclasses.fields(sampling)},
         }
         if body.background:
             request["prompt"] = prompt  # so a restart can run or continue it exactly
@@ -103,7 +103,7 @@ class ResponsesService:
             Append(request_stream(response_id), 0, [NewEvent(ACCEPTED, dumps(request))]),
             Append(response_id, 0, opening),
         )
-        job = Job(prompt, sampling)
+        job = Job(prompt, sampling, cache_namespace=body.prompt_cache_key or "")
         self.runs.start(Run(response_id, recorder, job, body.store, body.background))
         return response  # as response.created carries it (status queued or in_progress)
 
