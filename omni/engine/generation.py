@@ -1,94 +1,34 @@
-"""One generation on the engine thread: prefix-cache reuse, sampling, logprobs, detokenizing.
-
-Runs on the thread that owns MLX; hands outputs to `emit` as small values."""
+"""Pieces of one generation that the batch scheduler uses: prefix (KV) cache reuse, logits
+processors and logprob scoring. They run on the engine thread."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import mlx.core as mx
-from mlx_lm.generate import generate_step
 from mlx_lm.models.cache import (
     LRUPromptCache,
     can_trim_prompt_cache,
     make_prompt_cache,
     trim_prompt_cache,
 )
-from mlx_lm.sample_utils import make_logits_processors, make_sampler
+from mlx_lm.sample_utils import make_logits_processors
 
-from omni.engine.types import (
-    Delta,
-    Finished,
-    Job,
-    Logprobs,
-    Output,
-    Sampling,
-    Started,
-    TokenLogprob,
-)
+from omni.engine.types import Logprobs, Sampling, TokenLogprob
 
 
-class Generator:
-    def __init__(self, model: Any, tokenizer: Any, cache_entries: int, cache_bytes: int):
+class PrefixCache:
+    """KV caches of recent prompts and answers, found by longest shared token prefix
+    (mlx-lm's trie + LRU), in namespaces (a request's prompt_cache_key)."""
+
+    def __init__(self, model: Any, entries: int, nbytes: int):
         self.model = model
-        self.tokenizer = tokenizer
-        # KV caches of recent prompts+answers, by token prefix (mlx-lm's trie + LRU).
-        self.prompt_cache = LRUPromptCache(max_size=cache_entries, max_bytes=cache_bytes)
-        self.generations = 0
+        self.lru = LRUPromptCache(max_size=entries, max_bytes=nbytes)
 
-    def run(self, job: Job, emit: Callable[[Output], None]) -> None:
-        done = len(job.resume_tokens)
-        if not job.claim():  # cancelled while queued
-            emit(Finished("cancelled", len(job.prompt), done))
-            return
-        emit(Started())
-        self.generations += 1
-        s = job.sampling
-        if s.seed is not None:
-            mx.random.seed(s.seed)
-        detokenizer = self.tokenizer.detokenizer
-        for token in job.resume_tokens:  # rebuild the text state of a resumed generation
-            detokenizer.add_token(token)
-        detokenizer.offset = len(detokenizer.text)
-        fed = job.prompt + job.resume_tokens  # what the KV cache will hold
-        cache, rest = self._nearest_cache(job.cache_namespace, fed)
-        cached = len(fed) - len(rest)
-        eos = self.tokenizer.eos_token_ids
-        reason = "length"
-        remaining = s.max_tokens - done
-        if remaining > 0:
-            steps = generate_step(
-                mx.array(rest),
-                self.model,
-                max_tokens=remaining,
-                sampler=sampler(s),
-                logits_processors=logits_processors(s),
-                prompt_cache=cache,
-            )
-            for step_token, logprobs in steps:
-                token = int(step_token)
-                fed.append(token)
-                if token in eos:
-                    reason = "stop"
-                    break
-                done += 1
-                detokenizer.add_token(token)
-                scored = None if s.logprobs is None else self._logprobs(token, logprobs, s.logprobs)
-                emit(Delta(detokenizer.last_segment, token, scored))
-                if job.stop.is_set():
-                    reason = "cancelled"
-                    break
-            self.prompt_cache.insert_cache(job.cache_namespace, fed, cache)
-        detokenizer.finalize()
-        if tail := detokenizer.last_segment:
-            emit(Delta(tail, None))
-        emit(Finished(reason, len(job.prompt), done, cached))  # type: ignore[arg-type]
-
-    def _nearest_cache(self, namespace: str, tokens: list[int]) -> tuple[list[Any], list[int]]:
-        """The cached KV state sharing the longest prefix with `tokens`, and the tokens it
-        still has to process (at least one: the model must see a token to predict the next)."""
-        cache, rest = self.prompt_cache.fetch_nearest_cache(namespace, tokens)
+    def nearest(self, namespace: str, tokens: list[int]) -> tuple[list[Any], list[int]]:
+        """A KV cache sharing the longest prefix with `tokens`, and the tokens it still has to
+        process (at least one: the model must see a token to predict the next)."""
+        cache, rest = self.lru.fetch_nearest_cache(namespace, tokens)
         if cache is not None and not rest:
             if can_trim_prompt_cache(cache):
                 trim_prompt_cache(cache, 1)
@@ -99,24 +39,11 @@ class Generator:
             return make_prompt_cache(self.model), list(tokens)
         return cache, list(rest)
 
-    def _token_logprob(self, token: int, logprob: float) -> TokenLogprob:
-        text = self.tokenizer.decode([token])
-        return TokenLogprob(text, tuple(text.encode()), logprob)
-
-    def _logprobs(self, token: int, logprobs: Any, k: int) -> Logprobs:
-        """The chosen token's log probability and the k most likely alternatives."""
-        chosen = self._token_logprob(token, float(logprobs[token].item()))
-        if k == 0:
-            return Logprobs(chosen)
-        best = mx.argpartition(-logprobs, k - 1)[:k]
-        ids: list[int] = best.tolist()  # type: ignore[assignment]
-        values: list[float] = logprobs[best].tolist()
-        ranked = sorted(zip(ids, values, strict=True), key=lambda p: -p[1])
-        return Logprobs(chosen, tuple(self._token_logprob(t, v) for t, v in ranked))
-
-
-def sampler(s: Sampling) -> Callable[[mx.array], mx.array]:
-    return make_sampler(temp=s.temperature, top_p=s.top_p, min_p=s.min_p, top_k=s.top_k)
+    def insert(self, namespace: str, tokens: list[int], cache: list[Any]) -> None:
+        """Keep `cache` for reuse, keyed by exactly the tokens it holds."""
+        held = getattr(cache[0], "offset", len(tokens)) if cache else 0
+        if held > 0:
+            self.lru.insert_cache(namespace, tokens[:held], cache)
 
 
 def logits_processors(s: Sampling) -> list[Any]:
@@ -126,3 +53,20 @@ def logits_processors(s: Sampling) -> list[Any]:
         presence_penalty=s.presence_penalty,
         frequency_penalty=s.frequency_penalty,
     )
+
+
+def _token_logprob(tokenizer: Any, token: int, logprob: float) -> TokenLogprob:
+    text = tokenizer.decode([token])
+    return TokenLogprob(text, tuple(text.encode()), logprob)
+
+
+def score(tokenizer: Any, token: int, logprobs: Any, k: int) -> Logprobs:
+    """The chosen token's log probability and the k most likely alternatives."""
+    chosen = _token_logprob(tokenizer, token, float(logprobs[token].item()))
+    if k == 0:
+        return Logprobs(chosen)
+    best = mx.argpartition(-logprobs, k - 1)[:k]
+    ids: list[int] = best.tolist()  # type: ignore[assignment]
+    values: list[float] = logprobs[best].tolist()
+    ranked = sorted(zip(ids, values, strict=True), key=lambda p: -p[1])
+    return Logprobs(chosen, tuple(_token_logprob(tokenizer, t, v) for t, v in ranked))

@@ -9,22 +9,25 @@ import threading
 from typing import Any
 
 from omni.engine.model_source import ModelSource
-from omni.engine.types import Failed, Job, Output
+from omni.engine.types import Job
 from omni.errors import ModelLoadError
 
 log = logging.getLogger(__name__)
 
 
 class MLXEngine:
-    """Runs jobs one at a time on a dedicated thread (omni.engine.generation does the work)."""
+    """Owns the model on a dedicated thread; jobs are decoded together by continuous batching
+    (omni.engine.batching)."""
 
     def __init__(
         self,
         source: ModelSource,
         prompt_cache_entries: int = 16,
         prompt_cache_bytes: int = 4 << 30,
+        max_batch: int = 32,
     ):
         self.source = source
+        self._max_batch = max_batch
         self._cache_limits = (prompt_cache_entries, prompt_cache_bytes)
         self.model_id = source.model_id
         self.context_length = 0
@@ -34,7 +37,7 @@ class MLXEngine:
         self._thread = threading.Thread(target=self._run, name="omni-engine", daemon=True)
         self._model: Any = None
         self._tokenizer: Any = None
-        self._generator: Any = None
+        self._scheduler: Any = None
 
     def start(self) -> None:
         """Load the model on the engine thread; raise ModelLoadError if it cannot be loaded."""
@@ -48,9 +51,11 @@ class MLXEngine:
 
         loaded = load(self.source.path)
         self._model, self._tokenizer = loaded[0], loaded[1]
-        from omni.engine.generation import Generator
+        from omni.engine.batching import BatchScheduler
+        from omni.engine.generation import PrefixCache
 
-        self._generator = Generator(self._model, self._tokenizer, *self._cache_limits)
+        cache = PrefixCache(self._model, *self._cache_limits)
+        self._scheduler = BatchScheduler(self._model, self._tokenizer, cache, self._max_batch)
         args = getattr(self._model, "args", None)
         self.context_length = int(getattr(args, "max_position_embeddings", None) or 4096)
 
@@ -64,9 +69,20 @@ class MLXEngine:
         return list(tokens)
 
     @property
+    def max_batch(self) -> int:
+        """How many jobs are decoded together; more wait, queued."""
+        return self._scheduler.max_batch if self._scheduler is not None else self._max_batch
+
+    @max_batch.setter
+    def max_batch(self, value: int) -> None:
+        self._max_batch = value
+        if self._scheduler is not None:
+            self._scheduler.max_batch = value
+
+    @property
     def generations(self) -> int:
         """Jobs that reached the model (tests check single flight with it)."""
-        return self._generator.generations if self._loaded.is_set() and self._generator else 0
+        return self._scheduler.generations if self._scheduler is not None else 0
 
     def encode(self, text: str) -> list[int]:
         """Prompt tokens for raw text (legacy completions): no chat template."""
@@ -89,14 +105,4 @@ class MLXEngine:
             self._loaded.set()
             return
         self._loaded.set()
-        while (item := self._jobs.get()) is not None:
-            job, loop = item
-
-            def emit(out: Output, _job: Job = job, _loop: asyncio.AbstractEventLoop = loop) -> None:
-                _loop.call_soon_threadsafe(_job.outputs.put_nowait, out)
-
-            try:
-                self._generator.run(job, emit)
-            except Exception as exc:  # errors travel as values
-                log.exception("generation failed")
-                emit(Failed(f"generation failed: {exc}"))
+        self._scheduler.run(self._jobs)

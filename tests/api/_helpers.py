@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -136,3 +137,14 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 5.0, interval: floa
             return True
         time.sleep(interval)
     return predicate()
+
+
+@contextmanager
+def one_at_a_time(server) -> Iterator[None]:  # type: ignore[no-untyped-def]
+    """Decode one job at a time, so a second job really waits in the queue."""
+    engine = server.state.engine
+    before, engine.max_batch = engine.max_batch, 1
+    try:
+        yield
+    finally:
+        engine.max_batch = before

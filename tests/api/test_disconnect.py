@@ -17,6 +17,7 @@ from tests.api._helpers import (
     TERMINAL,
     Frame,
     capture,
+    one_at_a_time,
     parse_frames,
     read_log,
     wait_for,
@@ -172,29 +173,30 @@ def test_foreground_disconnect_while_waiting_for_the_engine(
 ) -> None:  # type: ignore[no-untyped-def]
     """The engine is busy; a foreground stream waiting for it is dropped: it ends
     cancelled at once (no output tokens) and the engine never runs it."""
-    generations = server.state.engine.generations
-    busy = client.responses.create(model=MODEL, background=True, **LONG_RUN).id  # type: ignore[arg-type]
-    cleanup.append(busy)
-    assert wait_for(lambda: n_deltas(server, busy) >= 1, timeout=5)
+    with one_at_a_time(server):
+        generations = server.state.engine.generations
+        busy = client.responses.create(model=MODEL, background=True, **LONG_RUN).id  # type: ignore[arg-type]
+        cleanup.append(busy)
+        assert wait_for(lambda: n_deltas(server, busy) >= 1, timeout=5)
 
-    buf = b""
-    with httpx.Client(base_url=server.base_url, timeout=10) as h:
-        body = {"model": MODEL, "stream": True, **LONG_RUN}
-        with h.stream("POST", "/v1/responses", json=body) as res:
-            for chunk in res.iter_raw():
-                buf += chunk
-                if buf.count(b"\n\n") >= 2:  # created, in_progress
-                    break
-    rid = parse_frames(buf[: buf.rfind(b"\n\n") + 2])[0].data["response"]["id"]
-    cleanup.append(rid)
-    assert wait_for(lambda: is_finished(server, rid), timeout=1.0), "not ended while queued"
-    assert not is_finished(server, busy)
-    final = check_cancelled_log(server, rid)
-    assert final["usage"]["output_tokens"] == 0
+        buf = b""
+        with httpx.Client(base_url=server.base_url, timeout=10) as h:
+            body = {"model": MODEL, "stream": True, **LONG_RUN}
+            with h.stream("POST", "/v1/responses", json=body) as res:
+                for chunk in res.iter_raw():
+                    buf += chunk
+                    if buf.count(b"\n\n") >= 2:  # created, in_progress
+                        break
+        rid = parse_frames(buf[: buf.rfind(b"\n\n") + 2])[0].data["response"]["id"]
+        cleanup.append(rid)
+        assert wait_for(lambda: is_finished(server, rid), timeout=1.0), "not ended while queued"
+        assert not is_finished(server, busy)
+        final = check_cancelled_log(server, rid)
+        assert final["usage"]["output_tokens"] == 0
 
-    client.responses.cancel(busy)
-    client.responses.create(model=MODEL, input="after", max_output_tokens=2)
-    assert server.state.engine.generations == generations + 2  # busy + after only
+        client.responses.cancel(busy)
+        client.responses.create(model=MODEL, input="after", max_output_tokens=2)
+        assert server.state.engine.generations == generations + 2  # busy + after only
 
 
 def test_foreground_non_stream_client_gone_cancels(server, cleanup) -> None:  # type: ignore[no-untyped-def]

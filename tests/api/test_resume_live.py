@@ -21,6 +21,7 @@ from tests.api._helpers import (
     TERMINAL,
     Frame,
     capture,
+    one_at_a_time,
     parse_frames,
     read_log,
     strip_keepalives,
@@ -174,48 +175,49 @@ def test_resume_running_at_several_points(server, cleanup) -> None:  # type: ign
 def test_resume_queued_sends_keepalives_first(client: OpenAI, server, cleanup) -> None:  # type: ignore[no-untyped-def]
     """A resume of a queued response waits, sending `: keep-alive` comments (keepalive is
     1 s here), until the engine reaches it; then the events follow, none missing."""
-    busy = client.responses.create(model=MODEL, background=True, **LONG_RUN).id
-    cleanup.append(busy)
-    assert wait_for(lambda: n_deltas(server, busy) >= 1, timeout=5)
-    queued = client.responses.create(
-        model=MODEL, input="waiting", background=True, max_output_tokens=20
-    ).id
-    cleanup.append(queued)
-    assert client.responses.retrieve(queued).status == "queued"
-    assert last_seq(server, queued) == 1  # created, queued
+    with one_at_a_time(server):
+        busy = client.responses.create(model=MODEL, background=True, **LONG_RUN).id
+        cleanup.append(busy)
+        assert wait_for(lambda: n_deltas(server, busy) >= 1, timeout=5)
+        queued = client.responses.create(
+            model=MODEL, input="waiting", background=True, max_output_tokens=20
+        ).id
+        cleanup.append(queued)
+        assert client.responses.retrieve(queued).status == "queued"
+        assert last_seq(server, queued) == 1  # created, queued
 
-    after_queued = resume(server, queued, 1)
-    from_start = resume(server, queued)
-    by_header = resume(server, queued, headers={"last-event-id": "0"})
-    time.sleep(2.5)
-    assert client.responses.retrieve(queued).status == "queued"
-    client.responses.cancel(busy)
-    assert wait_for(lambda: is_finished(server, queued), timeout=5)
-    replay = full_replay(server, queued)
-    frames = parse_frames(replay)
-    assert [f.event for f in frames[:3]] == [
-        "response.created",
-        "response.queued",
-        "response.in_progress",
-    ]
+        after_queued = resume(server, queued, 1)
+        from_start = resume(server, queued)
+        by_header = resume(server, queued, headers={"last-event-id": "0"})
+        time.sleep(2.5)
+        assert client.responses.retrieve(queued).status == "queued"
+        client.responses.cancel(busy)
+        assert wait_for(lambda: is_finished(server, queued), timeout=5)
+        replay = full_replay(server, queued)
+        frames = parse_frames(replay)
+        assert [f.event for f in frames[:3]] == [
+            "response.created",
+            "response.queued",
+            "response.in_progress",
+        ]
 
-    raw = after_queued.result()
-    assert raw.startswith(KEEPALIVE + KEEPALIVE), raw[:80]
-    first = raw.replace(KEEPALIVE, b"", 1)
-    assert strip_keepalives(raw) == b"".join(f.raw for f in frames if f.seq > 1)
-    assert parse_frames(strip_keepalives(first))[0].event == "response.in_progress"
-    # The keep-alives came while nothing else did, about a second apart.
-    times = [t for t, c in after_queued.chunks if c == KEEPALIVE]
-    assert len(times) >= 2 and times[1] - times[0] > 0.5
+        raw = after_queued.result()
+        assert raw.startswith(KEEPALIVE + KEEPALIVE), raw[:80]
+        first = raw.replace(KEEPALIVE, b"", 1)
+        assert strip_keepalives(raw) == b"".join(f.raw for f in frames if f.seq > 1)
+        assert parse_frames(strip_keepalives(first))[0].event == "response.in_progress"
+        # The keep-alives came while nothing else did, about a second apart.
+        times = [t for t, c in after_queued.chunks if c == KEEPALIVE]
+        assert len(times) >= 2 and times[1] - times[0] > 0.5
 
-    raw = from_start.result()
-    head = frames[0].raw + frames[1].raw
-    assert raw.startswith(head + KEEPALIVE), raw[:600]
-    assert strip_keepalives(raw) == replay
+        raw = from_start.result()
+        head = frames[0].raw + frames[1].raw
+        assert raw.startswith(head + KEEPALIVE), raw[:600]
+        assert strip_keepalives(raw) == replay
 
-    raw = by_header.result()
-    assert raw.startswith(frames[1].raw + KEEPALIVE), raw[:600]
-    assert strip_keepalives(raw) == b"".join(f.raw for f in frames if f.seq > 0)
+        raw = by_header.result()
+        assert raw.startswith(frames[1].raw + KEEPALIVE), raw[:600]
+        assert strip_keepalives(raw) == b"".join(f.raw for f in frames if f.seq > 0)
 
 
 def test_last_event_id_resumes_a_running_response(client: OpenAI, server, cleanup) -> None:  # type: ignore[no-untyped-def]
