@@ -64,6 +64,31 @@ def parser() -> argparse.ArgumentParser:
         help="seconds a replay-cache entry stays valid",
     )
 
+    serve.add_argument(
+        "--max-batch-size",
+        type=int,
+        default=int(_env("MAX_BATCH_SIZE", "32") or 32),
+        help="requests decoded together (continuous batching)",
+    )
+    serve.add_argument(
+        "--max-queued",
+        type=int,
+        default=int(_env("MAX_QUEUED", "256") or 256),
+        help="requests allowed to wait for the model; beyond: 429 with retry-after",
+    )
+    serve.add_argument(
+        "--prompt-cache-entries",
+        type=int,
+        default=int(_env("PROMPT_CACHE_ENTRIES", "16") or 16),
+        help="KV caches of recent prompts kept for prefix reuse",
+    )
+    serve.add_argument(
+        "--prompt-cache-gb",
+        type=float,
+        default=float(_env("PROMPT_CACHE_GB", "4") or 4),
+        help="memory bound of the prefix (KV) cache",
+    )
+
     dbp = sub.add_parser("db", help="database maintenance")
     dbsub = dbp.add_subparsers(dest="db_command", required=True)
     up = dbsub.add_parser("upgrade", help="apply the schema migrations")
@@ -98,7 +123,12 @@ def serve(args: argparse.Namespace) -> None:
 
     source = resolve_model(args.model, omni_home(), progress)
     progress(f"loading model {source.model_id} from {source.path}")
-    engine = MLXEngine(source)
+    engine = MLXEngine(
+        source,
+        prompt_cache_entries=args.prompt_cache_entries,
+        prompt_cache_bytes=int(args.prompt_cache_gb * (1 << 30)),
+        max_batch=args.max_batch_size,
+    )
     engine.start()
     aliases = frozenset(a for a in (args.model, source.path) if a)
     settings = Settings(
@@ -108,6 +138,7 @@ def serve(args: argparse.Namespace) -> None:
         cache=not args.no_cache,
         cache_max_entries=args.cache_max_entries,
         cache_max_age_s=args.cache_max_age,
+        max_queued=args.max_queued,
     )
     app = create_app(settings, engine)
 

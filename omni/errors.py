@@ -59,3 +59,12 @@ class SeqConflict(StoreError):
 
     status = 409
     code = "conflict"
+
+
+class Overloaded(OmniError):
+    """Too many requests are waiting for the engine: come back later (429 + retry-after)."""
+
+    status = 429
+    type = "rate_limit_error"
+    code: str | None = "rate_limit_exceeded"
+    retry_after = 1

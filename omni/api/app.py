@@ -30,6 +30,7 @@ class Settings:
     cache: bool = True
     cache_max_entries: int = 1024
     cache_max_age_s: float = 86400.0
+    max_queued: int = 256
 
 
 @dataclass
@@ -78,7 +79,13 @@ def create_app(settings: Settings, engine: Engine) -> Quart:
         appender = Appender(store, notifier)
         appender.start()
         service = ResponsesService(
-            store, appender, notifier, engine, settings.model_aliases, settings.keepalive
+            store,
+            appender,
+            notifier,
+            engine,
+            settings.model_aliases,
+            settings.keepalive,
+            settings.max_queued,
         )
         completions = CompletionsService(
             store, appender, notifier, engine, service.runs, settings.keepalive, settings.cache

@@ -15,6 +15,8 @@ log = logging.getLogger(__name__)
 def error_response(exc: OmniError) -> Response:
     response = jsonify(exc.body())
     response.status_code = exc.status
+    if exc.status == 429:
+        response.headers["retry-after"] = str(getattr(exc, "retry_after", 1))
     if exc.status >= 500:
         # The SDK retries 5xx twice; a failed generation must not run three times.
         response.headers["x-should-retry"] = "false"

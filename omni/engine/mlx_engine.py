@@ -80,6 +80,12 @@ class MLXEngine:
             self._scheduler.max_batch = value
 
     @property
+    def queued(self) -> int:
+        """Jobs submitted but not yet decoding."""
+        waiting = len(self._scheduler.waiting) if self._scheduler is not None else 0
+        return self._jobs.qsize() + waiting
+
+    @property
     def generations(self) -> int:
         """Jobs that reached the model (tests check single flight with it)."""
         return self._scheduler.generations if self._scheduler is not None else 0

@@ -80,6 +80,7 @@ class CompletionsService:
         self, body: ChatCompletionCreate, bypass_cache: bool = False
     ) -> tuple[str, bool]:
         """Start (or replay) a chat completion; returns its id and whether it is a cache hit."""
+        self.runs.check_capacity()
         messages = merge_system(
             [{**m.model_dump(exclude_none=True), "content": m.text()} for m in body.messages]
         )
@@ -107,6 +108,7 @@ class CompletionsService:
         return cid, False
 
     async def create_text(self, body: CompletionCreate) -> str:
+        self.runs.check_capacity()
         prompt = self._check_length(self.engine.encode(body.prompt))  # type: ignore[arg-type]
         cid = new_id("cmpl").replace("cmpl_", "cmpl-")
         recorder = ChunkRecorder(

@@ -40,6 +40,7 @@ class ResponsesService:
         engine: Engine,
         model_aliases: frozenset[str] = frozenset(),
         keepalive: float = 15.0,
+        max_queued: int = 256,
     ):
         self.store = store
         self.appender = appender
@@ -47,7 +48,7 @@ class ResponsesService:
         self.engine = engine
         self.model_aliases = model_aliases | {engine.model_id}
         self.keepalive = keepalive
-        self.runs = Runs(engine, store, appender, notifier)
+        self.runs = Runs(engine, store, appender, notifier, max_queued)
 
     # --- commands -------------------------------------------------------------
 
@@ -64,6 +65,7 @@ class ResponsesService:
         then the generation runs on its own, recorded whoever listens. Returns the
         response as created."""
         self.check_model(body.model)
+        self.runs.check_capacity()
         if body.conversation is not None:
             raise InvalidRequest("The conversations API is not supported.", param="conversation")
         if body.background and not body.store:
@@ -76,7 +78,7 @@ class ResponsesService:
         if not items and not history:
             raise InvalidRequest("`input` is required.", param="input")
         tools = function_tools(body)
-        prompt = render_prompt(self.engine, body.instructions, history + items, tools)
+        prompt = self._fit(body, history + items, tools)
         wants_logprobs = "message.output_text.logprobs" in (body.include or [])
         sampling = Sampling(
             temperature=1.0 if body.temperature is None else body.temperature,
@@ -106,6 +108,20 @@ class ResponsesService:
         job = Job(prompt, sampling, cache_namespace=body.prompt_cache_key or "")
         self.runs.start(Run(response_id, recorder, job, body.store, body.background))
         return response  # as response.created carries it (status queued or in_progress)
+
+    def _fit(
+        self, body: ResponseCreate, items: list[dict[str, Any]], tools: list[dict[str, Any]]
+    ) -> list[int]:
+        """The prompt; with truncation "auto", the oldest items go until it fits the context."""
+        while True:
+            try:
+                return render_prompt(self.engine, body.instructions, items, tools)
+            except InvalidRequest as exc:
+                if body.truncation != "auto" or exc.code != "context_length_exceeded":
+                    raise
+                if len(items) <= 1:
+                    raise
+                items = items[1:]
 
     async def cancel(self, response_id: str) -> dict[str, Any]:
         """Cancel a background response; a finished one is returned unchanged."""

@@ -14,6 +14,7 @@ from typing import Any
 from omni.engine.chat_recorder import USAGE, ChunkRecorder
 from omni.engine.recorder import ResponseRecorder
 from omni.engine.types import Delta, Engine, Finished, Job, Output
+from omni.errors import Overloaded
 from omni.events import Append, Appender, CacheEntry, EventStore, NewEvent, Notifier
 from omni.service.streams import TOKENS, dumps, request_stream, tokens_stream
 
@@ -48,13 +49,30 @@ class Run:
 class Runs:
     """The generations in flight in this process, by response id."""
 
-    def __init__(self, engine: Engine, store: EventStore, appender: Appender, notifier: Notifier):
+    def __init__(
+        self,
+        engine: Engine,
+        store: EventStore,
+        appender: Appender,
+        notifier: Notifier,
+        max_queued: int = 256,
+    ):
         self.engine = engine
+        self.max_queued = max_queued
         self.store = store
         self.appender = appender
         self.notifier = notifier
         self._runs: dict[str, Run] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+
+    def check_capacity(self) -> None:
+        """Refuse new work (429) while too many jobs already wait for the engine."""
+        waiting = int(getattr(self.engine, "queued", 0))
+        if waiting >= self.max_queued:
+            raise Overloaded(
+                f"{waiting} requests are waiting for the model (limit {self.max_queued}); "
+                "retry shortly."
+            )
 
     def start(self, run: Run) -> None:
         self._runs[run.stream_id] = run
