@@ -8,6 +8,7 @@ hand-off, not one per token.
 from __future__ import annotations
 
 import asyncio
+import logging
 import queue
 from collections import defaultdict, deque
 from collections.abc import Callable
@@ -21,7 +22,7 @@ from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p, make_samp
 from omni.engine.generation import PrefixCache, logits_processors, score
 from omni.engine.types import Delta, Failed, Finished, Job, Output, Sampling, Started
 
-Hand = Callable[[list[tuple[Job, Output]]], None]
+log = logging.getLogger(__name__)
 
 
 @dataclass(eq=False)
@@ -68,7 +69,12 @@ class BatchScheduler:
                 pass
             # Jobs beyond the batch size wait here, still `queued` (and cancellable as such).
             while self.waiting and len(self.slots) < self.max_batch:
-                self._admit(*self.waiting.popleft())
+                job, loop = self.waiting.popleft()
+                try:
+                    self._admit(job, loop)
+                except Exception as exc:  # one bad request must not stop the engine
+                    log.exception("could not start a generation")
+                    self._deliver(loop, [(job, Failed(f"generation failed: {exc}"))])
             self._cancel_stopped()
             if self.slots:
                 try:
@@ -184,7 +190,7 @@ class BatchScheduler:
 
 def seeded_sampler(s: Sampling) -> Callable[[mx.array], mx.array]:
     """Sampling with a random stream of its own, derived from the request's seed."""
-    key = mx.random.key(s.seed or 0)
+    key = mx.random.key((s.seed or 0) % (1 << 63))  # any integer seed, negative too
 
     def sample(logprobs: mx.array) -> mx.array:
         nonlocal key
