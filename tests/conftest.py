@@ -11,8 +11,8 @@ import pytest
 from omni.api.app import Settings
 from omni.engine.mlx_engine import MLXEngine
 from omni.engine.model_source import ModelSource
-from tests.server import ServerThread
 from omni.engine.tiny import build_tiny_llama
+from tests.server import ServerThread
 
 TINY_ID = "tiny-llama"
 

@@ -41,6 +41,7 @@ class CacheEntry:
 
     key: str
     completion_id: str
+    created_at: int | None = None  # unix ms it finished; None: now
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,7 +193,10 @@ class EventStore:
         ]
 
     async def _index(self, conn: Any, cache: Sequence[CacheEntry], now: int) -> None:
-        rows = [{"key": c.key, "completion_id": c.completion_id, "created_at": now} for c in cache]
+        rows = [
+            {"key": c.key, "completion_id": c.completion_id, "created_at": c.created_at or now}
+            for c in cache
+        ]
         await conn.execute(chat_cache.insert().prefix_with("OR REPLACE"), rows)
         cutoff = now - self.cache_max_age_ms
         await conn.execute(chat_cache.delete().where(chat_cache.c.created_at < cutoff))
@@ -211,6 +215,16 @@ class EventStore:
         )
         rows = await self._fetch(query)
         return str(rows[0][0]) if rows else None
+
+    async def cache_forget(self, completion_id: str) -> None:
+        writer = self._open(self._writer)
+        try:
+            async with writer.begin() as conn:
+                await conn.execute(
+                    chat_cache.delete().where(chat_cache.c.completion_id == completion_id)
+                )
+        except SQLAlchemyError as exc:
+            raise StoreError(f"cache update failed: {_reason(exc)}") from exc
 
     async def cache_size(self) -> int:
         return int((await self._fetch(select(func.count()).select_from(chat_cache)))[0][0])

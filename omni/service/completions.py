@@ -29,7 +29,7 @@ from omni.projections.completions import fold_chat, fold_text
 from omni.projections.messages import merge_system
 from omni.schemas.chat import ChatCompletionCreate, CompletionCreate
 from omni.service.runs import Run, Runs
-from omni.service.streams import ACCEPTED, dumps, request_stream
+from omni.service.streams import ACCEPTED, COMPLETION_DELETED, dumps, request_stream
 
 MIRROR_PAGE = 512
 
@@ -86,11 +86,42 @@ class CompletionsService:
         )
         prompt = self._check_length(self.engine.render(messages, body.tools or []))
         key = cache_key(self.engine.model_id, body) if self.cache else None
-        if key is not None and not bypass_cache:
-            original = self._inflight.get(key) or await self.store.cache_lookup(key)
-            if original is not None:
-                return await self._mirror(original, body, key), True
         cid = new_id("chatcmpl").replace("chatcmpl_", "chatcmpl-")
+        if key is None or bypass_cache:
+            await self._generate(cid, body, prompt, key)
+            return cid, False
+        leader = self._leader(key)
+        if leader is not None:  # single flight: follow the identical request under way
+            await self._mirror(leader, cid, body, key)
+            return cid, True
+        self._inflight[key] = cid  # reserved before any await: concurrent twins follow us
+        try:
+            original = await self.store.cache_lookup(key)
+            if original is not None:
+                await self._mirror(original, cid, body, key)
+                return cid, True
+            await self._generate(cid, body, prompt, key)
+            return cid, False
+        except BaseException:
+            self._release(cid)
+            raise
+
+    def _leader(self, key: str) -> str | None:
+        """The completion answering this key right now, unless it is being cancelled."""
+        cid = self._inflight.get(key)
+        run = self.runs.get(cid) if cid is not None else None
+        if run is not None and run.job.stop.is_set():
+            return None
+        return cid
+
+    def _release(self, cid: str) -> None:
+        """Twins must no longer follow `cid` (it ended, or will not end well)."""
+        for key in [k for k, v in self._inflight.items() if v == cid]:
+            del self._inflight[key]
+
+    async def _generate(
+        self, cid: str, body: ChatCompletionCreate, prompt: list[int], key: str | None
+    ) -> None:
         logprobs = body.top_logprobs if body.logprobs else None
         if body.logprobs and logprobs is None:
             logprobs = 0
@@ -100,12 +131,11 @@ class CompletionsService:
             body.model or self.engine.model_id,
             int(time.time()),
             stops=body.stop,
-            logprobs=body.logprobs,  # type: ignore[arg-type]
+            logprobs=body.logprobs,
         )
         limit = body.limit or max(1, self.engine.context_length - len(prompt))
         sampling = self._sampling(body, limit, logprobs)
         await self._start(cid, "chat", body, recorder, prompt, sampling, key)
-        return cid, False
 
     async def create_text(self, body: CompletionCreate) -> str:
         self.runs.check_capacity()
@@ -165,23 +195,13 @@ class CompletionsService:
             Append(request_stream(cid), 0, [NewEvent(ACCEPTED, dumps(request))]),
             Append(cid, 0, opening),
         )
-        if key is not None:
-            self._inflight[key] = cid
-        self.runs.start(Run(cid, recorder, Job(prompt, sampling), cache_key=key))
-        if key is not None:
-            self._track(self._forget_when_done(key, cid))
+        run = Run(cid, recorder, Job(prompt, sampling), cache_key=key)
+        run.on_done = lambda: self._release(cid)  # failed or cancelled ones must not be followed
+        self.runs.start(run)
 
-    async def _forget_when_done(self, key: str, cid: str) -> None:
-        async for event in self.events(cid):
-            if event is not None and is_end(event):
-                break
-        if self._inflight.get(key) == cid:
-            del self._inflight[key]
-
-    async def _mirror(self, original: str, body: ChatCompletionCreate, key: str) -> str:
-        """A new completion whose chunks are the original's, under a new id: at once for a
+    async def _mirror(self, original: str, cid: str, body: ChatCompletionCreate, key: str) -> None:
+        """Completion `cid` gets the original's chunks under its own id: at once for a
         finished original (a cache hit), live for one still generating (single flight)."""
-        cid = new_id("chatcmpl").replace("chatcmpl_", "chatcmpl-")
         request = {
             "kind": "chat",
             "body": body.model_dump(mode="json"),
@@ -195,7 +215,6 @@ class CompletionsService:
         if run is not None:
             run.mirrors += 1  # its own client leaving must not cut us off
         self._track(self._copy(original, cid, run))
-        return cid
 
     async def _copy(self, original: str, cid: str, run: Run | None) -> None:
         old, new = f'"id":"{original}"', f'"id":"{cid}"'
@@ -216,6 +235,7 @@ class CompletionsService:
         finally:
             if run is not None:
                 run.mirrors -= 1
+            self._release(cid)
 
     def _track(self, coro: Any) -> None:
         task = asyncio.create_task(coro)
@@ -225,23 +245,27 @@ class CompletionsService:
     async def rebuild_cache(self) -> int:
         """Rebuild the replay-cache index from the log: every finished, generated (not copied)
         deterministic completion, the newest per key. Returns the number of entries."""
-        newest: dict[str, str] = {}
+        newest: dict[str, CacheEntry] = {}
+        deleted = {e.stream_id for e in await self.store.by_type(COMPLETION_DELETED)}
         for event in await self.store.by_type(ACCEPTED):
             if not event.stream_id.startswith("chatcmpl-"):
                 continue
             request = json.loads(event.data)
-            if request.get("key") is None or "mirror_of" in request:
+            if request.get("key") is None or "mirror_of" in request or event.stream_id in deleted:
                 continue
             cid = event.stream_id.removesuffix("/request")
             last = await self.store.last(cid)
             if last is not None and last.type == USAGE["chat"]:
-                newest[request["key"]] = cid
-        entries = [CacheEntry(key, cid) for key, cid in newest.items()]
-        await self.store.cache_rebuild(entries)
+                # Stamped when it finished, so entries past the age bound stay expired.
+                newest[request["key"]] = CacheEntry(request["key"], cid, last.created_at)
+        await self.store.cache_rebuild(list(newest.values()))
         return await self.store.cache_size()
 
     def cancel_running(self, cid: str) -> None:
         self.runs.cancel(cid, unless_mirrored=True)
+        run = self.runs.get(cid)
+        if run is None or run.job.stop.is_set():
+            self._release(cid)
 
     async def close(self) -> None:
         for task in self._tasks:

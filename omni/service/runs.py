@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +35,7 @@ class Run:
     tokens_seq: int = 0  # next seq of <stream>/tokens (background runs record their tokens)
     cache_key: str | None = None  # index the completion in the replay cache if it ends well
     mirrors: int = 0  # single-flight followers: while any, a disconnect does not cancel
+    on_done: Callable[[], None] | None = None  # called once the recorder has ended it
     # store:false runs: set once the creating client has read all it wanted.
     released: asyncio.Event = field(default_factory=asyncio.Event)
     next_seq: int = field(init=False)
@@ -119,6 +121,8 @@ class Runs:
                 if getattr(recorder, "wants_stop", False):
                     run.job.cancel()  # a stop sequence: no need to generate further
                 if recorder.done:
+                    if run.on_done is not None:
+                        run.on_done()
                     await self.appender.append(*appends, cache=cache)
                 elif appends:
                     self.appender.submit(*appends)

@@ -13,10 +13,13 @@ from omni.errors import InvalidRequest, NotFound
 from omni.events import Append, Appender, EventStore, NewEvent
 from omni.projections.completions import fold_chat
 from omni.projections.input_items import page_items
-from omni.service.streams import ACCEPTED, dumps, request_stream
-
-METADATA_UPDATED = "omni.completion.metadata_updated"
-COMPLETION_DELETED = "omni.completion.deleted"
+from omni.service.streams import (
+    ACCEPTED,
+    COMPLETION_DELETED,
+    METADATA_UPDATED,
+    dumps,
+    request_stream,
+)
 
 
 class StoredCompletions:

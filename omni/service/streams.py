@@ -17,6 +17,8 @@ ACCEPTED = "omni.request.accepted"
 CANCEL_REQUESTED = "omni.response.cancel_requested"
 DELETED = "omni.response.deleted"
 TOKENS = "omni.tokens"
+METADATA_UPDATED = "omni.completion.metadata_updated"
+COMPLETION_DELETED = "omni.completion.deleted"
 
 
 def dumps(value: Any) -> str:
