@@ -19,7 +19,7 @@ import mlx.core as mx
 from mlx_lm.generate import BatchGenerator
 from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p, make_sampler
 
-from omni.engine.generation import PrefixCache, logits_processors, score
+from omni.engine.generation import PrefixCache, Scorer, logits_processors
 from omni.engine.types import Delta, Failed, Finished, Job, Output, Sampling, Started
 
 log = logging.getLogger(__name__)
@@ -43,6 +43,7 @@ class BatchScheduler:
         self.model = model
         self.tokenizer = tokenizer
         self.cache = cache
+        self.scorer = Scorer(tokenizer)
         self.generations = 0
         eos = sorted(tokenizer.eos_token_ids)
         self.batch = BatchGenerator(
@@ -68,6 +69,7 @@ class BatchScheduler:
             except queue.Empty:
                 pass
             # Jobs beyond the batch size wait here, still `queued` (and cancellable as such).
+            self._drop_cancelled_waiting()
             while self.waiting and len(self.slots) < self.max_batch:
                 job, loop = self.waiting.popleft()
                 try:
@@ -82,6 +84,14 @@ class BatchScheduler:
                 except Exception as exc:  # errors travel as values; the batch starts over
                     self._fail_all(f"generation failed: {exc}")
             self._hand_over()
+
+    def _drop_cancelled_waiting(self) -> None:
+        """A job cancelled while it waited leaves the queue at once (its place frees)."""
+        if any(job.stop.is_set() for job, _ in self.waiting):
+            for job, loop in [w for w in self.waiting if w[0].stop.is_set()]:
+                end = Finished("cancelled", len(job.prompt), len(job.resume_tokens))
+                self._deliver(loop, [(job, end)])  # ignored if the service already ended it
+            self.waiting = deque(w for w in self.waiting if not w[0].stop.is_set())
 
     def _admit(self, job: Job, loop: asyncio.AbstractEventLoop) -> None:
         done = len(job.resume_tokens)
@@ -105,6 +115,8 @@ class BatchScheduler:
             [rest],
             max_tokens=[remaining],
             caches=[cache],
+            # What the cache already holds: penalties must see the same history either way.
+            all_tokens=[fed[: len(fed) - len(rest)]],
             samplers=[self._sampler(s)],
             logits_processors=[logits_processors(s)],
         )
@@ -134,9 +146,7 @@ class BatchScheduler:
             slot.fed.append(token)
             slot.done += 1
             slot.detokenizer.add_token(token)
-            scored = (
-                None if s.logprobs is None else score(self.tokenizer, token, r.logprobs, s.logprobs)
-            )
+            scored = None if s.logprobs is None else self.scorer(token, r.logprobs, s.logprobs)
             slot.outputs.append(Delta(slot.detokenizer.last_segment, token, scored))
             if r.finish_reason == "length":
                 self._finish(r.uid, "length", r.prompt_cache)
@@ -185,7 +195,10 @@ class BatchScheduler:
             for job, out in items:
                 job.outputs.put_nowait(out)
 
-        loop.call_soon_threadsafe(put)
+        try:
+            loop.call_soon_threadsafe(put)
+        except RuntimeError:  # that event loop is closed: nobody is left to read it
+            pass
 
 
 def seeded_sampler(s: Sampling) -> Callable[[mx.array], mx.array]:

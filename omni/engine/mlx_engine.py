@@ -82,7 +82,11 @@ class MLXEngine:
     @property
     def queued(self) -> int:
         """Jobs submitted but not yet decoding."""
-        waiting = len(self._scheduler.waiting) if self._scheduler is not None else 0
+        waiting = (
+            sum(not job.stop.is_set() for job, _ in list(self._scheduler.waiting))
+            if self._scheduler is not None
+            else 0
+        )
         return self._jobs.qsize() + waiting
 
     @property

@@ -95,6 +95,7 @@ class ChatCompletionCreate(_Sampling):
     parallel_tool_calls: bool | None = None
     metadata: dict[str, str] | None = None
     store: bool = False
+    prompt_cache_key: str | None = None
 
     @field_validator("response_format")
     @classmethod

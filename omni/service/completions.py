@@ -195,7 +195,8 @@ class CompletionsService:
             Append(request_stream(cid), 0, [NewEvent(ACCEPTED, dumps(request))]),
             Append(cid, 0, opening),
         )
-        run = Run(cid, recorder, Job(prompt, sampling), cache_key=key)
+        namespace = getattr(body, "prompt_cache_key", None) or ""
+        run = Run(cid, recorder, Job(prompt, sampling, cache_namespace=namespace), cache_key=key)
         run.on_done = lambda: self._release(cid)  # failed or cancelled ones must not be followed
         self.runs.start(run)
 

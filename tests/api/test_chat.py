@@ -325,7 +325,7 @@ def test_logprobs_and_top_logprobs(client: OpenAI) -> None:
     assert len(logprobs.content) == completion.usage.completion_tokens  # one per token
     for entry in logprobs.content:
         assert entry.logprob <= 0
-        assert entry.bytes == list(entry.token.encode())
+        assert bytes(entry.bytes).decode("utf-8", "replace") == entry.token  # exact bytes
         assert len(entry.top_logprobs) == 3
         values = [t.logprob for t in entry.top_logprobs]
         assert values == sorted(values, reverse=True)
