@@ -1,8 +1,15 @@
-"""Single-stream overhead: a streamed /v1/responses call against raw mlx_lm.stream_generate.
+"""Single-stream overhead: streamed /v1/responses and streamed /v1/chat/completions against raw
+mlx_lm.stream_generate.
 
 Same model, prompt, greedy sampling and length, measured in one run:
-    python bench/overhead.py [--model PATH_OR_ID] [--tokens 64] [--runs 3]
-Prints a table with the server/raw ratios and writes bench/out/overhead.json.
+    python bench/overhead.py [--model PATH_OR_ID] [--tokens 64] [--runs 3] [--prefix-cache]
+`omni serve` runs as a subprocess on a temp db; raw mlx-lm runs in-process after it stopped.
+The server's prefix (KV) cache is off by default (`--prompt-cache-entries 0`): every run sends
+the same prompt, and a cached prefix would make the server's time to first token a cache hit
+while raw mlx-lm starts cold each time. Chat requests carry `Cache-Control: no-cache` so the
+replay cache does not answer them. Decode tok/s is (tokens - 1) / (last delta - first delta).
+Prints a table with the server/raw ratios of decode tok/s and the TTFT differences in ms, and
+writes bench/out/overhead.json and bench/out/overhead.png.
 """
 
 from __future__ import annotations
@@ -20,7 +27,12 @@ from pathlib import Path
 
 import httpx
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _plot import Bars, save  # noqa: E402
+
 PROMPT = "Write a short story about a lighthouse keeper and a storm."
+NO_CACHE = {"Cache-Control": "no-cache"}
 
 
 def free_port() -> int:
@@ -37,6 +49,8 @@ def raw_run(model_path: str, tokens: int) -> dict[str, float]:
     prompt = tokenizer.apply_chat_template(
         [{"role": "user", "content": PROMPT}], add_generation_prompt=True, tokenize=True
     )
+    if isinstance(prompt, dict) or hasattr(prompt, "input_ids"):
+        prompt = prompt["input_ids"]
     sampler = make_sampler(temp=0.0)
 
     def once() -> dict[str, float]:
@@ -49,13 +63,18 @@ def raw_run(model_path: str, tokens: int) -> dict[str, float]:
                 first = now
             last = now
             n = resp.generation_tokens
-        return {"ttft_s": first - start, "tokens": n, "decode_tps": (n - 1) / (last - first)}
+        return {
+            "ttft_s": first - start,
+            "tokens": n,
+            "decode_tps": decode_tps(n, first, last),
+            "cached_tokens": 0,
+        }
 
     once()  # warm-up
     return _median([once() for _ in range(ARGS.runs)])
 
 
-def server_run(base_url: str, model_id: str, tokens: int) -> dict[str, float]:
+def responses_run(base_url: str, model_id: str, tokens: int) -> dict[str, float]:
     body = {
         "model": model_id,
         "input": PROMPT,
@@ -67,8 +86,9 @@ def server_run(base_url: str, model_id: str, tokens: int) -> dict[str, float]:
     def once() -> dict[str, float]:
         start = time.perf_counter()
         first = last = 0.0
-        n = 0
+        n = cached = 0
         with httpx.stream("POST", f"{base_url}/v1/responses", json=body, timeout=600) as resp:
+            resp.raise_for_status()
             for line in resp.iter_lines():
                 if not line.startswith("data: "):
                     continue
@@ -78,15 +98,101 @@ def server_run(base_url: str, model_id: str, tokens: int) -> dict[str, float]:
                     first = first or now
                     last = now
                 elif event["type"] in ("response.completed", "response.incomplete"):
-                    n = event["response"]["usage"]["output_tokens"]
-        return {"ttft_s": first - start, "tokens": n, "decode_tps": (n - 1) / (last - first)}
+                    use = event["response"]["usage"]
+                    n = use["output_tokens"]
+                    cached = use["input_tokens_details"]["cached_tokens"]
+        return {
+            "ttft_s": first - start,
+            "tokens": n,
+            "decode_tps": decode_tps(n, first, last),
+            "cached_tokens": cached,
+        }
 
     once()
     return _median([once() for _ in range(ARGS.runs)])
 
 
+def chat_run(base_url: str, model_id: str, tokens: int) -> dict[str, float]:
+    body = {
+        "model": model_id,
+        "messages": [{"role": "user", "content": PROMPT}],
+        "max_tokens": tokens,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+
+    def once() -> dict[str, float]:
+        start = time.perf_counter()
+        first = last = 0.0
+        n = cached = 0
+        with httpx.stream(
+            "POST", f"{base_url}/v1/chat/completions", json=body, headers=NO_CACHE, timeout=600
+        ) as resp:
+            resp.raise_for_status()
+            if resp.headers.get("x-omni-cache") == "hit":
+                raise SystemExit("a chat completion was answered from the replay cache")
+            for line in resp.iter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                chunk = json.loads(line[6:])
+                if any(c["delta"].get("content") for c in chunk["choices"]):
+                    now = time.perf_counter()
+                    first = first or now
+                    last = now
+                if chunk.get("usage"):
+                    n = chunk["usage"]["completion_tokens"]
+                    details = chunk["usage"].get("prompt_tokens_details") or {}
+                    cached = details.get("cached_tokens", 0)
+        return {
+            "ttft_s": first - start,
+            "tokens": n,
+            "decode_tps": decode_tps(n, first, last),
+            "cached_tokens": cached,
+        }
+
+    once()
+    return _median([once() for _ in range(ARGS.runs)])
+
+
+def decode_tps(n: int, first: float, last: float) -> float:
+    return (n - 1) / (last - first) if n > 1 and last > first else float("nan")
+
+
 def _median(runs: list[dict[str, float]]) -> dict[str, float]:
     return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+
+
+def start_server(model_path: str, db_path: Path) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    cmd = [
+        sys.executable,
+        "-m",
+        "omni",
+        "serve",
+        "--model",
+        model_path,
+        "--port",
+        str(port),
+        "--db",
+        str(db_path),
+        "--log-level",
+        "warning",
+    ]
+    if not ARGS.prefix_cache:
+        cmd += ["--prompt-cache-entries", "0"]
+    server = subprocess.Popen(cmd, env={**os.environ})
+    base_url = f"http://127.0.0.1:{port}"
+    for _ in range(3000):
+        if server.poll() is not None:
+            raise SystemExit(f"omni serve exited with status {server.returncode}")
+        try:
+            httpx.get(f"{base_url}/health", timeout=1)
+            return server, base_url
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    server.terminate()
+    raise SystemExit("omni serve did not come up")
 
 
 def main() -> None:
@@ -94,64 +200,92 @@ def main() -> None:
     from omni.engine.model_source import resolve_model
 
     source = resolve_model(ARGS.model, omni_home(), lambda m: print(m, file=sys.stderr))
-    port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
-        server = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "omni",
-                "serve",
-                "--model",
-                source.path,
-                "--port",
-                str(port),
-                "--db",
-                str(Path(tmp) / "bench.db"),
-                "--log-level",
-                "warning",
-            ],
-            env={**os.environ},
-        )
-        base_url = f"http://127.0.0.1:{port}"
+        server, base_url = start_server(source.path, Path(tmp) / "bench.db")
         try:
-            for _ in range(600):
-                try:
-                    httpx.get(f"{base_url}/health", timeout=1)
-                    break
-                except httpx.HTTPError:
-                    time.sleep(0.2)
             model_id = httpx.get(f"{base_url}/v1/models").json()["data"][0]["id"]
-            served = server_run(base_url, model_id, ARGS.tokens)
+            responses = responses_run(base_url, model_id, ARGS.tokens)
+            chat = chat_run(base_url, model_id, ARGS.tokens)
         finally:
             server.terminate()
             server.wait(timeout=60)
     raw = raw_run(source.path, ARGS.tokens)
+
+    def ratios(row: dict[str, float]) -> dict[str, float]:
+        return {
+            "decode_tps": row["decode_tps"] / raw["decode_tps"],
+            "ttft": row["ttft_s"] / raw["ttft_s"],
+            "ttft_diff_ms": (row["ttft_s"] - raw["ttft_s"]) * 1000,
+        }
+
     result = {
         "model": source.model_id,
         "max_tokens": ARGS.tokens,
         "runs": ARGS.runs,
+        "server_prefix_cache": ARGS.prefix_cache,
         "raw_stream_generate": raw,
-        "omni_responses_stream": served,
-        "ratio_decode_tps": served["decode_tps"] / raw["decode_tps"],
-        "ratio_ttft": served["ttft_s"] / raw["ttft_s"],
+        "omni_responses_stream": responses,
+        "omni_chat_stream": chat,
+        "ratio_responses_over_raw": ratios(responses),
+        "ratio_chat_over_raw": ratios(chat),
+        # kept from earlier versions of this file
+        "ratio_decode_tps": responses["decode_tps"] / raw["decode_tps"],
+        "ratio_ttft": responses["ttft_s"] / raw["ttft_s"],
     }
-    print(f"model {source.model_id}, {ARGS.tokens} tokens max, median of {ARGS.runs} runs")
-    print(f"{'path':<28}{'tokens':>8}{'TTFT ms':>10}{'decode tok/s':>14}")
-    for name, row in (("raw mlx_lm.stream_generate", raw), ("omni /v1/responses SSE", served)):
+    prefix = "on" if ARGS.prefix_cache else "off"
+    print(
+        f"model {source.model_id}, {ARGS.tokens} tokens max, greedy, median of {ARGS.runs} runs, "
+        f"server prefix cache {prefix}"
+    )
+    print(
+        f"{'path':<30}{'tokens':>7}{'cached':>7}{'TTFT ms':>9}{'decode tok/s':>14}"
+        f"{'decode/raw':>12}{'TTFT-raw ms':>13}"
+    )
+    rows = (
+        ("raw mlx_lm.stream_generate", raw, None),
+        ("omni /v1/responses SSE", responses, result["ratio_responses_over_raw"]),
+        ("omni /v1/chat/completions SSE", chat, result["ratio_chat_over_raw"]),
+    )
+    for name, row, ratio in rows:
         ttft_ms = row["ttft_s"] * 1000
-        print(f"{name:<28}{row['tokens']:>8.0f}{ttft_ms:>10.1f}{row['decode_tps']:>14.2f}")
-    decode, ttft = result["ratio_decode_tps"], result["ratio_ttft"]
-    print(f"ratio server/raw: decode {decode:.3f}, TTFT {ttft:.3f}")
+        tail = f"{ratio['decode_tps']:>12.3f}{ratio['ttft_diff_ms']:>+13.1f}" if ratio else ""
+        print(
+            f"{name:<30}{row['tokens']:>7.0f}{row['cached_tokens']:>7.0f}{ttft_ms:>9.1f}"
+            f"{row['decode_tps']:>14.2f}{tail}"
+        )
     out = Path(__file__).parent / "out"
     out.mkdir(exist_ok=True)
     (out / "overhead.json").write_text(json.dumps(result, indent=2))
+    labels = ("raw mlx-lm", "omni responses", "omni chat")
+    data = (raw, responses, chat)
+    save(
+        out / "overhead.png",
+        [
+            Bars(
+                "decode tokens/s (higher is better)",
+                "tokens/s",
+                {k: r["decode_tps"] for k, r in zip(labels, data, strict=True)},
+            ),
+            Bars(
+                "time to first token (lower is better)",
+                "ms",
+                {k: r["ttft_s"] * 1000 for k, r in zip(labels, data, strict=True)},
+            ),
+        ],
+        f"single-stream overhead: {source.model_id}, {ARGS.tokens} tokens, greedy",
+    )
+    print(f"wrote {out / 'overhead.json'} and {out / 'overhead.png'}")
 
 
 if __name__ == "__main__":
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--model", default=None)
-    p.add_argument("--tokens", type=int, default=64)
-    p.add_argument("--runs", type=int, default=3)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--model", default=None, help="mlx-lm folder or repo id (default: SmolLM2)")
+    p.add_argument("--tokens", type=int, default=64, help="max tokens of every path")
+    p.add_argument("--runs", type=int, default=3, help="measured runs per path (after a warm-up)")
+    p.add_argument(
+        "--prefix-cache",
+        action="store_true",
+        help="keep the server's prefix (KV) cache on (default: off, like raw mlx-lm)",
+    )
     ARGS = p.parse_args()
     main()

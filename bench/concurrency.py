@@ -1,0 +1,411 @@
+"""Concurrency: aggregate tokens/s and time to first token as concurrent streams grow, through
+Omni, through mlx_lm.server (the peer), and through raw mlx-lm BatchGenerator.
+
+    python bench/concurrency.py [--model PATH_OR_ID] [--levels 1,2,4,8,16,32,64] [--tokens 64]
+                                [--rounds 2] [--max-batch N] [--skip-peer]
+
+At each level N, N clients (asyncio + httpx.AsyncClient) send N streamed
+/v1/chat/completions at once (temperature 0, max_tokens --tokens, distinct prompts, and
+`Cache-Control: no-cache` so Omni's replay cache cannot answer), --rounds times. Aggregate
+tok/s = completion tokens of a round / its wall time (median over rounds); TTFT = request sent
+-> first content delta, p50/p95 over every request of the level.
+1. Omni: `omni serve` (a subprocess on a temp db, --max-batch-size N_max).
+2. Peer: `python -m mlx_lm.server --model <folder>` (--decode-concurrency N_max), same requests.
+3. Raw: in-process after both servers stopped, a BatchGenerator (completion_batch_size N_max)
+   gets the same N token prompts inserted at once; TTFT = insert -> first token of each.
+N_max (--max-batch) defaults to the largest level, so no level queues behind the batch size.
+Both servers and the raw batch prefill 8 prompts at a time (their defaults).
+Prints a table with the ratios server/raw and writes bench/out/concurrency.json and .png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _plot import Lines, save  # noqa: E402
+
+NO_CACHE = {"Cache-Control": "no-cache"}
+TOPICS = [
+    "a lighthouse keeper",
+    "a lost robot",
+    "the first snow of winter",
+    "a market in Marrakesh",
+    "a chess match",
+    "an old violin",
+    "a night train",
+    "a beekeeper",
+]
+
+
+def prompt_text(level: int, rnd: int, i: int) -> str:
+    # The request number comes first, so two prompts share only the chat template's prefix.
+    return f"Request {level}.{rnd}.{i}: write a short story about {TOPICS[i % len(TOPICS)]}."
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def summarize(rounds: list[tuple[int, float]], ttfts: list[float]) -> dict[str, Any]:
+    """rounds: (tokens, wall seconds) of each round; ttfts: seconds, every request."""
+    return {
+        "tokens_per_round": [t for t, _ in rounds],
+        "wall_s_per_round": [w for _, w in rounds],
+        "agg_tps": statistics.median(t / w for t, w in rounds),
+        "ttft_p50_ms": statistics.median(ttfts) * 1000,
+        "ttft_p95_ms": percentile(ttfts, 0.95) * 1000,
+    }
+
+
+# --- HTTP servers (Omni and mlx_lm.server) ---------------------------------------------
+
+
+def wait_up(proc: subprocess.Popen[bytes], url: str, name: str) -> None:
+    for _ in range(3000):
+        if proc.poll() is not None:
+            raise SystemExit(f"{name} exited with status {proc.returncode}")
+        try:
+            if httpx.get(url, timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    proc.terminate()
+    raise SystemExit(f"{name} did not come up")
+
+
+def start_omni(model_path: str, db_path: Path, max_batch: int) -> tuple[Any, str]:
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "omni",
+            "serve",
+            "--model",
+            model_path,
+            "--port",
+            str(port),
+            "--db",
+            str(db_path),
+            "--log-level",
+            "warning",
+            "--max-batch-size",
+            str(max_batch),
+            "--max-queued",
+            str(max(256, 2 * max_batch)),
+        ],
+        env={**os.environ},
+    )
+    base = f"http://127.0.0.1:{port}"
+    wait_up(proc, f"{base}/health", "omni serve")
+    return proc, base
+
+
+def start_peer(model_path: str, max_batch: int, log: Path) -> tuple[Any, str]:
+    """mlx_lm.server logs every request on stderr: that goes to `log`."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mlx_lm.server",
+            "--model",
+            model_path,
+            "--port",
+            str(port),
+            "--log-level",
+            "WARNING",
+            "--decode-concurrency",
+            str(max_batch),
+        ],
+        env={**os.environ},
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_up(proc, f"{base}/health", "mlx_lm.server")
+    except SystemExit:
+        print(log.read_text()[-4000:], file=sys.stderr)
+        raise
+    return proc, base
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+async def one_stream(client: httpx.AsyncClient, body: dict[str, Any]) -> tuple[float, int]:
+    """(seconds to the first content delta, completion tokens) of one streamed chat."""
+    start = time.perf_counter()
+    first = 0.0
+    tokens = 0
+    async with client.stream("POST", "/v1/chat/completions", json=body, headers=NO_CACHE) as r:
+        r.raise_for_status()
+        if r.headers.get("x-omni-cache") == "hit":
+            raise RuntimeError("answered from the replay cache: the prompts are not distinct")
+        async for line in r.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if not first and any(c["delta"].get("content") for c in chunk["choices"]):
+                first = time.perf_counter()
+            if chunk.get("usage"):
+                tokens = chunk["usage"]["completion_tokens"]
+    return (first or time.perf_counter()) - start, tokens
+
+
+async def http_levels(base: str, model: str, label: str) -> dict[int, dict[str, Any]]:
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=max(ARGS.levels))
+    results: dict[int, dict[str, Any]] = {}
+    async with httpx.AsyncClient(base_url=base, timeout=600, limits=limits) as client:
+
+        def body(text: str) -> dict[str, Any]:
+            return {
+                "model": model,
+                "messages": [{"role": "user", "content": text}],
+                "max_tokens": ARGS.tokens,
+                "temperature": 0,
+                "stream": True,
+                "stream_options": {"include_usage": True},
+            }
+
+        await one_stream(client, body(f"Warm-up for {label}: say hello."))
+        for level in ARGS.levels:
+            rounds: list[tuple[int, float]] = []
+            ttfts: list[float] = []
+            for rnd in range(ARGS.rounds):
+                bodies = [body(prompt_text(level, rnd, i)) for i in range(level)]
+                start = time.perf_counter()
+                done = await asyncio.gather(*(one_stream(client, b) for b in bodies))
+                rounds.append((sum(t for _, t in done), time.perf_counter() - start))
+                ttfts += [t for t, _ in done]
+            results[level] = summarize(rounds, ttfts)
+            row = results[level]
+            print(
+                f"  {label} N={level}: {row['agg_tps']:.1f} tok/s, "
+                f"TTFT p50 {row['ttft_p50_ms']:.1f} ms",
+                file=sys.stderr,
+            )
+    return results
+
+
+# --- raw BatchGenerator -------------------------------------------------------------------
+
+
+def raw_levels(model_path: str) -> dict[int, dict[str, Any]]:
+    from mlx_lm import load
+    from mlx_lm.generate import BatchGenerator
+
+    model, tokenizer = load(model_path)
+    eos = sorted(tokenizer.eos_token_ids)
+
+    def encode(text: str) -> list[int]:
+        tokens = tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
+        )
+        if isinstance(tokens, dict) or hasattr(tokens, "input_ids"):
+            tokens = tokens["input_ids"]
+        return list(tokens)
+
+    gen = BatchGenerator(
+        model,
+        stop_tokens=[[t] for t in eos],
+        completion_batch_size=ARGS.max_batch,
+        prefill_batch_size=min(8, ARGS.max_batch),
+    )
+
+    def once(prompts: list[list[int]]) -> tuple[int, float, list[float]]:
+        start = time.perf_counter()
+        uids = gen.insert(prompts, max_tokens=[ARGS.tokens] * len(prompts))
+        first: dict[int, float] = {}
+        tokens = 0
+        live = set(uids)
+        while live:
+            for r in gen.next_generated():
+                if r.finish_reason == "stop":  # an end-of-sequence token: not output (as Omni)
+                    live.discard(r.uid)
+                    continue
+                first.setdefault(r.uid, time.perf_counter())
+                tokens += 1
+                if r.finish_reason is not None:
+                    live.discard(r.uid)
+        wall = time.perf_counter() - start
+        return tokens, wall, [first.get(u, start + wall) - start for u in uids]
+
+    results: dict[int, dict[str, Any]] = {}
+    try:
+        once([encode("Warm-up for raw: say hello.")])
+        for level in ARGS.levels:
+            rounds: list[tuple[int, float]] = []
+            ttfts: list[float] = []
+            for rnd in range(ARGS.rounds):
+                prompts = [encode(prompt_text(level, rnd, i)) for i in range(level)]
+                tokens, wall, firsts = once(prompts)
+                rounds.append((tokens, wall))
+                ttfts += firsts
+            results[level] = summarize(rounds, ttfts)
+            row = results[level]
+            print(
+                f"  raw N={level}: {row['agg_tps']:.1f} tok/s, "
+                f"TTFT p50 {row['ttft_p50_ms']:.1f} ms",
+                file=sys.stderr,
+            )
+    finally:
+        gen.close()
+    return results
+
+
+# --- report -------------------------------------------------------------------------------
+
+
+def main() -> None:
+    from omni.cli import omni_home
+    from omni.engine.model_source import resolve_model
+
+    source = resolve_model(ARGS.model, omni_home(), lambda m: print(m, file=sys.stderr))
+    with tempfile.TemporaryDirectory() as tmp:
+        proc, base = start_omni(source.path, Path(tmp) / "bench.db", ARGS.max_batch)
+        try:
+            model_id = httpx.get(f"{base}/v1/models").json()["data"][0]["id"]
+            omni = asyncio.run(http_levels(base, model_id, "omni"))
+        finally:
+            stop(proc)
+        peer: dict[int, dict[str, Any]] = {}
+        if not ARGS.skip_peer:
+            proc, base = start_peer(source.path, ARGS.max_batch, Path(tmp) / "peer.log")
+            try:
+                peer = asyncio.run(http_levels(base, "default_model", "mlx_lm.server"))
+            finally:
+                stop(proc)
+    raw = raw_levels(source.path)
+
+    def ratio(a: dict[str, Any], level: int) -> float | None:
+        return a[level]["agg_tps"] / raw[level]["agg_tps"] if level in a else None
+
+    result = {
+        "model": source.model_id,
+        "max_tokens": ARGS.tokens,
+        "rounds": ARGS.rounds,
+        "max_batch": ARGS.max_batch,
+        "levels": ARGS.levels,
+        "omni_chat_stream": omni,
+        "mlx_lm_server_chat_stream": peer,
+        "raw_batch_generator": raw,
+        "ratio_agg_tps_omni_over_raw": {n: ratio(omni, n) for n in ARGS.levels},
+        "ratio_agg_tps_peer_over_raw": {n: ratio(peer, n) for n in ARGS.levels},
+        "ratio_agg_tps_omni_over_peer": {
+            n: omni[n]["agg_tps"] / peer[n]["agg_tps"] if peer else None for n in ARGS.levels
+        },
+    }
+
+    print(
+        f"model {source.model_id}, streamed chat, temperature 0, max_tokens {ARGS.tokens}, "
+        f"{ARGS.rounds} rounds per level, batch size {ARGS.max_batch} everywhere"
+    )
+    print(f"{'N':>4} | {'aggregate tok/s':^26} | {'ratio to raw':^15} | {'TTFT p50/p95 ms':^42}")
+    print(
+        f"{'':>4} | {'omni':>8}{'peer':>9}{'raw':>9} | {'omni':>7}{'peer':>8} | "
+        f"{'omni':^14}{'peer':^14}{'raw':^14}"
+    )
+
+    def ttft(rows: dict[int, dict[str, Any]], n: int) -> str:
+        if n not in rows:
+            return f"{'-':>14}"
+        return f"{rows[n]['ttft_p50_ms']:>8.0f}/{rows[n]['ttft_p95_ms']:<5.0f}"
+
+    def num(x: float | None, width: int, fmt: str) -> str:
+        return f"{'-':>{width}}" if x is None else f"{x:>{width}{fmt}}"
+
+    for n in ARGS.levels:
+        print(
+            f"{n:>4} | {omni[n]['agg_tps']:>8.1f}"
+            f"{num(peer[n]['agg_tps'] if peer else None, 9, '.1f')}"
+            f"{raw[n]['agg_tps']:>9.1f} | "
+            f"{num(ratio(omni, n), 7, '.3f')}{num(ratio(peer, n), 8, '.3f')} | "
+            f"{ttft(omni, n)}{ttft(peer, n)}{ttft(raw, n)}"
+        )
+    best = max(ARGS.levels, key=lambda n: omni[n]["agg_tps"])
+    print(
+        f"omni peaks at N={best}: {omni[best]['agg_tps']:.1f} tok/s "
+        f"({ratio(omni, best):.3f} of raw BatchGenerator at the same N)"
+    )
+
+    out = Path(__file__).parent / "out"
+    out.mkdir(exist_ok=True)
+    (out / "concurrency.json").write_text(json.dumps(result, indent=2))
+    levels = ARGS.levels
+    series = {"omni (chat SSE)": omni, "mlx_lm.server (chat SSE)": peer, "raw BatchGenerator": raw}
+    series = {k: v for k, v in series.items() if v}
+    save(
+        out / "concurrency.png",
+        [
+            Lines(
+                "aggregate decode throughput",
+                "concurrent streams",
+                "tokens/s",
+                {k: (levels, [v[n]["agg_tps"] for n in levels]) for k, v in series.items()},
+                logx=True,
+            ),
+            Lines(
+                "time to first token, p50",
+                "concurrent streams",
+                "ms",
+                {k: (levels, [v[n]["ttft_p50_ms"] for n in levels]) for k, v in series.items()},
+                logx=True,
+            ),
+        ],
+        f"concurrency: {source.model_id}, {ARGS.tokens} tokens per request, greedy",
+    )
+    print(f"wrote {out / 'concurrency.json'} and {out / 'concurrency.png'}")
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--model", default=None, help="mlx-lm folder or repo id (default: SmolLM2)")
+    p.add_argument(
+        "--levels",
+        type=lambda s: sorted({int(x) for x in s.split(",")}),
+        default=[1, 2, 4, 8, 16, 32, 64],
+        help="concurrency levels, comma separated (default: 1,2,4,8,16,32,64)",
+    )
+    p.add_argument("--tokens", type=int, default=64, help="max_tokens of every request")
+    p.add_argument("--rounds", type=int, default=2, help="rounds of N requests per level")
+    p.add_argument(
+        "--max-batch",
+        type=int,
+        default=None,
+        help="batch size of all three (default: the largest level)",
+    )
+    p.add_argument("--skip-peer", action="store_true", help="leave mlx_lm.server out")
+    ARGS = p.parse_args()
+    ARGS.max_batch = ARGS.max_batch or max(ARGS.levels)
+    main()

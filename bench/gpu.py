@@ -1,0 +1,83 @@
+"""The overhead and concurrency benchmarks on an NVIDIA GPU with MLX's CUDA build.
+
+Run on the lent H200 through ../shared/gpu/setup_and_run.sh with BENCH=bench/gpu.py (it installs
+mlx, mlx-cuda-13 and mlx-lm there). Builds a random-weight bf16 model of Llama-3.2-1B's shape
+(random weights are fine for speed), then runs bench/overhead.py and bench/concurrency.py on it
+and copies their JSON (and plots, where matplotlib exists) to $OUT.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+LLAMA_1B = {
+    "model_type": "llama",
+    "hidden_size": 2048,
+    "num_hidden_layers": 16,
+    "intermediate_size": 8192,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "rms_norm_eps": 1e-5,
+    "vocab_size": 128256,
+    "max_position_embeddings": 8192,
+    "rope_theta": 500000.0,
+    "tie_word_embeddings": True,
+    "torch_dtype": "bfloat16",
+}
+
+
+def build(folder: Path) -> Path:
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+    from mlx_lm.models import llama
+
+    from omni.engine.tiny import build_tokenizer
+
+    folder.mkdir(parents=True, exist_ok=True)
+    build_tokenizer(folder)
+    model = llama.Model(
+        llama.ModelArgs(**{k: v for k, v in LLAMA_1B.items() if k != "torch_dtype"})
+    )
+    params = {k: v.astype(mx.bfloat16) for k, v in tree_flatten(model.parameters())}
+    n = sum(v.size for v in params.values())
+    mx.save_safetensors(str(folder / "model.safetensors"), params)
+    (folder / "config.json").write_text(json.dumps(LLAMA_1B, indent=2))
+    print(f"built a random bf16 llama of {n / 1e9:.2f} B parameters in {folder}", flush=True)
+    return folder
+
+
+def run(script: str, *args: str, timeout: int) -> None:
+    start = time.perf_counter()
+    cmd = [sys.executable, str(HERE / script), *args]
+    print("==", " ".join(cmd), flush=True)
+    result = subprocess.run(cmd, timeout=timeout)
+    print(f"== {script} rc={result.returncode} in {time.perf_counter() - start:.0f}s", flush=True)
+
+
+def main() -> None:
+    import mlx.core as mx
+
+    print("device:", mx.default_device(), flush=True)
+    out = Path(os.environ.get("OUT", "/tmp/out"))
+    model = build(Path("/tmp/llama-1b-random"))
+    levels = os.environ.get("GPU_LEVELS", "1,2,4,8,16,32,64")
+    run("overhead.py", "--model", str(model), "--tokens", "128", "--runs", "3", timeout=240)
+    run("concurrency.py", "--model", str(model), "--levels", levels, "--tokens", "128", timeout=420)
+    for name in ("overhead", "concurrency"):
+        for ext in ("json", "png"):
+            src = HERE / "out" / f"{name}.{ext}"
+            if src.exists():
+                shutil.copy(src, out / f"gpu_{name}.{ext}")
+
+
+if __name__ == "__main__":
+    main()
