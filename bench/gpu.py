@@ -59,7 +59,11 @@ def run(script: str, *args: str, timeout: int) -> None:
     start = time.perf_counter()
     cmd = [sys.executable, str(HERE / script), *args]
     print("==", " ".join(cmd), flush=True)
-    result = subprocess.run(cmd, timeout=timeout)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")]),
+    }
+    result = subprocess.run(cmd, timeout=timeout, env=env)
     print(f"== {script} rc={result.returncode} in {time.perf_counter() - start:.0f}s", flush=True)
 
 
