@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import AsyncAdaptedQueuePool
 
 from omni.errors import SeqConflict, StoreError
+from omni.events.recent import RecentRows
 from omni.events.schema import chat_cache, events
 
 
@@ -77,11 +78,15 @@ class EventStore:
         synchronous: str = "NORMAL",
         cache_max_entries: int = 1024,
         cache_max_age_s: float = 86400.0,
+        recent_rows: int = 1024,
     ):
         self.path = path
         self._synchronous = synchronous
         self.cache_max_entries = cache_max_entries
         self.cache_max_age_ms = int(cache_max_age_s * 1000)
+        # This store is the log's only writer, so what it committed last is what followers
+        # want next; 0 turns the memory off (e.g. when something else writes the file too).
+        self._recent = RecentRows(per_stream=recent_rows)
         self._writer: AsyncEngine | None = None
         self._reader: AsyncEngine | None = None
 
@@ -180,7 +185,7 @@ class EventStore:
             raise StoreError(f"append refused: {exc.orig}") from exc
         except SQLAlchemyError as exc:
             raise StoreError(f"append failed: {_reason(exc)}") from exc
-        return [
+        stored = [
             StoredEvent(
                 positions[(r["stream_id"], r["seq"])],
                 r["stream_id"],
@@ -191,6 +196,8 @@ class EventStore:
             )
             for r in rows
         ]
+        self._recent.add(stored)
+        return stored
 
     async def _index(self, conn: Any, cache: Sequence[CacheEntry], now: int) -> None:
         rows = [
@@ -244,6 +251,9 @@ class EventStore:
         self, stream_id: str, after: int = -1, limit: int | None = None
     ) -> list[StoredEvent]:
         """Events of one stream with seq > after, in seq order."""
+        recent = self._recent.after(stream_id, after, limit)
+        if recent is not None:
+            return recent  # just committed by this store: no need to ask SQLite again
         query = (
             select(events)
             .where(events.c.stream_id == stream_id, events.c.seq > after)
@@ -255,6 +265,8 @@ class EventStore:
 
     async def last(self, stream_id: str) -> StoredEvent | None:
         """The newest event of a stream, or None for an empty stream."""
+        if (recent := self._recent.last(stream_id)) is not None:
+            return recent
         query = (
             select(events).where(events.c.stream_id == stream_id).order_by(events.c.seq.desc())
         ).limit(1)
@@ -290,6 +302,7 @@ class EventStore:
 
     async def purge(self, stream_ids: Sequence[str]) -> int:
         """Remove whole streams on purpose (store:false streams once nobody reads them)."""
+        self._recent.forget(stream_ids)
         writer = self._open(self._writer)
         try:
             async with writer.begin() as conn:

@@ -291,6 +291,9 @@ async def test_reader_reads_while_a_writer_holds_a_transaction(
     store: EventStore, db_path: Path
 ) -> None:
     await store.append([deltas("s", 0, 2)])
+    # Another writer shares the file here, so this store must not answer from its memory.
+    store = EventStore(str(db_path), recent_rows=0)
+    await store.open()
     writer = sqlite3.connect(str(db_path), isolation_level=None, timeout=0.1)
     try:
         writer.execute("BEGIN IMMEDIATE")
@@ -309,13 +312,16 @@ async def test_reader_reads_while_a_writer_holds_a_transaction(
     finally:
         writer.close()
     assert [e.seq for e in await store.read("s")] == [0, 1, 2]
+    await store.close()
 
 
 async def test_readers_do_not_wait_for_the_stores_own_open_write_transaction(
     store: EventStore,
 ) -> None:
+    from omni.events.recent import RecentRows
     from omni.events.schema import events as table
 
+    store._recent = RecentRows(per_stream=0)  # this test writes behind the store's back
     await store.append([deltas("s", 0, 1)])
     assert store._writer is not None
     async with store._writer.begin() as conn:  # the store's writer, mid-transaction
@@ -331,6 +337,9 @@ async def test_readers_do_not_wait_for_the_stores_own_open_write_transaction(
 async def test_writes_begin_immediate_reads_begin_deferred(store: EventStore) -> None:
     from sqlalchemy import event as sa_event
 
+    from omni.events.recent import RecentRows
+
+    store._recent = RecentRows(per_stream=0)  # make the read reach SQLite
     seen: dict[str, list[str]] = {"writer": [], "reader": []}
     assert store._writer is not None and store._reader is not None
     for name, engine in (("writer", store._writer), ("reader", store._reader)):
