@@ -13,10 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -25,14 +22,12 @@ from typing import Any
 
 import httpx
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _server import start_omni  # noqa: E402
+
 PROMPT = "Name three facts about the Moon."
 NO_CACHE = {"Cache-Control": "no-cache"}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -173,38 +168,6 @@ def server_run(base_url: str, model_id: str) -> dict[str, Any]:
     }
 
 
-def start_server(model_path: str, db_path: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "omni",
-            "serve",
-            "--model",
-            model_path,
-            "--port",
-            str(port),
-            "--db",
-            str(db_path),
-            "--log-level",
-            "warning",
-        ],
-        env={**os.environ},
-    )
-    base_url = f"http://127.0.0.1:{port}"
-    for _ in range(3000):
-        if server.poll() is not None:
-            raise SystemExit(f"omni serve exited with status {server.returncode}")
-        try:
-            httpx.get(f"{base_url}/health", timeout=1)
-            return server, base_url
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    server.terminate()
-    raise SystemExit("omni serve did not come up")
-
-
 # --- raw mlx-lm ---------------------------------------------------------------------
 
 
@@ -250,7 +213,7 @@ def main() -> None:
 
     source = resolve_model(ARGS.model, omni_home(), lambda m: print(m, file=sys.stderr))
     with tempfile.TemporaryDirectory() as tmp:
-        server, base_url = start_server(source.path, Path(tmp) / "bench.db")
+        server, base_url = start_omni(source.path, Path(tmp) / "bench.db")
         try:
             model_id = httpx.get(f"{base_url}/v1/models").json()["data"][0]["id"]
             served = server_run(base_url, model_id)

@@ -24,7 +24,6 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -38,6 +37,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _plot import Lines, save  # noqa: E402
+from _server import free_port, start_omni, wait_up  # noqa: E402
 
 NO_CACHE = {"Cache-Control": "no-cache"}
 TOPICS = [
@@ -57,12 +57,6 @@ def prompt_text(level: int, rnd: int, i: int) -> str:
     return f"Request {level}.{rnd}.{i}: write a short story about {TOPICS[i % len(TOPICS)]}."
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -80,48 +74,6 @@ def summarize(rounds: list[tuple[int, float]], ttfts: list[float]) -> dict[str, 
 
 
 # --- HTTP servers (Omni and mlx_lm.server) ---------------------------------------------
-
-
-def wait_up(proc: subprocess.Popen[bytes], url: str, name: str) -> None:
-    for _ in range(3000):
-        if proc.poll() is not None:
-            raise SystemExit(f"{name} exited with status {proc.returncode}")
-        try:
-            if httpx.get(url, timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    proc.terminate()
-    raise SystemExit(f"{name} did not come up")
-
-
-def start_omni(model_path: str, db_path: Path, max_batch: int) -> tuple[Any, str]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "omni",
-            "serve",
-            "--model",
-            model_path,
-            "--port",
-            str(port),
-            "--db",
-            str(db_path),
-            "--log-level",
-            "warning",
-            "--max-batch-size",
-            str(max_batch),
-            "--max-queued",
-            str(max(256, 2 * max_batch)),
-        ],
-        env={**os.environ},
-    )
-    base = f"http://127.0.0.1:{port}"
-    wait_up(proc, f"{base}/health", "omni serve")
-    return proc, base
 
 
 def start_peer(model_path: str, max_batch: int, log: Path) -> tuple[Any, str]:
@@ -293,7 +245,12 @@ def main() -> None:
 
     source = resolve_model(ARGS.model, omni_home(), lambda m: print(m, file=sys.stderr))
     with tempfile.TemporaryDirectory() as tmp:
-        proc, base = start_omni(source.path, Path(tmp) / "bench.db", ARGS.max_batch)
+        proc, base = start_omni(
+            source.path,
+            Path(tmp) / "bench.db",
+            *("--max-batch-size", str(ARGS.max_batch)),
+            *("--max-queued", str(max(256, 2 * ARGS.max_batch))),
+        )
         try:
             model_id = httpx.get(f"{base}/v1/models").json()["data"][0]["id"]
             omni = asyncio.run(http_levels(base, model_id, "omni"))

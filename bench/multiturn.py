@@ -23,11 +23,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -39,6 +36,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _plot import Lines, save  # noqa: E402
+from _server import start_omni  # noqa: E402
 
 TARGET = 0.25
 MODES = ("prev_id", "resend")
@@ -47,12 +45,6 @@ WORDS = (
     "station library meadow compass thunder orchard kitchen bridge island signal canvas marble "
     "feather journey ladder silver forest pocket candle meadow village whistle shadow anchor"
 ).split()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 # --- the conversation's texts -----------------------------------------------------------
@@ -73,39 +65,6 @@ def user_texts(tokenizer: Any, mode: str) -> list[str]:
 
 
 # --- server -----------------------------------------------------------------------------
-
-
-def start_server(model_path: str, db_path: Path, reuse: bool) -> tuple[Any, str]:
-    port = free_port()
-    cmd = [
-        sys.executable,
-        "-m",
-        "omni",
-        "serve",
-        "--model",
-        model_path,
-        "--port",
-        str(port),
-        "--db",
-        str(db_path),
-        "--log-level",
-        "warning",
-    ]
-    if not reuse:
-        cmd += ["--prompt-cache-entries", "0"]
-    server = subprocess.Popen(cmd, env={**os.environ})
-    base_url = f"http://127.0.0.1:{port}"
-    for _ in range(3000):
-        if server.poll() is not None:
-            flags = " ".join(cmd[4:])
-            raise SystemExit(f"omni serve ({flags}) exited with status {server.returncode}")
-        try:
-            httpx.get(f"{base_url}/health", timeout=1)
-            return server, base_url
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    server.terminate()
-    raise SystemExit("omni serve did not come up")
 
 
 def streamed(client: httpx.Client, body: dict[str, Any]) -> dict[str, Any]:
@@ -178,7 +137,8 @@ def conversation(client: httpx.Client, model_id: str, mode: str, texts: list[str
 
 
 def server_runs(model_path: str, tmp: Path, reuse: bool, texts: dict[str, list[str]]) -> dict:
-    server, base_url = start_server(model_path, tmp / f"reuse-{reuse}.db", reuse)
+    flags = () if reuse else ("--prompt-cache-entries", "0")
+    server, base_url = start_omni(model_path, tmp / f"reuse-{reuse}.db", *flags)
     try:
         with httpx.Client(base_url=base_url, timeout=600) as client:
             model_id = client.get("/v1/models").json()["data"][0]["id"]

@@ -16,10 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,15 +27,10 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _plot import Bars, save  # noqa: E402
+from _server import start_omni  # noqa: E402
 
 PROMPT = "Write a short story about a lighthouse keeper and a storm."
 NO_CACHE = {"Cache-Control": "no-cache"}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def raw_run(model_path: str, tokens: int) -> dict[str, float]:
@@ -163,45 +155,14 @@ def _median(runs: list[dict[str, float]]) -> dict[str, float]:
     return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
 
 
-def start_server(model_path: str, db_path: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    cmd = [
-        sys.executable,
-        "-m",
-        "omni",
-        "serve",
-        "--model",
-        model_path,
-        "--port",
-        str(port),
-        "--db",
-        str(db_path),
-        "--log-level",
-        "warning",
-    ]
-    if not ARGS.prefix_cache:
-        cmd += ["--prompt-cache-entries", "0"]
-    server = subprocess.Popen(cmd, env={**os.environ})
-    base_url = f"http://127.0.0.1:{port}"
-    for _ in range(3000):
-        if server.poll() is not None:
-            raise SystemExit(f"omni serve exited with status {server.returncode}")
-        try:
-            httpx.get(f"{base_url}/health", timeout=1)
-            return server, base_url
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    server.terminate()
-    raise SystemExit("omni serve did not come up")
-
-
 def main() -> None:
     from omni.cli import omni_home
     from omni.engine.model_source import resolve_model
 
     source = resolve_model(ARGS.model, omni_home(), lambda m: print(m, file=sys.stderr))
     with tempfile.TemporaryDirectory() as tmp:
-        server, base_url = start_server(source.path, Path(tmp) / "bench.db")
+        flags = () if ARGS.prefix_cache else ("--prompt-cache-entries", "0")
+        server, base_url = start_omni(source.path, Path(tmp) / "bench.db", *flags)
         try:
             model_id = httpx.get(f"{base_url}/v1/models").json()["data"][0]["id"]
             responses = responses_run(base_url, model_id, ARGS.tokens)

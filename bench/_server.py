@@ -1,0 +1,44 @@
+"""Servers for the benchmarks: `omni serve` (or a peer) as a subprocess on a free loopback port."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_up(proc: subprocess.Popen[bytes], url: str, name: str) -> None:
+    """Poll `url` until it answers 200; stop if the process exits or after ten minutes."""
+    for _ in range(3000):
+        if proc.poll() is not None:
+            raise SystemExit(f"{name} exited with status {proc.returncode}")
+        try:
+            if httpx.get(url, timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    proc.terminate()
+    raise SystemExit(f"{name} did not come up")
+
+
+def start_omni(model_path: str, db_path: Path, *flags: str) -> tuple[subprocess.Popen[bytes], str]:
+    """`omni serve` on `model_path` with its log at `db_path`; returns the process and base URL."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "omni", "serve", "--model", model_path, "--port", str(port)]
+    cmd += ["--db", str(db_path), "--log-level", "warning", *flags]
+    proc = subprocess.Popen(cmd, env={**os.environ})
+    base_url = f"http://127.0.0.1:{port}"
+    wait_up(proc, f"{base_url}/health", "omni serve")
+    return proc, base_url
