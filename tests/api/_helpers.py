@@ -148,3 +148,28 @@ def one_at_a_time(server) -> Iterator[None]:  # type: ignore[no-untyped-def]
         yield
     finally:
         engine.max_batch = before
+
+
+# Long runs: greedy decoding of this prompt is deterministic and (checked) never meets EOS
+# within LONG tokens, while sampling at temperature 1 meets it within a few hundred tokens
+# about one time in three; so long runs are greedy, and every one is cancelled by its test.
+LONG = 4000  # ~8 s of the tiny model if nothing stops it
+GREEDY = {"input": "go on and on", "temperature": 0.0}
+LONG_RUN = {**GREEDY, "max_output_tokens": LONG}
+CANCEL_REQUESTED = "omni.response.cancel_requested"
+
+
+def log_bytes(server: Any, rid: str) -> bytes:
+    """The SSE bytes the log holds for a response (what any replay must send)."""
+    return b"".join(
+        f"event: {e.type}\ndata: {e.data}\nid: {e.seq}\n\n".encode() for e in read_log(server, rid)
+    )
+
+
+def n_deltas(server: Any, rid: str) -> int:
+    return sum(e.type == "response.output_text.delta" for e in read_log(server, rid))
+
+
+def is_finished(server: Any, rid: str) -> bool:
+    rows = read_log(server, rid)
+    return bool(rows) and rows[-1].type in TERMINAL

@@ -18,18 +18,12 @@ from tests.api._helpers import (
     TERMINAL,
     assert_error,
     capture,
+    log_bytes,
     parse_frames,
     read_log,
     strip_keepalives,
     wait_for,
 )
-
-
-def log_bytes(server: Any, rid: str) -> bytes:
-    """The SSE bytes the log holds for a response (what any replay must send)."""
-    return b"".join(
-        f"event: {e.type}\ndata: {e.data}\nid: {e.seq}\n\n".encode() for e in read_log(server, rid)
-    )
 
 
 def poll_terminal(client: OpenAI, rid: str, timeout: float = 10.0):  # type: ignore[no-untyped-def]

@@ -14,38 +14,21 @@ import pytest
 from openai import BadRequestError, NotFoundError, OpenAI
 
 from tests.api._helpers import (
+    CANCEL_REQUESTED,
+    LONG,
+    LONG_RUN,
     MODEL,
-    TERMINAL,
     assert_error,
     capture,
+    is_finished,
+    log_bytes,
+    n_deltas,
     one_at_a_time,
     parse_frames,
     read_log,
     strip_keepalives,
     wait_for,
 )
-
-CANCEL_REQUESTED = "omni.response.cancel_requested"
-LONG = 4000  # ~8 s of the tiny model: every long run below is cancelled
-# Greedy decoding of this prompt is deterministic and (checked) never meets EOS within
-# LONG tokens, while sampling at temperature 1 meets it within a few hundred tokens about
-# one time in three: long runs are greedy so they really are long.
-LONG_RUN = {"input": "go on and on", "temperature": 0.0, "max_output_tokens": LONG}
-
-
-def log_bytes(server: Any, rid: str) -> bytes:
-    return b"".join(
-        f"event: {e.type}\ndata: {e.data}\nid: {e.seq}\n\n".encode() for e in read_log(server, rid)
-    )
-
-
-def n_deltas(server: Any, rid: str) -> int:
-    return sum(e.type == "response.output_text.delta" for e in read_log(server, rid))
-
-
-def is_finished(server: Any, rid: str) -> bool:
-    rows = read_log(server, rid)
-    return bool(rows) and rows[-1].type in TERMINAL
 
 
 def facts(server: Any, rid: str) -> list[str]:

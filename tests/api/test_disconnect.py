@@ -13,38 +13,22 @@ import pytest
 from openai import OpenAI
 
 from tests.api._helpers import (
+    CANCEL_REQUESTED,
+    GREEDY,
+    LONG,
+    LONG_RUN,
     MODEL,
     TERMINAL,
     Frame,
     capture,
+    is_finished,
+    log_bytes,
+    n_deltas,
     one_at_a_time,
     parse_frames,
     read_log,
     wait_for,
 )
-
-LONG = 4000  # ~8 s of the tiny model if nothing stops it
-# Greedy decoding of this prompt is deterministic and (checked) never meets EOS within
-# LONG tokens, while sampling at temperature 1 meets it within a few hundred tokens about
-# one time in three: runs here are greedy so their length is known.
-GREEDY = {"input": "go on and on", "temperature": 0.0}
-LONG_RUN = {**GREEDY, "max_output_tokens": LONG}
-CANCEL_REQUESTED = "omni.response.cancel_requested"
-
-
-def is_finished(server: Any, rid: str) -> bool:
-    rows = read_log(server, rid)
-    return bool(rows) and rows[-1].type in TERMINAL
-
-
-def n_deltas(server: Any, rid: str) -> int:
-    return sum(e.type == "response.output_text.delta" for e in read_log(server, rid))
-
-
-def log_bytes(server: Any, rid: str) -> bytes:
-    return b"".join(
-        f"event: {e.type}\ndata: {e.data}\nid: {e.seq}\n\n".encode() for e in read_log(server, rid)
-    )
 
 
 def terminal_response(server: Any, rid: str) -> dict[str, Any]:

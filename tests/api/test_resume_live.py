@@ -17,10 +17,13 @@ from openai import OpenAI
 
 from tests.api._helpers import (
     KEEPALIVE,
+    LONG_RUN,
     MODEL,
-    TERMINAL,
     Frame,
     capture,
+    is_finished,
+    log_bytes,
+    n_deltas,
     one_at_a_time,
     parse_frames,
     read_log,
@@ -28,30 +31,9 @@ from tests.api._helpers import (
     wait_for,
 )
 
-LONG = 4000  # ~8 s of the tiny model: every long run below is cancelled
-# Greedy decoding of this prompt is deterministic and (checked) never meets EOS within
-# LONG tokens, while sampling at temperature 1 meets it within a few hundred tokens about
-# one time in three: long runs are greedy so they really are long.
-LONG_RUN = {"input": "go on and on", "temperature": 0.0, "max_output_tokens": LONG}
-
-
-def log_bytes(server: Any, rid: str) -> bytes:
-    return b"".join(
-        f"event: {e.type}\ndata: {e.data}\nid: {e.seq}\n\n".encode() for e in read_log(server, rid)
-    )
-
-
-def is_finished(server: Any, rid: str) -> bool:
-    rows = read_log(server, rid)
-    return bool(rows) and rows[-1].type in TERMINAL
-
 
 def last_seq(server: Any, rid: str) -> int:
     return read_log(server, rid)[-1].seq
-
-
-def n_deltas(server: Any, rid: str) -> int:
-    return sum(e.type == "response.output_text.delta" for e in read_log(server, rid))
 
 
 class Live:
