@@ -1,4 +1,5 @@
-"""Servers for the benchmarks: `omni serve` (or a peer) as a subprocess on a free loopback port."""
+"""Shared pieces of the benchmarks: `omni serve` (or a peer) as a subprocess on a free loopback
+port, and prompt tokens for the raw mlx-lm baselines."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -42,3 +44,11 @@ def start_omni(model_path: str, db_path: Path, *flags: str) -> tuple[subprocess.
     base_url = f"http://127.0.0.1:{port}"
     wait_up(proc, f"{base_url}/health", "omni serve")
     return proc, base_url
+
+
+def chat_ids(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
+    """Prompt tokens through the chat template, as the server renders them."""
+    tokens = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    if isinstance(tokens, dict) or hasattr(tokens, "input_ids"):  # transformers 5
+        tokens = tokens["input_ids"]
+    return list(tokens)

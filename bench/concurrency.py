@@ -37,7 +37,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _plot import Lines, save  # noqa: E402
-from _server import free_port, start_omni, wait_up  # noqa: E402
+from _server import chat_ids, free_port, start_omni, wait_up  # noqa: E402
 
 NO_CACHE = {"Cache-Control": "no-cache"}
 TOPICS = [
@@ -181,12 +181,7 @@ def raw_levels(model_path: str) -> dict[int, dict[str, Any]]:
     eos = sorted(tokenizer.eos_token_ids)
 
     def encode(text: str) -> list[int]:
-        tokens = tokenizer.apply_chat_template(
-            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
-        )
-        if isinstance(tokens, dict) or hasattr(tokens, "input_ids"):
-            tokens = tokens["input_ids"]
-        return list(tokens)
+        return chat_ids(tokenizer, [{"role": "user", "content": text}])
 
     gen = BatchGenerator(
         model,

@@ -36,7 +36,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _plot import Lines, save  # noqa: E402
-from _server import start_omni  # noqa: E402
+from _server import chat_ids, start_omni  # noqa: E402
 
 TARGET = 0.25
 MODES = ("prev_id", "resend")
@@ -158,10 +158,7 @@ def raw_cold_ttft(model: Any, tokenizer: Any, messages: list[dict[str, str]]) ->
     from mlx_lm.sample_utils import make_sampler
 
     def encode(msgs: list[dict[str, str]]) -> list[int]:
-        tokens = tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True)
-        if isinstance(tokens, dict) or hasattr(tokens, "input_ids"):
-            tokens = tokens["input_ids"]
-        return list(tokens)
+        return chat_ids(tokenizer, msgs)
 
     def ttft(prompt: list[int]) -> float:
         start = time.perf_counter()

@@ -27,7 +27,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _plot import Bars, save  # noqa: E402
-from _server import start_omni  # noqa: E402
+from _server import chat_ids, start_omni  # noqa: E402
 
 PROMPT = "Write a short story about a lighthouse keeper and a storm."
 NO_CACHE = {"Cache-Control": "no-cache"}
@@ -38,11 +38,7 @@ def raw_run(model_path: str, tokens: int) -> dict[str, float]:
     from mlx_lm.sample_utils import make_sampler
 
     model, tokenizer = load(model_path)
-    prompt = tokenizer.apply_chat_template(
-        [{"role": "user", "content": PROMPT}], add_generation_prompt=True, tokenize=True
-    )
-    if isinstance(prompt, dict) or hasattr(prompt, "input_ids"):
-        prompt = prompt["input_ids"]
+    prompt = chat_ids(tokenizer, [{"role": "user", "content": PROMPT}])
     sampler = make_sampler(temp=0.0)
 
     def once() -> dict[str, float]:
