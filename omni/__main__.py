@@ -2,4 +2,5 @@ import sys
 
 from omni.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":  # the engine process (spawned) imports this module too
+    sys.exit(main())

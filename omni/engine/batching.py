@@ -1,50 +1,65 @@
-"""Continuous batching on the engine thread with mlx-lm's BatchGenerator.
+"""Continuous batching in the engine process with mlx-lm's BatchGenerator.
 
 New jobs join at the next step, finished ones leave; each keeps its own sampler, logits
-processors, length limit and stop tokens. Outputs of one step go to the event loop in one
-hand-off, not one per token.
+processors, length limit and stop tokens. The outputs of one step leave in one message to the
+server process (omni.engine.mlx_engine), which detokenizes them: this process does nothing but
+decode, so the server's Python work never holds up a step.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import queue
-from collections import defaultdict, deque
+from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any, Final
 
 import mlx.core as mx
 from mlx_lm.generate import BatchGenerator
 from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p, make_sampler
 
 from omni.engine.generation import PrefixCache, Scorer, logits_processors
-from omni.engine.types import Delta, Failed, Finished, Job, Output, Sampling, Started
+from omni.engine.types import Sampling
 
 log = logging.getLogger(__name__)
 
+# Messages to the engine process.
+JOB: Final = "job"  # (JOB, id, prompt, resume_tokens, cache_namespace, sampling)
+CANCEL: Final = "cancel"  # (CANCEL, id)
+MAX_BATCH: Final = "max_batch"  # (MAX_BATCH, n)
+CLOSE: Final = "close"  # (CLOSE,)
+# What one step sends back: a list of these tuples.
+STARTED: Final = 0  # (STARTED, id, reached_model)
+TOKEN: Final = 1  # (TOKEN, id, token, Logprobs | None)
+FINISHED: Final = 2  # (FINISHED, id, reason, prompt_tokens, completion_tokens, cached_tokens)
+FAILED: Final = 3  # (FAILED, id, message)
 
-@dataclass(eq=False)
+
+@dataclass(frozen=True, slots=True)
+class Spec:
+    id: int
+    prompt: list[int]
+    resume_tokens: list[int]
+    cache_namespace: str
+    sampling: Sampling
+
+
+@dataclass(eq=False, slots=True)
 class Slot:
-    job: Job
-    loop: asyncio.AbstractEventLoop
-    detokenizer: Any
+    spec: Spec
     fed: list[int]  # prompt, recorded tokens, then each generated token
     cached: int
     done: int
-    outputs: list[Output] = field(default_factory=list)
 
 
 class BatchScheduler:
-    """Owns a BatchGenerator; `run` loops until the job queue yields None."""
+    """Owns a BatchGenerator; `run` serves one connection until CLOSE or until it closes."""
 
     def __init__(self, model: Any, tokenizer: Any, cache: PrefixCache, max_batch: int):
         self.model = model
-        self.tokenizer = tokenizer
         self.cache = cache
         self.scorer = Scorer(tokenizer)
-        self.generations = 0
         eos = sorted(tokenizer.eos_token_ids)
         self.batch = BatchGenerator(
             model,
@@ -53,64 +68,70 @@ class BatchScheduler:
             prefill_batch_size=min(8, max_batch),
         )
         self.max_batch = max_batch
-        self.slots: dict[int, Slot] = {}
-        self.waiting: deque[tuple[Job, asyncio.AbstractEventLoop]] = deque()
+        self.slots: dict[int, Slot] = {}  # by BatchGenerator uid
+        self.waiting: deque[Spec] = deque()
+        self.stopping: set[int] = set()  # job ids asked to stop
+        self.out: list[tuple[Any, ...]] = []
         self._samplers: dict[tuple[float, float, float, int], Any] = {}
 
-    def run(self, jobs: queue.Queue[tuple[Job, asyncio.AbstractEventLoop] | None]) -> None:
-        while True:
-            try:
-                item = jobs.get(block=not self.slots and not self.waiting)
-                while True:
-                    if item is None:
-                        return
-                    self.waiting.append(item)
-                    item = jobs.get_nowait()
-            except queue.Empty:
-                pass
-            # Jobs beyond the batch size wait here, still `queued` (and cancellable as such).
+    def run(self, conn: Connection) -> None:
+        while self._receive(conn, block=not self.slots and not self.waiting):
+            # Jobs beyond the batch size wait here, still queued (and cancellable as such).
             self._drop_cancelled_waiting()
             while self.waiting and len(self.slots) < self.max_batch:
-                job, loop = self.waiting.popleft()
+                spec = self.waiting.popleft()
                 try:
-                    self._admit(job, loop)
+                    self._admit(spec)
                 except Exception as exc:  # one bad request must not stop the engine
                     log.exception("could not start a generation")
-                    self._deliver(loop, [(job, Failed(f"generation failed: {exc}"))])
+                    self.out.append((FAILED, spec.id, f"generation failed: {exc}"))
             self._cancel_stopped()
             if self.slots:
                 try:
                     self._step()
                 except Exception as exc:  # errors travel as values; the batch starts over
+                    log.exception("generation step failed")
                     self._fail_all(f"generation failed: {exc}")
-            self._hand_over()
+            if self.out:
+                conn.send(self.out)  # one message per step, whatever the batch size
+                self.out = []
+
+    def _receive(self, conn: Connection, block: bool) -> bool:
+        """Take in what the server sent; False once it asks to close (or is gone)."""
+        while conn.poll(None if block else 0):
+            block = False
+            message = conn.recv()
+            kind = message[0]
+            if kind == JOB:
+                self.waiting.append(Spec(*message[1:]))
+            elif kind == CANCEL:
+                self.stopping.add(message[1])
+            elif kind == MAX_BATCH:
+                self.max_batch = message[1]
+            elif kind == CLOSE:
+                return False
+        return True
 
     def _drop_cancelled_waiting(self) -> None:
         """A job cancelled while it waited leaves the queue at once (its place frees)."""
-        if any(job.stop.is_set() for job, _ in self.waiting):
-            for job, loop in [w for w in self.waiting if w[0].stop.is_set()]:
-                end = Finished("cancelled", len(job.prompt), len(job.resume_tokens))
-                self._deliver(loop, [(job, end)])  # ignored if the service already ended it
-            self.waiting = deque(w for w in self.waiting if not w[0].stop.is_set())
-
-    def _admit(self, job: Job, loop: asyncio.AbstractEventLoop) -> None:
-        done = len(job.resume_tokens)
-        if not job.claim():  # cancelled while queued
-            self._deliver(loop, [(job, Finished("cancelled", len(job.prompt), done))])
+        if not self.stopping or not self.waiting:
             return
-        s = job.sampling
-        fed = job.prompt + job.resume_tokens
-        detokenizer = self.tokenizer.detokenizer
-        for token in job.resume_tokens:  # rebuild the text state of a resumed generation
-            detokenizer.add_token(token)
-        detokenizer.offset = len(detokenizer.text)
+        for spec in [w for w in self.waiting if w.id in self.stopping]:
+            self.stopping.discard(spec.id)
+            done = len(spec.resume_tokens)
+            self.out.append((FINISHED, spec.id, "cancelled", len(spec.prompt), done, 0))
+        self.waiting = deque(w for w in self.waiting if w.id not in self.stopping)
+
+    def _admit(self, spec: Spec) -> None:
+        done = len(spec.resume_tokens)
+        s = spec.sampling
         remaining = s.max_tokens - done
         if remaining <= 0:
-            self._deliver(
-                loop, [(job, Started()), (job, Finished("length", len(job.prompt), done))]
-            )
+            self.out.append((STARTED, spec.id, False))
+            self.out.append((FINISHED, spec.id, "length", len(spec.prompt), done, 0))
             return
-        cache, rest = self.cache.nearest(job.cache_namespace, fed)
+        fed = spec.prompt + spec.resume_tokens
+        cache, rest = self.cache.nearest(spec.cache_namespace, fed)
         (uid,) = self.batch.insert(
             [rest],
             max_tokens=[remaining],
@@ -120,10 +141,8 @@ class BatchScheduler:
             samplers=[self._sampler(s)],
             logits_processors=[logits_processors(s)],
         )
-        self.generations += 1
-        slot = Slot(job, loop, detokenizer, fed, len(fed) - len(rest), done)
-        slot.outputs.append(Started())
-        self.slots[uid] = slot
+        self.slots[uid] = Slot(spec, fed, len(fed) - len(rest), done)
+        self.out.append((STARTED, spec.id, True))
 
     def _sampler(self, s: Sampling) -> Any:
         if s.seed is not None and s.temperature > 0:
@@ -136,23 +155,33 @@ class BatchScheduler:
         return self._samplers[key]
 
     def _step(self) -> None:
+        out = self.out
         for r in self.batch.next_generated():
             slot = self.slots[r.uid]
-            s = slot.job.sampling
             if r.finish_reason == "stop":  # an end-of-sequence token: not output
                 self._finish(r.uid, "stop", r.prompt_cache)
                 continue
             token = int(r.token)
             slot.fed.append(token)
             slot.done += 1
-            slot.detokenizer.add_token(token)
-            scored = None if s.logprobs is None else self.scorer(token, r.logprobs, s.logprobs)
-            slot.outputs.append(Delta(slot.detokenizer.last_segment, token, scored))
+            k = slot.spec.sampling.logprobs
+            out.append(
+                (
+                    TOKEN,
+                    slot.spec.id,
+                    token,
+                    None if k is None else self.scorer(token, r.logprobs, k),
+                )
+            )
             if r.finish_reason == "length":
                 self._finish(r.uid, "length", r.prompt_cache)
 
     def _cancel_stopped(self) -> None:
-        stopped = [uid for uid, slot in self.slots.items() if slot.job.stop.is_set()]
+        if not self.stopping:
+            return
+        stopped = [uid for uid, slot in self.slots.items() if slot.spec.id in self.stopping]
+        # Ids of jobs that already ended (or are still waiting) are not in a slot.
+        self.stopping = {i for i in self.stopping if any(w.id == i for w in self.waiting)}
         if not stopped:
             return
         caches = self.batch.remove(stopped, return_prompt_caches=True)
@@ -163,42 +192,15 @@ class BatchScheduler:
     def _finish(self, uid: int, reason: str, cache: list[Any] | None) -> None:
         slot = self.slots.pop(uid)
         if cache is not None:
-            self.cache.insert(slot.job.cache_namespace, slot.fed, cache)
-        slot.detokenizer.finalize()
-        if tail := slot.detokenizer.last_segment:
-            slot.outputs.append(Delta(tail, None))
-        end = Finished(reason, len(slot.job.prompt), slot.done, slot.cached)  # type: ignore[arg-type]
-        slot.outputs.append(end)
-        self._deliver(slot.loop, [(slot.job, out) for out in slot.outputs])
-        slot.outputs = []
+            self.cache.insert(slot.spec.cache_namespace, slot.fed, cache)
+        spec = slot.spec
+        self.out.append((FINISHED, spec.id, reason, len(spec.prompt), slot.done, slot.cached))
 
     def _fail_all(self, message: str) -> None:
         for uid, slot in list(self.slots.items()):
             self.batch.remove([uid])
             self.slots.pop(uid)
-            outputs = [*slot.outputs, Failed(message)]
-            self._deliver(slot.loop, [(slot.job, out) for out in outputs])
-
-    def _hand_over(self) -> None:
-        """One hand-off per event loop per step, whatever the batch size."""
-        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Job, Output]]] = defaultdict(list)
-        for slot in self.slots.values():
-            if slot.outputs:
-                by_loop[slot.loop] += [(slot.job, out) for out in slot.outputs]
-                slot.outputs = []
-        for loop, items in by_loop.items():
-            self._deliver(loop, items)
-
-    @staticmethod
-    def _deliver(loop: asyncio.AbstractEventLoop, items: list[tuple[Job, Output]]) -> None:
-        def put() -> None:
-            for job, out in items:
-                job.outputs.put_nowait(out)
-
-        try:
-            loop.call_soon_threadsafe(put)
-        except RuntimeError:  # that event loop is closed: nobody is left to read it
-            pass
+            self.out.append((FAILED, slot.spec.id, message))
 
 
 def seeded_sampler(s: Sampling) -> Callable[[mx.array], mx.array]:

@@ -1,23 +1,54 @@
-"""The MLX engine: one thread owns the model; jobs in through a queue, outputs out as values."""
+"""The MLX engine: the model lives in its own process; jobs go in as messages, and the
+outputs of each decode step come back in one message, turned into text here and handed to the
+event loop as values.
+
+Why a process and not a thread: a decode step is mostly Python (building the graph) between
+waits on the device, and the server's own Python work (HTTP, SQLite, JSON, SSE) would hold the
+interpreter lock that step needs. Apart, the two run in parallel and the server costs the
+model nothing.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
-import queue
+import multiprocessing
 import threading
+from collections import defaultdict
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from typing import Any
 
+from omni.engine import worker
+from omni.engine.batching import (
+    CANCEL,
+    CLOSE,
+    FAILED,
+    FINISHED,
+    JOB,
+    MAX_BATCH,
+    STARTED,
+    TOKEN,
+)
 from omni.engine.model_source import ModelSource
-from omni.engine.types import Job
+from omni.engine.types import Delta, Failed, Finished, Job, Output, Started
 from omni.errors import ModelLoadError
 
 log = logging.getLogger(__name__)
 
 
+@dataclass(eq=False, slots=True)
+class _Pending:
+    job: Job
+    loop: asyncio.AbstractEventLoop
+    detokenizer: Any
+    started: bool = False
+
+
 class MLXEngine:
-    """Owns the model on a dedicated thread; jobs are decoded together by continuous batching
-    (omni.engine.batching)."""
+    """Runs the model in an engine process (omni.engine.worker); jobs are decoded together
+    by continuous batching (omni.engine.batching)."""
 
     def __init__(
         self,
@@ -31,33 +62,40 @@ class MLXEngine:
         self._cache_limits = (prompt_cache_entries, prompt_cache_bytes)
         self.model_id = source.model_id
         self.context_length = 0
-        self._jobs: queue.Queue[tuple[Job, asyncio.AbstractEventLoop] | None] = queue.Queue()
-        self._loaded = threading.Event()
-        self._load_error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="omni-engine", daemon=True)
-        self._model: Any = None
         self._tokenizer: Any = None
-        self._scheduler: Any = None
+        self._process: Any = None
+        self._conn: Connection | None = None
+        self._send_lock = threading.Lock()
+        self._ids = itertools.count()
+        self._pending: dict[int, _Pending] = {}
+        self._generations = 0
+        self._gone: str | None = None  # why the engine process is no longer there
+        self._reader = threading.Thread(target=self._read, name="omni-engine-reader", daemon=True)
 
     def start(self) -> None:
-        """Load the model on the engine thread; raise ModelLoadError if it cannot be loaded."""
-        self._thread.start()
-        self._loaded.wait()
-        if self._load_error is not None:
-            raise ModelLoadError(f"cannot load model {self.source.path}: {self._load_error}")
+        """Start the engine process and load the model; raise ModelLoadError if it cannot."""
+        ctx = multiprocessing.get_context("spawn")  # never fork a process that holds threads
+        conn, child = ctx.Pipe()
+        limits = (*self._cache_limits, self._max_batch)
+        self._process = ctx.Process(
+            target=worker.main, args=(child, self.source.path, *limits), name="omni-engine"
+        )
+        self._process.start()
+        child.close()
+        try:
+            message = conn.recv()
+        except EOFError:
+            self._process.join()
+            message = ("error", f"the engine process exited ({self._process.exitcode})")
+        if message[0] != "loaded":
+            conn.close()
+            raise ModelLoadError(f"cannot load model {self.source.path}: {message[1]}")
+        _, self.context_length, eos = message
+        from mlx_lm.utils import load_tokenizer
 
-    def _load(self) -> None:
-        from mlx_lm import load
-
-        loaded = load(self.source.path)
-        self._model, self._tokenizer = loaded[0], loaded[1]
-        from omni.engine.batching import BatchScheduler
-        from omni.engine.generation import PrefixCache
-
-        cache = PrefixCache(self._model, *self._cache_limits)
-        self._scheduler = BatchScheduler(self._model, self._tokenizer, cache, self._max_batch)
-        args = getattr(self._model, "args", None)
-        self.context_length = int(getattr(args, "max_position_embeddings", None) or 4096)
+        self._tokenizer = load_tokenizer(self.source.path, eos_token_ids=eos)
+        self._conn = conn
+        self._reader.start()
 
     def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[int]:
         tokens = self._tokenizer.apply_chat_template(
@@ -68,51 +106,126 @@ class MLXEngine:
             tokens = tokens["input_ids"]
         return list(tokens)
 
-    @property
-    def max_batch(self) -> int:
-        """How many jobs are decoded together; more wait, queued."""
-        return self._scheduler.max_batch if self._scheduler is not None else self._max_batch
-
-    @max_batch.setter
-    def max_batch(self, value: int) -> None:
-        self._max_batch = value
-        if self._scheduler is not None:
-            self._scheduler.max_batch = value
-
-    @property
-    def queued(self) -> int:
-        """Jobs submitted but not yet decoding."""
-        waiting = (
-            sum(not job.stop.is_set() for job, _ in list(self._scheduler.waiting))
-            if self._scheduler is not None
-            else 0
-        )
-        return self._jobs.qsize() + waiting
-
-    @property
-    def generations(self) -> int:
-        """Jobs that reached the model (tests check single flight with it)."""
-        return self._scheduler.generations if self._scheduler is not None else 0
-
     def encode(self, text: str) -> list[int]:
         """Prompt tokens for raw text (legacy completions): no chat template."""
         return list(self._tokenizer.encode(text))
 
+    @property
+    def max_batch(self) -> int:
+        """How many jobs are decoded together; more wait, queued."""
+        return self._max_batch
+
+    @max_batch.setter
+    def max_batch(self, value: int) -> None:
+        self._max_batch = value
+        self._send((MAX_BATCH, value))
+
+    @property
+    def queued(self) -> int:
+        """Jobs submitted but not yet decoding."""
+        pending = list(self._pending.values())
+        return sum(not p.started and not p.job.stop.is_set() for p in pending)
+
+    @property
+    def generations(self) -> int:
+        """Jobs that reached the model (tests check single flight with it)."""
+        return self._generations
+
     def submit(self, job: Job) -> None:
-        self._jobs.put((job, asyncio.get_running_loop()))
+        loop = asyncio.get_running_loop()
+        if not job.claim():  # cancelled before it got here
+            job.outputs.put_nowait(Finished("cancelled", len(job.prompt), len(job.resume_tokens)))
+            return
+        if self._gone is not None:
+            job.outputs.put_nowait(Failed(self._gone))
+            return
+        detokenizer = self._tokenizer.detokenizer
+        for token in job.resume_tokens:  # rebuild the text state of a resumed generation
+            detokenizer.add_token(token)
+        detokenizer.offset = len(detokenizer.text)
+        job_id = next(self._ids)
+        self._pending[job_id] = _Pending(job, loop, detokenizer)
+        spec = (JOB, job_id, job.prompt, job.resume_tokens, job.cache_namespace, job.sampling)
+        self._send(spec)
+        # Sent after the job itself, so the engine always knows the id it is asked to stop.
+        job.on_cancel = lambda: self._send((CANCEL, job_id))
+        if job.stop.is_set():
+            self._send((CANCEL, job_id))
 
     def close(self) -> None:
-        """Stop taking jobs once the job in progress (if any) has run out."""
-        if self._thread.is_alive():
-            self._jobs.put(None)
-            self._thread.join(timeout=30)
-
-    def _run(self) -> None:
-        try:
-            self._load()
-        except BaseException as exc:  # noqa: BLE001 - reported to start() as a value
-            self._load_error = exc
-            self._loaded.set()
+        """Stop the engine process (running jobs end where they are)."""
+        if self._process is None:
             return
-        self._loaded.set()
-        self._scheduler.run(self._jobs)
+        self._gone = self._gone or "the server is shutting down"
+        self._send((CLOSE,))
+        self._process.join(timeout=30)
+        if self._process.is_alive():
+            self._process.terminate()
+            self._process.join(timeout=5)
+        if self._conn is not None:
+            self._conn.close()
+        self._process = None
+
+    def _send(self, message: tuple[Any, ...]) -> None:
+        if self._conn is None:
+            return
+        try:
+            with self._send_lock:
+                self._conn.send(message)
+        except (OSError, ValueError):  # the engine process is gone; the reader reports it
+            pass
+
+    def _read(self) -> None:
+        """The outputs of each step, turned into values for the event loop that asked."""
+        assert self._conn is not None
+        while True:
+            try:
+                outputs = self._conn.recv()
+            except (EOFError, OSError):
+                break
+            self._deliver(outputs)
+        exit_code = self._process.exitcode if self._process is not None else None
+        if self._gone is None:
+            self._gone = f"the engine process exited unexpectedly (exit code {exit_code})"
+            log.error("%s", self._gone)
+        self._deliver([(FAILED, job_id, self._gone) for job_id in list(self._pending)])
+
+    def _deliver(self, outputs: list[tuple[Any, ...]]) -> None:
+        """One hand-off per event loop per step, whatever the batch size."""
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Job, Output]]] = defaultdict(list)
+        for kind, job_id, *rest in outputs:
+            pending = self._pending.get(job_id)
+            if pending is None:
+                continue
+            items = by_loop[pending.loop]
+            if kind == TOKEN:
+                token, logprobs = rest
+                pending.detokenizer.add_token(token)
+                items.append(
+                    (pending.job, Delta(pending.detokenizer.last_segment, token, logprobs))
+                )
+            elif kind == STARTED:
+                pending.started = True
+                self._generations += rest[0]
+                items.append((pending.job, Started()))
+            elif kind == FINISHED:
+                del self._pending[job_id]
+                pending.detokenizer.finalize()
+                if tail := pending.detokenizer.last_segment:
+                    items.append((pending.job, Delta(tail, None)))
+                items.append((pending.job, Finished(*rest)))
+            elif kind == FAILED:
+                del self._pending[job_id]
+                items.append((pending.job, Failed(*rest)))
+        for loop, items in by_loop.items():
+            if not items:
+                continue
+
+            def put(items: list[tuple[Job, Output]] = items) -> None:
+                for job, out in items:
+                    job.outputs.put_nowait(out)
+
+            try:
+                loop.call_soon_threadsafe(put)
+            except RuntimeError:  # that event loop is closed: nobody is left to read it
+                pass

@@ -1,9 +1,10 @@
-"""Values that cross the seam between the engine thread and the event loop."""
+"""Values that cross the seam between the engine (its own process) and the event loop."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -85,6 +86,8 @@ class Job:
     stop: threading.Event = field(default_factory=threading.Event)
     _claimed: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    # Set by the engine that took the job: passes a cancel on to where the job runs.
+    on_cancel: Callable[[], None] | None = None
 
     def claim(self) -> bool:
         """The engine takes the job; False if it was cancelled first (then it must not run)."""
@@ -96,7 +99,10 @@ class Job:
         """Ask the job to stop. True if no engine had claimed it: nobody else will end it."""
         with self._lock:
             self.stop.set()
-            return not self._claimed
+            unclaimed = not self._claimed
+        if self.on_cancel is not None:
+            self.on_cancel()
+        return unclaimed
 
 
 class Engine(Protocol):

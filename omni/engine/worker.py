@@ -1,0 +1,35 @@
+"""The engine process: loads the model, then decodes what the server sends until it closes.
+
+It runs apart from the server so that the server's Python work (HTTP, SQLite, JSON) never
+holds the interpreter lock a decode step is waiting for.
+"""
+
+from __future__ import annotations
+
+from multiprocessing.connection import Connection
+from typing import Any
+
+
+def main(conn: Connection, path: str, cache_entries: int, cache_bytes: int, max_batch: int) -> None:
+    try:
+        from mlx_lm import load
+
+        from omni.engine.batching import BatchScheduler
+        from omni.engine.generation import PrefixCache
+
+        model, tokenizer = load(path)[:2]
+        cache = PrefixCache(model, cache_entries, cache_bytes)
+        scheduler = BatchScheduler(model, tokenizer, cache, max_batch)
+    except BaseException as exc:  # noqa: BLE001 - reported to the server as a value
+        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+        return
+    conn.send(("loaded", context_length(model), sorted(tokenizer.eos_token_ids)))
+    try:
+        scheduler.run(conn)
+    except (EOFError, OSError):  # the server is gone: nobody is left to decode for
+        pass
+
+
+def context_length(model: Any) -> int:
+    args = getattr(model, "args", None)
+    return int(getattr(args, "max_position_embeddings", None) or 4096)

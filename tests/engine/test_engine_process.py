@@ -1,0 +1,96 @@
+"""The engine process (omni.engine.worker) seen from the server: its outputs arrive as values,
+a cancel crosses the process boundary, and losing the process fails the jobs in flight with a
+clear message instead of leaving their streams hanging."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from omni.engine.mlx_engine import MLXEngine
+from omni.engine.model_source import ModelSource
+from omni.engine.types import Delta, Failed, Finished, Job, Output, Sampling, Started
+from omni.errors import ModelLoadError
+
+GREEDY_LONG = Sampling(temperature=0.0, max_tokens=2000, logit_bias=((2, -100.0),))
+
+
+@pytest.fixture
+def engine(tiny_model_dir: Path) -> Iterator[MLXEngine]:
+    engine = MLXEngine(ModelSource(str(tiny_model_dir), "tiny"))
+    engine.start()
+    yield engine
+    engine.close()
+
+
+async def drain(job: Job, timeout: float = 60) -> list[Output]:
+    outputs: list[Output] = []
+    while not outputs or not isinstance(outputs[-1], Finished | Failed):
+        outputs.append(await asyncio.wait_for(job.outputs.get(), timeout))
+    return outputs
+
+
+def test_a_job_runs_in_the_engine_process_and_its_text_is_decoded_here(engine: MLXEngine) -> None:
+    prompt = engine.encode("The quick brown fox")
+
+    async def go() -> list[Output]:
+        job = Job(prompt, Sampling(temperature=0.0, max_tokens=12, logit_bias=((2, -100.0),)))
+        engine.submit(job)
+        return await drain(job)
+
+    outputs = asyncio.run(go())
+    assert isinstance(outputs[0], Started)
+    deltas = [o for o in outputs if isinstance(o, Delta)]
+    tokens = [d.token for d in deltas if d.token is not None]
+    assert len(tokens) == 12
+    end = outputs[-1]
+    assert isinstance(end, Finished) and end.reason == "length"
+    assert (end.prompt_tokens, end.completion_tokens) == (len(prompt), 12)
+    # The text handed over is exactly mlx-lm's streaming decoding of the tokens that came back.
+    detokenizer = engine._tokenizer.detokenizer
+    for token in tokens:
+        detokenizer.add_token(token)
+    detokenizer.finalize()
+    assert "".join(d.text for d in deltas) == detokenizer.text
+    assert engine.generations >= 1 and engine.queued == 0
+
+
+def test_a_cancel_reaches_the_engine_process(engine: MLXEngine) -> None:
+    async def go() -> list[Output]:
+        job = Job(engine.encode("Hello"), GREEDY_LONG)
+        engine.submit(job)
+        outputs = [await asyncio.wait_for(job.outputs.get(), 30) for _ in range(4)]
+        assert job.cancel() is False  # the engine took it: the engine ends it
+        return outputs + await drain(job)
+
+    outputs = asyncio.run(go())
+    end = outputs[-1]
+    assert isinstance(end, Finished) and end.reason == "cancelled"
+    assert end.completion_tokens < 2000
+
+
+def test_losing_the_engine_process_fails_running_and_later_jobs(engine: MLXEngine) -> None:
+    async def go() -> tuple[list[Output], list[Output]]:
+        job = Job(engine.encode("Hello"), GREEDY_LONG)
+        engine.submit(job)
+        await asyncio.wait_for(job.outputs.get(), 30)  # Started
+        engine._process.kill()
+        running = await drain(job)
+        later = Job(engine.encode("Hello"), GREEDY_LONG)
+        engine.submit(later)
+        return running, await drain(later, timeout=5)
+
+    running, later = asyncio.run(go())
+    for outputs in (running, later):
+        assert isinstance(outputs[-1], Failed)
+        assert "engine process exited" in outputs[-1].message
+
+
+def test_a_model_that_cannot_load_is_reported_by_the_engine_process(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text('{"model_type": "llama"}')
+    engine = MLXEngine(ModelSource(str(tmp_path), "broken"))
+    with pytest.raises(ModelLoadError, match="cannot load model"):
+        engine.start()
