@@ -1,7 +1,8 @@
 """The overhead and concurrency benchmarks on an NVIDIA GPU with MLX's CUDA build.
 
 Run on the lent H200 through ../shared/gpu/setup_and_run.sh with BENCH=bench/gpu.py (it installs
-mlx, mlx-cuda-13 and mlx-lm there). Builds a random-weight bf16 model of Llama-3.2-1B's shape
+mlx, mlx-cuda-13 and mlx-lm there). GPU_LEVELS picks the concurrency levels (default 1..64);
+GPU_CONCURRENCY_ARGS passes more flags to concurrency.py (e.g. --skip-peer). Builds a random-weight bf16 model of Llama-3.2-1B's shape
 (random weights are fine for speed), then runs bench/overhead.py and bench/concurrency.py on it
 and copies their JSON (and plots, where matplotlib exists) to $OUT.
 """
@@ -75,7 +76,9 @@ def main() -> None:
     model = build(Path("/tmp/llama-1b-random"))
     levels = os.environ.get("GPU_LEVELS", "1,2,4,8,16,32,64")
     run("overhead.py", "--model", str(model), "--tokens", "128", "--runs", "3", timeout=240)
-    run("concurrency.py", "--model", str(model), "--levels", levels, "--tokens", "128", timeout=420)
+    extra = os.environ.get("GPU_CONCURRENCY_ARGS", "").split()  # e.g. --skip-peer
+    args = ["--model", str(model), "--levels", levels, "--tokens", "128", *extra]
+    run("concurrency.py", *args, timeout=420)
     for name in ("overhead", "concurrency"):
         for ext in ("json", "png"):
             src = HERE / "out" / f"{name}.{ext}"
