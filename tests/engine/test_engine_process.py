@@ -94,3 +94,34 @@ def test_a_model_that_cannot_load_is_reported_by_the_engine_process(tmp_path: Pa
     engine = MLXEngine(ModelSource(str(tmp_path), "broken"))
     with pytest.raises(ModelLoadError, match="cannot load model"):
         engine.start()
+
+
+def test_a_job_started_alone_carries_on_in_the_batch_when_another_joins(engine: MLXEngine) -> None:
+    """The first job runs alone (generate_step); when a second arrives it moves into the batch
+    with its KV cache. Its greedy tokens must not change at the seam, and the joiner's tokens
+    must be its own."""
+    sampling = Sampling(temperature=0.0, max_tokens=300, logit_bias=((2, -100.0),))
+    first, second = engine.encode("The quick brown fox"), engine.encode("Hello, how are")
+
+    def tokens(outputs: list[Output]) -> list[int]:
+        return [o.token for o in outputs if isinstance(o, Delta) and o.token is not None]
+
+    async def go() -> tuple[list[int], list[int], list[int], list[int]]:
+        alone = Job(first, sampling, cache_namespace="alone")
+        engine.submit(alone)
+        alone_tokens = tokens(await drain(alone))
+        other = Job(second, sampling, cache_namespace="other-alone")
+        engine.submit(other)
+        other_tokens = tokens(await drain(other))
+
+        joined = Job(first, sampling, cache_namespace="joined")
+        engine.submit(joined)
+        seen = [await asyncio.wait_for(joined.outputs.get(), 30) for _ in range(11)]
+        joiner = Job(second, sampling, cache_namespace="joiner")
+        engine.submit(joiner)  # arrives while `joined` decodes alone
+        rest, joiner_out = await asyncio.gather(drain(joined), drain(joiner))
+        return alone_tokens, tokens(seen + rest), other_tokens, tokens(joiner_out)
+
+    alone, joined, other, joiner = asyncio.run(go())
+    assert len(alone) == 300 and joined == alone
+    assert joiner == other
