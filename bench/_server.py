@@ -40,7 +40,7 @@ def start_omni(model_path: str, db_path: Path, *flags: str) -> tuple[subprocess.
     port = free_port()
     cmd = [sys.executable, "-m", "omni", "serve", "--model", model_path, "--port", str(port)]
     cmd += ["--db", str(db_path), "--log-level", "warning", *flags]
-    proc = subprocess.Popen(cmd, env={**os.environ})
+    proc = subprocess.Popen(cmd, env={**os.environ, "OMNI_ENGINE_STATS": "1"})
     base_url = f"http://127.0.0.1:{port}"
     wait_up(proc, f"{base_url}/health", "omni serve")
     return proc, base_url

@@ -2,7 +2,8 @@
 
 Run on the lent H200 through ../shared/gpu/setup_and_run.sh with BENCH=bench/gpu.py (it installs
 mlx, mlx-cuda-13 and mlx-lm there). GPU_LEVELS picks the concurrency levels (default 1..64);
-GPU_CONCURRENCY_ARGS passes more flags to concurrency.py (e.g. --skip-peer). Builds a
+GPU_CONCURRENCY_ARGS passes more flags to concurrency.py (e.g. --skip-peer); GPU_RUNS
+names the runs (default overhead,concurrency). Builds a
 random-weight bf16 model of Llama-3.2-1B's shape (random weights are fine for speed), then
 runs bench/overhead.py and bench/concurrency.py on it and copies their JSON (and plots, where
 matplotlib exists) to $OUT.
@@ -76,10 +77,13 @@ def main() -> None:
     out = Path(os.environ.get("OUT", "/tmp/out"))
     model = build(Path("/tmp/llama-1b-random"))
     levels = os.environ.get("GPU_LEVELS", "1,2,4,8,16,32,64")
-    run("overhead.py", "--model", str(model), "--tokens", "128", "--runs", "3", timeout=240)
+    runs = os.environ.get("GPU_RUNS", "overhead,concurrency").split(",")
+    if "overhead" in runs:
+        run("overhead.py", "--model", str(model), "--tokens", "128", "--runs", "3", timeout=240)
     extra = os.environ.get("GPU_CONCURRENCY_ARGS", "").split()  # e.g. --skip-peer
     args = ["--model", str(model), "--levels", levels, "--tokens", "128", "--rounds", "3", *extra]
-    run("concurrency.py", *args, timeout=420)
+    if "concurrency" in runs:
+        run("concurrency.py", *args, timeout=420)
     for name in ("overhead", "concurrency"):
         for ext in ("json", "png"):
             src = HERE / "out" / f"{name}.{ext}"

@@ -12,7 +12,8 @@ decode, so the server's Python work never holds up a step.
 from __future__ import annotations
 
 import logging
-from collections import deque
+import time
+from collections import defaultdict, deque
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -87,6 +88,8 @@ class BatchScheduler:
         self.eos = set(eos)
         self.stopping: set[int] = set()  # job ids asked to stop
         self.out: list[tuple[Any, ...]] = []
+        # Where the engine process's time goes (OMNI_ENGINE_STATS=1 prints it at exit).
+        self.stats: defaultdict[str, float] = defaultdict(float)
         self._samplers: dict[tuple[float, float, float, int], Any] = {}
 
     @property
@@ -94,7 +97,12 @@ class BatchScheduler:
         return bool(self.slots or self.waiting or self.solo)
 
     def run(self, conn: Connection) -> None:
+        stats, clock = self.stats, time.perf_counter
+        mark = clock()
         while self._receive(conn, block=not self.busy):
+            now = clock()
+            stats["idle_s"] += now - mark
+            mark = now
             # Jobs beyond the batch size wait here, still queued (and cancellable as such).
             self._drop_cancelled_waiting()
             if self.solo is not None and (self.waiting or self.solo.slot.spec.id in self.stopping):
@@ -119,6 +127,9 @@ class BatchScheduler:
                     log.exception("could not start a generation")
                     self.out.append((FAILED, spec.id, f"generation failed: {exc}"))
             self._cancel_stopped()
+            now = clock()
+            stats["admit_s"] += now - mark
+            mark = now
             if (solo := self.solo) is not None:
                 try:
                     self._solo_step(solo)
@@ -132,9 +143,18 @@ class BatchScheduler:
                 except Exception as exc:  # errors travel as values; the batch starts over
                     log.exception("generation step failed")
                     self._fail_all(f"generation failed: {exc}")
+            now = clock()
+            stats["step_s"] += now - mark
+            stats["steps"] += 1
+            mark = now
             if self.out:
                 conn.send(self.out)  # one message per step, whatever the batch size
+                stats["messages"] += 1
+                stats["outputs"] += len(self.out)
                 self.out = []
+            now = clock()
+            stats["send_s"] += now - mark
+            mark = now
 
     def _receive(self, conn: Connection, block: bool) -> bool:
         """Take in what the server sent; False once it asks to close (or is gone)."""

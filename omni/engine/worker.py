@@ -6,6 +6,8 @@ holds the interpreter lock a decode step is waiting for.
 
 from __future__ import annotations
 
+import os
+import sys
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -28,6 +30,9 @@ def main(conn: Connection, path: str, cache_entries: int, cache_bytes: int, max_
         scheduler.run(conn)
     except (EOFError, OSError):  # the server is gone: nobody is left to decode for
         pass
+    if os.environ.get("OMNI_ENGINE_STATS"):  # for benchmarks: where the time went
+        stats = {k: round(v, 3) for k, v in sorted(scheduler.stats.items())}
+        print(f"omni engine stats: {stats}", file=sys.stderr, flush=True)
 
 
 def context_length(model: Any) -> int:
