@@ -146,6 +146,7 @@ class BatchScheduler:
             now = clock()
             stats["step_s"] += now - mark
             stats["steps"] += 1
+            stats["batch_tokens"] += len(self.slots) + (self.solo is not None)
             mark = now
             if self.out:
                 conn.send(self.out)  # one message per step, whatever the batch size
