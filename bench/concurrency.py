@@ -2,11 +2,13 @@
 Omni, through mlx_lm.server (the peer), and through raw mlx-lm BatchGenerator.
 
     python bench/concurrency.py [--model PATH_OR_ID] [--levels 1,2,4,8,16,32,64] [--tokens 64]
-                                [--rounds 2] [--max-batch N] [--skip-peer]
+                                [--rounds 2] [--warmup-rounds 1]
+                                [--max-batch N] [--skip-peer]
 
 At each level N, N clients (asyncio + httpx.AsyncClient) send N streamed
 /v1/chat/completions at once (temperature 0, max_tokens --tokens, distinct prompts, and
-`Cache-Control: no-cache` so Omni's replay cache cannot answer), --rounds times. Aggregate
+`Cache-Control: no-cache` so Omni's replay cache cannot answer), --rounds times after
+--warmup-rounds unmeasured ones (new batch shapes compile kernels the first time). Aggregate
 tok/s = completion tokens of a round / its wall time (median over rounds); TTFT = request sent
 -> first content delta, p50/p95 over every request of the level.
 1. Omni: `omni serve` (a subprocess on a temp db, --max-batch-size N_max).
@@ -154,10 +156,12 @@ async def http_levels(base: str, model: str, label: str) -> dict[int, dict[str, 
         for level in ARGS.levels:
             rounds: list[tuple[int, float]] = []
             ttfts: list[float] = []
-            for rnd in range(ARGS.rounds):
+            for rnd in range(-ARGS.warmup_rounds, ARGS.rounds):
                 bodies = [body(prompt_text(level, rnd, i)) for i in range(level)]
                 start = time.perf_counter()
                 done = await asyncio.gather(*(one_stream(client, b) for b in bodies))
+                if rnd < 0:
+                    continue  # a warm-up round: new batch shapes compile kernels (MLX's JIT)
                 rounds.append((sum(t for _, t in done), time.perf_counter() - start))
                 ttfts += [t for t, _ in done]
             results[level] = summarize(rounds, ttfts)
@@ -214,9 +218,11 @@ def raw_levels(model_path: str) -> dict[int, dict[str, Any]]:
         for level in ARGS.levels:
             rounds: list[tuple[int, float]] = []
             ttfts: list[float] = []
-            for rnd in range(ARGS.rounds):
+            for rnd in range(-ARGS.warmup_rounds, ARGS.rounds):
                 prompts = [encode(prompt_text(level, rnd, i)) for i in range(level)]
                 tokens, wall, firsts = once(prompts)
+                if rnd < 0:
+                    continue
                 rounds.append((tokens, wall))
                 ttfts += firsts
             results[level] = summarize(rounds, ttfts)
@@ -267,6 +273,7 @@ def main() -> None:
         "model": source.model_id,
         "max_tokens": ARGS.tokens,
         "rounds": ARGS.rounds,
+        "warmup_rounds": ARGS.warmup_rounds,
         "max_batch": ARGS.max_batch,
         "levels": ARGS.levels,
         "omni_chat_stream": omni,
@@ -351,6 +358,9 @@ if __name__ == "__main__":
     )
     p.add_argument("--tokens", type=int, default=64, help="max_tokens of every request")
     p.add_argument("--rounds", type=int, default=2, help="rounds of N requests per level")
+    p.add_argument(
+        "--warmup-rounds", type=int, default=1, help="unmeasured rounds first, at each level"
+    )
     p.add_argument(
         "--max-batch",
         type=int,
