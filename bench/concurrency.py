@@ -3,12 +3,14 @@ Omni, through mlx_lm.server (the peer), and through raw mlx-lm BatchGenerator.
 
     python bench/concurrency.py [--model PATH_OR_ID] [--levels 1,2,4,8,16,32,64] [--tokens 64]
                                 [--rounds 2] [--warmup-rounds 1]
-                                [--max-batch N] [--skip-peer]
+                                [--requests-per-client 1] [--max-batch N] [--skip-peer]
 
 At each level N, N clients (asyncio + httpx.AsyncClient) send N streamed
 /v1/chat/completions at once (temperature 0, max_tokens --tokens, distinct prompts, and
 `Cache-Control: no-cache` so Omni's replay cache cannot answer), --rounds times after
---warmup-rounds unmeasured ones (new batch shapes compile kernels the first time). Aggregate
+--warmup-rounds unmeasured ones (new batch shapes compile kernels the first time). With
+--requests-per-client R > 1 each client sends R requests one after another (a closed loop: the
+batch stays full instead of ramping up and draining once per round). Aggregate
 tok/s = completion tokens of a round / its wall time (median over rounds); TTFT = request sent
 -> first content delta, p50/p95 over every request of the level.
 1. Omni: `omni serve` (a subprocess on a temp db, --max-batch-size N_max).
@@ -157,9 +159,18 @@ async def http_levels(base: str, model: str, label: str) -> dict[int, dict[str, 
             rounds: list[tuple[int, float]] = []
             ttfts: list[float] = []
             for rnd in range(-ARGS.warmup_rounds, ARGS.rounds):
-                bodies = [body(prompt_text(level, rnd, i)) for i in range(level)]
+                reps = ARGS.requests_per_client
+
+                async def client_loop(
+                    i: int, rnd: int = rnd, level: int = level, reps: int = reps
+                ) -> list[tuple[float, int]]:
+                    # Closed loop: each client sends its next request when the last one ends.
+                    texts = [prompt_text(level, rnd, i + k * level) for k in range(reps)]
+                    return [await one_stream(client, body(t)) for t in texts]
+
                 start = time.perf_counter()
-                done = await asyncio.gather(*(one_stream(client, b) for b in bodies))
+                loops = await asyncio.gather(*(client_loop(i) for i in range(level)))
+                done = [d for loop in loops for d in loop]
                 if rnd < 0:
                     continue  # a warm-up round: new batch shapes compile kernels (MLX's JIT)
                 rounds.append((sum(t for _, t in done), time.perf_counter() - start))
@@ -194,33 +205,46 @@ def raw_levels(model_path: str) -> dict[int, dict[str, Any]]:
         prefill_batch_size=min(8, ARGS.max_batch),
     )
 
-    def once(prompts: list[list[int]]) -> tuple[int, float, list[float]]:
+    def once(prompts: list[list[int]], level: int) -> tuple[int, float, list[float]]:
+        """The first `level` prompts at once; each that ends is replaced by the next (as the
+        closed-loop clients do)."""
         start = time.perf_counter()
-        uids = gen.insert(prompts, max_tokens=[ARGS.tokens] * len(prompts))
+        queue = list(prompts)
+        sent: dict[int, float] = {}
+
+        def insert(batch: list[list[int]]) -> None:
+            now = time.perf_counter()
+            for uid in gen.insert(batch, max_tokens=[ARGS.tokens] * len(batch)):
+                sent[uid] = now
+
+        insert(queue[:level])
+        del queue[:level]
         first: dict[int, float] = {}
         tokens = 0
-        live = set(uids)
+        live = set(sent)
         while live:
             for r in gen.next_generated():
-                if r.finish_reason == "stop":  # an end-of-sequence token: not output (as Omni)
-                    live.discard(r.uid)
-                    continue
-                first.setdefault(r.uid, time.perf_counter())
-                tokens += 1
+                if r.finish_reason != "stop":  # an end-of-sequence token: not output (as Omni)
+                    first.setdefault(r.uid, time.perf_counter())
+                    tokens += 1
                 if r.finish_reason is not None:
                     live.discard(r.uid)
+                    if queue:
+                        insert([queue.pop(0)])
+                        live.add(max(sent))
         wall = time.perf_counter() - start
-        return tokens, wall, [first.get(u, start + wall) - start for u in uids]
+        return tokens, wall, [first.get(u, start + wall) - t for u, t in sent.items()]
 
     results: dict[int, dict[str, Any]] = {}
     try:
-        once([encode("Warm-up for raw: say hello.")])
+        once([encode("Warm-up for raw: say hello.")], 1)
         for level in ARGS.levels:
             rounds: list[tuple[int, float]] = []
             ttfts: list[float] = []
             for rnd in range(-ARGS.warmup_rounds, ARGS.rounds):
-                prompts = [encode(prompt_text(level, rnd, i)) for i in range(level)]
-                tokens, wall, firsts = once(prompts)
+                n = level * ARGS.requests_per_client
+                prompts = [encode(prompt_text(level, rnd, i)) for i in range(n)]
+                tokens, wall, firsts = once(prompts, level)
                 if rnd < 0:
                     continue
                 rounds.append((tokens, wall))
@@ -274,6 +298,7 @@ def main() -> None:
         "max_tokens": ARGS.tokens,
         "rounds": ARGS.rounds,
         "warmup_rounds": ARGS.warmup_rounds,
+        "requests_per_client": ARGS.requests_per_client,
         "max_batch": ARGS.max_batch,
         "levels": ARGS.levels,
         "omni_chat_stream": omni,
@@ -358,6 +383,12 @@ if __name__ == "__main__":
     )
     p.add_argument("--tokens", type=int, default=64, help="max_tokens of every request")
     p.add_argument("--rounds", type=int, default=2, help="rounds of N requests per level")
+    p.add_argument(
+        "--requests-per-client",
+        type=int,
+        default=1,
+        help="closed loop: each client sends this many requests, one after another",
+    )
     p.add_argument(
         "--warmup-rounds", type=int, default=1, help="unmeasured rounds first, at each level"
     )
