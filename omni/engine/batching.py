@@ -30,7 +30,7 @@ from omni.engine.types import Sampling
 log = logging.getLogger(__name__)
 
 # Messages to the engine process.
-JOB: Final = "job"  # (JOB, id, prompt, resume_tokens, cache_namespace, sampling)
+JOB: Final = "job"  # (JOB, id, prompt, resume_tokens, cache_namespace, sampling, constraint)
 CANCEL: Final = "cancel"  # (CANCEL, id)
 MAX_BATCH: Final = "max_batch"  # (MAX_BATCH, n)
 CLOSE: Final = "close"  # (CLOSE,)
@@ -48,6 +48,7 @@ class Spec:
     resume_tokens: list[int]
     cache_namespace: str
     sampling: Sampling
+    constraint: dict[str, Any] | None = None  # a grammar the output must follow
 
 
 @dataclass(eq=False, slots=True)
@@ -56,6 +57,7 @@ class Slot:
     fed: list[int]  # prompt, recorded tokens, then each generated token
     cached: int
     done: int
+    processors: list[Any]  # built once: a grammar's state must survive a move into the batch
 
 
 @dataclass(eq=False, slots=True)
@@ -72,6 +74,8 @@ class BatchScheduler:
 
     def __init__(self, model: Any, tokenizer: Any, cache: PrefixCache, max_batch: int):
         self.model = model
+        self.tokenizer = tokenizer
+        self._constraints: Any = None  # grammars (omni.engine.grammar), built on first use
         self.cache = cache
         self.scorer = Scorer(tokenizer)
         eos = sorted(tokenizer.eos_token_ids)
@@ -177,11 +181,12 @@ class BatchScheduler:
         """A job cancelled while it waited leaves the queue at once (its place frees)."""
         if not self.stopping or not self.waiting:
             return
-        for spec in [w for w in self.waiting if w.id in self.stopping]:
-            self.stopping.discard(spec.id)
+        dropped = {w.id for w in self.waiting if w.id in self.stopping}
+        for spec in [w for w in self.waiting if w.id in dropped]:
             done = len(spec.resume_tokens)
             self.out.append((FINISHED, spec.id, "cancelled", len(spec.prompt), done, 0))
-        self.waiting = deque(w for w in self.waiting if w.id not in self.stopping)
+        self.waiting = deque(w for w in self.waiting if w.id not in dropped)
+        self.stopping -= dropped
 
     def _out_of_tokens(self, spec: Spec) -> bool:
         done = len(spec.resume_tokens)
@@ -196,7 +201,9 @@ class BatchScheduler:
             return
         fed = spec.prompt + spec.resume_tokens
         cache, rest = self.cache.nearest(spec.cache_namespace, fed)
-        slot = Slot(spec, fed, len(fed) - len(rest), len(spec.resume_tokens))
+        slot = Slot(
+            spec, fed, len(fed) - len(rest), len(spec.resume_tokens), self._processors(spec)
+        )
         self._insert(slot, cache, rest)
         self.out.append((STARTED, spec.id, True))
 
@@ -209,7 +216,7 @@ class BatchScheduler:
             # What the cache already holds: penalties must see the same history either way.
             all_tokens=[slot.fed[: len(slot.fed) - len(rest)]],
             samplers=[self._sampler(s)],
-            logits_processors=[logits_processors(s)],
+            logits_processors=[slot.processors],
         )
         self.slots[uid] = slot
 
@@ -218,7 +225,9 @@ class BatchScheduler:
             return
         fed = spec.prompt + spec.resume_tokens
         cache, rest = self.cache.nearest(spec.cache_namespace, fed)
-        slot = Slot(spec, fed, len(fed) - len(rest), len(spec.resume_tokens))
+        slot = Slot(
+            spec, fed, len(fed) - len(rest), len(spec.resume_tokens), self._processors(spec)
+        )
         s = spec.sampling
         held = mx.array(fed[: len(fed) - len(rest)])
         steps = generate_step(
@@ -227,7 +236,7 @@ class BatchScheduler:
             max_tokens=s.max_tokens - slot.done,
             sampler=self._sampler(s),
             # generate_step shows processors only the tokens it was given: add what the cache holds.
-            logits_processors=[_with_history(p, held) for p in logits_processors(s)],
+            logits_processors=[_with_history(p, held) for p in slot.processors],
             prompt_cache=cache,
         )
         self.solo = Solo(slot, cache, steps)
@@ -279,6 +288,16 @@ class BatchScheduler:
         # The batch must see one token to predict the next: hand it the last one again.
         _trim_to(cache, len(slot.fed) - 1)
         self._insert(slot, cache, slot.fed[-1:])
+
+    def _processors(self, spec: Spec) -> list[Any]:
+        processors = logits_processors(spec.sampling)
+        if spec.constraint is not None:
+            if self._constraints is None:
+                from omni.engine.grammar import Constraints
+
+                self._constraints = Constraints(self.tokenizer)
+            processors.append(self._constraints.processor(spec.constraint))
+        return processors
 
     def _sampler(self, s: Sampling) -> Any:
         if s.seed is not None and s.temperature > 0:

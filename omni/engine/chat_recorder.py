@@ -10,7 +10,9 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from omni.engine.stops import StopMatcher
+from omni.engine.tool_calls import Call, CallSplitter, Segment
 from omni.engine.types import Delta, Failed, Finished, Logprobs, Output, Started
+from omni.ids import new_id
 
 ChunkEvent = tuple[str, dict[str, Any]]
 Kind = Literal["chat", "text"]
@@ -34,8 +36,10 @@ class ChunkRecorder:
         stops: list[str] | None = None,
         logprobs: bool = False,
         prefix: str = "",
+        splitter: CallSplitter | None = None,
     ):
         self.kind = kind
+        self.splitter = splitter  # tool calls out of the text (chat with tools)
         self.base = {
             "id": completion_id,
             "object": "chat.completion.chunk" if kind == "chat" else "text_completion",
@@ -50,6 +54,7 @@ class ChunkRecorder:
         self.finish_reason: str | None = None
         self._pending: list[Logprobs] = []
         self._offset = 0  # legacy logprobs' text_offset
+        self._calls = 0
 
     @property
     def wants_stop(self) -> bool:
@@ -69,7 +74,7 @@ class ChunkRecorder:
                 return []  # generated past a stop sequence: not part of the answer
             if out.logprobs is not None and self.logprobs:
                 self._pending.append(out.logprobs)
-            events = self._emit(self.stops.feed(out.text))
+            events = self._text(self.stops.feed(out.text))
             if self.stops.stopped:
                 self._pending = []
             return events
@@ -78,6 +83,33 @@ class ChunkRecorder:
             error = {"message": out.message, "type": "server_error", "param": None}
             return [(ERROR, {"error": {**error, "code": "server_error"}})]
         return self._finish(out)
+
+    def _text(self, text: str, final: bool = False) -> list[ChunkEvent]:
+        if self.splitter is None:
+            return self._emit(text)
+        segments = self.splitter.feed(text)
+        if final:
+            segments += self.splitter.finish()
+        return self._segments(segments)
+
+    def _segments(self, segments: list[Segment]) -> list[ChunkEvent]:
+        events: list[ChunkEvent] = []
+        for kind, value in segments:
+            if kind == "text":
+                assert isinstance(value, str)
+                events += self._emit(value)
+            else:
+                assert isinstance(value, Call)
+                index = self._calls
+                self._calls += 1
+                call = {
+                    "index": index,
+                    "id": new_id("call"),
+                    "type": "function",
+                    "function": {"name": value.name, "arguments": value.arguments},
+                }
+                events.append(self._chunk({"tool_calls": [call]}))
+        return events
 
     def _emit(self, text: str) -> list[ChunkEvent]:
         if not text:
@@ -88,10 +120,12 @@ class ChunkRecorder:
 
     def _finish(self, out: Finished) -> list[ChunkEvent]:
         self.done = True
-        events = self._emit(self.stops.flush())
+        events = self._text(self.stops.flush(), final=True)
         if out.reason == "cancelled" and not self.stops.stopped:
             return [*events, (CANCELLED, {})]
         self.finish_reason = "stop" if out.reason == "stop" or self.stops.stopped else "length"
+        if self._calls and self.finish_reason == "stop":
+            self.finish_reason = "tool_calls"
         events.append(
             self._chunk({} if self.kind == "chat" else "", finish_reason=self.finish_reason)
         )

@@ -32,6 +32,7 @@ from omni.engine.batching import (
     TOKEN,
 )
 from omni.engine.model_source import ModelSource
+from omni.engine.tool_calls import ToolFormat
 from omni.engine.types import Delta, Failed, Finished, Job, Output, Started
 from omni.errors import ModelLoadError
 
@@ -106,6 +107,21 @@ class MLXEngine:
             tokens = tokens["input_ids"]
         return list(tokens)
 
+    @property
+    def supports_tools(self) -> bool:
+        """The chat template renders tools (and tool calls and results) itself."""
+        template = getattr(self._tokenizer, "chat_template", None)
+        return isinstance(template, str) and "tools" in template
+
+    @property
+    def tool_format(self) -> ToolFormat:
+        """How this model writes calls: mlx-lm's markers and parser for its family, or plain
+        JSON when mlx-lm knows none."""
+        tok = self._tokenizer
+        if tok is None or not tok.has_tool_calling:
+            return ToolFormat()
+        return ToolFormat(tok.tool_call_start, tok.tool_call_end, tok.tool_parser)
+
     def encode(self, text: str) -> list[int]:
         """Prompt tokens for raw text (legacy completions): no chat template."""
         return list(self._tokenizer.encode(text))
@@ -145,7 +161,15 @@ class MLXEngine:
         detokenizer.offset = len(detokenizer.text)
         job_id = next(self._ids)
         self._pending[job_id] = _Pending(job, loop, detokenizer)
-        spec = (JOB, job_id, job.prompt, job.resume_tokens, job.cache_namespace, job.sampling)
+        spec = (
+            JOB,
+            job_id,
+            job.prompt,
+            job.resume_tokens,
+            job.cache_namespace,
+            job.sampling,
+            job.constraint,
+        )
         self._send(spec)
         # Sent after the job itself, so the engine always knows the id it is asked to stop.
         job.on_cancel = lambda: self._send((CANCEL, job_id))

@@ -11,6 +11,7 @@ import copy
 import time
 from typing import Any
 
+from omni.engine.tool_calls import Call, CallSplitter, Segment
 from omni.engine.types import Delta, Failed, Finished, Logprobs, Output, Started, TokenLogprob
 from omni.ids import new_id
 from omni.schemas.stream import TERMINAL_TYPES
@@ -41,8 +42,11 @@ def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) ->
 class ResponseRecorder:
     """Builds one response's events; `next_seq` continues where the log ends."""
 
-    def __init__(self, response: dict[str, Any], next_seq: int):
+    def __init__(
+        self, response: dict[str, Any], next_seq: int, splitter: CallSplitter | None = None
+    ):
         self.response = copy.deepcopy(response)
+        self.splitter = splitter  # function calls out of the text, when the request has tools
         self.next_seq = next_seq
         self.text = ""
         self.logprobs: list[dict[str, Any]] = []
@@ -51,12 +55,14 @@ class ResponseRecorder:
         self.done = False
 
     @classmethod
-    def resume(cls, folded: dict[str, Any], next_seq: int) -> ResponseRecorder:
+    def resume(
+        cls, folded: dict[str, Any], next_seq: int, splitter: CallSplitter | None = None
+    ) -> ResponseRecorder:
         """A recorder that carries on a log left unfinished (e.g. by a crash): an
         in-progress message item stays open, its text so far kept."""
         output = list(folded.get("output", []))
         open_item = output.pop() if output and output[-1].get("status") == "in_progress" else None
-        recorder = cls({**folded, "output": output}, next_seq)
+        recorder = cls({**folded, "output": output}, next_seq, splitter)
         if open_item is not None:
             # item.added and content_part.added are always committed together
             parts = open_item.get("content") or [{"text": ""}]
@@ -118,6 +124,56 @@ class ResponseRecorder:
     def on_delta(self, text: str, logprobs: Logprobs | None = None) -> list[Event]:
         if logprobs is not None:
             self._pending.append(_logprob(logprobs))
+        if self.splitter is not None:
+            return self._segments(self.splitter.feed(text))
+        return self._text(text)
+
+    def _segments(self, segments: list[Segment]) -> list[Event]:
+        events: list[Event] = []
+        for kind, value in segments:
+            if kind == "text":
+                assert isinstance(value, str)
+                events += self._text(value)
+            else:
+                assert isinstance(value, Call)
+                events += self._function_call(value)
+        return events
+
+    def _function_call(self, call: Call) -> list[Event]:
+        """A complete call: its item opens, its arguments stream, it closes."""
+        events = self._close_message("completed") if self._message is not None else []
+        self._pending = []  # the call's tokens carry no output_text logprobs
+        index = len(self.response["output"])
+        item: dict[str, Any] = {
+            "id": new_id("fc"),
+            "type": "function_call",
+            "status": "in_progress",
+            "arguments": "",
+            "call_id": new_id("call"),
+            "name": call.name,
+        }
+        done = {**item, "arguments": call.arguments, "status": "completed"}
+        events += [
+            self._event("response.output_item.added", output_index=index, item=item),
+            self._event(
+                "response.function_call_arguments.delta",
+                item_id=item["id"],
+                output_index=index,
+                delta=call.arguments,
+            ),
+            self._event(
+                "response.function_call_arguments.done",
+                item_id=item["id"],
+                output_index=index,
+                arguments=call.arguments,
+                name=call.name,
+            ),
+            self._event("response.output_item.done", output_index=index, item=done),
+        ]
+        self.response["output"].append(done)
+        return events
+
+    def _text(self, text: str) -> list[Event]:
         if not text:
             return []  # e.g. half a character: its logprobs go out with the text
         scored, self._pending = self._pending, []
@@ -174,8 +230,12 @@ class ResponseRecorder:
         self.done = True
         status = {"stop": "completed", "length": "incomplete", "cancelled": "cancelled"}[out.reason]
         events: list[Event] = []
-        if self._message is not None or status != "cancelled":  # cancelled before output: none
-            events = self._close_message("completed" if status == "completed" else "incomplete")
+        if self.splitter is not None:
+            events += self._segments(self.splitter.finish())
+        called = any(item["type"] == "function_call" for item in self.response["output"])
+        # No message when nothing was said: cancelled before output, or only calls.
+        if self._message is not None or (status != "cancelled" and not called):
+            events += self._close_message("completed" if status == "completed" else "incomplete")
         self.response["status"] = status
         self.response["usage"] = usage(out.prompt_tokens, out.completion_tokens, out.cached_tokens)
         if status == "completed":

@@ -82,6 +82,9 @@ class Job:
     resume_tokens: list[int] = field(default_factory=list)
     # Prefix-cache namespace (the request's prompt_cache_key): conversations stay apart.
     cache_namespace: str = ""
+    # A grammar the output must follow: {"type": "json_schema", "schema": {...}} or
+    # {"type": "json_object"} (omni.engine.grammar).
+    constraint: dict[str, Any] | None = None
     outputs: asyncio.Queue[Output] = field(default_factory=asyncio.Queue)
     stop: threading.Event = field(default_factory=threading.Event)
     _claimed: bool = False

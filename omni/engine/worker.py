@@ -13,6 +13,7 @@ from typing import Any
 
 
 def main(conn: Connection, path: str, cache_entries: int, cache_bytes: int, max_batch: int) -> None:
+    _die_with_parent()
     try:
         from mlx_lm import load
 
@@ -38,3 +39,20 @@ def main(conn: Connection, path: str, cache_entries: int, cache_bytes: int, max_
 def context_length(model: Any) -> int:
     args = getattr(model, "args", None)
     return int(getattr(args, "max_position_embeddings", None) or 4096)
+
+
+def _die_with_parent() -> None:
+    """If the server dies (even by kill -9), this process goes too, rather than finishing a
+    long step for nobody. Linux only; elsewhere it notices at its next step."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    parent = os.getppid()
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        return
+    if os.getppid() != parent:  # the parent died before the request took effect
+        os._exit(0)

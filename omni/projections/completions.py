@@ -31,6 +31,13 @@ def fold_chat(events: Sequence[tuple[str, str]]) -> dict[str, Any]:
     head, choices, usage = _chunks(events)
     scored = [c["logprobs"]["content"] for c in choices if c.get("logprobs") is not None]
     content = "".join(c["delta"].get("content") or "" for c in choices)
+    calls = [call for c in choices for call in c["delta"].get("tool_calls") or []]
+    message: dict[str, Any] = {"role": "assistant", "content": content, "refusal": None}
+    if calls:
+        message["content"] = content or None
+        message["tool_calls"] = [
+            {"id": c["id"], "type": "function", "function": c["function"]} for c in calls
+        ]
     return {
         "id": head.get("id"),
         "object": "chat.completion",
@@ -39,7 +46,7 @@ def fold_chat(events: Sequence[tuple[str, str]]) -> dict[str, Any]:
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": content, "refusal": None},
+                "message": message,
                 "logprobs": {"content": sum(scored, []), "refusal": None} if scored else None,
                 "finish_reason": _finish_reason(choices),
             }

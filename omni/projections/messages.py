@@ -85,3 +85,39 @@ def merge_system(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     if system:
         rest.insert(0, {"role": "system", "content": "\n\n".join(system)})
     return rest
+
+
+def chat_for_template(
+    messages: Sequence[dict[str, Any]], structured_tools: bool
+) -> list[dict[str, Any]]:
+    """Chat Completions messages for the template: system merged first; assistant tool calls
+    with their arguments as objects (what templates iterate), or, for a template that knows
+    no tools, calls and results as text."""
+    names: dict[str, str] = {}
+    out: list[dict[str, Any]] = []
+    for message in merge_system(messages):
+        calls = message.get("tool_calls") or []
+        if message["role"] == "assistant" and calls:
+            parsed = [
+                {"name": c["function"]["name"], "arguments": _arguments(c["function"]["arguments"])}
+                for c in calls
+            ]
+            names.update({c.get("id", ""): c["function"]["name"] for c in calls})
+            if structured_tools:
+                tool_calls = [
+                    {"id": c.get("id"), "type": "function", "function": f}
+                    for c, f in zip(calls, parsed, strict=True)
+                ]
+                out.append(
+                    {**message, "content": message.get("content") or "", "tool_calls": tool_calls}
+                )
+            else:
+                text = json.dumps(parsed[0] if len(parsed) == 1 else parsed)
+                said = message.get("content") or ""
+                out.append({"role": "assistant", "content": f"{said}\n{text}" if said else text})
+        elif message["role"] == "tool" and not structured_tools:
+            name = names.get(message.get("tool_call_id") or "", message.get("tool_call_id"))
+            out.append({"role": "user", "content": f"Result of {name}: {message['content']}"})
+        else:
+            out.append(message)
+    return out

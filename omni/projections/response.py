@@ -28,6 +28,9 @@ def fold_response(events: Sequence[tuple[str, str]]) -> dict[str, Any]:
         elif type_ == "response.output_text.delta":
             part = items[event["output_index"]]["content"][event["content_index"]]
             part["text"] += event["delta"]
+        elif type_ == "response.function_call_arguments.delta":
+            item = items[event["output_index"]]
+            item["arguments"] = item.get("arguments", "") + event["delta"]
     if response:
         response["output"] = [items[i] for i in sorted(items)]
     return response

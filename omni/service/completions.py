@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from omni.engine.chat_recorder import TERMINAL_TYPES, USAGE, ChunkRecorder
+from omni.engine.tool_calls import CallSplitter
 from omni.engine.types import Engine, Job, Sampling
 from omni.errors import InvalidRequest, NotFound
 from omni.events import (
@@ -26,10 +27,12 @@ from omni.events import (
 )
 from omni.ids import new_id
 from omni.projections.completions import fold_chat, fold_text
-from omni.projections.messages import merge_system
+from omni.projections.messages import chat_for_template
 from omni.schemas.chat import ChatCompletionCreate, CompletionCreate
+from omni.service.requests import rendered
 from omni.service.runs import Run, Runs
 from omni.service.streams import ACCEPTED, COMPLETION_DELETED, dumps, request_stream
+from omni.service.tools import splitter, tool_policy
 
 MIRROR_PAGE = 512
 
@@ -81,14 +84,17 @@ class CompletionsService:
     ) -> tuple[str, bool]:
         """Start (or replay) a chat completion; returns its id and whether it is a cache hit."""
         self.runs.check_capacity()
-        messages = merge_system(
-            [{**m.model_dump(exclude_none=True), "content": m.text()} for m in body.messages]
+        tools, mode = tool_policy(body.tools or [], body.tool_choice)
+        structured = bool(getattr(self.engine, "supports_tools", False))
+        messages = chat_for_template(
+            [{**m.model_dump(exclude_none=True), "content": m.text()} for m in body.messages],
+            structured,
         )
-        prompt = self._check_length(self.engine.render(messages, body.tools or []))
+        prompt = rendered(self.engine, messages, tools, mode, structured, param="messages")
         key = cache_key(self.engine.model_id, body) if self.cache else None
         cid = new_id("chatcmpl").replace("chatcmpl_", "chatcmpl-")
         if key is None or bypass_cache:
-            await self._generate(cid, body, prompt, key)
+            await self._generate(cid, body, prompt, key, splitter(self.engine, tools, mode))
             return cid, False
         leader = self._leader(key)
         if leader is not None:  # single flight: follow the identical request under way
@@ -100,7 +106,7 @@ class CompletionsService:
             if original is not None:
                 await self._mirror(original, cid, body, key)
                 return cid, True
-            await self._generate(cid, body, prompt, key)
+            await self._generate(cid, body, prompt, key, splitter(self.engine, tools, mode))
             return cid, False
         except BaseException:
             self._release(cid)
@@ -120,7 +126,12 @@ class CompletionsService:
             del self._inflight[key]
 
     async def _generate(
-        self, cid: str, body: ChatCompletionCreate, prompt: list[int], key: str | None
+        self,
+        cid: str,
+        body: ChatCompletionCreate,
+        prompt: list[int],
+        key: str | None,
+        calls: CallSplitter | None = None,
     ) -> None:
         logprobs = body.top_logprobs if body.logprobs else None
         if body.logprobs and logprobs is None:
@@ -132,6 +143,7 @@ class CompletionsService:
             int(time.time()),
             stops=body.stop,
             logprobs=body.logprobs,
+            splitter=calls,
         )
         limit = body.limit or max(1, self.engine.context_length - len(prompt))
         sampling = self._sampling(body, limit, logprobs)

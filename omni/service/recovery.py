@@ -22,6 +22,7 @@ from omni.projections.response import fold_response
 from omni.schemas.stream import TERMINAL_TYPES
 from omni.service.runs import Run
 from omni.service.streams import CANCEL_REQUESTED, dumps, request_stream, tokens_stream
+from omni.service.tools import splitter, tool_policy
 
 if TYPE_CHECKING:
     from omni.service.responses import ResponsesService
@@ -44,6 +45,9 @@ async def recover(service: ResponsesService) -> int:
             await _finish(service, response_id, first, recorder.on_failed(Failed(RESTARTED)))
             continue
         body = request["body"]
+        if body.get("tools") and body.get("background"):  # calls are read out of the text
+            tools, mode = tool_policy(body["tools"], body.get("tool_choice"))
+            recorder.splitter = splitter(service.engine, tools, mode)
         if not body["store"]:
             await store.purge([response_id, request_stream(response_id)])
             continue

@@ -6,6 +6,7 @@ import logging
 import time
 from typing import Any
 
+from omni.engine.tool_calls import plain_tools_prompt
 from omni.engine.types import Engine
 from omni.errors import InvalidRequest
 from omni.projections.messages import to_chat_messages
@@ -27,27 +28,43 @@ def render_prompt(
     instructions: str | None,
     items: list[dict[str, Any]],
     tools: list[dict[str, Any]],
+    mode: str = "auto",
 ) -> list[int]:
+    """`tools` in the chat shape. A template that renders tools gets them; for one that does
+    not, they (and the JSON answer format) go into the system message, unless no call may be
+    made."""
     structured = bool(getattr(engine, "supports_tools", False))
     messages = to_chat_messages(instructions, items, structured)
-    chat_tools = [
-        {
-            "type": "function",
-            "function": {
-                k: t[k] for k in ("name", "description", "parameters") if t.get(k) is not None
-            },
-        }
-        for t in tools
-    ]
-    prompt = engine.render(messages, chat_tools)
+    return rendered(engine, messages, tools, mode, structured)
+
+
+def rendered(
+    engine: Engine,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]],
+    mode: str,
+    structured: bool,
+    param: str = "input",
+) -> list[int]:
+    """The prompt of chat `messages` (system merged first) with `tools` (chat shape)."""
+    if tools and not structured and mode != "none":
+        messages = _with_system(messages, plain_tools_prompt(tools))
+    prompt = engine.render(messages, tools if structured else [])
     if len(prompt) >= engine.context_length:
         raise InvalidRequest(
             f"The input is {len(prompt)} tokens; this model's context is "
             f"{engine.context_length} tokens.",
-            param="input",
+            param=param,
             code="context_length_exceeded",
         )
     return prompt
+
+
+def _with_system(messages: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:
+    if messages and messages[0]["role"] == "system":
+        first = {**messages[0], "content": f"{messages[0]['content']}\n\n{text}"}
+        return [first, *messages[1:]]
+    return [{"role": "system", "content": text}, *messages]
 
 
 def initial_response(

@@ -27,6 +27,7 @@ from omni.service.streams import (
     is_terminal,
     request_stream,
 )
+from omni.service.tools import Mode, splitter, tool_policy
 
 FINISHED = ("completed", "incomplete", "failed", "cancelled")
 
@@ -78,7 +79,8 @@ class ResponsesService:
         if not items and not history:
             raise InvalidRequest("`input` is required.", param="input")
         tools = function_tools(body)
-        prompt = self._fit(body, history + items, tools)
+        callable_tools, mode = tool_policy(tools, body.tool_choice)
+        prompt = self._fit(body, history + items, callable_tools, mode)
         wants_logprobs = "message.output_text.logprobs" in (body.include or [])
         sampling = Sampling(
             temperature=1.0 if body.temperature is None else body.temperature,
@@ -89,7 +91,7 @@ class ResponsesService:
         )
         response_id = new_id("resp")
         response = initial_response(response_id, body, tools, self.engine.model_id)
-        recorder = ResponseRecorder(response, next_seq=0)
+        recorder = ResponseRecorder(response, 0, splitter(self.engine, callable_tools, mode))
         request: dict[str, Any] = {
             "body": body.model_dump(mode="json", exclude={"input"}),
             "input": items,
@@ -110,12 +112,16 @@ class ResponsesService:
         return response  # as response.created carries it (status queued or in_progress)
 
     def _fit(
-        self, body: ResponseCreate, items: list[dict[str, Any]], tools: list[dict[str, Any]]
+        self,
+        body: ResponseCreate,
+        items: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        mode: Mode,
     ) -> list[int]:
         """The prompt; with truncation "auto", the oldest items go until it fits the context."""
         while True:
             try:
-                return render_prompt(self.engine, body.instructions, items, tools)
+                return render_prompt(self.engine, body.instructions, items, tools, mode)
             except InvalidRequest as exc:
                 if body.truncation != "auto" or exc.code != "context_length_exceeded":
                     raise

@@ -124,12 +124,13 @@ def test_every_role_and_text_parts(client: OpenAI, server) -> None:
         {"role": "user", "content": "thanks", "name": "bob"},
     ]
     completion = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=4)
-    # System and developer messages merge into one leading system message for the template.
+    # System and developer messages merge into one leading system message for the template;
+    # a template that knows no tools sees the call and its result as text.
     templated = [
         {"role": "system", "content": "Be brief.\n\nDev says hi."},
         {"role": "user", "content": "Hello there"},
-        {"role": "assistant", "content": ""},
-        {"role": "tool", "content": "42"},
+        {"role": "assistant", "content": '{"name": "answer", "arguments": {}}'},
+        {"role": "user", "content": "Result of answer: 42"},
         {"role": "assistant", "content": "It is 42."},
         {"role": "user", "content": "thanks"},
     ]
@@ -284,7 +285,16 @@ def test_tools_and_tool_choice_are_accepted(client: OpenAI, server, tool_choice:
         parallel_tool_calls=False,
         max_tokens=2,
     )
-    check_usage(completion.usage, prompt_len(server, HI, TOOLS), 2)
+    # This template renders no tools: unless no call may be made, the tools and the JSON call
+    # format go into a system message, so the model can still call them.
+    if tool_choice == "none":
+        check_usage(completion.usage, prompt_len(server, HI), 2)
+    else:
+        from omni.engine.tool_calls import plain_tools_prompt
+
+        called = TOOLS if tool_choice in ("auto", "required") else TOOLS[:1]
+        system = [{"role": "system", "content": plain_tools_prompt(called)}]
+        check_usage(completion.usage, prompt_len(server, system + HI), 2)
 
 
 def test_user_metadata_store_are_accepted(client: OpenAI) -> None:

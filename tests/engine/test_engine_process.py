@@ -125,3 +125,30 @@ def test_a_job_started_alone_carries_on_in_the_batch_when_another_joins(engine: 
     alone, joined, other, joiner = asyncio.run(go())
     assert len(alone) == 300 and joined == alone
     assert joiner == other
+
+
+def test_a_job_cancelled_while_it_waits_never_runs(engine: MLXEngine) -> None:
+    """With room for one, B waits behind A; B is cancelled, then A. B must leave the queue for
+    good: the next job starts at once instead of waiting behind a cancelled B."""
+
+    async def go() -> None:
+        engine.max_batch = 1
+        a = Job(engine.encode("decode"), GREEDY_LONG)
+        engine.submit(a)
+        assert isinstance(await asyncio.wait_for(a.outputs.get(), 30), Started)
+        b = Job(engine.encode("wait"), GREEDY_LONG)
+        engine.submit(b)
+        assert b.cancel() is False
+        end = (await drain(b))[-1]
+        assert isinstance(end, Finished) and end.completion_tokens == 0
+        a.cancel()
+        await drain(a)
+        generations = engine.generations
+        c = Job(engine.encode("again"), GREEDY_LONG)
+        engine.submit(c)
+        assert isinstance(await asyncio.wait_for(c.outputs.get(), 5), Started)
+        assert engine.generations == generations + 1
+        c.cancel()
+        await drain(c)
+
+    asyncio.run(go())

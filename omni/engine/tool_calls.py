@@ -1,0 +1,203 @@
+"""Function calls out of generated text. Pure: text in, text and calls out.
+
+A model with a tool-call format that mlx-lm knows (its tokenizer names the markers and the
+parser, chosen from the chat template as mlx-lm does) writes calls between markers; the text
+between them goes to that parser, and the markers never reach the answer. A model without one
+is asked (by the prompt, or by a grammar) to answer with plain JSON calls: an output that opens
+with `{`, `[` or a code fence is held back until the end and becomes calls if it parses as
+such, or text if not.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolFormat:
+    """How a model writes calls: between `start` and `end` markers, read by `parser`
+    (mlx-lm's, for the model's family); no markers: plain JSON."""
+
+    start: str | None = None
+    end: str | None = None
+    parser: Callable[[str, Any], Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    name: str
+    arguments: str  # a JSON text, as the APIs carry it
+
+
+Segment = tuple[Literal["text"], str] | tuple[Literal["call"], Call]
+
+_FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
+
+
+class CallSplitter:
+    """Splits streamed text into answer text and calls, holding back only what may still turn
+    out to be (part of) a call."""
+
+    def __init__(self, fmt: ToolFormat, tools: list[dict[str, Any]]):
+        self.fmt = fmt
+        self.tools = tools  # chat shape: {"type": "function", "function": {...}}
+        self.names = {t["function"]["name"] for t in tools}
+        self.native = bool(fmt.start and fmt.parser)
+        self._held = ""  # text not yet released
+        self._inside = False  # between native markers
+        self._json: bool | None = None  # plain-JSON mode: undecided, buffering, or text
+        self.calls = 0
+
+    def feed(self, text: str) -> list[Segment]:
+        if not text:
+            return []
+        self._held += text
+        return self._native() if self.native else self._plain()
+
+    def finish(self) -> list[Segment]:
+        held, self._held = self._held, ""
+        if self.native:
+            if self._inside and not self.fmt.end:  # a format whose call runs to the end
+                return self._parse_native(held)
+            if self._inside:  # cut off before its end marker: kept as the model wrote it
+                return [("text", f"{self.fmt.start}{held}")]
+            return [("text", held)] if held else []
+        if self._json:
+            calls = self._parse_plain(held)
+            if calls:
+                return calls
+        return [("text", held)] if held else []
+
+    def _native(self) -> list[Segment]:
+        start, end = self.fmt.start or "", self.fmt.end or ""
+        out: list[Segment] = []
+        while True:
+            if not self._inside:
+                at = self._held.find(start)
+                if at < 0:
+                    keep = _partial_suffix(self._held, start)
+                    released = self._held[: len(self._held) - keep]
+                    self._held = self._held[len(released) :]
+                    if released:
+                        out.append(("text", released))
+                    return out
+                if at:
+                    out.append(("text", self._held[:at]))
+                self._held = self._held[at + len(start) :]
+                self._inside = True
+            if not end:  # the call runs to the end of the output
+                return out
+            at = self._held.find(end)
+            if at < 0:
+                return out
+            body, self._held = self._held[:at], self._held[at + len(end) :]
+            self._inside = False
+            out += self._parse_native(body)
+
+    def _parse_native(self, body: str) -> list[Segment]:
+        assert self.fmt.parser is not None
+        try:
+            parsed = self.fmt.parser(body, self.tools)
+        except Exception as exc:  # noqa: BLE001 - a malformed call stays visible as text
+            log.warning("could not parse a tool call (%s): keeping it as text", exc)
+            return [("text", f"{self.fmt.start}{body}{self.fmt.end or ''}")]
+        calls = [_call(c) for c in (parsed if isinstance(parsed, list) else [parsed])]
+        if not calls or not all(c is not None and c.name in self.names for c in calls):
+            return [("text", f"{self.fmt.start}{body}{self.fmt.end or ''}")]
+        self.calls += len(calls)
+        return [("call", c) for c in calls if c is not None]
+
+    def _plain(self) -> list[Segment]:
+        if self._json is None:
+            head = self._held.lstrip()
+            if not head:
+                return []  # only whitespace so far: undecided
+            self._json = head[0] in "{[`"
+        if self._json:
+            return []  # held back: a call is only known at the end
+        text, self._held = self._held, ""
+        return [("text", text)]
+
+    def _parse_plain(self, text: str) -> list[Segment]:
+        raw = text.strip()
+        if fenced := _FENCE.match(raw):
+            raw = fenced.group(1)
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            return []
+        if isinstance(value, dict) and isinstance(value.get("tool_calls"), list):
+            value = value["tool_calls"]
+        items = value if isinstance(value, list) else [value]
+        calls = [_call(item) for item in items]
+        if not calls or not all(c is not None and c.name in self.names for c in calls):
+            return []
+        self.calls += len(calls)
+        return [("call", c) for c in calls if c is not None]
+
+
+def _call(raw: Any) -> Call | None:
+    """{"name", "arguments"} (or OpenAI's nested {"function": {...}}) → a Call."""
+    if not isinstance(raw, dict):
+        return None
+    if isinstance(raw.get("function"), dict):
+        raw = raw["function"]
+    name = raw.get("name")
+    if not isinstance(name, str) or not name:
+        return None
+    args = raw.get("arguments", raw.get("parameters", {}))
+    if isinstance(args, str):  # OpenAI's shape: a JSON text (of an object)
+        try:
+            if not isinstance(json.loads(args), dict):
+                return None
+        except json.JSONDecodeError:
+            return None
+        return Call(name, args)
+    if not isinstance(args, dict):
+        return None
+    return Call(name, json.dumps(args, ensure_ascii=False))
+
+
+def _partial_suffix(text: str, marker: str) -> int:
+    """Length of the longest end of `text` that begins `marker` (it may complete later)."""
+    for n in range(min(len(text), len(marker) - 1), 0, -1):
+        if marker.startswith(text[-n:]):
+            return n
+    return 0
+
+
+def chat_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Responses' flat function tools → the nested shape chat templates and parsers take."""
+    out = []
+    for tool in tools:
+        if tool.get("type") != "function":
+            continue
+        nested = tool.get("function")
+        function: dict[str, Any] = nested if isinstance(nested, dict) else tool
+        keys = ("name", "description", "parameters", "strict")
+        out.append(
+            {
+                "type": "function",
+                "function": {k: function[k] for k in keys if function.get(k) is not None},
+            }
+        )
+    return out
+
+
+def plain_tools_prompt(tools: list[dict[str, Any]]) -> str:
+    """For templates that know no tools: the tools and the answer format, as instructions."""
+    lines = [
+        "You can call these functions. To call one, answer with only a JSON object "
+        '{"name": <function name>, "arguments": <arguments object>} (or a JSON list of such '
+        "objects to call several), and nothing else.",
+    ]
+    for tool in tools:
+        lines.append(json.dumps(tool["function"], ensure_ascii=False))
+    return "\n".join(lines)

@@ -1,0 +1,62 @@
+"""Which tools a request lets the model call, and how calls are read out of its text."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from omni.engine.tool_calls import CallSplitter, ToolFormat, chat_tools
+from omni.engine.types import Engine
+from omni.errors import InvalidRequest
+
+Mode = Literal["none", "auto", "required"]
+
+
+def tool_policy(
+    tools: list[dict[str, Any]], choice: str | dict[str, Any] | None, param: str = "tool_choice"
+) -> tuple[list[dict[str, Any]], Mode]:
+    """The function tools (chat shape) the model may call, and whether it may, must or must
+    not call one. `choice` is either API's tool_choice: a mode, a named function
+    (Responses' flat or Chat's nested shape) or `allowed_tools`."""
+    nested = chat_tools(tools)
+    if choice is None:
+        return nested, "auto" if nested else "none"
+    if isinstance(choice, str):
+        if choice == "required" and not nested:
+            raise InvalidRequest(
+                "tool_choice 'required' needs at least one function tool.", param=param
+            )
+        return nested, choice  # type: ignore[return-value]
+    kind = choice.get("type")
+    if kind == "function":
+        name = choice.get("name") or (choice.get("function") or {}).get("name")
+        chosen = [t for t in nested if t["function"]["name"] == name]
+        if not chosen:
+            raise InvalidRequest(
+                f"tool_choice names {name!r}, which is not in `tools`.", param=param
+            )
+        return chosen, "required"
+    if kind == "allowed_tools":
+        spec = choice.get("allowed_tools", choice)  # Chat nests it, Responses does not
+        allowed = {
+            t.get("name") or (t.get("function") or {}).get("name") for t in spec.get("tools", [])
+        }
+        mode = spec.get("mode", "auto")
+        if mode not in ("auto", "required"):
+            raise InvalidRequest("allowed_tools mode must be 'auto' or 'required'.", param=param)
+        chosen = [t for t in nested if t["function"]["name"] in allowed]
+        if not chosen:
+            raise InvalidRequest("allowed_tools names none of the function tools.", param=param)
+        return chosen, mode
+    raise InvalidRequest(
+        f"Unsupported tool_choice type {kind!r}: use 'none', 'auto', 'required', a function "
+        "or allowed_tools.",
+        param=param,
+    )
+
+
+def splitter(engine: Engine, tools: list[dict[str, Any]], mode: Mode) -> CallSplitter | None:
+    """Reads calls out of the generated text, when the model may call a tool."""
+    if mode == "none" or not tools:
+        return None
+    fmt = getattr(engine, "tool_format", None) or ToolFormat()
+    return CallSplitter(fmt, tools)
