@@ -24,7 +24,7 @@ from mlx_lm.generate import BatchGenerator, generate_step
 from mlx_lm.models.cache import trim_prompt_cache
 from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p, make_sampler
 
-from omni.engine.generation import PrefixCache, Scorer, logits_processors
+from omni.engine.generation import PrefixCache, Scorer, ThinkBudget, logits_processors
 from omni.engine.types import Sampling
 
 log = logging.getLogger(__name__)
@@ -291,12 +291,17 @@ class BatchScheduler:
 
     def _processors(self, spec: Spec) -> list[Any]:
         processors = logits_processors(spec.sampling)
+        budget = spec.sampling.thinking_budget
+        start: tuple[int, ...] = self.tokenizer.think_start_tokens or ()
+        end: tuple[int, ...] = self.tokenizer.think_end_tokens or ()
+        if budget is not None and len(start) == 1 and len(end) == 1:
+            processors.append(ThinkBudget(start[0], end[0], budget))
         if spec.constraint is not None:
             if self._constraints is None:
                 from omni.engine.grammar import Constraints
 
                 self._constraints = Constraints(self.tokenizer)
-            processors.append(self._constraints.processor(spec.constraint))
+            processors.append(self._constraints.processor(spec.constraint, spec.resume_tokens))
         return processors
 
     def _sampler(self, s: Sampling) -> Any:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from omni.engine.stops import StopMatcher
+from omni.engine.thinking import ThinkSplitter
 from omni.engine.tool_calls import Call, CallSplitter, Segment
 from omni.engine.types import Delta, Failed, Finished, Logprobs, Output, Started
 from omni.ids import new_id
@@ -37,9 +38,12 @@ class ChunkRecorder:
         logprobs: bool = False,
         prefix: str = "",
         splitter: CallSplitter | None = None,
+        thinker: ThinkSplitter | None = None,
     ):
         self.kind = kind
         self.splitter = splitter  # tool calls out of the text (chat with tools)
+        self.thinker = thinker  # reasoning_content out of the text (reasoning models)
+        self.reasoning_tokens = 0
         self.base = {
             "id": completion_id,
             "object": "chat.completion.chunk" if kind == "chat" else "text_completion",
@@ -85,6 +89,20 @@ class ChunkRecorder:
         return self._finish(out)
 
     def _text(self, text: str, final: bool = False) -> list[ChunkEvent]:
+        if self.thinker is None:
+            return self._answer(text, final)
+        if self.thinker.inside and not final:
+            self.reasoning_tokens += 1
+        parts = self.thinker.feed(text) + (self.thinker.finish() if final else [])
+        events: list[ChunkEvent] = []
+        for kind, part in parts:
+            if kind == "reasoning":
+                events.append(self._chunk({"reasoning_content": part}))
+            else:
+                events += self._answer(part)
+        return events + (self._answer("", final) if final else [])
+
+    def _answer(self, text: str, final: bool = False) -> list[ChunkEvent]:
         if self.splitter is None:
             return self._emit(text)
         segments = self.splitter.feed(text)
@@ -134,7 +152,7 @@ class ChunkRecorder:
             "completion_tokens": out.completion_tokens,
             "total_tokens": out.prompt_tokens + out.completion_tokens,
             "prompt_tokens_details": {"cached_tokens": out.cached_tokens},
-            "completion_tokens_details": {"reasoning_tokens": 0},
+            "completion_tokens_details": {"reasoning_tokens": self.reasoning_tokens},
         }
         events.append((USAGE[self.kind], {**self.base, "choices": [], "usage": usage}))
         return events

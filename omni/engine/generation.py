@@ -98,3 +98,35 @@ def _byte_decoder() -> dict[str, int]:
     from mlx_lm.tokenizer_utils import _byte_decoder as decoder
 
     return decoder()  # type: ignore[no-any-return]
+
+
+class ThinkBudget:
+    """At `budget` tokens inside the think block, the block's end is forced: the model stops
+    reasoning and answers. mlx-lm's processor signature; single-token markers only."""
+
+    def __init__(self, start: int, end: int, budget: int):
+        self.start, self.end, self.budget = start, end, budget
+        self._seen: int | None = None
+        self._inside = False
+        self._count = 0
+
+    def __call__(self, tokens: mx.array, logits: mx.array) -> mx.array:
+        if self._seen is None:  # the prompt: did the template open the block?
+            history: list[int] = tokens.tolist()  # type: ignore[assignment]
+            opened = max((i for i, t in enumerate(history) if t == self.start), default=-1)
+            closed = max((i for i, t in enumerate(history) if t == self.end), default=-1)
+            self._inside = opened > closed
+        else:
+            new: list[int] = tokens[self._seen :].tolist()  # type: ignore[assignment]
+            for token in new:
+                if token == self.start:
+                    self._inside, self._count = True, 0
+                elif token == self.end:
+                    self._inside = False
+                elif self._inside:
+                    self._count += 1
+        self._seen = tokens.size
+        if self._inside and self._count >= self.budget:
+            mask = mx.full(logits.shape, -mx.inf, dtype=logits.dtype)
+            return mx.where(mx.arange(logits.shape[-1]) == self.end, logits, mask)
+        return logits

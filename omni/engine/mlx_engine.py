@@ -98,14 +98,35 @@ class MLXEngine:
         self._conn = conn
         self._reader.start()
 
-    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[int]:
+    def render(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        thinking: bool | None = None,
+    ) -> list[int]:
+        """`thinking`: switch a reasoning template's thinking on or off (its own kwarg, e.g.
+        enable_thinking, as mlx-lm names it); None leaves the template's default."""
+        extra = {} if thinking is None else {"enable_thinking": thinking}
         tokens = self._tokenizer.apply_chat_template(
-            messages, tools=tools or None, add_generation_prompt=True, tokenize=True
+            messages, tools=tools or None, add_generation_prompt=True, tokenize=True, **extra
         )
         # transformers 5 may hand back a BatchEncoding; mlx-lm wants a flat list of ids.
         if isinstance(tokens, dict) or hasattr(tokens, "input_ids"):
             tokens = tokens["input_ids"]
         return list(tokens)
+
+    @property
+    def thinking(self) -> tuple[str, str] | None:
+        """The think block's markers, for a reasoning model (found by mlx-lm)."""
+        tok = self._tokenizer
+        if tok is None or not tok.has_thinking:
+            return None
+        return str(tok.think_start), str(tok.think_end)
+
+    def opens_thinking(self, prompt: list[int]) -> bool:
+        """The template opened the think block at the end of the prompt."""
+        marks = self.thinking
+        return marks is not None and self._tokenizer.decode(prompt[-8:]).rstrip().endswith(marks[0])
 
     @property
     def supports_tools(self) -> bool:

@@ -11,6 +11,7 @@ import copy
 import time
 from typing import Any
 
+from omni.engine.thinking import ThinkSplitter
 from omni.engine.tool_calls import Call, CallSplitter, Segment
 from omni.engine.types import Delta, Failed, Finished, Logprobs, Output, Started, TokenLogprob
 from omni.ids import new_id
@@ -29,12 +30,14 @@ _TERMINAL_EVENT = {
 }
 
 
-def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict[str, Any]:
+def usage(
+    prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0, reasoning_tokens: int = 0
+) -> dict[str, Any]:
     return {
         "input_tokens": prompt_tokens,
         "input_tokens_details": {"cached_tokens": cached_tokens, "cache_write_tokens": 0},
         "output_tokens": completion_tokens,
-        "output_tokens_details": {"reasoning_tokens": 0},
+        "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
         "total_tokens": prompt_tokens + completion_tokens,
     }
 
@@ -43,10 +46,18 @@ class ResponseRecorder:
     """Builds one response's events; `next_seq` continues where the log ends."""
 
     def __init__(
-        self, response: dict[str, Any], next_seq: int, splitter: CallSplitter | None = None
+        self,
+        response: dict[str, Any],
+        next_seq: int,
+        splitter: CallSplitter | None = None,
+        thinker: ThinkSplitter | None = None,
     ):
         self.response = copy.deepcopy(response)
         self.splitter = splitter  # function calls out of the text, when the request has tools
+        self.thinker = thinker  # reasoning out of the text, for a reasoning model
+        self._reasoning: dict[str, Any] | None = None  # the open reasoning item
+        self.reasoning_text = ""
+        self.reasoning_tokens = 0
         self.next_seq = next_seq
         self.text = ""
         self.logprobs: list[dict[str, Any]] = []
@@ -56,14 +67,24 @@ class ResponseRecorder:
 
     @classmethod
     def resume(
-        cls, folded: dict[str, Any], next_seq: int, splitter: CallSplitter | None = None
+        cls,
+        folded: dict[str, Any],
+        next_seq: int,
+        splitter: CallSplitter | None = None,
+        thinker: ThinkSplitter | None = None,
     ) -> ResponseRecorder:
         """A recorder that carries on a log left unfinished (e.g. by a crash): an
         in-progress message item stays open, its text so far kept."""
         output = list(folded.get("output", []))
         open_item = output.pop() if output and output[-1].get("status") == "in_progress" else None
-        recorder = cls({**folded, "output": output}, next_seq, splitter)
-        if open_item is not None:
+        recorder = cls({**folded, "output": output}, next_seq, splitter, thinker)
+        if open_item is not None and open_item["type"] == "reasoning":
+            parts = open_item.get("content") or [{"text": ""}]
+            recorder._reasoning = {k: v for k, v in open_item.items() if k != "content"}
+            recorder.reasoning_text = parts[0]["text"]
+            if recorder.thinker is not None:
+                recorder.thinker.inside, recorder.thinker._opening = True, False
+        elif open_item is not None:
             # item.added and content_part.added are always committed together
             parts = open_item.get("content") or [{"text": ""}]
             recorder._message = {**open_item, "content": []}
@@ -124,9 +145,83 @@ class ResponseRecorder:
     def on_delta(self, text: str, logprobs: Logprobs | None = None) -> list[Event]:
         if logprobs is not None:
             self._pending.append(_logprob(logprobs))
+        if self.thinker is None:
+            return self._answer(text)
+        if self.thinker.inside:
+            self.reasoning_tokens += 1
+        events: list[Event] = []
+        for kind, part in self.thinker.feed(text):
+            events += self._reason(part) if kind == "reasoning" else self._answer(part)
+        return events
+
+    def _answer(self, text: str) -> list[Event]:
+        events = self._close_reasoning("completed") if self._reasoning is not None and text else []
         if self.splitter is not None:
-            return self._segments(self.splitter.feed(text))
-        return self._text(text)
+            return events + self._segments(self.splitter.feed(text))
+        return events + self._text(text)
+
+    def _reason(self, text: str) -> list[Event]:
+        """Reasoning text: a reasoning item with one reasoning_text part, streamed."""
+        events: list[Event] = []
+        index = len(self.response["output"])
+        if self._reasoning is None:
+            self._reasoning = {
+                "id": new_id("rs"),
+                "type": "reasoning",
+                "summary": [],
+                "status": "in_progress",
+            }
+            part = {"type": "reasoning_text", "text": ""}
+            events += [
+                self._event(
+                    "response.output_item.added", output_index=index, item=dict(self._reasoning)
+                ),
+                self._event(
+                    "response.content_part.added",
+                    item_id=self._reasoning["id"],
+                    output_index=index,
+                    content_index=0,
+                    part=part,
+                ),
+            ]
+        self._pending = []  # reasoning tokens carry no output_text logprobs
+        self.reasoning_text += text
+        events.append(
+            self._event(
+                "response.reasoning_text.delta",
+                item_id=self._reasoning["id"],
+                output_index=index,
+                content_index=0,
+                delta=text,
+            )
+        )
+        return events
+
+    def _close_reasoning(self, status: str) -> list[Event]:
+        assert self._reasoning is not None
+        item_id, index = self._reasoning["id"], len(self.response["output"])
+        part = {"type": "reasoning_text", "text": self.reasoning_text}
+        item = {**self._reasoning, "content": [part], "status": status}
+        events = [
+            self._event(
+                "response.reasoning_text.done",
+                item_id=item_id,
+                output_index=index,
+                content_index=0,
+                text=self.reasoning_text,
+            ),
+            self._event(
+                "response.content_part.done",
+                item_id=item_id,
+                output_index=index,
+                content_index=0,
+                part=part,
+            ),
+            self._event("response.output_item.done", output_index=index, item=item),
+        ]
+        self.response["output"].append(item)
+        self._reasoning = None
+        return events
 
     def _segments(self, segments: list[Segment]) -> list[Event]:
         events: list[Event] = []
@@ -229,15 +324,22 @@ class ResponseRecorder:
     def on_finished(self, out: Finished) -> list[Event]:
         self.done = True
         status = {"stop": "completed", "length": "incomplete", "cancelled": "cancelled"}[out.reason]
+        ended = "completed" if status == "completed" else "incomplete"
         events: list[Event] = []
+        for kind, part in self.thinker.finish() if self.thinker is not None else []:
+            events += self._reason(part) if kind == "reasoning" else self._answer(part)
+        if self._reasoning is not None:
+            events += self._close_reasoning(ended)
         if self.splitter is not None:
             events += self._segments(self.splitter.finish())
-        called = any(item["type"] == "function_call" for item in self.response["output"])
+        said = bool(self.response["output"])  # reasoning or calls
         # No message when nothing was said: cancelled before output, or only calls.
-        if self._message is not None or (status != "cancelled" and not called):
-            events += self._close_message("completed" if status == "completed" else "incomplete")
+        if self._message is not None or (status != "cancelled" and not said):
+            events += self._close_message(ended)
         self.response["status"] = status
-        self.response["usage"] = usage(out.prompt_tokens, out.completion_tokens, out.cached_tokens)
+        self.response["usage"] = usage(
+            out.prompt_tokens, out.completion_tokens, out.cached_tokens, self.reasoning_tokens
+        )
         if status == "completed":
             self.response["completed_at"] = int(time.time())
         if status == "incomplete":
@@ -249,7 +351,8 @@ class ResponseRecorder:
         """End without finishing, for a reason that is not an error of the generation
         (e.g. it cannot be continued after a restart): incomplete, the reason in `error`."""
         self.done = True
-        events = self._close_message("incomplete") if self._message is not None else []
+        events = self._close_reasoning("incomplete") if self._reasoning is not None else []
+        events += self._close_message("incomplete") if self._message is not None else []
         self.response["status"] = "incomplete"
         self.response["error"] = {"code": "server_error", "message": reason}
         events.append(self._lifecycle("response.incomplete"))
@@ -257,7 +360,8 @@ class ResponseRecorder:
 
     def on_failed(self, out: Failed) -> list[Event]:
         self.done = True
-        events = self._close_message("incomplete") if self._message is not None else []
+        events = self._close_reasoning("incomplete") if self._reasoning is not None else []
+        events += self._close_message("incomplete") if self._message is not None else []
         self.response["status"] = "failed"
         self.response["error"] = {"code": "server_error", "message": out.message}
         events.append(self._lifecycle("response.failed"))

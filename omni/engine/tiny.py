@@ -13,6 +13,13 @@ CHATML = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 
+# A reasoning variant: the prompt opens a think block unless enable_thinking is false.
+CHATML_THINKING = CHATML.replace(
+    "{{ '<|im_start|>assistant\n' }}",
+    "{{ '<|im_start|>assistant\n' }}{% if enable_thinking is not defined or enable_thinking %}"
+    "{{ '<think>\n' }}{% endif %}",
+)
+
 CORPUS = [
     "The quick brown fox jumps over the lazy dog.",
     "What is the capital of France? The capital of France is Paris.",
@@ -22,7 +29,7 @@ CORPUS = [
 ] * 20
 
 
-def build_tokenizer(out: Path, vocab_size: int = 512) -> None:
+def build_tokenizer(out: Path, vocab_size: int = 512, thinking: bool = False) -> None:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -31,7 +38,8 @@ def build_tokenizer(out: Path, vocab_size: int = 512) -> None:
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
-        special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+        + (["<think>", "</think>"] if thinking else []),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
     tok.train_from_iterator(CORPUS, trainer)
@@ -42,18 +50,21 @@ def build_tokenizer(out: Path, vocab_size: int = 512) -> None:
         unk_token="<|endoftext|>",
         pad_token="<|endoftext|>",
     )
-    fast.chat_template = CHATML
+    fast.chat_template = CHATML_THINKING if thinking else CHATML
     fast.save_pretrained(str(out))
 
 
-def build_tiny_llama(out: Path, *, layers: int = 2, hidden: int = 64, seed: int = 0) -> Path:
-    """Write config.json, model.safetensors and a tokenizer into `out`."""
+def build_tiny_llama(
+    out: Path, *, layers: int = 2, hidden: int = 64, seed: int = 0, thinking: bool = False
+) -> Path:
+    """Write config.json, model.safetensors and a tokenizer into `out` (`thinking`: with
+    <think> and </think> tokens and a template that opens the block)."""
     import mlx.core as mx
     from mlx.utils import tree_flatten
     from mlx_lm.models import llama
 
     out.mkdir(parents=True, exist_ok=True)
-    build_tokenizer(out)
+    build_tokenizer(out, thinking=thinking)
     vocab = len(json.loads((out / "tokenizer.json").read_text())["model"]["vocab"]) + 3
     config: dict[str, Any] = {
         "model_type": "llama",

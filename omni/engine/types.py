@@ -24,6 +24,7 @@ class Sampling:
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     logit_bias: tuple[tuple[int, float], ...] = ()
+    thinking_budget: int | None = None  # most tokens inside a think block, then it is closed
 
 
 @dataclass(frozen=True, slots=True)

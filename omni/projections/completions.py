@@ -33,6 +33,9 @@ def fold_chat(events: Sequence[tuple[str, str]]) -> dict[str, Any]:
     content = "".join(c["delta"].get("content") or "" for c in choices)
     calls = [call for c in choices for call in c["delta"].get("tool_calls") or []]
     message: dict[str, Any] = {"role": "assistant", "content": content, "refusal": None}
+    reasoning = "".join(c["delta"].get("reasoning_content") or "" for c in choices)
+    if reasoning:
+        message["reasoning_content"] = reasoning
     if calls:
         message["content"] = content or None
         message["tool_calls"] = [

@@ -25,7 +25,7 @@ def fold_response(events: Sequence[tuple[str, str]]) -> dict[str, Any]:
         elif type_ == "response.content_part.added":
             item = items[event["output_index"]]
             item["content"] = [*item.get("content", []), dict(event["part"])]
-        elif type_ == "response.output_text.delta":
+        elif type_ in ("response.output_text.delta", "response.reasoning_text.delta"):
             part = items[event["output_index"]]["content"][event["content_index"]]
             part["text"] += event["delta"]
         elif type_ == "response.function_call_arguments.delta":

@@ -96,17 +96,7 @@ class ChatCompletionCreate(_Sampling):
     metadata: dict[str, str] | None = None
     store: bool = False
     prompt_cache_key: str | None = None
-
-    @field_validator("response_format")
-    @classmethod
-    def _format(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        kind = (value or {}).get("type", "text")
-        if kind != "text":
-            raise ValueError(
-                f"response_format {kind!r} is not enforced by this server yet; only 'text' is "
-                "accepted (structured outputs are coming)"
-            )
-        return value
+    reasoning_effort: str | None = None
 
     @field_validator("metadata")
     @classmethod

@@ -13,6 +13,8 @@ class SamplingExtras(BaseModel):
     frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
     logit_bias: dict[str, float] | None = None
     seed: int | None = None
+    # Most tokens a reasoning model may think before its think block is closed for it.
+    thinking_budget: int | None = Field(default=None, ge=0)
 
     @field_validator("logit_bias")
     @classmethod
@@ -34,4 +36,5 @@ class SamplingExtras(BaseModel):
             "frequency_penalty": self.frequency_penalty,
             "logit_bias": tuple((int(k), v) for k, v in (self.logit_bias or {}).items()),
             "seed": self.seed,
+            "thinking_budget": self.thinking_budget,
         }

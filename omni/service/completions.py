@@ -5,6 +5,7 @@ non-streaming answer is their fold, and a cache hit is a copy of a finished stre
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import json
 import time
@@ -12,6 +13,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from omni.engine.chat_recorder import TERMINAL_TYPES, USAGE, ChunkRecorder
+from omni.engine.thinking import ThinkSplitter
 from omni.engine.tool_calls import CallSplitter
 from omni.engine.types import Engine, Job, Sampling
 from omni.errors import InvalidRequest, NotFound
@@ -29,9 +31,11 @@ from omni.ids import new_id
 from omni.projections.completions import fold_chat, fold_text
 from omni.projections.messages import chat_for_template
 from omni.schemas.chat import ChatCompletionCreate, CompletionCreate
+from omni.service.reasoning import thinker, thinking_plan
 from omni.service.requests import rendered
 from omni.service.runs import Run, Runs
 from omni.service.streams import ACCEPTED, COMPLETION_DELETED, dumps, request_stream
+from omni.service.structured import call_constraint, output_constraint
 from omni.service.tools import splitter, tool_policy
 
 MIRROR_PAGE = 512
@@ -52,6 +56,7 @@ def cache_key(model_id: str, body: ChatCompletionCreate) -> str | None:
         "logprobs": [body.logprobs, body.top_logprobs],
         "tools": [body.tools, body.tool_choice, body.parallel_tool_calls],
         "format": body.response_format,
+        "reasoning": body.reasoning_effort,
     }
     return hashlib.sha256(json.dumps(normal, sort_keys=True).encode()).hexdigest()
 
@@ -85,16 +90,25 @@ class CompletionsService:
         """Start (or replay) a chat completion; returns its id and whether it is a cache hit."""
         self.runs.check_capacity()
         tools, mode = tool_policy(body.tools or [], body.tool_choice)
+        if mode == "required":
+            constraint: dict[str, Any] | None = call_constraint(tools)
+        else:
+            constraint = output_constraint(body.response_format, "response_format")
         structured = bool(getattr(self.engine, "supports_tools", False))
         messages = chat_for_template(
             [{**m.model_dump(exclude_none=True), "content": m.text()} for m in body.messages],
             structured,
         )
-        prompt = rendered(self.engine, messages, tools, mode, structured, param="messages")
+        thinking, budget = thinking_plan(self.engine, body.reasoning_effort, body.thinking_budget)
+        prompt = rendered(
+            self.engine, messages, tools, mode, structured, param="messages", thinking=thinking
+        )
+        think = thinker(self.engine, prompt, thinking)
         key = cache_key(self.engine.model_id, body) if self.cache else None
         cid = new_id("chatcmpl").replace("chatcmpl_", "chatcmpl-")
         if key is None or bypass_cache:
-            await self._generate(cid, body, prompt, key, splitter(self.engine, tools, mode))
+            calls = splitter(self.engine, tools, mode)
+            await self._generate(cid, body, prompt, key, calls, constraint, think, budget)
             return cid, False
         leader = self._leader(key)
         if leader is not None:  # single flight: follow the identical request under way
@@ -106,7 +120,8 @@ class CompletionsService:
             if original is not None:
                 await self._mirror(original, cid, body, key)
                 return cid, True
-            await self._generate(cid, body, prompt, key, splitter(self.engine, tools, mode))
+            calls = splitter(self.engine, tools, mode)
+            await self._generate(cid, body, prompt, key, calls, constraint, think, budget)
             return cid, False
         except BaseException:
             self._release(cid)
@@ -132,6 +147,9 @@ class CompletionsService:
         prompt: list[int],
         key: str | None,
         calls: CallSplitter | None = None,
+        constraint: dict[str, Any] | None = None,
+        think: ThinkSplitter | None = None,
+        budget: int | None = None,
     ) -> None:
         logprobs = body.top_logprobs if body.logprobs else None
         if body.logprobs and logprobs is None:
@@ -144,10 +162,13 @@ class CompletionsService:
             stops=body.stop,
             logprobs=body.logprobs,
             splitter=calls,
+            thinker=think,
         )
         limit = body.limit or max(1, self.engine.context_length - len(prompt))
-        sampling = self._sampling(body, limit, logprobs)
-        await self._start(cid, "chat", body, recorder, prompt, sampling, key)
+        sampling = dataclasses.replace(
+            self._sampling(body, limit, logprobs), thinking_budget=budget
+        )
+        await self._start(cid, "chat", body, recorder, prompt, sampling, key, constraint)
 
     async def create_text(self, body: CompletionCreate) -> str:
         self.runs.check_capacity()
@@ -194,6 +215,7 @@ class CompletionsService:
         prompt: list[int],
         sampling: Sampling,
         key: str | None,
+        constraint: dict[str, Any] | None = None,
     ) -> None:
         request = {
             "kind": kind,
@@ -208,7 +230,8 @@ class CompletionsService:
             Append(cid, 0, opening),
         )
         namespace = getattr(body, "prompt_cache_key", None) or ""
-        run = Run(cid, recorder, Job(prompt, sampling, cache_namespace=namespace), cache_key=key)
+        job = Job(prompt, sampling, cache_namespace=namespace, constraint=constraint)
+        run = Run(cid, recorder, job, cache_key=key)
         run.on_done = lambda: self._release(cid)  # failed or cancelled ones must not be followed
         self.runs.start(run)
 

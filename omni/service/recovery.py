@@ -20,6 +20,7 @@ from omni.errors import NotFound
 from omni.events import Append, NewEvent
 from omni.projections.response import fold_response
 from omni.schemas.stream import TERMINAL_TYPES
+from omni.service.reasoning import thinker, thinking_plan
 from omni.service.runs import Run
 from omni.service.streams import CANCEL_REQUESTED, dumps, request_stream, tokens_stream
 from omni.service.tools import splitter, tool_policy
@@ -48,6 +49,14 @@ async def recover(service: ResponsesService) -> int:
         if body.get("tools") and body.get("background"):  # calls are read out of the text
             tools, mode = tool_policy(body["tools"], body.get("tool_choice"))
             recorder.splitter = splitter(service.engine, tools, mode)
+        if body.get("background") and "prompt" in request:  # so is reasoning
+            effort = (body.get("reasoning") or {}).get("effort")
+            enabled, _ = thinking_plan(service.engine, effort, None)
+            think = thinker(service.engine, request["prompt"], enabled)
+            said = recorder.response["output"] or recorder.text or recorder._reasoning
+            if think is not None and said:
+                think.inside, think._opening = recorder._reasoning is not None, False
+            recorder.thinker = think
         if not body["store"]:
             await store.purge([response_id, request_stream(response_id)])
             continue
@@ -66,7 +75,12 @@ async def recover(service: ResponsesService) -> int:
             )
             await _finish(service, response_id, first, recorder.on_abandoned(reason))
         else:
-            job = Job(request["prompt"], Sampling(**request["sampling"]), resume_tokens=tokens)
+            job = Job(
+                request["prompt"],
+                Sampling(**request["sampling"]),
+                resume_tokens=tokens,
+                constraint=request.get("constraint"),
+            )
             run = Run(response_id, recorder, job, True, True, tokens_seq=len(token_rows))
             service.runs.start(run)
             log.info("continuing %s after %d recorded tokens", response_id, len(tokens))

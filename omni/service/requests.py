@@ -29,13 +29,14 @@ def render_prompt(
     items: list[dict[str, Any]],
     tools: list[dict[str, Any]],
     mode: str = "auto",
+    thinking: bool | None = None,
 ) -> list[int]:
     """`tools` in the chat shape. A template that renders tools gets them; for one that does
     not, they (and the JSON answer format) go into the system message, unless no call may be
     made."""
     structured = bool(getattr(engine, "supports_tools", False))
     messages = to_chat_messages(instructions, items, structured)
-    return rendered(engine, messages, tools, mode, structured)
+    return rendered(engine, messages, tools, mode, structured, thinking=thinking)
 
 
 def rendered(
@@ -45,11 +46,13 @@ def rendered(
     mode: str,
     structured: bool,
     param: str = "input",
+    thinking: bool | None = None,
 ) -> list[int]:
     """The prompt of chat `messages` (system merged first) with `tools` (chat shape)."""
     if tools and not structured and mode != "none":
         messages = _with_system(messages, plain_tools_prompt(tools))
-    prompt = engine.render(messages, tools if structured else [])
+    switch = {} if thinking is None else {"thinking": thinking}
+    prompt = engine.render(messages, tools if structured else [], **switch)
     if len(prompt) >= engine.context_length:
         raise InvalidRequest(
             f"The input is {len(prompt)} tokens; this model's context is "

@@ -17,6 +17,7 @@ from omni.projections.response import fold_response
 from omni.schemas.items import normalize_input
 from omni.schemas.responses import ResponseCreate
 from omni.service import recovery
+from omni.service.reasoning import thinker, thinking_plan
 from omni.service.requests import function_tools, initial_response, render_prompt
 from omni.service.runs import Run, Runs
 from omni.service.streams import (
@@ -27,6 +28,7 @@ from omni.service.streams import (
     is_terminal,
     request_stream,
 )
+from omni.service.structured import call_constraint, output_constraint
 from omni.service.tools import Mode, splitter, tool_policy
 
 FINISHED = ("completed", "incomplete", "failed", "cancelled")
@@ -80,18 +82,25 @@ class ResponsesService:
             raise InvalidRequest("`input` is required.", param="input")
         tools = function_tools(body)
         callable_tools, mode = tool_policy(tools, body.tool_choice)
-        prompt = self._fit(body, history + items, callable_tools, mode)
+        if mode == "required":  # a call must be made: one of these, valid JSON, by grammar
+            constraint: dict[str, Any] | None = call_constraint(callable_tools)
+        else:
+            constraint = output_constraint((body.text or {}).get("format"), "text.format")
+        effort = (body.reasoning or {}).get("effort")
+        thinking, budget = thinking_plan(self.engine, effort, body.thinking_budget)
+        prompt = self._fit(body, history + items, callable_tools, mode, thinking)
         wants_logprobs = "message.output_text.logprobs" in (body.include or [])
         sampling = Sampling(
             temperature=1.0 if body.temperature is None else body.temperature,
             top_p=1.0 if body.top_p is None else body.top_p,
             max_tokens=body.max_output_tokens or max(1, self.engine.context_length - len(prompt)),
             logprobs=(body.top_logprobs or 0) if wants_logprobs else None,
-            **body.sampling_fields(),  # type: ignore[arg-type]
+            **{**body.sampling_fields(), "thinking_budget": budget},  # type: ignore[arg-type]
         )
         response_id = new_id("resp")
         response = initial_response(response_id, body, tools, self.engine.model_id)
-        recorder = ResponseRecorder(response, 0, splitter(self.engine, callable_tools, mode))
+        calls = splitter(self.engine, callable_tools, mode)
+        recorder = ResponseRecorder(response, 0, calls, thinker(self.engine, prompt, thinking))
         request: dict[str, Any] = {
             "body": body.model_dump(mode="json", exclude={"input"}),
             "input": items,
@@ -99,6 +108,7 @@ class ResponsesService:
             "model_id": self.engine.model_id,
             "prompt_tokens": len(prompt),
             "sampling": {f.name: getattr(sampling, f.name) for f in dataclasses.fields(sampling)},
+            "constraint": constraint,
         }
         if body.background:
             request["prompt"] = prompt  # so a restart can run or continue it exactly
@@ -107,7 +117,9 @@ class ResponsesService:
             Append(request_stream(response_id), 0, [NewEvent(ACCEPTED, dumps(request))]),
             Append(response_id, 0, opening),
         )
-        job = Job(prompt, sampling, cache_namespace=body.prompt_cache_key or "")
+        job = Job(
+            prompt, sampling, cache_namespace=body.prompt_cache_key or "", constraint=constraint
+        )
         self.runs.start(Run(response_id, recorder, job, body.store, body.background))
         return response  # as response.created carries it (status queued or in_progress)
 
@@ -117,11 +129,12 @@ class ResponsesService:
         items: list[dict[str, Any]],
         tools: list[dict[str, Any]],
         mode: Mode,
+        thinking: bool | None = None,
     ) -> list[int]:
         """The prompt; with truncation "auto", the oldest items go until it fits the context."""
         while True:
             try:
-                return render_prompt(self.engine, body.instructions, items, tools, mode)
+                return render_prompt(self.engine, body.instructions, items, tools, mode, thinking)
             except InvalidRequest as exc:
                 if body.truncation != "auto" or exc.code != "context_length_exceeded":
                     raise

@@ -55,8 +55,10 @@ def tool_policy(
 
 
 def splitter(engine: Engine, tools: list[dict[str, Any]], mode: Mode) -> CallSplitter | None:
-    """Reads calls out of the generated text, when the model may call a tool."""
+    """Reads calls out of the generated text, when the model may call a tool. A call that
+    must be made is forced by a grammar as plain JSON (omni.service.structured), whatever
+    the model's own format."""
     if mode == "none" or not tools:
         return None
     fmt = getattr(engine, "tool_format", None) or ToolFormat()
-    return CallSplitter(fmt, tools)
+    return CallSplitter(ToolFormat() if mode == "required" else fmt, tools)

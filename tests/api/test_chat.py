@@ -240,14 +240,11 @@ def test_response_format_text_is_accepted(client: OpenAI) -> None:
 @pytest.mark.parametrize(
     "response_format",
     [
-        {"type": "json_object"},
-        {
-            "type": "json_schema",
-            "json_schema": {"name": "x", "schema": {"type": "object"}, "strict": True},
-        },
+        {"type": "json_schema", "json_schema": {"name": "x"}},  # no schema
+        {"type": "xml"},
     ],
 )
-def test_response_format_json_is_not_enforced_yet(
+def test_a_bad_response_format_is_a_400_before_generation(
     client: OpenAI,
     server,
     response_format: Any,
@@ -255,8 +252,7 @@ def test_response_format_json_is_not_enforced_yet(
     before = server.state.engine.generations
     with pytest.raises(openai.BadRequestError) as info:
         client.chat.completions.create(model=MODEL, messages=HI, response_format=response_format)
-    assert "not enforced" in info.value.message
-    assert info.value.param == "response_format"
+    assert (info.value.param or "").startswith("response_format")
     assert server.state.engine.generations == before
 
 

@@ -234,7 +234,7 @@ def test_invalid_stream_request_fails_before_any_sse(client: OpenAI, http: httpx
             "model": MODEL,
             "messages": HI,
             "stream": True,
-            "response_format": {"type": "json_object"},
+            "response_format": {"type": "json_schema", "json_schema": {"name": "no schema"}},
         },
     )
     assert_error(res, 400)

@@ -1,0 +1,57 @@
+"""Structured outputs: the grammar a request's output must follow, checked before anything is
+written (an unsupported schema is a 400 that names it)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from omni.engine.grammar import GrammarError, check_schema
+from omni.errors import InvalidRequest
+
+
+def output_constraint(fmt: dict[str, Any] | None, param: str) -> dict[str, Any] | None:
+    """Responses' `text.format` or Chat's `response_format` → a constraint (or None: text).
+    Chat nests the schema under `json_schema`; Responses keeps it flat."""
+    kind = (fmt or {}).get("type", "text")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return {"type": "json_object"}
+    if kind != "json_schema":
+        raise InvalidRequest(f"Unsupported format type {kind!r}.", param=f"{param}.type")
+    assert fmt is not None
+    nested = fmt.get("json_schema")
+    body = nested if isinstance(nested, dict) else fmt
+    where = f"{param}.json_schema.schema" if isinstance(nested, dict) else f"{param}.schema"
+    schema = body.get("schema")
+    if not isinstance(schema, dict):
+        raise InvalidRequest("A json_schema format needs a `schema` object.", param=where)
+    _check(schema, where)
+    return {"type": "json_schema", "schema": schema}
+
+
+def call_constraint(tools: list[dict[str, Any]]) -> dict[str, Any]:
+    """The output must be one call, as plain JSON, of one of `tools` (chat shape), its
+    arguments valid against that tool's parameters."""
+    options = []
+    for tool in tools:
+        function = tool["function"]
+        params = function.get("parameters") or {"type": "object"}
+        _check(params, f"tools[{function['name']}].parameters")
+        options.append(
+            {
+                "type": "object",
+                "properties": {"name": {"const": function["name"]}, "arguments": params},
+                "required": ["name", "arguments"],
+                "additionalProperties": False,
+            }
+        )
+    schema = options[0] if len(options) == 1 else {"anyOf": options}
+    return {"type": "json_schema", "schema": schema}
+
+
+def _check(schema: dict[str, Any], param: str) -> None:
+    try:
+        check_schema(schema)
+    except GrammarError as exc:
+        raise InvalidRequest(f"This schema cannot be enforced: {exc}", param=param) from None

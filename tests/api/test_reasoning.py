@@ -1,0 +1,141 @@
+"""Reasoning models, with real MLX generation: a tiny random llama whose tokenizer has <think>
+and </think> tokens and whose template opens the think block (omni.engine.tiny, thinking=True).
+What it writes inside the block is a `reasoning` item (Responses) or `reasoning_content`
+(Chat), never answer text; a thinking budget closes the block for the model; effort "minimal"
+switches the template's thinking off; reasoning tokens are counted."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from openai import OpenAI
+
+from omni.api.app import Settings
+from omni.engine.mlx_engine import MLXEngine
+from omni.engine.model_source import ModelSource
+from omni.engine.tiny import build_tiny_llama
+from tests.server import ServerThread
+
+MODEL = "tiny-thinker"
+EOS, THINK, END_THINK = 2, 3, 4  # ids in the tiny tokenizer
+# Keep the random model from ending, or opening/closing the block, by chance: only the budget
+# closes it (the budget's mask leaves </think> as the one choice, whatever its bias).
+BIAS = {str(EOS): -100, str(THINK): -100, str(END_THINK): -100}
+MARKERS = ("<think>", "</think>")
+
+
+@pytest.fixture(scope="module")
+def thinker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpenAI]:
+    folder = build_tiny_llama(tmp_path_factory.mktemp("models") / MODEL, thinking=True)
+    engine = MLXEngine(ModelSource(str(folder), MODEL))
+    engine.start()
+    db = tmp_path_factory.mktemp("db") / "omni.db"
+    srv = ServerThread(Settings(db_path=str(db), keepalive=1.0), engine).start()
+    client = OpenAI(
+        base_url=f"{srv.base_url}/v1",
+        api_key="test",
+        max_retries=0,
+        _strict_response_validation=True,
+    )
+    try:
+        yield client
+    finally:
+        client.close()
+        srv.stop()
+        engine.close()
+
+
+def test_reasoning_streams_as_a_reasoning_item_before_the_message(thinker: OpenAI) -> None:
+    events: list[Any] = list(
+        thinker.responses.create(
+            model=MODEL,
+            input="Think, then answer.",
+            temperature=0,
+            max_output_tokens=16,
+            stream=True,
+            extra_body={"thinking_budget": 6, "logit_bias": BIAS},
+        )
+    )
+    final = events[-1].response  # response.incomplete: the answer ran to max_output_tokens
+    types = [e.type for e in events]
+    reasoning_events = [
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.reasoning_text.delta",
+    ]
+    assert types[2:5] == reasoning_events
+    closing = types.index("response.reasoning_text.done")
+    assert types[closing : closing + 3] == [
+        "response.reasoning_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+    ]
+    assert "response.output_text.delta" in types[closing:]
+    assert [o.type for o in final.output] == ["reasoning", "message"]
+    reasoning = final.output[0]
+    assert reasoning.type == "reasoning" and reasoning.content
+    text = reasoning.content[0].text
+    deltas = "".join(e.delta for e in events if e.type == "response.reasoning_text.delta")
+    assert text == deltas and text
+    assert not any(m in text or m in final.output_text for m in MARKERS)
+    assert final.status == "incomplete"  # the answer ran to max_output_tokens
+    assert final.usage is not None
+    # The budget's 6 tokens, plus the </think> that closed the block.
+    assert final.usage.output_tokens_details.reasoning_tokens == 7
+    again = thinker.responses.retrieve(final.id)
+    assert again.output[0].model_dump() == reasoning.model_dump()
+
+
+def test_effort_minimal_switches_thinking_off(thinker: OpenAI) -> None:
+    response = thinker.responses.create(
+        model=MODEL,
+        input="Just answer.",
+        temperature=0,
+        max_output_tokens=8,
+        reasoning={"effort": "minimal"},
+        extra_body={"logit_bias": BIAS},
+    )
+    assert [o.type for o in response.output] == ["message"]
+    assert response.usage is not None
+    assert response.usage.output_tokens_details.reasoning_tokens == 0
+
+
+def test_chat_reasoning_content_streamed_and_folded(thinker: OpenAI) -> None:
+    body: dict[str, Any] = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "Think, then answer."}],
+        "temperature": 0,
+        "max_tokens": 16,
+        "extra_body": {"thinking_budget": 5, "logit_bias": BIAS},
+    }
+    chunks = list(
+        thinker.chat.completions.create(**body, stream=True, stream_options={"include_usage": True})
+    )
+    deltas = [c.choices[0].delta for c in chunks if c.choices]
+    reasoning = "".join(getattr(d, "reasoning_content", None) or "" for d in deltas)
+    content = "".join(d.content or "" for d in deltas)
+    assert reasoning and content
+    assert not any(m in reasoning or m in content for m in MARKERS)
+    usage = chunks[-1].usage
+    assert usage is not None and usage.completion_tokens_details is not None
+    assert usage.completion_tokens_details.reasoning_tokens == 6
+
+    completion = thinker.chat.completions.create(
+        **body, extra_headers={"Cache-Control": "no-cache"}
+    )
+    message = completion.choices[0].message
+    assert getattr(message, "reasoning_content", None) == reasoning
+    assert message.content == content
+
+    # reasoning_content sent back on an assistant message is accepted.
+    history: Any = [
+        {"role": "user", "content": "Think, then answer."},
+        {"role": "assistant", "content": content, "reasoning_content": reasoning},
+        {"role": "user", "content": "Again."},
+    ]
+    again = thinker.chat.completions.create(
+        model=MODEL, messages=history, max_tokens=4, extra_body={"logit_bias": BIAS}
+    )
+    assert again.choices[0].finish_reason == "length"
