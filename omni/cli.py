@@ -139,6 +139,7 @@ def serve(args: argparse.Namespace) -> None:
         cache_max_entries=args.cache_max_entries,
         cache_max_age_s=args.cache_max_age,
         max_queued=args.max_queued,
+        home=str(omni_home()),
     )
     app = create_app(settings, engine)
 

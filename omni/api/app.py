@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from quart import Quart, Response
 
@@ -16,6 +18,7 @@ from omni.events import Appender, EventStore, Notifier
 from omni.ids import new_id
 from omni.service import ResponsesService
 from omni.service.completions import CompletionsService
+from omni.service.sealing import Sealer
 from omni.service.stored import StoredCompletions
 
 log = logging.getLogger(__name__)
@@ -31,6 +34,7 @@ class Settings:
     cache_max_entries: int = 1024
     cache_max_age_s: float = 86400.0
     max_queued: int = 256
+    home: str | None = None  # OMNI_HOME: where the reasoning key lives (None: a key per process)
 
 
 @dataclass
@@ -86,6 +90,7 @@ def create_app(settings: Settings, engine: Engine) -> Quart:
             settings.model_aliases,
             settings.keepalive,
             settings.max_queued,
+            Sealer.from_home(Path(settings.home)) if settings.home else Sealer(os.urandom(32)),
         )
         completions = CompletionsService(
             store, appender, notifier, engine, service.runs, settings.keepalive, settings.cache

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import time
+from collections.abc import Callable
 from typing import Any
 
 from omni.engine.thinking import ThinkSplitter
@@ -51,8 +52,10 @@ class ResponseRecorder:
         next_seq: int,
         splitter: CallSplitter | None = None,
         thinker: ThinkSplitter | None = None,
+        seal: Callable[[list[dict[str, Any]]], str] | None = None,
     ):
         self.response = copy.deepcopy(response)
+        self.seal = seal  # reasoning content → encrypted_content, when the client asks
         self.splitter = splitter  # function calls out of the text, when the request has tools
         self.thinker = thinker  # reasoning out of the text, for a reasoning model
         self._reasoning: dict[str, Any] | None = None  # the open reasoning item
@@ -202,6 +205,8 @@ class ResponseRecorder:
         item_id, index = self._reasoning["id"], len(self.response["output"])
         part = {"type": "reasoning_text", "text": self.reasoning_text}
         item = {**self._reasoning, "content": [part], "status": status}
+        if self.seal is not None:
+            item["encrypted_content"] = self.seal([part])
         events = [
             self._event(
                 "response.reasoning_text.done",

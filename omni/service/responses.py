@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -20,6 +21,7 @@ from omni.service import recovery
 from omni.service.reasoning import thinker, thinking_plan
 from omni.service.requests import function_tools, initial_response, render_prompt
 from omni.service.runs import Run, Runs
+from omni.service.sealing import Sealer
 from omni.service.streams import (
     ACCEPTED,
     CANCEL_REQUESTED,
@@ -44,7 +46,9 @@ class ResponsesService:
         model_aliases: frozenset[str] = frozenset(),
         keepalive: float = 15.0,
         max_queued: int = 256,
+        sealer: Sealer | None = None,
     ):
+        self.sealer = sealer or Sealer(os.urandom(32))
         self.store = store
         self.appender = appender
         self.notifier = notifier
@@ -78,6 +82,9 @@ class ResponsesService:
             )
         history = await self._history(body.previous_response_id)
         items = normalize_input(body.input)
+        for i, item in enumerate(items):  # reasoning sent back sealed must be ours, unaltered
+            if item["type"] == "reasoning" and item.get("encrypted_content"):
+                self.sealer.open(item["encrypted_content"], f"input[{i}].encrypted_content")
         if not items and not history:
             raise InvalidRequest("`input` is required.", param="input")
         tools = function_tools(body)
@@ -100,7 +107,14 @@ class ResponsesService:
         response_id = new_id("resp")
         response = initial_response(response_id, body, tools, self.engine.model_id)
         calls = splitter(self.engine, callable_tools, mode)
-        recorder = ResponseRecorder(response, 0, calls, thinker(self.engine, prompt, thinking))
+        sealed = "reasoning.encrypted_content" in (body.include or [])
+        recorder = ResponseRecorder(
+            response,
+            0,
+            calls,
+            thinker(self.engine, prompt, thinking),
+            self.sealer.seal if sealed else None,
+        )
         request: dict[str, Any] = {
             "body": body.model_dump(mode="json", exclude={"input"}),
             "input": items,

@@ -7,8 +7,11 @@ switches the template's thinking off; reasoning tokens are counted."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
+import openai
 import pytest
 from openai import OpenAI
 
@@ -27,12 +30,18 @@ MARKERS = ("<think>", "</think>")
 
 
 @pytest.fixture(scope="module")
-def thinker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpenAI]:
+def thinking_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MLXEngine]:
     folder = build_tiny_llama(tmp_path_factory.mktemp("models") / MODEL, thinking=True)
     engine = MLXEngine(ModelSource(str(folder), MODEL))
     engine.start()
-    db = tmp_path_factory.mktemp("db") / "omni.db"
-    srv = ServerThread(Settings(db_path=str(db), keepalive=1.0), engine).start()
+    yield engine
+    engine.close()
+
+
+@contextmanager
+def serving(engine: MLXEngine, db: Path, home: Path | None = None) -> Iterator[OpenAI]:
+    settings = Settings(db_path=str(db), keepalive=1.0, home=str(home) if home else None)
+    srv = ServerThread(settings, engine).start()
     client = OpenAI(
         base_url=f"{srv.base_url}/v1",
         api_key="test",
@@ -44,7 +53,14 @@ def thinker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpenAI]:
     finally:
         client.close()
         srv.stop()
-        engine.close()
+
+
+@pytest.fixture(scope="module")
+def thinker(
+    thinking_engine: MLXEngine, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OpenAI]:
+    with serving(thinking_engine, tmp_path_factory.mktemp("db") / "omni.db") as client:
+        yield client
 
 
 def test_reasoning_streams_as_a_reasoning_item_before_the_message(thinker: OpenAI) -> None:
@@ -139,3 +155,44 @@ def test_chat_reasoning_content_streamed_and_folded(thinker: OpenAI) -> None:
         model=MODEL, messages=history, max_tokens=4, extra_body={"logit_bias": BIAS}
     )
     assert again.choices[0].finish_reason == "length"
+
+
+def test_encrypted_reasoning_round_trips_across_a_restart(
+    thinking_engine: MLXEngine, tmp_path: Path
+) -> None:
+    """Sealed with the key in OMNI_HOME: a restarted server opens it; an altered token, or one
+    from a server with another key, is a 400 naming the item."""
+    home = tmp_path / "home"
+    body: dict[str, Any] = {
+        "model": MODEL,
+        "temperature": 0,
+        "max_output_tokens": 12,
+        "extra_body": {"thinking_budget": 4, "logit_bias": BIAS},
+    }
+    with serving(thinking_engine, tmp_path / "a.db", home) as client:
+        first = client.responses.create(
+            input="Think.", include=["reasoning.encrypted_content"], store=False, **body
+        )
+    reasoning = first.output[0]
+    assert reasoning.type == "reasoning" and reasoning.encrypted_content
+    assert reasoning.content and reasoning.content[0].text not in reasoning.encrypted_content
+    assert (home / "reasoning.key").stat().st_mode & 0o777 == 0o600
+
+    history: list[Any] = [
+        {"role": "user", "content": "Think."},
+        reasoning.model_dump(exclude_none=True),
+        {"role": "user", "content": "And again."},
+    ]
+    with serving(thinking_engine, tmp_path / "b.db", home) as client:  # a restart
+        again = client.responses.create(input=history, store=False, **body)
+        assert again.status in ("completed", "incomplete")
+        token = reasoning.encrypted_content
+        tampered = token[:-6] + ("A" if token[-6] != "A" else "B") + token[-5:]
+        with pytest.raises(openai.BadRequestError) as info:
+            client.responses.create(
+                input=[history[0], {**history[1], "encrypted_content": tampered}], **body
+            )
+        assert info.value.param == "input[1].encrypted_content"
+    with serving(thinking_engine, tmp_path / "c.db", tmp_path / "other") as client:
+        with pytest.raises(openai.BadRequestError):
+            client.responses.create(input=history, store=False, **body)

@@ -1,0 +1,58 @@
+"""Reasoning content sealed for stateless clients (`include: ["reasoning.encrypted_content"]`):
+AES-256-GCM with a key kept in OMNI_HOME (or given by OMNI_REASONING_KEY), so what one
+process sealed another opens after a restart; anything altered fails to open."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from omni.errors import InvalidRequest
+
+KEY_FILE = "reasoning.key"
+_AAD = b"omni reasoning v1"
+
+
+class Sealer:
+    def __init__(self, key: bytes):
+        if len(key) != 32:
+            raise ValueError("the reasoning key must be 32 bytes (AES-256)")
+        self._aead = AESGCM(key)
+
+    @classmethod
+    def from_home(cls, home: Path) -> Sealer:
+        """OMNI_REASONING_KEY (base64 of 32 bytes), else OMNI_HOME/reasoning.key, made once."""
+        if env := os.environ.get("OMNI_REASONING_KEY"):
+            return cls(base64.b64decode(env))
+        path = home / KEY_FILE
+        if not path.exists():
+            home.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(os.urandom(32))
+        return cls(path.read_bytes())
+
+    def seal(self, content: list[dict[str, Any]]) -> str:
+        nonce = os.urandom(12)
+        sealed = self._aead.encrypt(nonce, json.dumps(content).encode(), _AAD)
+        return base64.b64encode(nonce + sealed).decode()
+
+    def open(self, token: str, param: str) -> list[dict[str, Any]]:
+        """The reasoning content; a 400 if the token was altered or sealed with another key."""
+        try:
+            raw = base64.b64decode(token, validate=True)
+            content = json.loads(self._aead.decrypt(raw[:12], raw[12:], _AAD))
+        except (InvalidTag, ValueError):
+            raise InvalidRequest(
+                "encrypted_content could not be decrypted: it was altered, or sealed by "
+                "another server key.",
+                param=param,
+                code="invalid_encrypted_content",
+            ) from None
+        return list(content)
