@@ -222,8 +222,27 @@ class ResponseRecorder:
                 content_index=0,
                 part=part,
             ),
-            self._event("response.output_item.done", output_index=index, item=item),
         ]
+        if (self.response.get("reasoning") or {}).get("summary"):
+            # No separate summarizer runs here: the summary is the reasoning itself, in full.
+            summary = {"type": "summary_text", "text": self.reasoning_text}
+            item["summary"] = [summary]
+            where = {"item_id": item_id, "output_index": index, "summary_index": 0}
+            events += [
+                self._event(
+                    "response.reasoning_summary_part.added",
+                    **where,
+                    part={"type": "summary_text", "text": ""},
+                ),
+                self._event(
+                    "response.reasoning_summary_text.delta", **where, delta=self.reasoning_text
+                ),
+                self._event(
+                    "response.reasoning_summary_text.done", **where, text=self.reasoning_text
+                ),
+                self._event("response.reasoning_summary_part.done", **where, part=summary),
+            ]
+        events.append(self._event("response.output_item.done", output_index=index, item=item))
         self.response["output"].append(item)
         self._reasoning = None
         return events

@@ -196,3 +196,29 @@ def test_encrypted_reasoning_round_trips_across_a_restart(
     with serving(thinking_engine, tmp_path / "c.db", tmp_path / "other") as client:
         with pytest.raises(openai.BadRequestError):
             client.responses.create(input=history, store=False, **body)
+
+
+def test_a_summary_is_streamed_when_asked(thinker: OpenAI) -> None:
+    events: list[Any] = list(
+        thinker.responses.create(
+            model=MODEL,
+            input="Think.",
+            temperature=0,
+            max_output_tokens=10,
+            reasoning={"effort": "low", "summary": "auto"},
+            stream=True,
+            extra_body={"thinking_budget": 3, "logit_bias": BIAS},
+        )
+    )
+    types = [e.type for e in events]
+    summary = [
+        "response.reasoning_summary_part.added",
+        "response.reasoning_summary_text.delta",
+        "response.reasoning_summary_text.done",
+        "response.reasoning_summary_part.done",
+    ]
+    at = types.index(summary[0])
+    assert types[at : at + 4] == summary
+    assert types[at + 4] == "response.output_item.done"
+    item = events[-1].response.output[0]
+    assert item.summary[0].text == item.content[0].text
