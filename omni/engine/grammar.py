@@ -31,9 +31,17 @@ class GrammarError(ValueError):
 
 
 def grammar_for(spec: dict[str, Any]) -> str:
-    """The llguidance grammar of `{"type": "json_schema", "schema": ...}` or
-    `{"type": "json_object"}`, not yet validated."""
+    """The llguidance grammar of `{"type": "json_schema", "schema": ...}`,
+    `{"type": "json_object"}` or `{"type": "text_or_call", "schema": ...}` (free text that
+    does not open with `{`, or one JSON value of the schema), not yet validated."""
     kind = spec.get("type")
+    if kind == "text_or_call":
+        call = json.dumps({**spec.get("schema", {}), "x-guidance": JSON_OPTIONS})
+        lark = f"start: call | prose\ncall: %json {call}\nprose: /\\s*[^{{\\s][\\s\\S]*/\n"
+        try:
+            return LLMatcher.grammar_from_lark(lark)
+        except ValueError as exc:
+            raise GrammarError(f"invalid schema: {exc}") from exc
     if kind == "json_object":
         schema: Any = {"type": "object"}
     elif kind == "json_schema":

@@ -35,8 +35,12 @@ from omni.service.reasoning import thinker, thinking_plan
 from omni.service.requests import rendered
 from omni.service.runs import Run, Runs
 from omni.service.streams import ACCEPTED, COMPLETION_DELETED, dumps, request_stream
-from omni.service.structured import call_constraint, output_constraint
-from omni.service.tools import splitter, tool_policy
+from omni.service.structured import (
+    call_constraint,
+    output_constraint,
+    strict_calls_constraint,
+)
+from omni.service.tools import plain_calls, splitter, tool_policy
 
 MIRROR_PAGE = 512
 
@@ -94,6 +98,8 @@ class CompletionsService:
             constraint: dict[str, Any] | None = call_constraint(tools)
         else:
             constraint = output_constraint(body.response_format, "response_format")
+            if constraint is None and mode == "auto" and plain_calls(self.engine):
+                constraint = strict_calls_constraint(tools)
         structured = bool(getattr(self.engine, "supports_tools", False))
         messages = chat_for_template(
             [{**m.model_dump(exclude_none=True), "content": m.text()} for m in body.messages],

@@ -30,8 +30,12 @@ from omni.service.streams import (
     is_terminal,
     request_stream,
 )
-from omni.service.structured import call_constraint, output_constraint
-from omni.service.tools import Mode, splitter, tool_policy
+from omni.service.structured import (
+    call_constraint,
+    output_constraint,
+    strict_calls_constraint,
+)
+from omni.service.tools import Mode, plain_calls, splitter, tool_policy
 
 FINISHED = ("completed", "incomplete", "failed", "cancelled")
 
@@ -93,6 +97,8 @@ class ResponsesService:
             constraint: dict[str, Any] | None = call_constraint(callable_tools)
         else:
             constraint = output_constraint((body.text or {}).get("format"), "text.format")
+            if constraint is None and mode == "auto" and plain_calls(self.engine):
+                constraint = strict_calls_constraint(callable_tools)
         effort = (body.reasoning or {}).get("effort")
         thinking, budget = thinking_plan(self.engine, effort, body.thinking_budget)
         prompt = self._fit(body, history + items, callable_tools, mode, thinking)

@@ -33,10 +33,24 @@ def output_constraint(fmt: dict[str, Any] | None, param: str) -> dict[str, Any] 
 def call_constraint(tools: list[dict[str, Any]]) -> dict[str, Any]:
     """The output must be one call, as plain JSON, of one of `tools` (chat shape), its
     arguments valid against that tool's parameters."""
+    return {"type": "json_schema", "schema": _call_schema(tools, strict_only=False)}
+
+
+def strict_calls_constraint(tools: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The model may answer in text or call a tool (plain JSON calls): when a tool is
+    `strict`, an output that opens with `{` must be a valid call. None: no strict tool."""
+    if not any(t["function"].get("strict") for t in tools):
+        return None
+    return {"type": "text_or_call", "schema": _call_schema(tools, strict_only=True)}
+
+
+def _call_schema(tools: list[dict[str, Any]], strict_only: bool) -> dict[str, Any]:
     options = []
     for tool in tools:
         function = tool["function"]
         params = function.get("parameters") or {"type": "object"}
+        if strict_only and not function.get("strict"):
+            params = {"type": "object"}
         _check(params, f"tools[{function['name']}].parameters")
         options.append(
             {
@@ -46,8 +60,7 @@ def call_constraint(tools: list[dict[str, Any]]) -> dict[str, Any]:
                 "additionalProperties": False,
             }
         )
-    schema = options[0] if len(options) == 1 else {"anyOf": options}
-    return {"type": "json_schema", "schema": schema}
+    return options[0] if len(options) == 1 else {"anyOf": options}
 
 
 def _check(schema: dict[str, Any], param: str) -> None:

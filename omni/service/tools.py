@@ -62,3 +62,9 @@ def splitter(engine: Engine, tools: list[dict[str, Any]], mode: Mode) -> CallSpl
         return None
     fmt = getattr(engine, "tool_format", None) or ToolFormat()
     return CallSplitter(ToolFormat() if mode == "required" else fmt, tools)
+
+
+def plain_calls(engine: Engine) -> bool:
+    """The model writes calls as plain JSON (mlx-lm knows no call format for it)."""
+    fmt = getattr(engine, "tool_format", None) or ToolFormat()
+    return not (fmt.start and fmt.parser)

@@ -178,3 +178,32 @@ def test_an_unsupported_schema_is_a_400_naming_it(client: OpenAI, server: Any) -
         )
     assert info.value.param == "response_format.json_schema.schema"
     assert server.state.engine.generations == before
+
+
+def test_a_strict_tool_in_auto_mode_gets_valid_arguments_or_text(
+    client: OpenAI, server: Any
+) -> None:
+    """tool_choice auto with a strict tool: the model may answer in text, but an output that
+    opens a JSON object must be a valid call. Here the random model is pushed to open one."""
+    brace = {str(t): 30 for t in server.state.engine.encode("{")}
+    strict = {**WEATHER, "strict": True}
+    response = client.responses.create(
+        model=MODEL,
+        input="Weather?",
+        tools=[strict],  # type: ignore[list-item]
+        max_output_tokens=300,
+        extra_body={"logit_bias": brace},
+    )
+    (call,) = response.output
+    assert call.type == "function_call", response.output
+    assert call.name == "get_weather"
+    jsonschema.validate(json.loads(call.arguments), WEATHER["parameters"])
+
+    plain = client.responses.create(
+        model=MODEL,
+        input="Weather?",
+        tools=[strict],
+        max_output_tokens=8,  # type: ignore[list-item]
+    )
+    assert plain.output[0].type == "message"  # free text: the random model opens no object
+    assert not plain.output_text.lstrip().startswith("{")
