@@ -1,0 +1,164 @@
+"""The OpenAI Agents SDK (`openai-agents`) runs an agent against Omni's Responses API.
+
+The tiny model's text is noise, so every run forces its first call (tool_choice "required":
+Omni's grammar makes the call valid JSON for the tool's parameters) and bounds every string
+with `maxLength`, or a random model fills it until max_output_tokens."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+import httpx
+import pytest
+from agents import (
+    Agent,
+    FunctionTool,
+    ModelSettings,
+    OpenAIResponsesModel,
+    Runner,
+    ToolCallItem,
+    ToolCallOutputItem,
+    function_tool,
+    set_tracing_disabled,
+)
+from openai import AsyncOpenAI, DefaultAsyncHttpxClient
+from openai.types.responses import ResponseFunctionToolCall
+from pydantic import BaseModel, Field
+
+from tests.api._helpers import MODEL
+
+CITY_MAX = 12
+ARGS_DELTA = "response.function_call_arguments.delta"
+FUNCTION_CALL_EVENTS = [  # one or more deltas
+    "response.created",
+    "response.in_progress",
+    "response.output_item.added",
+    ARGS_DELTA,
+    "response.function_call_arguments.done",
+    "response.output_item.done",
+    "response.completed",
+]
+
+
+class Forecast(BaseModel):
+    summary: Annotated[str, Field(max_length=20)]
+
+
+class Sdk:
+    """An AsyncOpenAI client on the test server that keeps the body of every request."""
+
+    def __init__(self, base_url: str):
+        self.bodies: list[dict[str, Any]] = []
+        http = DefaultAsyncHttpxClient(event_hooks={"request": [self._keep]})
+        self.client = AsyncOpenAI(
+            base_url=f"{base_url}/v1", api_key="x", http_client=http, max_retries=0
+        )
+
+    async def _keep(self, request: httpx.Request) -> None:
+        assert (request.method, request.url.path) == ("POST", "/v1/responses")
+        self.bodies.append(json.loads(request.content))
+
+    def agent(self, tool: FunctionTool, **kwargs: Any) -> Agent[Any]:
+        settings = ModelSettings(tool_choice="required", max_tokens=256)
+        model = OpenAIResponsesModel(MODEL, self.client)
+        return Agent(
+            name="weather",
+            instructions="Answer with the weather tool.",
+            tools=[tool],
+            model=model,
+            model_settings=settings,
+            **kwargs,
+        )
+
+
+@pytest.fixture
+async def sdk(server) -> AsyncIterator[Sdk]:  # type: ignore[no-untyped-def]
+    set_tracing_disabled(True)  # traces would go to api.openai.com
+    sdk = Sdk(server.base_url)
+    async with sdk.client:
+        yield sdk
+
+
+def weather_tool(calls: list[str]) -> FunctionTool:
+    @function_tool
+    def get_weather(city: Annotated[str, Field(max_length=CITY_MAX)]) -> str:
+        """The current weather in a city."""
+        calls.append(city)
+        return f"sunny in {city}"
+
+    return get_weather
+
+
+def the_call(items: list[Any], calls: list[str]) -> tuple[ResponseFunctionToolCall, str]:
+    """The run's one function call and its output, for the one call the tool received."""
+    assert len(calls) == 1 and len(calls[0]) <= CITY_MAX, calls
+    kinds = [type(item) for item in items]
+    assert kinds[:2] == [ToolCallItem, ToolCallOutputItem], kinds
+    call, output = items[0].raw_item, items[1]
+    assert isinstance(call, ResponseFunctionToolCall), call
+    assert call.name == "get_weather"
+    assert json.loads(call.arguments) == {"city": calls[0]}
+    assert output.raw_item["call_id"] == call.call_id
+    assert output.output == f"sunny in {calls[0]}"
+    return call, output.output
+
+
+async def test_forced_call_is_the_final_output(sdk: Sdk) -> None:
+    calls: list[str] = []
+    agent = sdk.agent(weather_tool(calls), tool_use_behavior="stop_on_first_tool")
+
+    result = await Runner.run(agent, "What is the weather in Paris?")
+
+    the_call(result.new_items, calls)
+    assert result.final_output == f"sunny in {calls[0]}"
+    [body] = sdk.bodies
+    assert body["model"] == MODEL and body["tool_choice"] == "required"
+    [tool] = body["tools"]
+    assert tool["strict"] is True
+    assert tool["parameters"]["properties"]["city"]["maxLength"] == CITY_MAX
+
+
+async def test_streamed_run(sdk: Sdk) -> None:
+    calls: list[str] = []
+    agent = sdk.agent(weather_tool(calls), tool_use_behavior="stop_on_first_tool")
+
+    result = Runner.run_streamed(agent, "What is the weather in Paris?")
+    raw: list[str] = []
+    named: list[str] = []
+    async for event in result.stream_events():
+        if event.type == "raw_response_event":
+            raw.append(event.data.type)
+        elif event.type == "run_item_stream_event":
+            named.append(event.name)
+
+    the_call(result.new_items, calls)
+    assert result.final_output == f"sunny in {calls[0]}"
+    squeezed = [t for i, t in enumerate(raw) if i == 0 or not t == raw[i - 1] == ARGS_DELTA]
+    assert squeezed == FUNCTION_CALL_EVENTS, raw
+    assert named == ["tool_called", "tool_output"]
+    assert [b.get("stream") for b in sdk.bodies] == [True]
+
+
+async def test_tool_result_goes_back_to_the_model(sdk: Sdk) -> None:
+    """The default loop: the call's output goes back as input, and the next turn (tool_choice
+    reset to auto) answers in the agent's output type, a schema Omni's grammar enforces."""
+    calls: list[str] = []
+    agent = sdk.agent(weather_tool(calls), output_type=Forecast)
+
+    result = await Runner.run(agent, "What is the weather in Paris?")
+
+    call, output = the_call(result.new_items, calls)
+    assert isinstance(result.final_output, Forecast)
+    assert len(result.final_output.summary) <= 20
+    first, second = sdk.bodies
+    assert first["tool_choice"] == "required" and "tool_choice" not in second
+    sent = {item.get("type"): item for item in second["input"]}
+    assert sent["function_call"]["call_id"] == call.call_id
+    assert sent["function_call_output"] == {
+        "call_id": call.call_id,
+        "output": output,
+        "type": "function_call_output",
+    }
+    assert second["text"]["format"]["type"] == "json_schema"

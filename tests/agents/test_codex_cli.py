@@ -1,0 +1,223 @@
+"""The Codex CLI (`@openai/codex` from npm) completes a turn against Omni's Responses API.
+
+Codex's first request is ~21,000 tokens of the tiny tokenizer (a long developer prompt, tools
+of several types), beyond the shared tiny model's 2,048 positions; so this module serves a
+one-layer copy with 32,768. With one layer, MLX never evaluates the prompt's attention (only
+its keys and values), so the prefill takes well under a second. A random model never stops
+of itself: the turn asks for an output schema (`--output-schema`), which Omni's grammar
+enforces and ends."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from omni.api.app import Settings
+from omni.engine.mlx_engine import MLXEngine
+from omni.engine.model_source import ModelSource
+from omni.engine.tiny import build_tiny_llama
+from tests.api._helpers import MODEL, parse_frames
+from tests.server import ServerThread
+
+CODEX_VERSION = "0.171.0"
+CONTEXT = 32768
+TURN_TIMEOUT = 60  # seconds; a turn takes about 2 here
+SCHEMA = {
+    "type": "object",
+    "properties": {"greeting": {"type": "string", "maxLength": 12}},
+    "required": ["greeting"],
+    "additionalProperties": False,
+}
+# Codex's own notice for a model outside its catalogue: expected here, not a failure.
+UNKNOWN_MODEL = f"Model metadata for `{MODEL}` not found"
+
+Asgi = Callable[..., Awaitable[None]]
+
+
+@dataclass
+class Exchange:
+    method: str
+    path: str
+    body: bytearray = field(default_factory=bytearray)
+    status: int | None = None
+    response: bytearray = field(default_factory=bytearray)
+
+
+class Recording:
+    """ASGI middleware that keeps every HTTP exchange, to see what Codex sent and got back
+    (with store:false the server keeps nothing once the stream is read)."""
+
+    def __init__(self, app: Asgi):
+        self.app = app
+        self.exchanges: list[Exchange] = []
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        exchange = Exchange(scope["method"], scope["path"])
+        self.exchanges.append(exchange)
+
+        async def recorded_receive() -> dict[str, Any]:
+            message = await receive()
+            if message["type"] == "http.request":
+                exchange.body += message.get("body", b"")
+            return message  # type: ignore[no-any-return]
+
+        async def recorded_send(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                exchange.status = message["status"]
+            elif message["type"] == "http.response.body":
+                exchange.response += message.get("body", b"")
+            await send(message)
+
+        await self.app(scope, recorded_receive, recorded_send)
+
+    def responses(self) -> list[Exchange]:
+        return [e for e in self.exchanges if e.path != "/health"]
+
+
+def _installed_version(prefix: Path) -> str | None:
+    package = prefix / "node_modules" / "@openai" / "codex" / "package.json"
+    if not package.is_file():
+        return None
+    return str(json.loads(package.read_text())["version"])
+
+
+@pytest.fixture(scope="session")
+def codex_bin() -> Path:
+    """The pinned Codex CLI, installed with npm once per machine (OMNI_TEST_HOME)."""
+    npm = shutil.which("npm")
+    if npm is None or shutil.which("node") is None:
+        pytest.fail("the Codex CLI test needs Node.js and npm on PATH (https://nodejs.org)")
+    home = Path(os.environ.get("OMNI_TEST_HOME", Path.home() / ".cache" / "omni-test"))
+    prefix = home / "codex"
+    if _installed_version(prefix) != CODEX_VERSION:
+        prefix.mkdir(parents=True, exist_ok=True)
+        spec = f"@openai/codex@{CODEX_VERSION}"
+        done = subprocess.run(
+            [npm, "install", "--prefix", str(prefix), "--no-audit", "--no-fund", spec],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        if done.returncode != 0:
+            pytest.fail(f"npm install {spec} failed:\n{done.stderr}")
+    codex = prefix / "node_modules" / ".bin" / "codex"
+    version = subprocess.run([str(codex), "--version"], capture_output=True, text=True, timeout=60)
+    assert version.stdout.strip() == f"codex-cli {CODEX_VERSION}", (version.stdout, version.stderr)
+    return codex
+
+
+@pytest.fixture(scope="module")
+def codex_server(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[ServerThread, Recording]]:
+    model_dir = build_tiny_llama(tmp_path_factory.mktemp("models") / MODEL, layers=1)
+    config = json.loads((model_dir / "config.json").read_text())
+    config["max_position_embeddings"] = CONTEXT  # RoPE: no weights depend on it
+    (model_dir / "config.json").write_text(json.dumps(config, indent=2))
+    engine = MLXEngine(ModelSource(str(model_dir), MODEL))
+    engine.start()
+    db_path = tmp_path_factory.mktemp("db") / "omni.db"
+    srv = ServerThread(Settings(db_path=str(db_path), keepalive=1.0), engine)
+    recording = Recording(srv.app.asgi_app)
+    srv.app.asgi_app = recording  # type: ignore[method-assign,assignment]
+    srv.start()
+    yield srv, recording
+    srv.stop()
+    engine.close()
+
+
+def codex_config(base_url: str) -> str:
+    return f"""\
+model = "{MODEL}"
+model_provider = "omni"
+check_for_update_on_startup = false
+
+[analytics]
+enabled = false
+
+[model_providers.omni]
+name = "Omni"
+base_url = "{base_url}/v1"
+env_key = "OMNI_TEST_API_KEY"
+wire_api = "responses"
+request_max_retries = 0
+stream_max_retries = 0
+"""
+
+
+def test_codex_exec_completes_a_turn(
+    codex_bin: Path, codex_server: tuple[ServerThread, Recording], tmp_path: Path
+) -> None:
+    server, recording = codex_server
+    home, workdir = tmp_path / "home", tmp_path / "work"
+    codex_home = home / ".codex"
+    for d in (codex_home, workdir):
+        d.mkdir(parents=True)
+    (codex_home / "config.toml").write_text(codex_config(server.base_url))
+    schema = tmp_path / "schema.json"
+    schema.write_text(json.dumps(SCHEMA))
+    last = tmp_path / "last-message.txt"
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(home),
+        "CODEX_HOME": str(codex_home),
+        "OMNI_TEST_API_KEY": "dummy",
+    }
+    cmd = [
+        str(codex_bin), "exec",
+        "--strict-config",  # a config key this version does not know is an error
+        "--skip-git-repo-check",
+        "--ephemeral",
+        "--sandbox", "read-only",
+        "--json",
+        "--color", "never",
+        "--output-schema", str(schema),
+        "--output-last-message", str(last),
+        "say hi",
+    ]  # fmt: skip
+    done = subprocess.run(
+        cmd,
+        cwd=workdir,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=TURN_TIMEOUT,
+    )
+    report = f"exit {done.returncode}\nstdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+
+    assert done.returncode == 0, report
+    assert not [ln for ln in done.stderr.splitlines() if "ERROR" in ln], report
+    events = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+    kinds = [e["type"] for e in events]
+    assert kinds[0] == "thread.started" and kinds[-1] == "turn.completed", report
+    assert "turn.failed" not in kinds and "error" not in kinds, report
+    errors = [e["item"] for e in events if e.get("item", {}).get("type") == "error"]
+    assert all(UNKNOWN_MODEL in e["message"] for e in errors), report
+    [message] = [e["item"] for e in events if e.get("item", {}).get("type") == "agent_message"]
+    answer = json.loads(message["text"])
+    assert set(answer) == {"greeting"} and len(answer["greeting"]) <= 12, report
+    assert last.read_text().strip() == message["text"]
+
+    # The server's side: one streamed request with Codex's shape, ended by response.completed.
+    [exchange] = recording.responses()
+    assert (exchange.method, exchange.path, exchange.status) == ("POST", "/v1/responses", 200)
+    body = json.loads(exchange.body)
+    assert body["model"] == MODEL and body["stream"] is True and body["store"] is False
+    assert body["text"]["format"]["type"] == "json_schema"
+    assert {"function", "namespace", "web_search"} <= {t["type"] for t in body["tools"]}
+    frames = parse_frames(bytes(exchange.response))
+    assert [f.event for f in frames][:2] == ["response.created", "response.in_progress"]
+    assert frames[-1].event == "response.completed"
+    usage = frames[-1].data["response"]["usage"]
+    assert events[-1]["usage"]["input_tokens"] == usage["input_tokens"] > 2048
