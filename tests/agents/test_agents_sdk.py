@@ -1,4 +1,5 @@
-"""The OpenAI Agents SDK (`openai-agents`) runs an agent against Omni's Responses API.
+"""The OpenAI Agents SDK (`openai-agents`) runs agents against Omni: the Responses API (and
+its server-side chaining), and Chat Completions.
 
 The tiny model's text is noise, so every run forces its first call (tool_choice "required":
 Omni's grammar makes the call valid JSON for the tool's parameters) and bounds every string
@@ -10,12 +11,13 @@ import json
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-import httpx
+import httpx2
 import pytest
 from agents import (
     Agent,
     FunctionTool,
     ModelSettings,
+    OpenAIChatCompletionsModel,
     OpenAIResponsesModel,
     Runner,
     ToolCallItem,
@@ -47,22 +49,25 @@ class Forecast(BaseModel):
 
 
 class Sdk:
-    """An AsyncOpenAI client on the test server that keeps the body of every request."""
+    """An AsyncOpenAI client on the test server that keeps the path and body of every
+    request."""
 
     def __init__(self, base_url: str):
+        self.paths: list[str] = []
         self.bodies: list[dict[str, Any]] = []
         http = DefaultAsyncHttpxClient(event_hooks={"request": [self._keep]})
         self.client = AsyncOpenAI(
             base_url=f"{base_url}/v1", api_key="x", http_client=http, max_retries=0
         )
 
-    async def _keep(self, request: httpx.Request) -> None:
-        assert (request.method, request.url.path) == ("POST", "/v1/responses")
+    async def _keep(self, request: httpx2.Request) -> None:
+        assert request.method == "POST"
+        self.paths.append(request.url.path)
         self.bodies.append(json.loads(request.content))
 
-    def agent(self, tool: FunctionTool, **kwargs: Any) -> Agent[Any]:
+    def agent(self, tool: FunctionTool, *, chat: bool = False, **kwargs: Any) -> Agent[Any]:
         settings = ModelSettings(tool_choice="required", max_tokens=256)
-        model = OpenAIResponsesModel(MODEL, self.client)
+        model = (OpenAIChatCompletionsModel if chat else OpenAIResponsesModel)(MODEL, self.client)
         return Agent(
             name="weather",
             instructions="Answer with the weather tool.",
@@ -114,6 +119,7 @@ async def test_forced_call_is_the_final_output(sdk: Sdk) -> None:
     the_call(result.new_items, calls)
     assert result.final_output == f"sunny in {calls[0]}"
     [body] = sdk.bodies
+    assert sdk.paths == ["/v1/responses"]
     assert body["model"] == MODEL and body["tool_choice"] == "required"
     [tool] = body["tools"]
     assert tool["strict"] is True
@@ -162,3 +168,30 @@ async def test_tool_result_goes_back_to_the_model(sdk: Sdk) -> None:
         "type": "function_call_output",
     }
     assert second["text"]["format"]["type"] == "json_schema"
+
+
+async def test_server_side_chaining(sdk: Sdk) -> None:
+    """With auto_previous_response_id the SDK sends only new items and `previous_response_id`:
+    Omni supplies the rest of the conversation from its log."""
+    calls: list[str] = []
+    agent = sdk.agent(weather_tool(calls), output_type=Forecast)
+
+    first = await Runner.run(agent, "What is the weather in Paris?", auto_previous_response_id=True)
+    second = await Runner.run(agent, "And in Rome?", previous_response_id=first.last_response_id)
+
+    assert isinstance(first.final_output, Forecast) and isinstance(second.final_output, Forecast)
+    assert len(calls) == 2
+    ids = [r.response_id for r in (*first.raw_responses, *second.raw_responses)]
+    assert [b.get("previous_response_id") for b in sdk.bodies] == [None, *ids[:3]]
+    assert [len(b["input"]) for b in sdk.bodies] == [1, 1, 1, 1]  # nothing replayed
+
+
+async def test_chat_completions_model(sdk: Sdk) -> None:
+    calls: list[str] = []
+    agent = sdk.agent(weather_tool(calls), chat=True, tool_use_behavior="stop_on_first_tool")
+
+    result = await Runner.run(agent, "What is the weather in Paris?")
+
+    the_call(result.new_items, calls)
+    assert result.final_output == f"sunny in {calls[0]}"
+    assert sdk.paths == ["/v1/chat/completions"]
