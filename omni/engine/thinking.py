@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from omni.engine.tool_calls import _partial_suffix
+from omni.engine.tool_calls import partial_suffix
 
 Part = tuple[Literal["reasoning", "text"], str]
 
@@ -47,7 +47,7 @@ class ThinkSplitter:
                 return out
             at = self._held.find(self.end)
             if at < 0:
-                keep = _partial_suffix(self._held, self.end)
+                keep = partial_suffix(self._held, self.end)
                 released = self._held[: len(self._held) - keep]
                 self._held = self._held[len(released) :]
                 if released:

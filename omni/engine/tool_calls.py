@@ -82,7 +82,7 @@ class CallSplitter:
             if not self._inside:
                 at = self._held.find(start)
                 if at < 0:
-                    keep = _partial_suffix(self._held, start)
+                    keep = partial_suffix(self._held, start)
                     released = self._held[: len(self._held) - keep]
                     self._held = self._held[len(released) :]
                     if released:
@@ -165,7 +165,7 @@ def _call(raw: Any) -> Call | None:
     return Call(name, json.dumps(args, ensure_ascii=False))
 
 
-def _partial_suffix(text: str, marker: str) -> int:
+def partial_suffix(text: str, marker: str) -> int:
     """Length of the longest end of `text` that begins `marker` (it may complete later)."""
     for n in range(min(len(text), len(marker) - 1), 0, -1):
         if marker.startswith(text[-n:]):
