@@ -196,15 +196,20 @@ class BatchScheduler:
         self.out.append((FINISHED, spec.id, "length", len(spec.prompt), done, 0))
         return True
 
-    def _admit(self, spec: Spec) -> None:
+    def _slot(self, spec: Spec) -> tuple[Slot, list[Any], list[int]] | None:
+        """The job's slot, the KV cache of its longest cached prefix and the tokens still to
+        feed; None if it has no tokens left to generate (then it is already ended)."""
         if self._out_of_tokens(spec):
-            return
+            return None
         fed = spec.prompt + spec.resume_tokens
         cache, rest = self.cache.nearest(spec.cache_namespace, fed)
-        slot = Slot(
-            spec, fed, len(fed) - len(rest), len(spec.resume_tokens), self._processors(spec)
-        )
-        self._insert(slot, cache, rest)
+        cached, done = len(fed) - len(rest), len(spec.resume_tokens)
+        return Slot(spec, fed, cached, done, self._processors(spec)), cache, rest
+
+    def _admit(self, spec: Spec) -> None:
+        if (start := self._slot(spec)) is None:
+            return
+        self._insert(*start)
         self.out.append((STARTED, spec.id, True))
 
     def _insert(self, slot: Slot, cache: list[Any], rest: list[int]) -> None:
@@ -221,15 +226,11 @@ class BatchScheduler:
         self.slots[uid] = slot
 
     def _start_solo(self, spec: Spec) -> None:
-        if self._out_of_tokens(spec):
+        if (start := self._slot(spec)) is None:
             return
-        fed = spec.prompt + spec.resume_tokens
-        cache, rest = self.cache.nearest(spec.cache_namespace, fed)
-        slot = Slot(
-            spec, fed, len(fed) - len(rest), len(spec.resume_tokens), self._processors(spec)
-        )
+        slot, cache, rest = start
         s = spec.sampling
-        held = mx.array(fed[: len(fed) - len(rest)])
+        held = mx.array(slot.fed[: slot.cached])
         steps = generate_step(
             mx.array(rest),
             self.model,

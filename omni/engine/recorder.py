@@ -200,6 +200,16 @@ class ResponseRecorder:
         )
         return events
 
+    def _part_done(
+        self, kind: str, item_id: str, index: int, part: dict[str, Any], **extra: Any
+    ) -> list[Event]:
+        """`<kind>.done` with the part's full text, then `content_part.done`."""
+        where = {"item_id": item_id, "output_index": index, "content_index": 0}
+        return [
+            self._event(f"response.{kind}.done", **where, text=part["text"], **extra),
+            self._event("response.content_part.done", **where, part=part),
+        ]
+
     def _close_reasoning(self, status: str) -> list[Event]:
         assert self._reasoning is not None
         item_id, index = self._reasoning["id"], len(self.response["output"])
@@ -207,22 +217,7 @@ class ResponseRecorder:
         item = {**self._reasoning, "content": [part], "status": status}
         if self.seal is not None:
             item["encrypted_content"] = self.seal([part])
-        events = [
-            self._event(
-                "response.reasoning_text.done",
-                item_id=item_id,
-                output_index=index,
-                content_index=0,
-                text=self.reasoning_text,
-            ),
-            self._event(
-                "response.content_part.done",
-                item_id=item_id,
-                output_index=index,
-                content_index=0,
-                part=part,
-            ),
-        ]
+        events = self._part_done("reasoning_text", item_id, index, part)
         if (self.response.get("reasoning") or {}).get("summary"):
             # No separate summarizer runs here: the summary is the reasoning itself, in full.
             summary = {"type": "summary_text", "text": self.reasoning_text}
@@ -324,21 +319,7 @@ class ResponseRecorder:
         }
         item = {**self._message, "status": status, "content": [part]}
         events += [
-            self._event(
-                "response.output_text.done",
-                item_id=item_id,
-                output_index=index,
-                content_index=0,
-                text=self.text,
-                logprobs=self.logprobs,
-            ),
-            self._event(
-                "response.content_part.done",
-                item_id=item_id,
-                output_index=index,
-                content_index=0,
-                part=part,
-            ),
+            *self._part_done("output_text", item_id, index, part, logprobs=self.logprobs),
             self._event("response.output_item.done", output_index=index, item=item),
         ]
         self.response["output"].append(item)
