@@ -35,6 +35,14 @@ def grammar_for(spec: dict[str, Any]) -> str:
     `{"type": "json_object"}` or `{"type": "text_or_call", "schema": ...}` (free text that
     does not open with `{`, or one JSON value of the schema), not yet validated."""
     kind = spec.get("type")
+    if kind == "answer_or_call":  # an answer in its schema, or a call (both JSON)
+        call = json.dumps({**spec.get("schema", {}), "x-guidance": JSON_OPTIONS})
+        answer = json.dumps({**spec.get("answer", {}), "x-guidance": JSON_OPTIONS})
+        lark = f"start: call | answer\ncall: %json {call}\nanswer: %json {answer}\n"
+        try:
+            return LLMatcher.grammar_from_lark(lark)
+        except ValueError as exc:
+            raise GrammarError(f"invalid schema: {exc}") from exc
     if kind == "text_or_call":
         call = json.dumps({**spec.get("schema", {}), "x-guidance": JSON_OPTIONS})
         lark = f"start: call | prose\ncall: %json {call}\nprose: /\\s*[^{{\\s][\\s\\S]*/\n"

@@ -36,6 +36,7 @@ from omni.service.requests import rendered
 from omni.service.runs import Run, Runs
 from omni.service.streams import ACCEPTED, COMPLETION_DELETED, dumps, request_stream
 from omni.service.structured import (
+    answer_or_call,
     call_constraint,
     output_constraint,
     strict_calls_constraint,
@@ -98,8 +99,12 @@ class CompletionsService:
             constraint: dict[str, Any] | None = call_constraint(tools)
         else:
             constraint = output_constraint(body.response_format, "response_format")
-            if constraint is None and mode == "auto" and plain_calls(self.engine):
-                constraint = strict_calls_constraint(tools)
+            if mode == "auto" and tools and plain_calls(self.engine):
+                constraint = (
+                    strict_calls_constraint(tools)
+                    if constraint is None
+                    else answer_or_call(constraint, tools)
+                )
         structured = bool(getattr(self.engine, "supports_tools", False))
         messages = chat_for_template(
             [{**m.model_dump(exclude_none=True), "content": m.text()} for m in body.messages],

@@ -31,6 +31,7 @@ from omni.service.streams import (
     request_stream,
 )
 from omni.service.structured import (
+    answer_or_call,
     call_constraint,
     output_constraint,
     strict_calls_constraint,
@@ -97,8 +98,12 @@ class ResponsesService:
             constraint: dict[str, Any] | None = call_constraint(callable_tools)
         else:
             constraint = output_constraint((body.text or {}).get("format"), "text.format")
-            if constraint is None and mode == "auto" and plain_calls(self.engine):
-                constraint = strict_calls_constraint(callable_tools)
+            if mode == "auto" and callable_tools and plain_calls(self.engine):
+                constraint = (
+                    strict_calls_constraint(callable_tools)
+                    if constraint is None
+                    else answer_or_call(constraint, callable_tools)
+                )
         effort = (body.reasoning or {}).get("effort")
         thinking, budget = thinking_plan(self.engine, effort, body.thinking_budget)
         prompt = self._fit(body, history + items, callable_tools, mode, thinking)

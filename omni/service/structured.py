@@ -68,3 +68,14 @@ def _check(schema: dict[str, Any], param: str) -> None:
         check_schema(schema)
     except GrammarError as exc:
         raise InvalidRequest(f"This schema cannot be enforced: {exc}", param=param) from None
+
+
+def answer_or_call(answer: dict[str, Any], tools: list[dict[str, Any]]) -> dict[str, Any]:
+    """A structured answer with tools the model may call: the answer's schema, or a call
+    (plain JSON; strict tools' arguments valid)."""
+    schema = answer.get("schema") if answer["type"] == "json_schema" else {"type": "object"}
+    return {
+        "type": "answer_or_call",
+        "schema": _call_schema(tools, strict_only=True),
+        "answer": schema,
+    }

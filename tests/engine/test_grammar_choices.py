@@ -1,0 +1,81 @@
+"""The grammars that leave the model a choice: free text or a call (strict tools under
+tool_choice auto), and a structured answer or a call (tools with a JSON-schema answer).
+Checked on the tokenizer level: which complete outputs each grammar accepts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mlx_lm.utils import load_tokenizer
+
+from omni.engine.grammar import Constraints
+from omni.service.structured import answer_or_call, output_constraint, strict_calls_constraint
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "strict": True,
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string", "maxLength": 12}},
+                "required": ["city"],
+                "additionalProperties": False,
+            },
+        },
+    }
+]
+ANSWER = {
+    "type": "json_schema",
+    "schema": {
+        "type": "object",
+        "properties": {"s": {"type": "string", "maxLength": 8}},
+        "required": ["s"],
+        "additionalProperties": False,
+    },
+}
+CALL = '{"name":"get_weather","arguments":{"city":"Paris"}}'
+
+
+@pytest.fixture(scope="module")
+def constraints(tiny_model_dir: Path) -> Constraints:
+    return Constraints(load_tokenizer(tiny_model_dir))
+
+
+def accepts(constraints: Constraints, spec: dict[str, Any], text: str) -> bool:
+    matcher = constraints._compiled(spec).deep_copy()
+    tokens = constraints.tokenizer.tokenize_str(text)
+    return bool(matcher.consume_tokens(tokens)) and matcher.is_accepting()
+
+
+@pytest.mark.parametrize(
+    ("text", "ok"),
+    [
+        (CALL, True),
+        ("It is sunny.", True),
+        ('{"name":"get_weather","arguments":{"town":"Paris"}}', False),  # not its parameters
+        ('{"s":"hi"}', False),  # an object that is not a call
+    ],
+)
+def test_text_or_a_valid_call(constraints: Constraints, text: str, ok: bool) -> None:
+    spec = strict_calls_constraint(TOOLS)
+    assert spec is not None
+    assert accepts(constraints, spec, text) is ok
+
+
+@pytest.mark.parametrize(
+    ("text", "ok"),
+    [
+        (CALL, True),
+        ('{"s":"hi"}', True),
+        ("It is sunny.", False),  # free text is no answer in the schema
+        ('{"s":"far too long a string"}', False),
+    ],
+)
+def test_a_structured_answer_or_a_call(constraints: Constraints, text: str, ok: bool) -> None:
+    answer = output_constraint({"type": "json_schema", "schema": ANSWER["schema"]}, "text.format")
+    assert answer is not None
+    assert accepts(constraints, answer_or_call(answer, TOOLS), text) is ok
