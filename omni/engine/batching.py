@@ -92,6 +92,8 @@ class BatchScheduler:
         self.eos = set(eos)
         self.stopping: set[int] = set()  # job ids asked to stop
         self.out: list[tuple[Any, ...]] = []
+        self._conn: Connection | None = None
+        self._closing = False  # CLOSE arrived in the middle of a long prefill
         # Where the engine process's time goes (OMNI_ENGINE_STATS=1 prints it at exit).
         self.stats: defaultdict[str, float] = defaultdict(float)
         self._samplers: dict[tuple[float, float, float, int], Any] = {}
@@ -103,7 +105,8 @@ class BatchScheduler:
     def run(self, conn: Connection) -> None:
         stats, clock = self.stats, time.perf_counter
         mark = clock()
-        while self._receive(conn, block=not self.busy):
+        self._conn = conn
+        while not self._closing and self._receive(conn, block=not self.busy):
             now = clock()
             stats["idle_s"] += now - mark
             mark = now
@@ -239,6 +242,9 @@ class BatchScheduler:
             # generate_step shows processors only the tokens it was given: add what the cache holds.
             logits_processors=[_with_history(p, held) for p in slot.processors],
             prompt_cache=cache,
+            # A long prompt is fed in chunks, and a cancel is heard between them.
+            prefill_step_size=SOLO_PREFILL_CHUNK,
+            prompt_progress_callback=lambda done, total: self._heard_stop(spec.id),
         )
         self.solo = Solo(slot, cache, steps)
         self.out.append((STARTED, spec.id, True))
@@ -249,6 +255,9 @@ class BatchScheduler:
             y, logprobs = next(solo.steps)
         except StopIteration:  # max_tokens reached
             self._end_solo("length")
+            return
+        except _Stopped:  # cancelled (or closing) during the prompt
+            self._end_solo()
             return
         token = int(y.item() if hasattr(y, "item") else y)
         if token in self.eos:  # an end-of-sequence token: not output
@@ -262,6 +271,13 @@ class BatchScheduler:
         if slot.done >= slot.spec.sampling.max_tokens:
             self._end_solo("length")
 
+    def _heard_stop(self, job_id: int) -> None:
+        """Between prompt chunks: take in what the server sent; stop if this job is cancelled."""
+        if self._conn is not None and not self._receive(self._conn, block=False):
+            self._closing = True
+        if self._closing or job_id in self.stopping:
+            raise _Stopped
+
     def _end_solo(self, reason: str | None = None) -> None:
         """Finish the solo job (`reason`), or, when cancelled or joined by others, stop it here
         and carry on in the batch from its KV cache (cancelled: the batch ends it)."""
@@ -271,7 +287,7 @@ class BatchScheduler:
         solo.steps.close()
         mx.eval([c.state for c in cache])
         _trim_to(cache, len(slot.fed))  # generate_step runs one token ahead
-        if reason is not None or slot.spec.id in self.stopping:
+        if reason is not None or slot.spec.id in self.stopping or self._closing:
             if reason is None:
                 self.stopping.discard(slot.spec.id)
             self.cache.insert(slot.spec.cache_namespace, slot.fed, cache)
@@ -362,6 +378,13 @@ class BatchScheduler:
             self.batch.remove([uid])
             self.slots.pop(uid)
             self.out.append((FAILED, slot.spec.id, message))
+
+
+SOLO_PREFILL_CHUNK = 512  # prompt tokens per forward pass on the solo path
+
+
+class _Stopped(Exception):
+    """A solo job's prompt was cancelled between two chunks."""
 
 
 def _solo_ok(spec: Spec) -> bool:
