@@ -43,6 +43,24 @@ def grammar_for(spec: dict[str, Any]) -> str:
             return LLMatcher.grammar_from_lark(lark)
         except ValueError as exc:
             raise GrammarError(f"invalid schema: {exc}") from exc
+    if kind == "native_call":  # calls between a model's own markers, JSON inside
+        call = json.dumps({**spec.get("schema", {}), "x-guidance": JSON_OPTIONS})
+        start, end = json.dumps(spec["start"]), json.dumps(spec["end"])
+        body = f'{start} "\\n" call "\\n" {end}'
+        if spec.get("required"):
+            rules = f"start: {body}\n"
+        else:  # free text without the marker, or text then one call
+            mark = _regex_escape(spec["start"])
+            rules = (
+                f'start: PROSE | HEAD "\\n" call "\\n" {end}\n'
+                f"PROSE: /(?s:.+)/ & ~/(?s:.*{mark}.*)/\n"
+                # text that ends with the marker, and holds it nowhere else
+                f"HEAD: /(?s:.*){mark}/ & ~/(?s:.*{mark}.+)/\n"
+            )
+        try:
+            return LLMatcher.grammar_from_lark(rules + f"call: %json {call}\n")
+        except ValueError as exc:
+            raise GrammarError(f"invalid schema: {exc}") from exc
     if kind == "text_or_call":
         call = json.dumps({**spec.get("schema", {}), "x-guidance": JSON_OPTIONS})
         lark = f"start: call | prose\ncall: %json {call}\nprose: /\\s*[^{{\\s][\\s\\S]*/\n"
@@ -156,3 +174,8 @@ def _masked(logits: mx.array, words: mx.array) -> mx.array:
         pad = mx.zeros((allowed.shape[0], width - allowed.shape[-1]), dtype=mx.bool_)
         allowed = mx.concatenate([allowed, pad], axis=-1)
     return mx.where(allowed, logits, mx.array(-mx.inf, dtype=logits.dtype))
+
+
+def _regex_escape(text: str) -> str:
+    """`text` as a literal inside a lark /regex/."""
+    return "".join("\\" + c if c in "\\.+*?()|[]{}^$/" else c for c in text)

@@ -38,10 +38,11 @@ from omni.service.streams import ACCEPTED, COMPLETION_DELETED, dumps, request_st
 from omni.service.structured import (
     answer_or_call,
     call_constraint,
+    native_strict_constraint,
     output_constraint,
     strict_calls_constraint,
 )
-from omni.service.tools import plain_calls, splitter, tool_policy
+from omni.service.tools import json_markers, plain_calls, splitter, tool_policy
 
 MIRROR_PAGE = 512
 
@@ -96,7 +97,11 @@ class CompletionsService:
         self.runs.check_capacity()
         tools, mode = tool_policy(body.tools or [], body.tool_choice)
         if mode == "required":
-            constraint: dict[str, Any] | None = call_constraint(tools)
+            markers = json_markers(self.engine)
+            constraint: dict[str, Any] | None = call_constraint(
+                tools,
+                (markers.start, markers.end) if markers else None,  # type: ignore[arg-type]
+            )
         else:
             constraint = output_constraint(body.response_format, "response_format")
             if mode == "auto" and tools and plain_calls(self.engine):
@@ -105,6 +110,8 @@ class CompletionsService:
                     if constraint is None
                     else answer_or_call(constraint, tools)
                 )
+            elif mode == "auto" and constraint is None and (fmt := json_markers(self.engine)):
+                constraint = native_strict_constraint(tools, (fmt.start, fmt.end))  # type: ignore[arg-type]
         structured = bool(getattr(self.engine, "supports_tools", False))
         messages = chat_for_template(
             [{**m.model_dump(exclude_none=True), "content": m.text()} for m in body.messages],

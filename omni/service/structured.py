@@ -30,10 +30,32 @@ def output_constraint(fmt: dict[str, Any] | None, param: str) -> dict[str, Any] 
     return {"type": "json_schema", "schema": schema}
 
 
-def call_constraint(tools: list[dict[str, Any]]) -> dict[str, Any]:
-    """The output must be one call, as plain JSON, of one of `tools` (chat shape), its
-    arguments valid against that tool's parameters."""
-    return {"type": "json_schema", "schema": _call_schema(tools, strict_only=False)}
+def call_constraint(
+    tools: list[dict[str, Any]], markers: tuple[str, str] | None = None
+) -> dict[str, Any]:
+    """The output must be one call of one of `tools` (chat shape), its arguments valid
+    against that tool's parameters: plain JSON, or JSON between the model's own `markers`."""
+    schema = _call_schema(tools, strict_only=False)
+    if markers is not None:
+        return {
+            "type": "native_call",
+            "start": markers[0],
+            "end": markers[1],
+            "schema": schema,
+            "required": True,
+        }
+    return {"type": "json_schema", "schema": schema}
+
+
+def native_strict_constraint(
+    tools: list[dict[str, Any]], markers: tuple[str, str]
+) -> dict[str, Any] | None:
+    """tool_choice auto with strict tools, for a model whose calls are JSON between markers:
+    free text without the marker, or text then one valid call."""
+    if not any(t["function"].get("strict") for t in tools):
+        return None
+    schema = _call_schema(tools, strict_only=True)
+    return {"type": "native_call", "start": markers[0], "end": markers[1], "schema": schema}
 
 
 def strict_calls_constraint(tools: list[dict[str, Any]]) -> dict[str, Any] | None:

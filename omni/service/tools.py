@@ -61,10 +61,22 @@ def splitter(engine: Engine, tools: list[dict[str, Any]], mode: Mode) -> CallSpl
     if mode == "none" or not tools:
         return None
     fmt = getattr(engine, "tool_format", None) or ToolFormat()
-    return CallSplitter(ToolFormat() if mode == "required" else fmt, tools)
+    if mode == "required" and json_markers(engine) is None:
+        fmt = ToolFormat()  # the grammar forces plain JSON
+    return CallSplitter(fmt, tools)
 
 
 def plain_calls(engine: Engine) -> bool:
     """The model writes calls as plain JSON (mlx-lm knows no call format for it)."""
     fmt = getattr(engine, "tool_format", None) or ToolFormat()
     return not (fmt.start and fmt.parser)
+
+
+def json_markers(engine: Engine) -> ToolFormat | None:
+    """The model's own call format when its calls are JSON between markers (Hermes, Qwen 2.5
+    and 3, ...): a grammar can then force or check calls in that format."""
+    fmt = getattr(engine, "tool_format", None) or ToolFormat()
+    module = getattr(fmt.parser, "__module__", "") or ""
+    if fmt.start and fmt.end and module.endswith(".json_tools"):
+        return fmt
+    return None

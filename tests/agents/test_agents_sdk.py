@@ -52,7 +52,8 @@ class Sdk:
     """An AsyncOpenAI client on the test server that keeps the path and body of every
     request."""
 
-    def __init__(self, base_url: str):
+    def __init__(self, base_url: str, bias: dict[str, int] | None = None):
+        self.bias = bias or {}
         self.paths: list[str] = []
         self.bodies: list[dict[str, Any]] = []
         http = DefaultAsyncHttpxClient(event_hooks={"request": [self._keep]})
@@ -66,7 +67,12 @@ class Sdk:
         self.bodies.append(json.loads(request.content))
 
     def agent(self, tool: FunctionTool, *, chat: bool = False, **kwargs: Any) -> Agent[Any]:
-        settings = ModelSettings(tool_choice="required", max_tokens=256)
+        # After the call (tool_choice back to auto) the grammar allows an answer or another
+        # call; a random model is steered to answer: towards the answer's key, away from a
+        # call's. (Under tool_choice "required" only the call is allowed, whatever the bias.)
+        settings = ModelSettings(
+            tool_choice="required", max_tokens=256, extra_body={"logit_bias": self.bias}
+        )
         model = (OpenAIChatCompletionsModel if chat else OpenAIResponsesModel)(MODEL, self.client)
         return Agent(
             name="weather",
@@ -81,7 +87,10 @@ class Sdk:
 @pytest.fixture
 async def sdk(server) -> AsyncIterator[Sdk]:  # type: ignore[no-untyped-def]
     set_tracing_disabled(True)  # traces would go to api.openai.com
-    sdk = Sdk(server.base_url)
+    engine = server.state.engine
+    bias = {str(t): 30 for t in engine.encode('"summary')}
+    bias.update({str(t): -30 for t in engine.encode('"name')})
+    sdk = Sdk(server.base_url, bias)
     async with sdk.client:
         yield sdk
 

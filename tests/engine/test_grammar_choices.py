@@ -11,7 +11,13 @@ import pytest
 from mlx_lm.utils import load_tokenizer
 
 from omni.engine.grammar import Constraints
-from omni.service.structured import answer_or_call, output_constraint, strict_calls_constraint
+from omni.service.structured import (
+    answer_or_call,
+    call_constraint,
+    native_strict_constraint,
+    output_constraint,
+    strict_calls_constraint,
+)
 
 TOOLS = [
     {
@@ -79,3 +85,28 @@ def test_a_structured_answer_or_a_call(constraints: Constraints, text: str, ok: 
     answer = output_constraint({"type": "json_schema", "schema": ANSWER["schema"]}, "text.format")
     assert answer is not None
     assert accepts(constraints, answer_or_call(answer, TOOLS), text) is ok
+
+
+@pytest.mark.parametrize(
+    ("text", "ok"),
+    [
+        ("It is sunny.", True),
+        (f"Let me check.<tool_call>\n{CALL}\n</tool_call>", True),
+        (f"<tool_call>\n{CALL}\n</tool_call>", True),
+        ('<tool_call>\n{"name":"get_weather","arguments":{}}\n</tool_call>', False),
+        ("text <tool_call> more text", False),  # the marker opens a call, nothing else
+    ],
+)
+def test_text_or_a_call_between_the_models_markers(
+    constraints: Constraints, text: str, ok: bool
+) -> None:
+    spec = native_strict_constraint(TOOLS, ("<tool_call>", "</tool_call>"))
+    assert spec is not None
+    assert accepts(constraints, spec, text) is ok
+
+
+def test_a_required_call_between_the_models_markers(constraints: Constraints) -> None:
+    spec = call_constraint(TOOLS, ("<tool_call>", "</tool_call>"))
+    assert accepts(constraints, spec, f"<tool_call>\n{CALL}\n</tool_call>")
+    assert not accepts(constraints, spec, "It is sunny.")
+    assert not accepts(constraints, spec, CALL)  # without its markers
