@@ -35,14 +35,8 @@ from omni.service.reasoning import thinker, thinking_plan
 from omni.service.requests import rendered
 from omni.service.runs import Run, Runs
 from omni.service.streams import ACCEPTED, COMPLETION_DELETED, dumps, request_stream
-from omni.service.structured import (
-    answer_or_call,
-    call_constraint,
-    native_strict_constraint,
-    output_constraint,
-    strict_calls_constraint,
-)
-from omni.service.tools import json_markers, plain_calls, splitter, tool_policy
+from omni.service.structured import decoding_constraint
+from omni.service.tools import splitter, tool_policy
 
 MIRROR_PAGE = 512
 
@@ -96,22 +90,9 @@ class CompletionsService:
         """Start (or replay) a chat completion; returns its id and whether it is a cache hit."""
         self.runs.check_capacity()
         tools, mode = tool_policy(body.tools or [], body.tool_choice)
-        if mode == "required":
-            markers = json_markers(self.engine)
-            constraint: dict[str, Any] | None = call_constraint(
-                tools,
-                (markers.start, markers.end) if markers else None,  # type: ignore[arg-type]
-            )
-        else:
-            constraint = output_constraint(body.response_format, "response_format")
-            if mode == "auto" and tools and plain_calls(self.engine):
-                constraint = (
-                    strict_calls_constraint(tools)
-                    if constraint is None
-                    else answer_or_call(constraint, tools)
-                )
-            elif mode == "auto" and constraint is None and (fmt := json_markers(self.engine)):
-                constraint = native_strict_constraint(tools, (fmt.start, fmt.end))  # type: ignore[arg-type]
+        constraint = decoding_constraint(
+            self.engine, tools, mode, body.response_format, "response_format"
+        )
         structured = bool(getattr(self.engine, "supports_tools", False))
         messages = chat_for_template(
             [{**m.model_dump(exclude_none=True), "content": m.text()} for m in body.messages],

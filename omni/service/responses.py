@@ -30,14 +30,8 @@ from omni.service.streams import (
     is_terminal,
     request_stream,
 )
-from omni.service.structured import (
-    answer_or_call,
-    call_constraint,
-    native_strict_constraint,
-    output_constraint,
-    strict_calls_constraint,
-)
-from omni.service.tools import Mode, json_markers, plain_calls, splitter, tool_policy
+from omni.service.structured import decoding_constraint
+from omni.service.tools import Mode, splitter, tool_policy
 
 FINISHED = ("completed", "incomplete", "failed", "cancelled")
 
@@ -95,22 +89,9 @@ class ResponsesService:
             raise InvalidRequest("`input` is required.", param="input")
         tools = function_tools(body)
         callable_tools, mode = tool_policy(tools, body.tool_choice)
-        if mode == "required":  # a call must be made: one of these, valid JSON, by grammar
-            markers = json_markers(self.engine)
-            constraint: dict[str, Any] | None = call_constraint(
-                callable_tools,
-                (markers.start, markers.end) if markers else None,  # type: ignore[arg-type]
-            )
-        else:
-            constraint = output_constraint((body.text or {}).get("format"), "text.format")
-            if mode == "auto" and callable_tools and plain_calls(self.engine):
-                constraint = (
-                    strict_calls_constraint(callable_tools)
-                    if constraint is None
-                    else answer_or_call(constraint, callable_tools)
-                )
-            elif mode == "auto" and constraint is None and (fmt := json_markers(self.engine)):
-                constraint = native_strict_constraint(callable_tools, (fmt.start, fmt.end))  # type: ignore[arg-type]
+        constraint = decoding_constraint(
+            self.engine, callable_tools, mode, (body.text or {}).get("format"), "text.format"
+        )
         effort = (body.reasoning or {}).get("effort")
         thinking, budget = thinking_plan(self.engine, effort, body.thinking_budget)
         prompt = self._fit(body, history + items, callable_tools, mode, thinking)

@@ -6,7 +6,35 @@ from __future__ import annotations
 from typing import Any
 
 from omni.engine.grammar import GrammarError, check_schema
+from omni.engine.types import Engine
 from omni.errors import InvalidRequest
+from omni.service.tools import Mode, json_markers, plain_calls
+
+
+def decoding_constraint(
+    engine: Engine,
+    tools: list[dict[str, Any]],
+    mode: Mode,
+    fmt: dict[str, Any] | None,
+    param: str,
+) -> dict[str, Any] | None:
+    """The grammar a request's output must follow, if any: a required call (in the model's
+    own format when that is JSON between markers), else the answer format `fmt` (Responses'
+    `text.format` or Chat's `response_format`, at `param`), with strict tools' calls
+    allowed under tool_choice auto."""
+    markers = json_markers(engine)
+    if mode == "required":
+        return call_constraint(tools, (markers.start, markers.end) if markers else None)  # type: ignore[arg-type]
+    constraint = output_constraint(fmt, param)
+    if mode != "auto" or not tools:
+        return constraint
+    if plain_calls(engine):
+        if constraint is None:
+            return strict_calls_constraint(tools)
+        return answer_or_call(constraint, tools)
+    if constraint is None and markers is not None:
+        return native_strict_constraint(tools, (markers.start, markers.end))  # type: ignore[arg-type]
+    return constraint
 
 
 def output_constraint(fmt: dict[str, Any] | None, param: str) -> dict[str, Any] | None:
