@@ -95,13 +95,22 @@ def strict_calls_constraint(tools: list[dict[str, Any]]) -> dict[str, Any] | Non
 
 
 def _call_schema(tools: list[dict[str, Any]], strict_only: bool) -> dict[str, Any]:
+    """One call of one of `tools`. Under `strict_only` only strict tools must enforce their
+    parameters (an unenforceable schema is a 400); the others are enforced where the
+    grammar engine can (a grammar is in force anyway, and a call that misses a required
+    field only fails in the client), else any JSON object."""
     options = []
     for tool in tools:
         function = tool["function"]
         params = function.get("parameters") or {"type": "object"}
+        where = f"tools[{function['name']}].parameters"
         if strict_only and not function.get("strict"):
-            params = {"type": "object"}
-        _check(params, f"tools[{function['name']}].parameters")
+            try:
+                check_schema(params)
+            except GrammarError:
+                params = {"type": "object"}
+        else:
+            _check(params, where)
         options.append(
             {
                 "type": "object",
@@ -122,7 +131,7 @@ def _check(schema: dict[str, Any], param: str) -> None:
 
 def answer_or_call(answer: dict[str, Any], tools: list[dict[str, Any]]) -> dict[str, Any]:
     """A structured answer with tools the model may call: the answer's schema, or a call
-    (plain JSON; strict tools' arguments valid)."""
+    (plain JSON, its arguments valid where the schema can be enforced)."""
     schema = answer.get("schema") if answer["type"] == "json_schema" else {"type": "object"}
     return {
         "type": "answer_or_call",

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 
 from omni.api.app import Settings
@@ -29,7 +30,7 @@ from tests.server import ServerThread
 
 CODEX_VERSION = "0.171.0"
 CONTEXT = 32768
-TURN_TIMEOUT = 60  # seconds; a turn takes about 2 here
+TURN_TIMEOUT = 240  # seconds; a turn takes about 2 here, ~20 when the model calls a tool
 SCHEMA = {
     "type": "object",
     "properties": {"greeting": {"type": "string", "maxLength": 12}},
@@ -38,6 +39,10 @@ SCHEMA = {
 }
 # Codex's own notice for a model outside its catalogue: expected here, not a failure.
 UNKNOWN_MODEL = f"Model metadata for `{MODEL}` not found"
+# Codex's report of a call it could not run (a random model may call `request_user_input`,
+# which `codex exec` offers but refuses): the model's mistake, returned to it as the call's
+# output, not a protocol error.
+TOOL_ERROR = "codex_core::tools::router"
 
 Asgi = Callable[..., Awaitable[None]]
 
@@ -145,6 +150,14 @@ check_for_update_on_startup = false
 [analytics]
 enabled = false
 
+# A random model may call any tool it is offered: keep it away from the shell and the disk,
+# and from goals, which an ephemeral thread refuses.
+[features]
+shell_tool = false
+unified_exec = false
+view_image = false
+goals = false
+
 [model_providers.omni]
 name = "Omni"
 base_url = "{base_url}/v1"
@@ -197,7 +210,8 @@ def test_codex_exec_completes_a_turn(
     report = f"exit {done.returncode}\nstdout:\n{done.stdout}\nstderr:\n{done.stderr}"
 
     assert done.returncode == 0, report
-    assert not [ln for ln in done.stderr.splitlines() if "ERROR" in ln], report
+    errors = [ln for ln in done.stderr.splitlines() if "ERROR" in ln and TOOL_ERROR not in ln]
+    assert not errors, report
     events = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
     kinds = [e["type"] for e in events]
     assert kinds[0] == "thread.started" and kinds[-1] == "turn.completed", report
@@ -209,15 +223,41 @@ def test_codex_exec_completes_a_turn(
     assert set(answer) == {"greeting"} and len(answer["greeting"]) <= 12, report
     assert last.read_text().strip() == message["text"]
 
-    # The server's side: one streamed request with Codex's shape, ended by response.completed.
-    [exchange] = recording.responses()
-    assert (exchange.method, exchange.path, exchange.status) == ("POST", "/v1/responses", 200)
-    body = json.loads(exchange.body)
-    assert body["model"] == MODEL and body["stream"] is True and body["store"] is False
-    assert body["text"]["format"]["type"] == "json_schema"
-    assert {"function", "namespace", "web_search"} <= {t["type"] for t in body["tools"]}
-    frames = parse_frames(bytes(exchange.response))
-    assert [f.event for f in frames][:2] == ["response.created", "response.in_progress"]
-    assert frames[-1].event == "response.completed"
-    usage = frames[-1].data["response"]["usage"]
-    assert events[-1]["usage"]["input_tokens"] == usage["input_tokens"] > 2048
+    # The server's side: streamed requests in Codex's shape, each ended by response.completed;
+    # the model may call a tool first (the answer-or-call grammar allows it), and then each
+    # call's output comes back in the next request, which resends the whole history.
+    exchanges = recording.responses()
+    offered = _function_schemas(json.loads(exchanges[0].body))
+    pending: set[str] = set()
+    for i, exchange in enumerate(exchanges):
+        assert (exchange.method, exchange.path, exchange.status) == ("POST", "/v1/responses", 200)
+        body = json.loads(exchange.body)
+        assert body["model"] == MODEL and body["stream"] is True and body["store"] is False
+        assert body["text"]["format"]["type"] == "json_schema"
+        assert {"function", "namespace", "web_search"} <= {t["type"] for t in body["tools"]}
+        returned = {
+            item["call_id"]
+            for item in body["input"]
+            if isinstance(item, dict) and item.get("type") == "function_call_output"
+        }
+        assert pending <= returned, (i, pending, returned)
+        frames = parse_frames(bytes(exchange.response))
+        assert [f.event for f in frames][:2] == ["response.created", "response.in_progress"]
+        assert frames[-1].event == "response.completed"
+        output = frames[-1].data["response"]["output"]
+        calls = [item for item in output if item["type"] == "function_call"]
+        for call in calls:  # valid for the tool's schema: the grammar held it there
+            jsonschema.validate(json.loads(call["arguments"]), offered[call["name"]])
+        pending = {call["call_id"] for call in calls}
+        if i == len(exchanges) - 1:
+            assert not calls and output[-1]["type"] == "message", output
+        usage = frames[-1].data["response"]["usage"]
+        assert usage["input_tokens"] > 2048
+    assert events[-1]["usage"]["input_tokens"] == sum(
+        parse_frames(bytes(e.response))[-1].data["response"]["usage"]["input_tokens"]
+        for e in exchanges
+    )
+
+
+def _function_schemas(body: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {t["name"]: t["parameters"] for t in body["tools"] if t["type"] == "function"}

@@ -110,3 +110,53 @@ def test_a_required_call_between_the_models_markers(constraints: Constraints) ->
     assert accepts(constraints, spec, f"<tool_call>\n{CALL}\n</tool_call>")
     assert not accepts(constraints, spec, "It is sunny.")
     assert not accepts(constraints, spec, CALL)  # without its markers
+
+
+LOOSE = [  # not strict: OpenAI does not promise its arguments; once a grammar runs, we do
+    {
+        "type": "function",
+        "function": {
+            "name": "run",
+            "parameters": {
+                "type": "object",
+                "properties": {"cmd": {"type": "string"}},
+                "required": ["cmd"],
+            },
+        },
+    }
+]
+
+
+@pytest.mark.parametrize(
+    ("text", "ok"),
+    [
+        ('{"name":"run","arguments":{"cmd":"ls"}}', True),
+        ('{"name":"run","arguments":{}}', False),  # misses its required `cmd`
+        ('{"s":"hi"}', True),
+    ],
+)
+def test_a_loose_tools_call_is_held_to_its_schema_when_a_grammar_runs(
+    constraints: Constraints, text: str, ok: bool
+) -> None:
+    answer = output_constraint({"type": "json_schema", "schema": ANSWER["schema"]}, "text.format")
+    assert answer is not None
+    assert accepts(constraints, answer_or_call(answer, LOOSE), text) is ok
+
+
+def test_a_loose_tool_whose_schema_cannot_be_enforced_takes_any_object(
+    constraints: Constraints,
+) -> None:
+    """Not a 400 (the tool is not strict): its arguments are any JSON object."""
+    unenforceable = [
+        {
+            "type": "function",
+            "function": {
+                "name": "run",
+                "parameters": {"type": "object", "not": {"required": ["cmd"]}},
+            },
+        }
+    ]
+    answer = output_constraint({"type": "json_object"}, "text.format")
+    assert answer is not None
+    spec = answer_or_call(answer, unenforceable)
+    assert accepts(constraints, spec, '{"name":"run","arguments":{"cmd":"ls"}}')

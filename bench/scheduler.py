@@ -1,0 +1,211 @@
+"""The engine's scheduler in-process against raw mlx-lm BatchGenerator: no HTTP, no server
+process, the same prompts. It separates what the scheduler costs (prefix cache, per-request
+samplers, the solo path, jobs arriving a few at a time) from what the server around it costs.
+
+    python bench/scheduler.py [--model PATH] [--streams 64] [--tokens 128]
+                              [--rounds 3] [--arrive 8]
+
+Runs, each with one unmeasured warm-up round, then --rounds measured ones (median):
+- raw: a BatchGenerator gets all N prompts at once, greedy (as bench/concurrency.py's raw).
+- scheduler, at once: omni.engine.batching.BatchScheduler gets all N jobs in one receive.
+- scheduler, arriving: --arrive jobs per step (as HTTP requests trickle in).
+- scheduler, arriving, no prefix cache: the same with the prefix cache off.
+Prints tokens/s and the mean decode step per run; writes bench/out/scheduler.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from _server import chat_ids  # noqa: E402
+
+TOPICS = ["a lighthouse", "a robot", "snow", "a market", "chess", "a violin", "a train", "bees"]
+
+
+class FakeConn:
+    """The scheduler's side of the pipe: hands it jobs (at most `per_step` a receive) and
+    counts what it sends back."""
+
+    def __init__(self, per_step: int):
+        self.inbox: deque[tuple[Any, ...]] = deque()
+        self.per_step = per_step
+        self.taken = 0
+        self.tokens = 0
+        self.finished = 0
+        self.on_round_end: Any = None
+
+    def poll(self, timeout: float | None = None) -> bool:
+        if self.inbox and self.taken < self.per_step:
+            return True
+        self.taken = 0  # the next receive (next step) may take more
+        return False
+
+    def recv(self) -> tuple[Any, ...]:
+        self.taken += 1
+        return self.inbox.popleft()
+
+    def send(self, outputs: list[tuple[Any, ...]]) -> None:
+        from omni.engine.batching import FINISHED, TOKEN
+
+        for out in outputs:
+            if out[0] == TOKEN:
+                self.tokens += 1
+            elif out[0] == FINISHED:
+                self.finished += 1
+        if self.on_round_end is not None:
+            self.on_round_end()
+
+
+def run_scheduler(
+    model: Any, tokenizer: Any, prompts: list[list[int]], per_step: int, cache_entries: int
+) -> tuple[list[float], dict[str, float]]:
+    from omni.engine.batching import CLOSE, JOB, BatchScheduler
+    from omni.engine.generation import PrefixCache
+    from omni.engine.types import Sampling
+
+    cache = PrefixCache(model, cache_entries, 8 << 30)
+    scheduler = BatchScheduler(model, tokenizer, cache, max_batch=len(prompts))
+    conn = FakeConn(per_step)
+    rounds = ARGS.rounds + 1
+    walls: list[float] = []
+    state = {"round": 0, "start": 0.0, "tokens": 0, "next_id": 0}
+
+    def start_round() -> None:
+        state["start"], state["tokens"] = time.perf_counter(), conn.tokens
+        for p in prompts:
+            r = state["round"]
+            job = (
+                JOB,
+                state["next_id"],
+                [*p[:-1], p[-1] + r % 3],
+                [],
+                "",
+                Sampling(temperature=0.0, max_tokens=ARGS.tokens),
+            )
+            conn.inbox.append(job)
+            state["next_id"] += 1
+
+    def on_send() -> None:
+        if conn.finished < len(prompts) * (state["round"] + 1):
+            return
+        tokens = conn.tokens - state["tokens"]
+        wall = time.perf_counter() - state["start"]
+        if state["round"] > 0:
+            walls.append(tokens / wall)
+        state["round"] += 1
+        if state["round"] < rounds:
+            start_round()
+        else:
+            conn.inbox.append((CLOSE,))
+
+    conn.on_round_end = on_send
+    start_round()
+    scheduler.run(conn)  # type: ignore[arg-type]
+    stats = dict(scheduler.stats)
+    steps = stats.get("steps", 1)
+    stats["step_ms"] = 1000 * stats.get("step_s", 0) / steps
+    stats["mean_batch"] = stats.get("batch_tokens", 0) / steps
+    return walls, stats
+
+
+def run_raw(
+    model: Any, tokenizer: Any, prompts: list[list[int]]
+) -> tuple[list[float], dict[str, float]]:
+    from mlx_lm.generate import BatchGenerator
+
+    eos = sorted(tokenizer.eos_token_ids)
+    gen = BatchGenerator(
+        model,
+        stop_tokens=[[t] for t in eos],
+        completion_batch_size=len(prompts),
+        prefill_batch_size=min(8, len(prompts)),
+    )
+    rates: list[float] = []
+    step_s, steps = 0.0, 0
+    for r in range(ARGS.rounds + 1):
+        start = time.perf_counter()
+        live = set(
+            gen.insert(
+                [[*p[:-1], p[-1] + r % 3] for p in prompts], max_tokens=[ARGS.tokens] * len(prompts)
+            )
+        )
+        tokens = 0
+        while live:
+            t = time.perf_counter()
+            out = gen.next_generated()
+            if r > 0:
+                step_s += time.perf_counter() - t
+                steps += 1
+            for resp in out:
+                if resp.finish_reason != "stop":
+                    tokens += 1
+                if resp.finish_reason is not None:
+                    live.discard(resp.uid)
+        if r > 0:
+            rates.append(tokens / (time.perf_counter() - start))
+    gen.close()
+    return rates, {"step_ms": 1000 * step_s / max(steps, 1)}
+
+
+def main() -> None:
+    from mlx_lm import load
+
+    model, tokenizer = load(ARGS.model)[:2]
+    prompts = [
+        chat_ids(tokenizer, [{"role": "user", "content": f"Story {i}: {TOPICS[i % 8]}"}])
+        for i in range(ARGS.streams)
+    ]
+    runs = {
+        "raw BatchGenerator": lambda: run_raw(model, tokenizer, prompts),
+        "scheduler, at once": lambda: run_scheduler(model, tokenizer, prompts, 10**9, 64),
+        f"scheduler, {ARGS.arrive}/step": lambda: run_scheduler(
+            model, tokenizer, prompts, ARGS.arrive, 64
+        ),
+        f"scheduler, {ARGS.arrive}/step, no prefix cache": lambda: run_scheduler(
+            model, tokenizer, prompts, ARGS.arrive, 0
+        ),
+    }
+    results: dict[str, Any] = {}
+    for name, fn in runs.items():
+        rates, stats = fn()
+        results[name] = {"tok_s": statistics.median(rates), "rates": rates, "stats": stats}
+        print(
+            f"{name:45s} {statistics.median(rates):9.1f} tok/s  step {stats['step_ms']:.2f} ms"
+            f"  {json.dumps({k: round(v, 3) for k, v in stats.items()})}",
+            flush=True,
+        )
+    raw = results["raw BatchGenerator"]["tok_s"]
+    for name, r in results.items():
+        print(f"{name:45s} {r['tok_s'] / raw:5.2f}x raw")
+    out = Path(__file__).resolve().parent / "out"
+    out.mkdir(exist_ok=True)
+    (out / "scheduler.json").write_text(
+        json.dumps({"args": vars(ARGS), "results": results}, indent=2)
+    )
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default=None)
+    parser.add_argument("--streams", type=int, default=64)
+    parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--arrive", type=int, default=8)
+    ARGS = parser.parse_args()
+    if ARGS.model is None:  # a quick check of the script itself: a tiny random llama
+        import tempfile
+
+        from omni.engine.tiny import build_tiny_llama
+
+        ARGS.model = str(build_tiny_llama(Path(tempfile.mkdtemp()) / "tiny-llama"))
+    main()
