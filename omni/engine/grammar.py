@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import llguidance
@@ -47,12 +48,13 @@ def grammar_for(spec: dict[str, Any]) -> str:
         call = json.dumps({**spec.get("schema", {}), "x-guidance": JSON_OPTIONS})
         start, end = json.dumps(spec["start"]), json.dumps(spec["end"])
         body = f'{start} "\\n" call "\\n" {end}'
+        more = f' ("\\n" {body})*' if spec.get("repeat") else ""  # parallel calls
         if spec.get("required"):
-            rules = f"start: {body}\n"
-        else:  # free text without the marker, or text then one call
+            rules = f"start: {body}{more}\n"
+        else:  # free text without the marker, or text then a call (or several)
             mark = _regex_escape(spec["start"])
             rules = (
-                f'start: PROSE | HEAD "\\n" call "\\n" {end}\n'
+                f'start: PROSE | HEAD "\\n" call "\\n" {end}{more}\n'
                 f"PROSE: /(?s:.+)/ & ~/(?s:.*{mark}.*)/\n"
                 # text that ends with the marker, and holds it nowhere else
                 f"HEAD: /(?s:.*){mark}/ & ~/(?s:.*{mark}.+)/\n"
@@ -61,9 +63,12 @@ def grammar_for(spec: dict[str, Any]) -> str:
             return LLMatcher.grammar_from_lark(rules + f"call: %json {call}\n")
         except ValueError as exc:
             raise GrammarError(f"invalid schema: {exc}") from exc
+    if kind == "family_call":  # calls in a model family's own, not-JSON, format
+        return _lark(family_rules(spec))
     if kind == "text_or_call":
         call = json.dumps({**spec.get("schema", {}), "x-guidance": JSON_OPTIONS})
-        lark = f"start: call | prose\ncall: %json {call}\nprose: /\\s*[^{{\\s][\\s\\S]*/\n"
+        opens = "{\\[" if spec.get("list") else "{"  # what only a call may open with
+        lark = f"start: call | prose\ncall: %json {call}\nprose: /\\s*[^{opens}\\s][\\s\\S]*/\n"
         try:
             return LLMatcher.grammar_from_lark(lark)
         except ValueError as exc:
@@ -80,6 +85,205 @@ def grammar_for(spec: dict[str, Any]) -> str:
         return LLMatcher.grammar_from_json_schema(schema, overrides=JSON_OPTIONS)  # type: ignore[arg-type]
     except ValueError as exc:
         raise GrammarError(f"invalid schema: {exc}") from exc
+
+
+def _lark(rules: str) -> str:
+    try:
+        return LLMatcher.grammar_from_lark(rules)
+    except ValueError as exc:
+        raise GrammarError(f"invalid schema: {exc}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class CallFamily:
+    """How a model family writes calls (mlx-lm's parser for it reads them back). A call is
+    `head NAME name_end ARGUMENTS tail`; calls come each between `start` and `close`
+    (joined by `sep`), or, in a `section`, all between one `start`+`section_open` and
+    `close`. Arguments are one JSON object, or, with `kv`, each parameter as
+    `kv[0] KEY kv[1] VALUE kv[2]`: a string raw, anything else as JSON text.
+    `name_end` is lark (a call index, for Kimi); the rest are literal text."""
+
+    start: str
+    close: str
+    head: str
+    name_end: str
+    tail: str = ""
+    sep: str = ""
+    section: bool = False
+    section_open: str = ""
+    kv: tuple[str, str, str] | None = None
+
+
+_q = json.dumps  # a lark string literal
+CALL_FAMILIES: dict[str, CallFamily] = {  # by mlx-lm tool-parser module
+    # <tool_call>\n<function=NAME>\n<parameter=KEY>\nVALUE\n</parameter>\n</function>\n</tool_call>
+    "qwen3_coder": CallFamily(
+        "<tool_call>",
+        "</tool_call>",
+        "\n<function=",
+        _q(">\n"),
+        "</function>\n",
+        sep="\n",
+        kv=("<parameter=", ">\n", "\n</parameter>\n"),
+    ),
+    # <tool_call>NAME<arg_key>KEY</arg_key><arg_value>VALUE</arg_value></tool_call>
+    "glm47": CallFamily(
+        "<tool_call>",
+        "</tool_call>",
+        "",
+        _q(""),
+        kv=("<arg_key>", "</arg_key><arg_value>", "</arg_value>"),
+    ),
+    "laguna": CallFamily(
+        "<tool_call>",
+        "</tool_call>",
+        "",
+        _q("\n"),
+        sep="\n",
+        kv=("<arg_key>", "</arg_key>\n<arg_value>", "</arg_value>\n"),
+    ),
+    # <minimax:tool_call>\n<invoke name="NAME">\n<parameter name="KEY">VALUE</parameter>\n
+    # </invoke>\n</minimax:tool_call>
+    "minimax_m2": CallFamily(
+        "<minimax:tool_call>",
+        "</minimax:tool_call>",
+        '<invoke name="',
+        _q('">\n'),
+        "</invoke>\n",
+        section=True,
+        section_open="\n",
+        kv=('<parameter name="', '">', "</parameter>\n"),
+    ),
+    # <|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:0
+    # <|tool_call_argument_begin|>{...}<|tool_call_end|><|tool_calls_section_end|>
+    "kimi_k2": CallFamily(
+        "<|tool_calls_section_begin|>",
+        "<|tool_calls_section_end|>",
+        "<|tool_call_begin|>functions.",
+        f'":" /[0-9]+/ {_q("<|tool_call_argument_begin|>")}',
+        "<|tool_call_end|>",
+        section=True,
+    ),
+    # [TOOL_CALLS]NAME[ARGS]{...}: no end marker, the call runs to the end of the output
+    "mistral": CallFamily("[TOOL_CALLS]", "", "", _q("[ARGS]")),
+}
+_RAW_TYPES = {"string", "integer", "number", "boolean", "object", "array"}
+_PLAIN_STRING_KEYS = {
+    "type",
+    "description",
+    "title",
+    "examples",
+    "default",
+    "minLength",
+    "maxLength",
+}
+
+
+def family_tools(family: str, tools: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    """`tools` (chat shape) as a family_call spec lists them, or None if the family has no
+    grammar here or a parameter cannot be written in its format (then calls are forced as
+    plain JSON instead)."""
+    fam = CALL_FAMILIES.get(family)
+    if fam is None:
+        return None
+    out = []
+    for tool in tools:
+        function = tool["function"]
+        params = function.get("parameters") or {"type": "object", "properties": {}}
+        if fam.kv is not None and not _kv_expressible(params):
+            return None
+        out.append({"name": function["name"], "parameters": params})
+    return out
+
+
+def _kv_expressible(params: dict[str, Any]) -> bool:
+    """Parameters a key/value format carries faithfully: an object of named properties,
+    each of one plain type (mlx-lm's parsers convert a value by its schema's type)."""
+    if params.get("type", "object") != "object" or params.get("additionalProperties") not in (
+        None,
+        False,
+    ):
+        return False
+    if set(params) - {"type", "properties", "required", "additionalProperties", "description"}:
+        return False
+    for prop in (params.get("properties") or {}).values():
+        kind = prop.get("type") if isinstance(prop, dict) else None
+        if kind not in _RAW_TYPES:
+            return False
+        if kind == "string" and set(prop) - _PLAIN_STRING_KEYS - {"enum"}:
+            return False  # a pattern or format: only the JSON form can hold it
+        if (
+            kind == "string"
+            and "enum" in prop
+            and not all(isinstance(v, str) for v in prop["enum"])
+        ):
+            return False
+    return True
+
+
+def family_rules(spec: dict[str, Any]) -> str:
+    """The lark grammar of a family_call spec: {"family", "tools": [{name, parameters}],
+    "required": a call must be made (else: free text, or text then calls), "repeat":
+    several calls (parallel_tool_calls)}."""
+    fam = CALL_FAMILIES[spec["family"]]
+    rules: list[str] = []
+    names = []
+    for i, tool in enumerate(spec["tools"]):
+        args = (
+            _kv_args(fam, tool["parameters"], i, rules) if fam.kv else _json_arg(tool["parameters"])
+        )
+        rules.append(f"call{i}: {_q(fam.head + tool['name'])} {fam.name_end} {args} {_q(fam.tail)}")
+        names.append(f"call{i}")
+    rules.append("call: " + " | ".join(names))
+    repeat = bool(spec.get("repeat"))
+    if fam.section:  # one section holds the calls
+        calls = "call+" if repeat else "call"
+        rest = f"{_q(fam.section_open)} {calls} {_q(fam.close)}"
+    else:  # each call between its own markers
+        more = f" ({_q(fam.sep + fam.start)} call {_q(fam.close)})*" if repeat else ""
+        rest = f"call {_q(fam.close)}{more}"
+    if spec.get("required"):
+        rules.insert(0, f"start: {_q(fam.start)} {rest}")
+    else:  # free text without the marker, or text ending with it and then calls
+        mark = _regex_escape(fam.start)
+        rules.insert(0, f"start: PROSE | HEAD {rest}")
+        rules.append(f"PROSE: /(?s:.+)/ & ~/(?s:.*{mark}.*)/")
+        rules.append(f"HEAD: /(?s:.*){mark}/ & ~/(?s:.*{mark}.+)/")
+    return "\n".join(rules) + "\n"
+
+
+def _json_arg(params: dict[str, Any]) -> str:
+    return f"%json {json.dumps({**params, 'x-guidance': JSON_OPTIONS})}"
+
+
+def _kv_args(fam: CallFamily, params: dict[str, Any], i: int, rules: list[str]) -> str:
+    """Each property in the schema's order: a required one always, another optionally."""
+    assert fam.kv is not None
+    before, between, after = fam.kv
+    required = set(params.get("required") or [])
+    parts = []
+    for j, (key, prop) in enumerate((params.get("properties") or {}).items()):
+        rule = f"p{i}_{j}"
+        value = _kv_value(prop, after, f"V{i}_{j}", rules)
+        rules.append(f"{rule}: {_q(before + key + between)} {value}")
+        parts.append(rule if key in required else f"{rule}?")
+    return " ".join(parts) or '""'
+
+
+def _kv_value(prop: dict[str, Any], after: str, name: str, rules: list[str]) -> str:
+    """A value and the text that closes it. A string is raw text up to the first closing
+    text (it cannot hold it: that would end it); anything else is JSON text."""
+    if prop.get("type") != "string":
+        return f"{_json_arg(prop)} {_q(after)}"
+    if "enum" in prop:
+        return "(" + " | ".join(_q(v + after) for v in prop["enum"]) + ")"
+    close = after.rstrip("\n") or after  # the closing tag; a trailing newline follows it
+    rest = after[len(close) :]
+    mark = _regex_escape(close)
+    low, high = prop.get("minLength", 0), prop.get("maxLength")
+    length = f"{{{low},{'' if high is None else high}}}"
+    rules.append(f"{name}: /(?s:.{length}){mark}/ & ~/(?s:.*{mark}.+)/ & ~/(?i:null){mark}/")
+    return f"{name} {_q(rest)}" if rest else name
 
 
 def check_schema(schema: dict[str, Any]) -> None:
@@ -178,4 +382,4 @@ def _masked(logits: mx.array, words: mx.array) -> mx.array:
 
 def _regex_escape(text: str) -> str:
     """`text` as a literal inside a lark /regex/."""
-    return "".join("\\" + c if c in "\\.+*?()|[]{}^$/" else c for c in text)
+    return "".join("\\n" if c == "\n" else "\\" + c if c in "\\.+*?()|[]{}^$/" else c for c in text)

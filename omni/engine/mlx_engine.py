@@ -141,7 +141,11 @@ class MLXEngine:
         tok = self._tokenizer
         if tok is None or not tok.has_tool_calling:
             return ToolFormat()
-        return ToolFormat(tok.tool_call_start, tok.tool_call_end, tok.tool_parser)
+        family = str(getattr(tok.tool_parser, "__module__", "")).rsplit(".", 1)[-1]
+        template = getattr(tok, "chat_template", None) or ""
+        if family == "mistral" and "[ARGS]" not in template:
+            family = "mistral_v03"  # one JSON list of calls, not NAME[ARGS]{...}
+        return ToolFormat(tok.tool_call_start, tok.tool_call_end, tok.tool_parser, family)
 
     def encode(self, text: str) -> list[int]:
         """Prompt tokens for raw text (legacy completions): no chat template."""

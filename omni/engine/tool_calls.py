@@ -28,6 +28,7 @@ class ToolFormat:
     start: str | None = None
     end: str | None = None
     parser: Callable[[str, Any], Any] | None = None
+    family: str | None = None  # mlx-lm's parser module ("qwen3_coder", ...), None: plain JSON
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,23 +46,49 @@ class CallSplitter:
     """Splits streamed text into answer text and calls, holding back only what may still turn
     out to be (part of) a call."""
 
-    def __init__(self, fmt: ToolFormat, tools: list[dict[str, Any]]):
+    def __init__(self, fmt: ToolFormat, tools: list[dict[str, Any]], max_calls: int | None = None):
         self.fmt = fmt
+        self.max_calls = max_calls  # parallel_tool_calls false: 1 (later calls are dropped)
         self.tools = tools  # chat shape: {"type": "function", "function": {...}}
         self.names = {t["function"]["name"] for t in tools}
         self.native = bool(fmt.start and fmt.parser)
         self._held = ""  # text not yet released
         self._inside = False  # between native markers
         self._json: bool | None = None  # plain-JSON mode: undecided, buffering, or text
+        self._gap = ""  # whitespace that may only separate calls (released with later text)
+        self._in_text = False  # text (not only whitespace) came since the start or last call
         self.calls = 0
 
     def feed(self, text: str) -> list[Segment]:
         if not text:
             return []
         self._held += text
-        return self._native() if self.native else self._plain()
+        return self._spaced(self._native() if self.native else self._plain())
 
     def finish(self) -> list[Segment]:
+        out = self._spaced(self._finish())
+        gap, self._gap = self._gap, ""
+        if gap and not self.calls:  # an answer of whitespace only is still the answer
+            out.append(("text", gap))
+        return out
+
+    def _spaced(self, segments: list[Segment]) -> list[Segment]:
+        """Whitespace-only text that opens the output or follows a call is held: between
+        calls it is not an answer (a message of newlines), before other text it is part of
+        it. Within text, whitespace flows as it comes."""
+        out: list[Segment] = []
+        for seg in segments:
+            if seg[0] == "call":
+                self._gap, self._in_text = "", False
+                out.append(seg)
+            elif not self._in_text and not seg[1].strip():
+                self._gap += seg[1]
+            else:
+                out.append(("text", self._gap + seg[1]))
+                self._gap, self._in_text = "", True
+        return out
+
+    def _finish(self) -> list[Segment]:
         held, self._held = self._held, ""
         if self.native:
             if self._inside and not self.fmt.end:  # a format whose call runs to the end
@@ -111,8 +138,7 @@ class CallSplitter:
         calls = [_call(c) for c in (parsed if isinstance(parsed, list) else [parsed])]
         if not calls or not all(c is not None and c.name in self.names for c in calls):
             return [("text", f"{self.fmt.start}{body}{self.fmt.end or ''}")]
-        self.calls += len(calls)
-        return [("call", c) for c in calls if c is not None]
+        return self._counted(calls)
 
     def _plain(self) -> list[Segment]:
         if self._json is None:
@@ -139,8 +165,16 @@ class CallSplitter:
         calls = [_call(item) for item in items]
         if not calls or not all(c is not None and c.name in self.names for c in calls):
             return []
-        self.calls += len(calls)
-        return [("call", c) for c in calls if c is not None]
+        return self._counted(calls)
+
+    def _counted(self, calls: list[Call | None]) -> list[Segment]:
+        """Calls, as many as the limit leaves room for: a call beyond it is not made."""
+        room = len(calls) if self.max_calls is None else max(0, self.max_calls - self.calls)
+        if room < len(calls):
+            log.info("dropping %d tool call(s): parallel_tool_calls is false", len(calls) - room)
+        kept = [c for c in calls[:room] if c is not None]
+        self.calls += len(kept)
+        return [("call", c) for c in kept]
 
 
 def _call(raw: Any) -> Call | None:

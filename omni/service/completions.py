@@ -90,8 +90,9 @@ class CompletionsService:
         """Start (or replay) a chat completion; returns its id and whether it is a cache hit."""
         self.runs.check_capacity()
         tools, mode = tool_policy(body.tools or [], body.tool_choice)
+        parallel = body.parallel_tool_calls is not False
         constraint = decoding_constraint(
-            self.engine, tools, mode, body.response_format, "response_format"
+            self.engine, tools, mode, body.response_format, "response_format", parallel
         )
         structured = bool(getattr(self.engine, "supports_tools", False))
         messages = chat_for_template(
@@ -106,7 +107,7 @@ class CompletionsService:
         key = cache_key(self.engine.model_id, body) if self.cache else None
         cid = new_id("chatcmpl").replace("chatcmpl_", "chatcmpl-")
         if key is None or bypass_cache:
-            calls = splitter(self.engine, tools, mode)
+            calls = splitter(self.engine, tools, mode, parallel)
             await self._generate(cid, body, prompt, key, calls, constraint, think, budget)
             return cid, False
         leader = self._leader(key)
@@ -119,7 +120,7 @@ class CompletionsService:
             if original is not None:
                 await self._mirror(original, cid, body, key)
                 return cid, True
-            calls = splitter(self.engine, tools, mode)
+            calls = splitter(self.engine, tools, mode, parallel)
             await self._generate(cid, body, prompt, key, calls, constraint, think, budget)
             return cid, False
         except BaseException:

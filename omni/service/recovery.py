@@ -48,7 +48,8 @@ async def recover(service: ResponsesService) -> int:
         body = request["body"]
         if body.get("tools") and body.get("background"):  # calls are read out of the text
             tools, mode = tool_policy(body["tools"], body.get("tool_choice"))
-            recorder.splitter = splitter(service.engine, tools, mode)
+            parallel = body.get("parallel_tool_calls", True)
+            recorder.splitter = splitter(service.engine, tools, mode, parallel)
         if body.get("background") and "prompt" in request:  # so is reasoning
             effort = (body.get("reasoning") or {}).get("effort")
             enabled, _ = thinking_plan(service.engine, effort, None)

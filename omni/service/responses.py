@@ -89,8 +89,10 @@ class ResponsesService:
             raise InvalidRequest("`input` is required.", param="input")
         tools = function_tools(body)
         callable_tools, mode = tool_policy(tools, body.tool_choice)
+        fmt = (body.text or {}).get("format")
+        parallel = body.parallel_tool_calls
         constraint = decoding_constraint(
-            self.engine, callable_tools, mode, (body.text or {}).get("format"), "text.format"
+            self.engine, callable_tools, mode, fmt, "text.format", parallel
         )
         effort = (body.reasoning or {}).get("effort")
         thinking, budget = thinking_plan(self.engine, effort, body.thinking_budget)
@@ -105,7 +107,7 @@ class ResponsesService:
         )
         response_id = new_id("resp")
         response = initial_response(response_id, body, tools, self.engine.model_id)
-        calls = splitter(self.engine, callable_tools, mode)
+        calls = splitter(self.engine, callable_tools, mode, parallel)
         sealed = "reasoning.encrypted_content" in (body.include or [])
         recorder = ResponseRecorder(
             response,

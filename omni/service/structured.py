@@ -8,7 +8,7 @@ from typing import Any
 from omni.engine.grammar import GrammarError, check_schema
 from omni.engine.types import Engine
 from omni.errors import InvalidRequest
-from omni.service.tools import Mode, json_markers, plain_calls
+from omni.service.tools import Mode, json_markers, own_format, plain_calls
 
 
 def decoding_constraint(
@@ -17,24 +17,47 @@ def decoding_constraint(
     mode: Mode,
     fmt: dict[str, Any] | None,
     param: str,
+    parallel: bool = True,
 ) -> dict[str, Any] | None:
     """The grammar a request's output must follow, if any: a required call (in the model's
     own format when that is JSON between markers), else the answer format `fmt` (Responses'
     `text.format` or Chat's `response_format`, at `param`), with strict tools' calls
-    allowed under tool_choice auto."""
-    markers = json_markers(engine)
+    allowed under tool_choice auto. `parallel` (parallel_tool_calls): one call or several."""
+    found = json_markers(engine)
+    markers = (found.start, found.end) if found is not None else None
+    family = own_format(engine, tools) if tools else None
     if mode == "required":
-        return call_constraint(tools, (markers.start, markers.end) if markers else None)  # type: ignore[arg-type]
+        if family is not None:  # in the model's own format, checked like the JSON ones
+            _check_all(tools)
+            return {**family, "required": True, "repeat": parallel}
+        return call_constraint(tools, markers, parallel)  # type: ignore[arg-type]
     constraint = output_constraint(fmt, param)
     if mode != "auto" or not tools:
         return constraint
     if plain_calls(engine):
         if constraint is None:
-            return strict_calls_constraint(tools)
-        return answer_or_call(constraint, tools)
+            return strict_calls_constraint(tools, parallel)
+        return answer_or_call(constraint, tools, parallel)
     if constraint is None and markers is not None:
-        return native_strict_constraint(tools, (markers.start, markers.end))  # type: ignore[arg-type]
+        return native_strict_constraint(tools, markers, parallel)  # type: ignore[arg-type]
+    if constraint is None and family is not None and any(_strict(t) for t in tools):
+        _check_all([t for t in tools if _strict(t)])  # a strict tool's schema: 400 if not
+        try:
+            _check_all([t for t in tools if not _strict(t)])
+        except InvalidRequest:  # another tool's cannot be enforced: no grammar, as before
+            return None
+        return {**family, "required": False, "repeat": parallel}
     return constraint
+
+
+def _strict(tool: dict[str, Any]) -> bool:
+    return bool(tool["function"].get("strict"))
+
+
+def _check_all(tools: list[dict[str, Any]]) -> None:
+    for tool in tools:
+        params = tool["function"].get("parameters") or {"type": "object"}
+        _check(params, f"tools[{tool['function']['name']}].parameters")
 
 
 def output_constraint(fmt: dict[str, Any] | None, param: str) -> dict[str, Any] | None:
@@ -59,10 +82,11 @@ def output_constraint(fmt: dict[str, Any] | None, param: str) -> dict[str, Any] 
 
 
 def call_constraint(
-    tools: list[dict[str, Any]], markers: tuple[str, str] | None = None
+    tools: list[dict[str, Any]], markers: tuple[str, str] | None = None, parallel: bool = False
 ) -> dict[str, Any]:
-    """The output must be one call of one of `tools` (chat shape), its arguments valid
-    against that tool's parameters: plain JSON, or JSON between the model's own `markers`."""
+    """The output must be a call of one of `tools` (chat shape), its arguments valid against
+    that tool's parameters: plain JSON (a list of them, if `parallel`), or JSON between the
+    model's own `markers` (several such blocks, if `parallel`)."""
     schema = _call_schema(tools, strict_only=False)
     if markers is not None:
         return {
@@ -71,27 +95,45 @@ def call_constraint(
             "end": markers[1],
             "schema": schema,
             "required": True,
+            "repeat": parallel,
         }
-    return {"type": "json_schema", "schema": schema}
+    return {"type": "json_schema", "schema": _one_or_more(schema) if parallel else schema}
 
 
 def native_strict_constraint(
-    tools: list[dict[str, Any]], markers: tuple[str, str]
+    tools: list[dict[str, Any]], markers: tuple[str, str], parallel: bool = False
 ) -> dict[str, Any] | None:
     """tool_choice auto with strict tools, for a model whose calls are JSON between markers:
-    free text without the marker, or text then one valid call."""
+    free text without the marker, or text then a valid call (or several, if `parallel`)."""
     if not any(t["function"].get("strict") for t in tools):
         return None
     schema = _call_schema(tools, strict_only=True)
-    return {"type": "native_call", "start": markers[0], "end": markers[1], "schema": schema}
+    return {
+        "type": "native_call",
+        "start": markers[0],
+        "end": markers[1],
+        "schema": schema,
+        "repeat": parallel,
+    }
 
 
-def strict_calls_constraint(tools: list[dict[str, Any]]) -> dict[str, Any] | None:
+def strict_calls_constraint(
+    tools: list[dict[str, Any]], parallel: bool = False
+) -> dict[str, Any] | None:
     """The model may answer in text or call a tool (plain JSON calls): when a tool is
-    `strict`, an output that opens with `{` must be a valid call. None: no strict tool."""
+    `strict`, an output that opens with `{` (or `[`, if `parallel`) must be a valid call (or
+    a list of them). None: no strict tool."""
     if not any(t["function"].get("strict") for t in tools):
         return None
-    return {"type": "text_or_call", "schema": _call_schema(tools, strict_only=True)}
+    schema = _call_schema(tools, strict_only=True)
+    if parallel:
+        return {"type": "text_or_call", "schema": _one_or_more(schema), "list": True}
+    return {"type": "text_or_call", "schema": schema}
+
+
+def _one_or_more(call: dict[str, Any]) -> dict[str, Any]:
+    """One call, or a list of calls (parallel_tool_calls): both are read as calls."""
+    return {"anyOf": [call, {"type": "array", "items": call, "minItems": 1}]}
 
 
 def _call_schema(tools: list[dict[str, Any]], strict_only: bool) -> dict[str, Any]:
@@ -129,12 +171,16 @@ def _check(schema: dict[str, Any], param: str) -> None:
         raise InvalidRequest(f"This schema cannot be enforced: {exc}", param=param) from None
 
 
-def answer_or_call(answer: dict[str, Any], tools: list[dict[str, Any]]) -> dict[str, Any]:
+def answer_or_call(
+    answer: dict[str, Any], tools: list[dict[str, Any]], parallel: bool = False
+) -> dict[str, Any]:
     """A structured answer with tools the model may call: the answer's schema, or a call
-    (plain JSON, its arguments valid where the schema can be enforced)."""
+    (plain JSON, its arguments valid where the schema can be enforced; a list of calls too,
+    if `parallel`)."""
     schema = answer.get("schema") if answer["type"] == "json_schema" else {"type": "object"}
+    call = _call_schema(tools, strict_only=True)
     return {
         "type": "answer_or_call",
-        "schema": _call_schema(tools, strict_only=True),
+        "schema": _one_or_more(call) if parallel else call,
         "answer": schema,
     }

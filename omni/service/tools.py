@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from omni.engine.grammar import family_tools
 from omni.engine.tool_calls import CallSplitter, ToolFormat, chat_tools
 from omni.engine.types import Engine
 from omni.errors import InvalidRequest
@@ -54,22 +55,38 @@ def tool_policy(
     )
 
 
-def splitter(engine: Engine, tools: list[dict[str, Any]], mode: Mode) -> CallSplitter | None:
+def splitter(
+    engine: Engine, tools: list[dict[str, Any]], mode: Mode, parallel: bool | None = True
+) -> CallSplitter | None:
     """Reads calls out of the generated text, when the model may call a tool. A call that
     must be made is forced by a grammar as plain JSON (omni.service.structured), whatever
-    the model's own format."""
+    the model's own format. Without `parallel` (parallel_tool_calls false) only the first
+    call is made."""
     if mode == "none" or not tools:
         return None
     fmt = getattr(engine, "tool_format", None) or ToolFormat()
-    if mode == "required" and json_markers(engine) is None:
+    if mode == "required" and json_markers(engine) is None and own_format(engine, tools) is None:
         fmt = ToolFormat()  # the grammar forces plain JSON
-    return CallSplitter(fmt, tools)
+    return CallSplitter(fmt, tools, max_calls=None if parallel is not False else 1)
 
 
 def plain_calls(engine: Engine) -> bool:
     """The model writes calls as plain JSON (mlx-lm knows no call format for it)."""
     fmt = getattr(engine, "tool_format", None) or ToolFormat()
     return not (fmt.start and fmt.parser)
+
+
+def own_format(engine: Engine, tools: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The model's own call format as a grammar can write it, for a family whose calls are
+    not JSON between markers (Qwen3-Coder, GLM, MiniMax, Kimi, Mistral): the family and the
+    tools, or None (no such family, or a parameter its format cannot carry)."""
+    fmt = getattr(engine, "tool_format", None) or ToolFormat()
+    if fmt.family is None or json_markers(engine) is not None:
+        return None
+    listed = family_tools(fmt.family, tools)
+    if listed is None:
+        return None
+    return {"type": "family_call", "family": fmt.family, "tools": listed}
 
 
 def json_markers(engine: Engine) -> ToolFormat | None:

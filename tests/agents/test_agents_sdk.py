@@ -70,8 +70,12 @@ class Sdk:
         # After the call (tool_choice back to auto) the grammar allows an answer or another
         # call; a random model is steered to answer: towards the answer's key, away from a
         # call's. (Under tool_choice "required" only the call is allowed, whatever the bias.)
+        # One call a turn: a random model allowed several would go on calling.
         settings = ModelSettings(
-            tool_choice="required", max_tokens=256, extra_body={"logit_bias": self.bias}
+            tool_choice="required",
+            parallel_tool_calls=False,
+            max_tokens=256,
+            extra_body={"logit_bias": self.bias},
         )
         model = (OpenAIChatCompletionsModel if chat else OpenAIResponsesModel)(MODEL, self.client)
         return Agent(

@@ -160,3 +160,57 @@ def test_a_loose_tool_whose_schema_cannot_be_enforced_takes_any_object(
     assert answer is not None
     spec = answer_or_call(answer, unenforceable)
     assert accepts(constraints, spec, '{"name":"run","arguments":{"cmd":"ls"}}')
+
+
+TWO_TOOLS = [
+    *TOOLS,
+    {"type": "function", "function": {"name": "now", "strict": True, "parameters": {
+        "type": "object", "properties": {}, "additionalProperties": False}}},
+]  # fmt: skip
+NOW = '{"name":"now","arguments":{}}'
+
+
+@pytest.mark.parametrize(
+    ("text", "parallel", "ok"),
+    [
+        (CALL, True, True),
+        (f"[{CALL},{NOW}]", True, True),
+        (f"[{CALL}]", True, True),
+        ("[]", True, False),  # a list of no calls calls nothing
+        (f"[{CALL},{NOW}]", False, False),  # parallel_tool_calls false: one call
+        (CALL, False, True),
+    ],
+)
+def test_a_required_call_may_be_several_when_parallel(
+    constraints: Constraints, text: str, parallel: bool, ok: bool
+) -> None:
+    assert accepts(constraints, call_constraint(TWO_TOOLS, None, parallel), text) is ok
+
+
+def test_required_calls_between_markers_may_repeat_when_parallel(
+    constraints: Constraints,
+) -> None:
+    block = "<tool_call>\n{}\n</tool_call>"
+    two = f"{block.format(CALL)}\n{block.format(NOW)}"
+    markers = ("<tool_call>", "</tool_call>")
+    assert accepts(constraints, call_constraint(TWO_TOOLS, markers, True), two)
+    assert not accepts(constraints, call_constraint(TWO_TOOLS, markers, False), two)
+    strict = native_strict_constraint(TWO_TOOLS, markers, True)
+    assert strict is not None
+    assert accepts(constraints, strict, f"Checking both.{two}")
+
+
+@pytest.mark.parametrize(
+    ("text", "ok"),
+    [
+        (f"[{CALL},{NOW}]", True),
+        ("It is sunny.", True),
+        ('[{"name":"get_weather","arguments":{}}]', False),  # a list must hold valid calls
+    ],
+)
+def test_text_or_a_list_of_calls_when_parallel(
+    constraints: Constraints, text: str, ok: bool
+) -> None:
+    spec = strict_calls_constraint(TWO_TOOLS, parallel=True)
+    assert spec is not None
+    assert accepts(constraints, spec, text) is ok

@@ -616,3 +616,42 @@ def test_plain_empty_output_gives_nothing() -> None:
     splitter = CallSplitter(PLAIN, TOOLS)
     assert splitter.feed("") == []
     assert splitter.finish() == []
+
+
+# --- parallel_tool_calls false: one call at most -----------------------------------------------
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=ids)
+def test_without_parallel_calls_only_the_first_call_is_made(family: Family) -> None:
+    splitter = CallSplitter(family.fmt, TOOLS, max_calls=1)
+    segs = merged(splitter.feed(family.before + family.two) + splitter.finish())
+    assert calls(segs) == [("get_weather", WEATHER)]
+    assert splitter.calls == 1
+    assert family.start not in text_of(segs)  # the dropped call does not leak as text
+
+
+def test_without_parallel_calls_a_plain_json_list_makes_its_first_call() -> None:
+    two = json.dumps(
+        [
+            {"name": "get_weather", "arguments": WEATHER},
+            {"name": "get_time", "arguments": TIME},
+        ]
+    )
+    splitter = CallSplitter(PLAIN, TOOLS, max_calls=1)
+    segs = merged(splitter.feed(two) + splitter.finish())
+    assert calls(segs) == [("get_weather", WEATHER)] and text_of(segs) == ""
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=ids)
+def test_whitespace_around_calls_is_no_answer(family: Family) -> None:
+    """Newlines between or after calls would otherwise make a message of whitespace."""
+    output = "\n" + family.two + ("\n\n" if family.end else "")
+    for pieces in ([output], list(output)):
+        segs = segments(family.fmt, pieces)
+        assert calls(segs) == [("get_weather", WEATHER), ("get_time", TIME)]
+        assert text_of(segs) == "", pieces
+
+
+def test_an_answer_of_whitespace_only_is_kept() -> None:
+    for fmt in (PLAIN, FAMILIES[0].fmt):
+        assert text_of(segments(fmt, ["\n", " "])) == "\n "

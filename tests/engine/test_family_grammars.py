@@ -1,0 +1,279 @@
+"""Calls forced in a model family's own format (Qwen3-Coder's XML, GLM's arg_key/arg_value,
+MiniMax's invoke, Kimi's sections, Mistral's [ARGS]), not as plain JSON: what each grammar
+accepts, and that what a model writes under it reads back through mlx-lm's own parser as a
+call whose arguments are valid for the tool."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import mlx.core as mx
+import pytest
+from mlx_lm import load
+from mlx_lm.generate import generate_step
+from mlx_lm.utils import load_tokenizer
+
+from omni.engine.grammar import CALL_FAMILIES, Constraints, family_tools
+from omni.engine.tool_calls import CallSplitter, ToolFormat
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "maxLength": 12},
+                "days": {"type": "integer", "minimum": 1, "maximum": 7},
+                "unit": {"type": "string", "enum": ["C", "F"]},
+                "alerts": {"type": "boolean"},
+            },
+            "required": ["city", "days"],
+            "additionalProperties": False,
+        },
+    },
+}
+TIME = {
+    "type": "function",
+    "function": {
+        "name": "get_time",
+        "parameters": {
+            "type": "object",
+            # bounded: a random model seldom writes a closing tag of itself
+            "properties": {"zone": {"type": "string", "maxLength": 10}},
+            "required": ["zone"],
+        },
+    },
+}
+TOOLS = [WEATHER, TIME]
+
+# What each family writes for get_weather(city="Paris", days=3): accepted as written.
+ONE_CALL = {
+    "qwen3_coder": "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+    "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>",
+    "glm47": "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris</arg_value>"
+    "<arg_key>days</arg_key><arg_value>3</arg_value></tool_call>",
+    "laguna": "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n"
+    "<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n</tool_call>",
+    "minimax_m2": '<minimax:tool_call>\n<invoke name="get_weather">\n<parameter name="city">Paris'
+    '</parameter>\n<parameter name="days">3</parameter>\n</invoke>\n</minimax:tool_call>',
+    "kimi_k2": "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
+    '<|tool_call_argument_begin|>{"city":"Paris","days":3}<|tool_call_end|>'
+    "<|tool_calls_section_end|>",
+    "mistral": '[TOOL_CALLS]get_weather[ARGS]{"city":"Paris","days":3}',
+}
+FAMILIES = sorted(CALL_FAMILIES)
+
+
+def parser(family: str) -> ToolFormat:
+    module = importlib.import_module(f"mlx_lm.tool_parsers.{family}")
+    return ToolFormat(module.tool_call_start, module.tool_call_end or None, module.parse_tool_call)
+
+
+def spec(family: str, required: bool = True, repeat: bool = False) -> dict[str, Any]:
+    listed = family_tools(family, TOOLS)
+    assert listed is not None
+    return {
+        "type": "family_call",
+        "family": family,
+        "tools": listed,
+        "required": required,
+        "repeat": repeat,
+    }
+
+
+@pytest.fixture(scope="module")
+def constraints(tiny_model_dir: Path) -> Constraints:
+    return Constraints(load_tokenizer(tiny_model_dir))
+
+
+def accepts(constraints: Constraints, grammar: dict[str, Any], text: str) -> bool:
+    matcher = constraints._compiled(grammar).deep_copy()
+    tokens = constraints.tokenizer.tokenize_str(text)
+    return bool(matcher.consume_tokens(tokens)) and matcher.is_accepting()
+
+
+def test_every_family_has_a_recorded_call() -> None:
+    assert set(ONE_CALL) == set(CALL_FAMILIES)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_familys_own_call_is_accepted_and_reads_back(
+    constraints: Constraints, family: str
+) -> None:
+    text = ONE_CALL[family]
+    assert accepts(constraints, spec(family), text)
+    splitter = CallSplitter(parser(family), TOOLS)
+    [(kind, call)] = splitter.feed(text) + splitter.finish()  # type: ignore[misc]
+    assert kind == "call" and call.name == "get_weather"  # type: ignore[union-attr]
+    assert json.loads(call.arguments) == {"city": "Paris", "days": 3}  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_call_missing_a_required_parameter_is_refused(
+    constraints: Constraints, family: str
+) -> None:
+    text = ONE_CALL[family]
+    broken = {
+        "qwen3_coder": text.replace("<parameter=days>\n3\n</parameter>\n", ""),
+        "glm47": text.replace("<arg_key>days</arg_key><arg_value>3</arg_value>", ""),
+        "laguna": text.replace("<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n", ""),
+        "minimax_m2": text.replace('<parameter name="days">3</parameter>\n', ""),
+        "kimi_k2": text.replace(',"days":3', ""),
+        "mistral": text.replace(',"days":3', ""),
+    }[family]
+    assert broken != text
+    assert not accepts(constraints, spec(family), broken)
+
+
+@pytest.mark.parametrize("family", ["qwen3_coder", "glm47", "minimax_m2"])
+def test_key_value_values_keep_their_types(constraints: Constraints, family: str) -> None:
+    text = ONE_CALL[family]
+    assert not accepts(
+        constraints, spec(family), text.replace(">3<", ">three<").replace("\n3\n", "\nthree\n")
+    )
+    assert not accepts(
+        constraints, spec(family), text.replace(">3<", ">9<").replace("\n3\n", "\n9\n")
+    )
+    assert not accepts(constraints, spec(family), text.replace("Paris", "Parisparisparis"))
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_text_before_the_call_only_when_not_required(constraints: Constraints, family: str) -> None:
+    text = "Let me check." + ONE_CALL[family]
+    assert not accepts(constraints, spec(family, required=True), text)
+    assert accepts(constraints, spec(family, required=False), text)
+    assert accepts(constraints, spec(family, required=False), "It is sunny.")
+
+
+TIME_CALL = {
+    "qwen3_coder": "<tool_call>\n<function=get_time>\n<parameter=zone>\nUTC\n</parameter>\n"
+    "</function>\n</tool_call>",
+    "glm47": "<tool_call>get_time<arg_key>zone</arg_key><arg_value>UTC</arg_value></tool_call>",
+    "laguna": "<tool_call>get_time\n<arg_key>zone</arg_key>\n<arg_value>UTC</arg_value>\n"
+    "</tool_call>",
+    "mistral": '[TOOL_CALLS]get_time[ARGS]{"zone":"UTC"}',
+}
+TWO_CALLS = {
+    "qwen3_coder": ONE_CALL["qwen3_coder"] + "\n" + TIME_CALL["qwen3_coder"],
+    "glm47": ONE_CALL["glm47"] + TIME_CALL["glm47"],
+    "laguna": ONE_CALL["laguna"] + "\n" + TIME_CALL["laguna"],
+    "mistral": ONE_CALL["mistral"] + TIME_CALL["mistral"],
+    "minimax_m2": ONE_CALL["minimax_m2"].replace(
+        "</invoke>\n",
+        '</invoke>\n<invoke name="get_time">\n<parameter name="zone">UTC</parameter>\n</invoke>\n',
+    ),
+    "kimi_k2": ONE_CALL["kimi_k2"].replace(
+        "<|tool_call_end|>",
+        "<|tool_call_end|><|tool_call_begin|>functions.get_time:1"
+        '<|tool_call_argument_begin|>{"zone":"UTC"}<|tool_call_end|>',
+    ),
+}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_several_calls_only_when_parallel(constraints: Constraints, family: str) -> None:
+    text = TWO_CALLS[family]
+    assert accepts(constraints, spec(family, repeat=True), text)
+    assert not accepts(constraints, spec(family, repeat=False), text)
+    splitter = CallSplitter(parser(family), TOOLS)
+    segments = splitter.feed(text) + splitter.finish()
+    assert [seg[1].name for seg in segments if seg[0] == "call"] == ["get_weather", "get_time"]  # type: ignore[union-attr]
+
+
+def test_key_value_formats_refuse_what_they_cannot_carry() -> None:
+    coded = {"code": {"type": "string", "pattern": "^[A-Z]{3}$"}}
+    either = {"x": {"anyOf": [{"type": "string"}, {"type": "integer"}]}}
+    for properties in (coded, either):
+        tool = {
+            "type": "function",
+            "function": {"name": "f", "parameters": {"type": "object", "properties": properties}},
+        }
+        assert family_tools("qwen3_coder", [tool]) is None  # forced as plain JSON instead
+        assert family_tools("mistral", [tool]) is not None  # JSON arguments hold anything
+
+
+# --- what a (random) model writes under each grammar reads back as valid calls --------------
+
+
+class EndAfter:
+    """The grammar's processor, and an end after `n` calls: at once where the output is then
+    complete, else (calls inside one section) by forcing the section's close, then EOS."""
+
+    def __init__(self, grammar: Any, family: str, n: int, tokenizer: Any, vocab: int):
+        self.grammar, self.n, self.tokenizer = grammar, n, tokenizer
+        self.fam = CALL_FAMILIES[family]
+        self.complete = 0
+        self.forced: list[int] | None = None
+        self.vocab = vocab
+        self.eos = tokenizer.eos_token_id
+
+    def _only(self, token: int) -> mx.array:
+        return mx.where(mx.arange(self.vocab) == token, 0.0, -mx.inf)[None]
+
+    def __call__(self, tokens: mx.array, logits: mx.array) -> mx.array:
+        logits = self.grammar(tokens, logits)
+        if self.forced is not None:
+            return self._only(self.forced.pop(0) if self.forced else self.eos)
+        if not self.fam.section:
+            if self.grammar.matcher.is_accepting():
+                self.complete += 1
+                if self.complete >= self.n:
+                    return self._only(self.eos)
+            return logits
+        text = self.tokenizer.decode(tokens.tolist()[3:])  # past the 3-token prompt
+        if text.count(self.fam.tail) >= self.n:
+            self.forced = self.tokenizer.encode(self.fam.close, add_special_tokens=False)
+            return self._only(self.forced.pop(0))
+        return logits
+
+
+@pytest.fixture(scope="module")
+def model(tiny_model_dir: Path) -> Any:
+    return load(str(tiny_model_dir))[0]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("repeat", [False, True])
+def test_sampled_calls_parse_with_mlx_lms_parser_and_fit_the_schema(
+    constraints: Constraints, model: Any, tiny_model_dir: Path, family: str, repeat: bool
+) -> None:
+    grammar = spec(family, required=True, repeat=repeat)
+    eos = constraints.eos[0]
+    tokenizer = load_tokenizer(tiny_model_dir)
+    schemas = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+    for seed in range(4):
+        processor = constraints.processor(grammar)
+        mx.random.seed(seed)
+        prompt = mx.array([1, 2, 3 + seed])
+        out: list[int] = []
+        for token, _ in generate_step(
+            prompt,
+            model,
+            max_tokens=400,
+            sampler=lambda logp: mx.random.categorical(logp),
+            # a random model would go on calling: it ends after two calls
+            logits_processors=[EndAfter(processor, family, 2, tokenizer, model.args.vocab_size)],
+        ):
+            if int(token) == eos:
+                break
+            out.append(int(token))
+        assert processor.matcher.is_stopped() or processor.matcher.is_accepting(), out
+        text = (
+            constraints.tokenizer.decode_str(out)
+            if hasattr(constraints.tokenizer, "decode_str")
+            else None
+        )
+        assert text is not None
+        splitter = CallSplitter(parser(family), TOOLS)
+        segments = splitter.feed(text) + splitter.finish()
+        calls = [seg[1] for seg in segments if seg[0] == "call"]
+        assert calls and all(seg[0] == "call" or not seg[1].strip() for seg in segments), text
+        if not repeat:
+            assert len(calls) == 1, text
+        for call in calls:
+            jsonschema.validate(json.loads(call.arguments), schemas[call.name])  # type: ignore[union-attr]
