@@ -132,7 +132,11 @@ def run_raw(
     )
     rates: list[float] = []
     step_s, steps = 0.0, 0
+    measured = gen.stats()
+    inside = None
     for r in range(ARGS.rounds + 1):
+        if r == 1:
+            inside = measured.__enter__()
         start = time.perf_counter()
         live = set(
             gen.insert(
@@ -153,8 +157,16 @@ def run_raw(
                     live.discard(resp.uid)
         if r > 0:
             rates.append(tokens / (time.perf_counter() - start))
+    measured.__exit__(None, None, None)
     gen.close()
-    return rates, {"step_ms": 1000 * step_s / max(steps, 1)}
+    assert inside is not None
+    return rates, {
+        "step_ms": 1000 * step_s / max(steps, 1),
+        "bg_prompt_s": inside.prompt_time,
+        "bg_prompt_tokens": inside.prompt_tokens,
+        "bg_decode_s": inside.decode_time,
+        "bg_decode_steps": inside.generation_steps,
+    }
 
 
 def main() -> None:

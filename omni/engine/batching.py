@@ -97,12 +97,27 @@ class BatchScheduler:
         # Where the engine process's time goes (OMNI_ENGINE_STATS=1 prints it at exit).
         self.stats: defaultdict[str, float] = defaultdict(float)
         self._samplers: dict[tuple[float, float, float, int], Any] = {}
+        self._jobs = 0
 
     @property
     def busy(self) -> bool:
         return bool(self.slots or self.waiting or self.solo)
 
     def run(self, conn: Connection) -> None:
+        inside = None
+        try:
+            with self.batch.stats() as inside:  # BatchGenerator's own split: prefill, decode
+                self._run(conn)
+        finally:
+            self.stats["jobs"] = self._jobs
+            if inside is not None:
+                self.stats["bg_prompt_s"] += inside.prompt_time
+                self.stats["bg_prompt_tokens"] += inside.prompt_tokens
+                self.stats["bg_decode_s"] += inside.decode_time
+                self.stats["bg_decode_steps"] += inside.generation_steps
+                self.stats["peak_memory_gb"] = inside.peak_memory
+
+    def _run(self, conn: Connection) -> None:
         stats, clock = self.stats, time.perf_counter
         mark = clock()
         self._conn = conn
@@ -172,6 +187,7 @@ class BatchScheduler:
             kind = message[0]
             if kind == JOB:
                 self.waiting.append(Spec(*message[1:]))
+                self._jobs += 1
             elif kind == CANCEL:
                 self.stopping.add(message[1])
             elif kind == MAX_BATCH:
