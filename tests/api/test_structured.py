@@ -132,6 +132,7 @@ def test_a_required_call_is_made_and_valid_on_responses(client: OpenAI) -> None:
         input="Weather or time?",
         tools=[WEATHER, TIME],  # type: ignore[list-item]
         tool_choice="required",
+        parallel_tool_calls=False,  # one call, not a list of them
         max_output_tokens=300,
     )
     assert response.status == "completed"
@@ -148,6 +149,7 @@ def test_a_named_call_streams_on_chat(client: OpenAI) -> None:
             messages=[{"role": "user", "content": "What time is it?"}],
             tools=[chat_tool(WEATHER), chat_tool(TIME)],  # type: ignore[list-item]
             tool_choice={"type": "function", "function": {"name": "get_time"}},
+            parallel_tool_calls=False,
             max_tokens=300,
             stream=True,
         )
@@ -157,6 +159,27 @@ def test_a_named_call_streams_on_chat(client: OpenAI) -> None:
     assert calls[0].function is not None
     jsonschema.validate(json.loads(calls[0].function.arguments or ""), TIME["parameters"])
     assert chunks[-1].choices[0].finish_reason == "tool_calls"
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_parallel_required_calls_on_chat_are_each_valid(client: OpenAI, seed: int) -> None:
+    """parallel_tool_calls (the default): the grammar allows one call or a JSON list of them;
+    every call is valid, indexed in order, with an id of its own."""
+    done = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Weather and time?"}],
+        tools=[chat_tool(WEATHER), chat_tool(TIME)],  # type: ignore[list-item]
+        tool_choice="required",
+        seed=seed,
+        max_tokens=400,
+    )
+    choice = done.choices[0]
+    assert choice.finish_reason == "tool_calls" and choice.message.content is None
+    calls = choice.message.tool_calls or []
+    assert calls and len({c.id for c in calls}) == len(calls)
+    for call in calls:
+        tool = {"get_weather": WEATHER, "get_time": TIME}[call.function.name]  # type: ignore[union-attr]
+        jsonschema.validate(json.loads(call.function.arguments), tool["parameters"])  # type: ignore[union-attr]
 
 
 def test_an_unsupported_schema_is_a_400_naming_it(client: OpenAI, server: Any) -> None:

@@ -205,3 +205,57 @@ def test_hosted_tools_are_ignored_and_a_bad_tool_choice_is_a_400(scripted: Any) 
             model=MODEL, input="Hi", tools=[WEATHER], tool_choice={"type": "function", "name": "x"}
         )
     assert err.value.body["param"] == "tool_choice"  # type: ignore[index]
+
+
+TWO_CALLS = json.dumps(
+    [
+        {"name": "get_weather", "arguments": {"city": "Paris"}},
+        {"name": "get_weather", "arguments": {"city": "Rome"}},
+    ]
+)
+
+
+def test_several_calls_stream_in_order_on_both_apis(scripted: Any) -> None:
+    engine, client = scripted
+    engine.scripts += [TWO_CALLS, TWO_CALLS]
+    chunks = list(
+        client.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "Paris and Rome?"}],
+            tools=[CHAT_WEATHER],
+            stream=True,
+        )
+    )
+    calls = [tc for c in chunks if c.choices for tc in c.choices[0].delta.tool_calls or []]
+    firsts = [tc for tc in calls if tc.id]
+    assert [tc.index for tc in firsts] == [0, 1] and len({tc.id for tc in firsts}) == 2
+    cities = [
+        json.loads("".join(tc.function.arguments or "" for tc in calls if tc.index == i))["city"]
+        for i in (0, 1)
+    ]
+    assert cities == ["Paris", "Rome"]
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+
+    response = client.responses.create(model=MODEL, input="Paris and Rome?", tools=[WEATHER])
+    assert [item.type for item in response.output] == ["function_call", "function_call"]
+    assert [json.loads(item.arguments)["city"] for item in response.output] == ["Paris", "Rome"]
+    assert len({item.call_id for item in response.output}) == 2
+
+
+def test_without_parallel_calls_only_the_first_is_made(scripted: Any) -> None:
+    engine, client = scripted
+    engine.scripts += [TWO_CALLS, TWO_CALLS]
+    response = client.responses.create(
+        model=MODEL, input="Paris and Rome?", tools=[WEATHER], parallel_tool_calls=False
+    )
+    (call,) = response.output
+    assert call.type == "function_call" and json.loads(call.arguments) == {"city": "Paris"}
+    completion = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Paris and Rome?"}],
+        tools=[CHAT_WEATHER],
+        parallel_tool_calls=False,
+    )
+    (tool_call,) = completion.choices[0].message.tool_calls or []
+    assert json.loads(tool_call.function.arguments) == {"city": "Paris"}
+    assert completion.choices[0].finish_reason == "tool_calls"
