@@ -108,6 +108,13 @@ def check_port(host: str, port: int) -> None:
 
 
 def serve(args: argparse.Namespace) -> None:
+    import mlx.core as mx
+
+    # The model runs in the engine process; this one serves HTTP and keeps the log. It never
+    # opens the accelerator (mlx-lm makes a stream on the default device when imported), so
+    # the engine has the GPU to itself. A one-time model conversion here runs on the CPU.
+    mx.set_default_device(mx.cpu)
+
     from hypercorn.asyncio import serve as hypercorn_serve
     from hypercorn.config import Config
 
