@@ -2,7 +2,7 @@
 
 Codex's first request is ~21,000 tokens of the tiny tokenizer (a long developer prompt, tools
 of several types), beyond the shared tiny model's 2,048 positions; so this module serves a
-one-layer copy with 32,768. With one layer, MLX never evaluates the prompt's attention (only
+one-layer copy with 65,536. With one layer, MLX never evaluates the prompt's attention (only
 its keys and values), so the prefill takes well under a second. A random model never stops
 of itself: the turn asks for an output schema (`--output-schema`), which Omni's grammar
 enforces and ends."""
@@ -29,7 +29,7 @@ from tests.api._helpers import MODEL, parse_frames
 from tests.server import ServerThread
 
 CODEX_VERSION = "0.171.0"
-CONTEXT = 32768
+CONTEXT = 65536  # room for a turn or two of random tool calls (their strings run long)
 TURN_TIMEOUT = 240  # seconds; a turn takes about 2 here, ~20 when the model calls a tool
 SCHEMA = {
     "type": "object",
