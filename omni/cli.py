@@ -108,12 +108,9 @@ def check_port(host: str, port: int) -> None:
 
 
 def serve(args: argparse.Namespace) -> None:
-    import mlx.core as mx
+    from omni.engine.device import keep_server_off_the_accelerator
 
-    # The model runs in the engine process; this one serves HTTP and keeps the log. It never
-    # opens the accelerator (mlx-lm makes a stream on the default device when imported), so
-    # the engine has the GPU to itself. A one-time model conversion here runs on the CPU.
-    mx.set_default_device(mx.cpu)
+    keep_server_off_the_accelerator()  # first: before anything imports mlx-lm
 
     from hypercorn.asyncio import serve as hypercorn_serve
     from hypercorn.config import Config

@@ -174,3 +174,17 @@ def test_kill_9_mid_generation_leaves_a_failed_response(
     assert response["error"]["code"] == "server_error"
     assert "restarted" in response["error"]["message"]
     assert events.rstrip().split("\n\n")[-1].startswith("event: response.failed")
+
+
+def test_the_server_process_keeps_off_the_accelerator() -> None:
+    """What `omni serve` runs first: after it, mlx-lm's generation stream (made at import) is on
+    the CPU, so only the engine process opens the GPU."""
+    code = (
+        "from omni.engine.device import keep_server_off_the_accelerator as k; k()\n"
+        "import mlx.core as mx\n"
+        "from mlx_lm.generate import generation_stream\n"
+        "assert generation_stream.device == mx.cpu, generation_stream.device\n"
+        "assert mx.default_device() == mx.cpu\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
