@@ -4,6 +4,7 @@ llguidance's token masks, applied as an mlx-lm logits processor."""
 from __future__ import annotations
 
 import json
+import re
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -31,11 +32,14 @@ class GrammarError(ValueError):
     """A schema the engine cannot enforce; the message names the unsupported feature."""
 
 
-def grammar_for(spec: dict[str, Any]) -> str:
+def grammar_for(spec: dict[str, Any], specials: dict[str, int] | None = None) -> str:
     """The llguidance grammar of `{"type": "json_schema", "schema": ...}`,
     `{"type": "json_object"}` or `{"type": "text_or_call", "schema": ...}` (free text that
-    does not open with `{`, or one JSON value of the schema), not yet validated."""
+    does not open with `{`, or one JSON value of the schema), not yet validated.
+    `specials`: the tokenizer's added tokens (text -> id); a marker that is one of them is
+    written as that token, which llguidance never matches by its spelling."""
     kind = spec.get("type")
+    lit = Literals(specials or {})
     if kind == "answer_or_call":  # an answer in its schema, or a call (both JSON)
         call = json.dumps({**spec.get("schema", {}), "x-guidance": JSON_OPTIONS})
         answer = json.dumps({**spec.get("answer", {}), "x-guidance": JSON_OPTIONS})
@@ -46,29 +50,17 @@ def grammar_for(spec: dict[str, Any]) -> str:
             raise GrammarError(f"invalid schema: {exc}") from exc
     if kind == "native_call":  # calls between a model's own markers, JSON inside
         call = json.dumps({**spec.get("schema", {}), "x-guidance": JSON_OPTIONS})
-        start, end = json.dumps(spec["start"]), json.dumps(spec["end"])
-        body = f'{start} "\\n" call "\\n" {end}'
-        more = f' ("\\n" {body})*' if spec.get("repeat") else ""  # parallel calls
-        if spec.get("required"):
-            rules = f"start: {body}{more}\n"
-        else:  # free text without the marker, or text then a call (or several)
-            mark = _regex_escape(spec["start"])
-            rules = (
-                f'start: PROSE | HEAD "\\n" call "\\n" {end}{more}\n'
-                f"PROSE: /(?s:.+)/ & ~/(?s:.*{mark}.*)/\n"
-                # text that ends with the marker, and holds it nowhere else
-                f"HEAD: /(?s:.*){mark}/ & ~/(?s:.*{mark}.+)/\n"
-            )
-        try:
-            return LLMatcher.grammar_from_lark(rules + f"call: %json {call}\n")
-        except ValueError as exc:
-            raise GrammarError(f"invalid schema: {exc}") from exc
+        rest = f'"\\n" call "\\n" {lit(spec["end"])}'
+        more = f' ("\\n" {lit(spec["start"])} {rest})*' if spec.get("repeat") else ""
+        rules = lit.opening(spec["start"], f"{rest}{more}", bool(spec.get("required")))
+        return _lark(rules + f"call: %json {call}\n")
     if kind == "family_call":  # calls in a model family's own, not-JSON, format
-        return _lark(family_rules(spec))
+        return _lark(family_rules(spec, lit))
     if kind == "text_or_call":
         call = json.dumps({**spec.get("schema", {}), "x-guidance": JSON_OPTIONS})
-        opens = "{\\[" if spec.get("list") else "{"  # what only a call may open with
-        lark = f"start: call | prose\ncall: %json {call}\nprose: /\\s*[^{opens}\\s][\\s\\S]*/\n"
+        # Prose never opens like a call (an object, a list, a code fence): those are calls,
+        # and must be valid ones.
+        lark = f"start: call | prose\ncall: %json {call}\nprose: /\\s*[^{{\\[`\\s][\\s\\S]*/\n"
         try:
             return LLMatcher.grammar_from_lark(lark)
         except ValueError as exc:
@@ -94,14 +86,62 @@ def _lark(rules: str) -> str:
         raise GrammarError(f"invalid schema: {exc}") from exc
 
 
+class Literals:
+    """Literal text as lark: quoted strings, except where the text holds one of the
+    tokenizer's added tokens (call markers usually are: <tool_call>, [TOOL_CALLS], ...),
+    which become token references `<[id]>`."""
+
+    def __init__(self, specials: dict[str, int]):
+        self.specials = sorted(
+            ((text, i) for text, i in specials.items() if len(text) > 1),
+            key=lambda item: -len(item[0]),
+        )
+
+    def __call__(self, text: str) -> str:
+        parts, plain, i = [], "", 0
+        while i < len(text):
+            found = next(((t, n) for t, n in self.specials if text.startswith(t, i)), None)
+            if found is None:
+                plain += text[i]
+                i += 1
+                continue
+            if plain:
+                parts.append(_q(plain))
+            parts.append(f"<[{found[1]}]>")
+            plain, i = "", i + len(found[0])
+        if plain:
+            parts.append(_q(plain))
+        return " ".join(parts) or '""'
+
+    def split(self, text: str) -> tuple[str, str]:
+        """`text` cut before its first added token: (plain text, the rest)."""
+        at = min((text.find(t) for t, _ in self.specials if t in text), default=len(text))
+        return text[:at], text[at:]
+
+    def opening(self, start: str, rest: str, required: bool) -> str:
+        """`start: START rest` for a required call; else free text without the marker, or
+        text then the marker and `rest`."""
+        if required:
+            return f"start: {self(start)} {rest}\n"
+        mark = _regex_escape(start)
+        prose = f"PROSE: /(?s:.+)/ & ~/(?s:.*{mark}.*)/\n"
+        if self.split(start)[0] != start:  # the marker is a token: it ends any text
+            return f"start: PROSE | PROSE? {self(start)} {rest}\n" + prose
+        # text that ends with the marker, and holds it nowhere else
+        head = f"HEAD: /(?s:.*){mark}/ & ~/(?s:.*{mark}.+)/\n"
+        return f"start: PROSE | HEAD {rest}\n" + prose + head
+
+
 @dataclass(frozen=True, slots=True)
 class CallFamily:
     """How a model family writes calls (mlx-lm's parser for it reads them back). A call is
     `head NAME name_end ARGUMENTS tail`; calls come each between `start` and `close`
     (joined by `sep`), or, in a `section`, all between one `start`+`section_open` and
     `close`. Arguments are one JSON object, or, with `kv`, each parameter as
-    `kv[0] KEY kv[1] VALUE kv[2]`: a string raw, anything else as JSON text.
-    `name_end` is lark (a call index, for Kimi); the rest are literal text."""
+    `kv[0] KEY kv[1] VALUE kv[2]`: a string raw, anything else as JSON text. A raw string
+    holds none of `stops` (where the parser would end it); `strips`: the parser strips
+    values (so a string may not begin or end with whitespace); `null_is_none`: it reads
+    the text `null` as None. `indexed`: a call index `:N` before `name_end` (Kimi)."""
 
     start: str
     close: str
@@ -112,6 +152,10 @@ class CallFamily:
     section: bool = False
     section_open: str = ""
     kv: tuple[str, str, str] | None = None
+    stops: tuple[str, ...] = ()
+    strips: bool = False
+    null_is_none: bool = False
+    indexed: bool = False
 
 
 _q = json.dumps  # a lark string literal
@@ -121,26 +165,32 @@ CALL_FAMILIES: dict[str, CallFamily] = {  # by mlx-lm tool-parser module
         "<tool_call>",
         "</tool_call>",
         "\n<function=",
-        _q(">\n"),
+        ">\n",
         "</function>\n",
         sep="\n",
         kv=("<parameter=", ">\n", "\n</parameter>\n"),
+        stops=("</parameter>", "<parameter=", "</function>", "</tool_call>"),
+        null_is_none=True,
     ),
     # <tool_call>NAME<arg_key>KEY</arg_key><arg_value>VALUE</arg_value></tool_call>
     "glm47": CallFamily(
         "<tool_call>",
         "</tool_call>",
         "",
-        _q(""),
+        "",
         kv=("<arg_key>", "</arg_key><arg_value>", "</arg_value>"),
+        stops=("</arg_value>", "<arg_key>", "</tool_call>"),
+        strips=True,
     ),
     "laguna": CallFamily(
         "<tool_call>",
         "</tool_call>",
         "",
-        _q("\n"),
+        "\n",
         sep="\n",
         kv=("<arg_key>", "</arg_key>\n<arg_value>", "</arg_value>\n"),
+        stops=("</arg_value>", "<arg_key>", "</tool_call>"),
+        strips=True,
     ),
     # <minimax:tool_call>\n<invoke name="NAME">\n<parameter name="KEY">VALUE</parameter>\n
     # </invoke>\n</minimax:tool_call>
@@ -148,11 +198,14 @@ CALL_FAMILIES: dict[str, CallFamily] = {  # by mlx-lm tool-parser module
         "<minimax:tool_call>",
         "</minimax:tool_call>",
         '<invoke name="',
-        _q('">\n'),
+        '">\n',
         "</invoke>\n",
         section=True,
         section_open="\n",
         kv=('<parameter name="', '">', "</parameter>\n"),
+        stops=("</parameter>", "<parameter", "</invoke>", "</minimax:tool_call>"),
+        strips=True,
+        null_is_none=True,
     ),
     # <|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:0
     # <|tool_call_argument_begin|>{...}<|tool_call_end|><|tool_calls_section_end|>
@@ -160,12 +213,13 @@ CALL_FAMILIES: dict[str, CallFamily] = {  # by mlx-lm tool-parser module
         "<|tool_calls_section_begin|>",
         "<|tool_calls_section_end|>",
         "<|tool_call_begin|>functions.",
-        f'":" /[0-9]+/ {_q("<|tool_call_argument_begin|>")}',
+        "<|tool_call_argument_begin|>",
         "<|tool_call_end|>",
         section=True,
+        indexed=True,
     ),
     # [TOOL_CALLS]NAME[ARGS]{...}: no end marker, the call runs to the end of the output
-    "mistral": CallFamily("[TOOL_CALLS]", "", "", _q("[ARGS]")),
+    "mistral": CallFamily("[TOOL_CALLS]", "", "", "[ARGS]"),
 }
 _RAW_TYPES = {"string", "integer", "number", "boolean", "object", "array"}
 _PLAIN_STRING_KEYS = {
@@ -179,10 +233,16 @@ _PLAIN_STRING_KEYS = {
 }
 
 
+_NAME = re.compile(r"[A-Za-z0-9_-]+")  # names every family's parser reads back whole
+_LONGEST_RAW = 256  # longer length bounds on raw strings: plain JSON instead
+_SAFE_INTEGER = 2**53 - 1  # parsers may go through float()
+_LARGEST_NUMBER = 1e15  # a bound llguidance compiles; past ~1e308 float() overflows in parsers
+
+
 def family_tools(family: str, tools: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
     """`tools` (chat shape) as a family_call spec lists them, or None if the family has no
-    grammar here or a parameter cannot be written in its format (then calls are forced as
-    plain JSON instead)."""
+    grammar here or a tool cannot be written in its format so that its parser reads it
+    back exactly (then calls are forced as plain JSON instead)."""
     fam = CALL_FAMILIES.get(family)
     if fam is None:
         return None
@@ -190,13 +250,15 @@ def family_tools(family: str, tools: list[dict[str, Any]]) -> list[dict[str, Any
     for tool in tools:
         function = tool["function"]
         params = function.get("parameters") or {"type": "object", "properties": {}}
-        if fam.kv is not None and not _kv_expressible(params):
+        if not _NAME.fullmatch(str(function["name"])):
+            return None
+        if fam.kv is not None and not _kv_expressible(fam, params):
             return None
         out.append({"name": function["name"], "parameters": params})
     return out
 
 
-def _kv_expressible(params: dict[str, Any]) -> bool:
+def _kv_expressible(fam: CallFamily, params: dict[str, Any]) -> bool:
     """Parameters a key/value format carries faithfully: an object of named properties,
     each of one plain type (mlx-lm's parsers convert a value by its schema's type)."""
     if params.get("type", "object") != "object" or params.get("additionalProperties") not in (
@@ -206,57 +268,63 @@ def _kv_expressible(params: dict[str, Any]) -> bool:
         return False
     if set(params) - {"type", "properties", "required", "additionalProperties", "description"}:
         return False
-    for prop in (params.get("properties") or {}).values():
+    for key, prop in (params.get("properties") or {}).items():
         kind = prop.get("type") if isinstance(prop, dict) else None
-        if kind not in _RAW_TYPES:
+        if not _NAME.fullmatch(key) or not isinstance(kind, str) or kind not in _RAW_TYPES:
             return False
-        if kind == "string" and set(prop) - _PLAIN_STRING_KEYS - {"enum"}:
+        if kind != "string":
+            continue
+        if set(prop) - _PLAIN_STRING_KEYS - {"enum"}:
             return False  # a pattern or format: only the JSON form can hold it
-        if (
-            kind == "string"
-            and "enum" in prop
-            and not all(isinstance(v, str) for v in prop["enum"])
-        ):
+        if max(prop.get("minLength", 0), prop.get("maxLength", 0)) > _LONGEST_RAW:
             return False
+        for value in prop.get("enum", []):
+            if not isinstance(value, str) or any(stop in value for stop in fam.stops):
+                return False
+            if fam.strips and value != value.strip():
+                return False
+            if fam.null_is_none and value.lower() == "null":
+                return False
     return True
 
 
-def family_rules(spec: dict[str, Any]) -> str:
+def family_rules(spec: dict[str, Any], lit: Literals | None = None) -> str:
     """The lark grammar of a family_call spec: {"family", "tools": [{name, parameters}],
     "required": a call must be made (else: free text, or text then calls), "repeat":
     several calls (parallel_tool_calls)}."""
+    lit = lit or Literals({})
     fam = CALL_FAMILIES[spec["family"]]
     rules: list[str] = []
     names = []
     for i, tool in enumerate(spec["tools"]):
-        args = (
-            _kv_args(fam, tool["parameters"], i, rules) if fam.kv else _json_arg(tool["parameters"])
+        if fam.kv:
+            args = _kv_args(fam, tool["parameters"], i, rules, lit)
+        else:
+            args = _json_arg(tool["parameters"])
+        index = '":" /[0-9]{1,3}/ ' if fam.indexed else ""
+        rules.append(
+            f"call{i}: {lit(fam.head + tool['name'])} {index}{lit(fam.name_end)} {args} "
+            f"{lit(fam.tail)}"
         )
-        rules.append(f"call{i}: {_q(fam.head + tool['name'])} {fam.name_end} {args} {_q(fam.tail)}")
         names.append(f"call{i}")
     rules.append("call: " + " | ".join(names))
     repeat = bool(spec.get("repeat"))
     if fam.section:  # one section holds the calls
-        calls = "call+" if repeat else "call"
-        rest = f"{_q(fam.section_open)} {calls} {_q(fam.close)}"
+        calls = f"call ({lit(fam.sep)} call)*" if repeat else "call"
+        rest = f"{lit(fam.section_open)} {calls} {lit(fam.close)}"
     else:  # each call between its own markers
-        more = f" ({_q(fam.sep + fam.start)} call {_q(fam.close)})*" if repeat else ""
-        rest = f"call {_q(fam.close)}{more}"
-    if spec.get("required"):
-        rules.insert(0, f"start: {_q(fam.start)} {rest}")
-    else:  # free text without the marker, or text ending with it and then calls
-        mark = _regex_escape(fam.start)
-        rules.insert(0, f"start: PROSE | HEAD {rest}")
-        rules.append(f"PROSE: /(?s:.+)/ & ~/(?s:.*{mark}.*)/")
-        rules.append(f"HEAD: /(?s:.*){mark}/ & ~/(?s:.*{mark}.+)/")
-    return "\n".join(rules) + "\n"
+        more = f" ({lit(fam.sep + fam.start)} call {lit(fam.close)})*" if repeat else ""
+        rest = f"call {lit(fam.close)}{more}"
+    return lit.opening(fam.start, rest, bool(spec.get("required"))) + "\n".join(rules) + "\n"
 
 
 def _json_arg(params: dict[str, Any]) -> str:
     return f"%json {json.dumps({**params, 'x-guidance': JSON_OPTIONS})}"
 
 
-def _kv_args(fam: CallFamily, params: dict[str, Any], i: int, rules: list[str]) -> str:
+def _kv_args(
+    fam: CallFamily, params: dict[str, Any], i: int, rules: list[str], lit: Literals
+) -> str:
     """Each property in the schema's order: a required one always, another optionally."""
     assert fam.kv is not None
     before, between, after = fam.kv
@@ -264,26 +332,51 @@ def _kv_args(fam: CallFamily, params: dict[str, Any], i: int, rules: list[str]) 
     parts = []
     for j, (key, prop) in enumerate((params.get("properties") or {}).items()):
         rule = f"p{i}_{j}"
-        value = _kv_value(prop, after, f"V{i}_{j}", rules)
-        rules.append(f"{rule}: {_q(before + key + between)} {value}")
+        value = _kv_value(fam, prop, f"V{i}_{j}", rules, lit)
+        rules.append(f"{rule}: {lit(before + key + between)} {value}")
         parts.append(rule if key in required else f"{rule}?")
     return " ".join(parts) or '""'
 
 
-def _kv_value(prop: dict[str, Any], after: str, name: str, rules: list[str]) -> str:
-    """A value and the text that closes it. A string is raw text up to the first closing
-    text (it cannot hold it: that would end it); anything else is JSON text."""
+def _kv_value(
+    fam: CallFamily, prop: dict[str, Any], name: str, rules: list[str], lit: Literals
+) -> str:
+    """A value and the text that closes it. A string is raw text up to the closing text
+    (holding none of the family's stops: its parser would end the value there); anything
+    else is JSON text (numbers bounded to what the parsers read back exactly)."""
+    assert fam.kv is not None
+    after = fam.kv[2]
     if prop.get("type") != "string":
-        return f"{_json_arg(prop)} {_q(after)}"
+        return f"{_json_arg(_bounded(prop))} {lit(after)}"
     if "enum" in prop:
-        return "(" + " | ".join(_q(v + after) for v in prop["enum"]) + ")"
-    close = after.rstrip("\n") or after  # the closing tag; a trailing newline follows it
-    rest = after[len(close) :]
+        return "(" + " | ".join(f"{lit(v)} {lit(after)}" for v in prop["enum"]) + ")"
+    close, rest = lit.split(after)  # text up to an added token (which ends any text)
+    if close == after:  # all text: the closing tag; a trailing newline follows it
+        close = after.rstrip("\n") or after
+        rest = after[len(close) :]
     mark = _regex_escape(close)
     low, high = prop.get("minLength", 0), prop.get("maxLength")
     length = f"{{{low},{'' if high is None else high}}}"
-    rules.append(f"{name}: /(?s:.{length}){mark}/ & ~/(?s:.*{mark}.+)/ & ~/(?i:null){mark}/")
-    return f"{name} {_q(rest)}" if rest else name
+    stops = "|".join(_regex_escape(stop) for stop in fam.stops)
+    parts = [f"/(?s:.{length}){mark}/", f"~/(?s:.*({stops}).*){mark}/"]
+    if fam.strips:  # empty, or no whitespace at either end
+        parts.append(f"/(?s:(\\S(.*\\S)?)?){mark}/")
+    if fam.null_is_none:
+        parts.append(f"~/(?i:null){mark}/")
+    rules.append(f"{name}: " + " & ".join(parts))
+    return f"{name} {lit(rest)}" if rest else name
+
+
+def _bounded(prop: dict[str, Any]) -> dict[str, Any]:
+    """A number's schema, held to values the family parsers read back exactly."""
+    limit = {"integer": _SAFE_INTEGER, "number": _LARGEST_NUMBER}.get(prop.get("type", ""))
+    if limit is None:
+        return prop
+    return {
+        **prop,
+        "minimum": max(prop.get("minimum", -limit), -limit),
+        "maximum": min(prop.get("maximum", limit), limit),
+    }
 
 
 def check_schema(schema: dict[str, Any]) -> None:
@@ -304,6 +397,8 @@ class Constraints:
     def __init__(self, tokenizer: Any) -> None:
         self.eos = sorted(tokenizer.eos_token_ids)
         self.tokenizer = llguidance.hf.from_tokenizer(tokenizer._tokenizer, eos_token=self.eos)
+        added: dict[str, int] = getattr(tokenizer._tokenizer, "get_added_vocab", dict)()
+        self.specials: dict[str, int] = {str(k): int(v) for k, v in added.items()}
         self._matchers: OrderedDict[str, LLMatcher] = OrderedDict()
 
     def processor(self, spec: dict[str, Any], resume: Sequence[int] = ()) -> Processor:
@@ -320,7 +415,7 @@ class Constraints:
         if matcher is not None:
             self._matchers.move_to_end(key)
             return matcher
-        grammar = grammar_for(spec)
+        grammar = grammar_for(spec, self.specials)
         _validate(grammar, self.tokenizer)
         matcher = LLMatcher(self.tokenizer, grammar, log_level=0)
         if matcher.is_error():

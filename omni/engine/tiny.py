@@ -29,7 +29,9 @@ CORPUS = [
 ] * 20
 
 
-def build_tokenizer(out: Path, vocab_size: int = 512, thinking: bool = False) -> None:
+def build_tokenizer(
+    out: Path, vocab_size: int = 512, thinking: bool = False, extra: tuple[str, ...] = ()
+) -> None:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -39,7 +41,8 @@ def build_tokenizer(out: Path, vocab_size: int = 512, thinking: bool = False) ->
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
         special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-        + (["<think>", "</think>"] if thinking else []),
+        + (["<think>", "</think>"] if thinking else [])
+        + list(extra),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
     tok.train_from_iterator(CORPUS, trainer)
@@ -55,16 +58,23 @@ def build_tokenizer(out: Path, vocab_size: int = 512, thinking: bool = False) ->
 
 
 def build_tiny_llama(
-    out: Path, *, layers: int = 2, hidden: int = 64, seed: int = 0, thinking: bool = False
+    out: Path,
+    *,
+    layers: int = 2,
+    hidden: int = 64,
+    seed: int = 0,
+    thinking: bool = False,
+    extra_tokens: tuple[str, ...] = (),
 ) -> Path:
     """Write config.json, model.safetensors and a tokenizer into `out` (`thinking`: with
-    <think> and </think> tokens and a template that opens the block)."""
+    <think> and </think> tokens and a template that opens the block; `extra_tokens`: more
+    added tokens, such as a family's call markers)."""
     import mlx.core as mx
     from mlx.utils import tree_flatten
     from mlx_lm.models import llama
 
     out.mkdir(parents=True, exist_ok=True)
-    build_tokenizer(out, thinking=thinking)
+    build_tokenizer(out, thinking=thinking, extra=extra_tokens)
     vocab = len(json.loads((out / "tokenizer.json").read_text())["model"]["vocab"]) + 3
     config: dict[str, Any] = {
         "model_type": "llama",

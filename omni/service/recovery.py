@@ -50,6 +50,9 @@ async def recover(service: ResponsesService) -> int:
             tools, mode = tool_policy(body["tools"], body.get("tool_choice"))
             parallel = body.get("parallel_tool_calls", True)
             recorder.splitter = splitter(service.engine, tools, mode, parallel)
+            if recorder.splitter is not None:  # calls made before the restart count too
+                made = recorder.response["output"]
+                recorder.splitter.calls = sum(item["type"] == "function_call" for item in made)
         if body.get("background") and "prompt" in request:  # so is reasoning
             effort = (body.get("reasoning") or {}).get("effort")
             enabled, _ = thinking_plan(service.engine, effort, None)

@@ -18,6 +18,7 @@ from mlx_lm.generate import generate_step
 from mlx_lm.utils import load_tokenizer
 
 from omni.engine.grammar import CALL_FAMILIES, Constraints, family_tools
+from omni.engine.tiny import build_tiny_llama
 from omni.engine.tool_calls import CallSplitter, ToolFormat
 
 WEATHER = {
@@ -46,6 +47,7 @@ TIME = {
             # bounded: a random model seldom writes a closing tag of itself
             "properties": {"zone": {"type": "string", "maxLength": 10}},
             "required": ["zone"],
+            "additionalProperties": False,  # else a random model adds keys without end
         },
     },
 }
@@ -86,14 +88,52 @@ def spec(family: str, required: bool = True, repeat: bool = False) -> dict[str, 
     }
 
 
+# Real models' tokenizers hold their call markers as added tokens (one token each), which
+# llguidance never matches by spelling: every test runs with the markers spelled out and
+# with them as tokens.
+MARKERS = tuple(
+    sorted(
+        {
+            "<tool_call>",
+            "</tool_call>",
+            "<arg_key>",
+            "</arg_key>",
+            "<arg_value>",
+            "</arg_value>",
+            "<minimax:tool_call>",
+            "</minimax:tool_call>",
+            "<|tool_calls_section_begin|>",
+            "<|tool_calls_section_end|>",
+            "<|tool_call_begin|>",
+            "<|tool_call_end|>",
+            "<|tool_call_argument_begin|>",
+            "[TOOL_CALLS]",
+            "[ARGS]",
+        }
+    )
+)
+
+
+@pytest.fixture(scope="module", params=["spelled", "tokens"])
+def model_dir(request: Any, tiny_model_dir: Path, tmp_path_factory: Any) -> Path:
+    if request.param == "spelled":
+        return tiny_model_dir
+    return build_tiny_llama(tmp_path_factory.mktemp("models") / "marked", extra_tokens=MARKERS)
+
+
 @pytest.fixture(scope="module")
-def constraints(tiny_model_dir: Path) -> Constraints:
-    return Constraints(load_tokenizer(tiny_model_dir))
+def constraints(model_dir: Path) -> Constraints:
+    tokenizer = load_tokenizer(model_dir)
+    made = Constraints(tokenizer)
+    made.hf = tokenizer  # type: ignore[attr-defined]
+    return made
 
 
 def accepts(constraints: Constraints, grammar: dict[str, Any], text: str) -> bool:
+    """Whether the grammar accepts `text` as the model's tokenizer writes it (markers as
+    the tokens they are)."""
     matcher = constraints._compiled(grammar).deep_copy()
-    tokens = constraints.tokenizer.tokenize_str(text)
+    tokens = constraints.hf.encode(text, add_special_tokens=False)  # type: ignore[attr-defined]
     return bool(matcher.consume_tokens(tokens)) and matcher.is_accepting()
 
 
@@ -233,18 +273,18 @@ class EndAfter:
 
 
 @pytest.fixture(scope="module")
-def model(tiny_model_dir: Path) -> Any:
-    return load(str(tiny_model_dir))[0]
+def model(model_dir: Path) -> Any:
+    return load(str(model_dir))[0]
 
 
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("repeat", [False, True])
 def test_sampled_calls_parse_with_mlx_lms_parser_and_fit_the_schema(
-    constraints: Constraints, model: Any, tiny_model_dir: Path, family: str, repeat: bool
+    constraints: Constraints, model: Any, model_dir: Path, family: str, repeat: bool
 ) -> None:
     grammar = spec(family, required=True, repeat=repeat)
     eos = constraints.eos[0]
-    tokenizer = load_tokenizer(tiny_model_dir)
+    tokenizer = load_tokenizer(model_dir)
     schemas = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
     for seed in range(4):
         processor = constraints.processor(grammar)
@@ -277,3 +317,104 @@ def test_sampled_calls_parse_with_mlx_lms_parser_and_fit_the_schema(
             assert len(calls) == 1, text
         for call in calls:
             jsonschema.validate(json.loads(call.arguments), schemas[call.name])  # type: ignore[union-attr]
+
+
+# --- what a format cannot carry, or its parser would read back otherwise ----------------------
+
+
+def _tool(**properties: Any) -> list[dict[str, Any]]:
+    params = {"type": "object", "properties": properties, "required": list(properties)}
+    return [{"type": "function", "function": {"name": "f", "parameters": params}}]
+
+
+@pytest.mark.parametrize(
+    "properties",
+    [
+        {"s": {"type": ["string", "null"]}},  # a list of types
+        {"s": {"type": "string", "maxLength": 300}},  # too long a bound for a raw string
+        {"my key": {"type": "string"}},  # a key the parser splits
+        {"s": {"type": "string", "enum": ["null", "auto"]}},  # read back as None
+        {"s": {"type": "string", "enum": ["a</parameter>b"]}},  # holds a stop
+    ],
+)
+def test_what_qwen3_coder_cannot_carry_falls_back_to_plain_json(properties: Any) -> None:
+    assert family_tools("qwen3_coder", _tool(**properties)) is None
+
+
+def test_a_tool_name_the_parsers_cut_falls_back_to_plain_json() -> None:
+    tools = _tool(s={"type": "string"})
+    tools[0]["function"]["name"] = "get.weather"
+    assert family_tools("mistral", tools) is None
+
+
+def _call(family: str, value: str) -> str:
+    return {
+        "qwen3_coder": f"<tool_call>\n<function=f>\n<parameter=s>\n{value}\n</parameter>\n"
+        "</function>\n</tool_call>",
+        "glm47": f"<tool_call>f<arg_key>s</arg_key><arg_value>{value}</arg_value></tool_call>",
+        "minimax_m2": f'<minimax:tool_call>\n<invoke name="f">\n<parameter name="s">{value}'
+        "</parameter>\n</invoke>\n</minimax:tool_call>",
+    }[family]
+
+
+@pytest.mark.parametrize(
+    ("family", "value", "ok"),
+    [
+        ("qwen3_coder", "a b", True),
+        ("qwen3_coder", "a</parameter>b", False),  # the parser would end the value there
+        ("qwen3_coder", "x</tool_call>y", False),  # ... or the call
+        ("qwen3_coder", "null", False),  # read back as None
+        ("qwen3_coder", " pad ", True),  # kept as written
+        ("glm47", " pad ", False),  # glm's parser strips values
+        ("glm47", "a</arg_value>b", False),
+        ("minimax_m2", "a</invoke>b", False),
+        ("minimax_m2", " null", False),
+        ("minimax_m2", "a b", True),
+    ],
+)
+def test_raw_strings_read_back_as_written(
+    constraints: Constraints, family: str, value: str, ok: bool
+) -> None:
+    tools = _tool(s={"type": "string"})
+    grammar = {"type": "family_call", "family": family, "tools": family_tools(family, tools)}
+    text = _call(family, value)
+    assert accepts(constraints, {**grammar, "required": True}, text) is ok
+    if ok:
+        splitter = CallSplitter(parser(family), tools)
+        [(_, call)] = splitter.feed(text) + splitter.finish()
+        assert json.loads(call.arguments) == {"s": value}  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("kind", "value", "ok"),
+    [
+        ("integer", "9007199254740991", True),
+        ("integer", "12345678901234567891", False),  # float() would change it
+        ("number", "1.5", True),
+        ("number", "1e400", False),  # float() overflows
+    ],
+)
+def test_numbers_stay_in_what_the_parser_reads_exactly(
+    constraints: Constraints, kind: str, value: str, ok: bool
+) -> None:
+    tools = _tool(s={"type": kind})
+    grammar = {"type": "family_call", "family": "qwen3_coder", "required": True}
+    grammar["tools"] = family_tools("qwen3_coder", tools)
+    assert accepts(constraints, grammar, _call("qwen3_coder", value)) is ok
+
+
+@pytest.mark.parametrize("required", [True, False])
+def test_json_calls_between_markers_work_with_markers_as_tokens(
+    constraints: Constraints, required: bool
+) -> None:
+    grammar = {
+        "type": "native_call",
+        "start": "<tool_call>",
+        "end": "</tool_call>",
+        "schema": {"type": "object"},
+        "required": required,
+    }
+    call = '<tool_call>\n{"name":"f","arguments":{}}\n</tool_call>'
+    assert accepts(constraints, grammar, call)
+    assert accepts(constraints, grammar, "Let me see." + call) is not required
+    assert accepts(constraints, grammar, "It is sunny.") is not required

@@ -214,3 +214,14 @@ def test_text_or_a_list_of_calls_when_parallel(
     spec = strict_calls_constraint(TWO_TOOLS, parallel=True)
     assert spec is not None
     assert accepts(constraints, spec, text) is ok
+
+
+@pytest.mark.parametrize("opening", ["[", "```json\n"])
+def test_prose_never_opens_like_a_call(constraints: Constraints, opening: str) -> None:
+    """Else an invalid call would pass as prose and the splitter would still read it."""
+    bad = '{"name":"get_weather","arguments":{"town":"Paris"}}'
+    close = "]" if opening == "[" else "\n```"
+    for parallel in (False, True):
+        spec = strict_calls_constraint(TOOLS, parallel=parallel)
+        assert spec is not None
+        assert not accepts(constraints, spec, f"{opening}{bad}{close}")
