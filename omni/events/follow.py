@@ -46,6 +46,9 @@ async def follow(
                 if last is not None and last.seq <= after and is_terminal(last):
                     return
             try:
-                await asyncio.wait_for(wake.wait(), keepalive)
+                # Not asyncio.wait_for: on Python 3.11 it swallows a cancel that lands as the
+                # wake-up fires (likely, one a token), and a gone client's stream ran on.
+                async with asyncio.timeout(keepalive):
+                    await wake.wait()
             except TimeoutError:
                 yield KEEPALIVE

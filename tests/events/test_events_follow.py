@@ -412,3 +412,29 @@ async def test_stress_no_lost_wakeup_many_followers(
         assert [e.seq for e in await store.read(stream_id)] == list(range(n))
     # group commit actually coalesced under this load
     assert appender.commits < 2 * n
+
+
+async def test_a_cancel_that_lands_with_a_wake_up_is_not_lost(
+    store: EventStore, notifier: Notifier
+) -> None:
+    """A client that goes away cancels its reader; if the cancel lands in the same loop turn
+    as a wake-up (one a token while a response runs), the reader must still stop (Python
+    3.11's asyncio.wait_for returned the wake-up's result instead, and the stream ran on)."""
+    await store.append([deltas("s", 0, 1)])
+    for _ in range(20):
+        reading = asyncio.Event()
+
+        async def reader(reading: asyncio.Event = reading) -> None:
+            async with aclosing(follow(store, notifier, "s", 0, is_terminal, 30.0)) as it:
+                reading.set()
+                async for _item in it:
+                    pass
+
+        task = asyncio.create_task(reader())
+        await reading.wait()
+        await wait_until(lambda: notifier.followers("s") == 1)
+        await asyncio.sleep(0.001)  # the reader now waits for a wake-up
+        notifier.notify(["s"])  # the wake-up and the cancel, in one turn
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(task, TIMEOUT)
