@@ -126,6 +126,15 @@ def hermes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[OpenAI, M
 
 
 @pytest.fixture(scope="module")
+def hermes_tokens(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[OpenAI, MLXEngine]]:
+    """As real Qwen tokenizers have them: the call markers are added tokens, one each."""
+    folder = build_tiny_llama(
+        tmp_path_factory.mktemp("models") / MODEL, extra_tokens=("<tool_call>", "</tool_call>")
+    )
+    yield from _serve(folder, MODEL, HERMES)
+
+
+@pytest.fixture(scope="module")
 def coder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[OpenAI, MLXEngine]]:
     folder = build_tiny_llama(tmp_path_factory.mktemp("models") / CODER)
     yield from _serve(folder, CODER, QWEN3_CODER)
@@ -230,3 +239,27 @@ def test_a_named_call_streams_on_chat_in_qwen3_coders_format(coder: Any) -> None
     jsonschema.validate(json.loads(arguments), WEATHER["parameters"])
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "tool_calls"
     assert not "".join(d.content or "" for d in deltas)  # no markup leaks as text
+
+
+# --- markers that are tokens (as in real tokenizers) -------------------------------------------
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+def test_a_required_call_with_marker_tokens_end_to_end(hermes_tokens: Any, parallel: bool) -> None:
+    """The grammar writes the markers as the tokens they are; the engine's text carries
+    them; the splitter reads the call: no marker leaks, every call is valid."""
+    client, engine = hermes_tokens
+    assert engine.tool_format.start == "<tool_call>"
+    response = client.responses.create(
+        model=MODEL,
+        input="Weather?",
+        tools=[WEATHER],
+        tool_choice="required",
+        parallel_tool_calls=parallel,
+        max_output_tokens=120,
+    )
+    calls = [item for item in response.output if item.type == "function_call"]
+    assert calls and (parallel or len(calls) == 1)
+    for call in calls:
+        jsonschema.validate(json.loads(call.arguments), WEATHER["parameters"])
+    assert "<tool_call>" not in response.output_text
