@@ -4,6 +4,7 @@ llguidance's token masks, applied as an mlx-lm logits processor."""
 from __future__ import annotations
 
 import json
+import keyword
 import re
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -156,6 +157,10 @@ class CallFamily:
     strips: bool = False
     null_is_none: bool = False
     indexed: bool = False
+    section_close: str = ""  # before `close`, ending a section
+    kv_sep: str | None = None  # parameters joined by this, rather than each closed by kv[2]
+    kv_json: bool = False  # every value as JSON text, strings too
+    names: str = r"[A-Za-z0-9_-]+"  # tool and parameter names the parser reads back whole
 
 
 _q = json.dumps  # a lark string literal
@@ -220,6 +225,23 @@ CALL_FAMILIES: dict[str, CallFamily] = {  # by mlx-lm tool-parser module
     ),
     # [TOOL_CALLS]NAME[ARGS]{...}: no end marker, the call runs to the end of the output
     "mistral": CallFamily("[TOOL_CALLS]", "", "", "[ARGS]"),
+    # <|tool_call_start|>[NAME(KEY=VALUE, ...), ...]<|tool_call_end|> (LFM2): Python call
+    # syntax, whose parser also reads JSON's true/false/null
+    "pythonic": CallFamily(
+        "<|tool_call_start|>",
+        "<|tool_call_end|>",
+        "",
+        "(",
+        ")",
+        sep=", ",
+        section=True,
+        section_open="[",
+        section_close="]",
+        kv=("", "=", ""),
+        kv_sep=", ",
+        kv_json=True,
+        names=r"[A-Za-z_][A-Za-z0-9_]*",
+    ),
 }
 _RAW_TYPES = {"string", "integer", "number", "boolean", "object", "array"}
 _PLAIN_STRING_KEYS = {
@@ -233,7 +255,6 @@ _PLAIN_STRING_KEYS = {
 }
 
 
-_NAME = re.compile(r"[A-Za-z0-9_-]+")  # names every family's parser reads back whole
 _LONGEST_RAW = 256  # longer length bounds on raw strings: plain JSON instead
 _SAFE_INTEGER = 2**53 - 1  # parsers may go through float()
 _LARGEST_NUMBER = 1e15  # a bound llguidance compiles; past ~1e308 float() overflows in parsers
@@ -250,12 +271,32 @@ def family_tools(family: str, tools: list[dict[str, Any]]) -> list[dict[str, Any
     for tool in tools:
         function = tool["function"]
         params = function.get("parameters") or {"type": "object", "properties": {}}
-        if not _NAME.fullmatch(str(function["name"])):
+        if not _named(fam, str(function["name"])):
             return None
         if fam.kv is not None and not _kv_expressible(fam, params):
             return None
         out.append({"name": function["name"], "parameters": params})
     return out
+
+
+def _within_limits(prop: dict[str, Any]) -> bool:
+    """A number's bounds, if any, lie within what `_bounded` holds it to."""
+    limit = {"integer": _SAFE_INTEGER, "number": _LARGEST_NUMBER}.get(str(prop.get("type")))
+    if limit is None:
+        return True
+    bounds = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+    return all(
+        not isinstance(prop.get(b), (int, float))
+        or isinstance(prop.get(b), bool)
+        or -limit <= prop[b] <= limit
+        for b in bounds
+    )
+
+
+def _named(fam: CallFamily, name: str) -> bool:
+    """A tool or parameter name the family's parser reads back whole (a Python keyword is
+    no keyword argument)."""
+    return bool(re.fullmatch(fam.names, name)) and not (fam.kv_json and keyword.iskeyword(name))
 
 
 def _kv_expressible(fam: CallFamily, params: dict[str, Any]) -> bool:
@@ -269,8 +310,14 @@ def _kv_expressible(fam: CallFamily, params: dict[str, Any]) -> bool:
     if set(params) - {"type", "properties", "required", "additionalProperties", "description"}:
         return False
     for key, prop in (params.get("properties") or {}).items():
-        kind = prop.get("type") if isinstance(prop, dict) else None
-        if not _NAME.fullmatch(key) or not isinstance(kind, str) or kind not in _RAW_TYPES:
+        if not _named(fam, key) or not isinstance(prop, dict) or not _within_limits(prop):
+            return False
+        if fam.kv_json:  # any JSON value
+            continue
+        kind = prop.get("type")
+        if not isinstance(kind, str) or kind not in _RAW_TYPES - {"object", "array"}:
+            # (an object or array would be JSON text inside the tags, whose strings could
+            # hold the tag that ends the value for the parser)
             return False
         if kind != "string":
             continue
@@ -311,7 +358,7 @@ def family_rules(spec: dict[str, Any], lit: Literals | None = None) -> str:
     repeat = bool(spec.get("repeat"))
     if fam.section:  # one section holds the calls
         calls = f"call ({lit(fam.sep)} call)*" if repeat else "call"
-        rest = f"{lit(fam.section_open)} {calls} {lit(fam.close)}"
+        rest = f"{lit(fam.section_open)} {calls} {lit(fam.section_close + fam.close)}"
     else:  # each call between its own markers
         more = f" ({lit(fam.sep + fam.start)} call {lit(fam.close)})*" if repeat else ""
         rest = f"call {lit(fam.close)}{more}"
@@ -329,13 +376,23 @@ def _kv_args(
     assert fam.kv is not None
     before, between, after = fam.kv
     required = set(params.get("required") or [])
-    parts = []
+    items = []
     for j, (key, prop) in enumerate((params.get("properties") or {}).items()):
         rule = f"p{i}_{j}"
         value = _kv_value(fam, prop, f"V{i}_{j}", rules, lit)
         rules.append(f"{rule}: {lit(before + key + between)} {value}")
-        parts.append(rule if key in required else f"{rule}?")
-    return " ".join(parts) or '""'
+        items.append((rule, key in required))
+    if fam.kv_sep is None:  # each closed by its own text
+        return " ".join(rule if needed else f"{rule}?" for rule, needed in items) or '""'
+    # Joined by a separator: h_k starts at item k with nothing written yet, t_k follows
+    # something already written (so it opens with the separator).
+    sep = lit(fam.kv_sep)
+    for k in reversed(range(len(items))):
+        rule, needed = items[k]
+        h_next, t_next = (f"h{i}_{k + 1}", f"t{i}_{k + 1}") if k + 1 < len(items) else ('""',) * 2
+        rules.append(f"t{i}_{k}: {sep} {rule} {t_next}" + ("" if needed else f" | {t_next}"))
+        rules.append(f"h{i}_{k}: {rule} {t_next}" + ("" if needed else f" | {h_next}"))
+    return f"h{i}_0" if items else '""'
 
 
 def _kv_value(
@@ -346,7 +403,7 @@ def _kv_value(
     else is JSON text (numbers bounded to what the parsers read back exactly)."""
     assert fam.kv is not None
     after = fam.kv[2]
-    if prop.get("type") != "string":
+    if fam.kv_json or prop.get("type") != "string":
         return f"{_json_arg(_bounded(prop))} {lit(after)}"
     if "enum" in prop:
         return "(" + " | ".join(f"{lit(v)} {lit(after)}" for v in prop["enum"]) + ")"
@@ -360,7 +417,8 @@ def _kv_value(
     stops = "|".join(_regex_escape(stop) for stop in fam.stops)
     parts = [f"/(?s:.{length}){mark}/", f"~/(?s:.*({stops}).*){mark}/"]
     if fam.strips:  # empty, or no whitespace at either end
-        parts.append(f"/(?s:(\\S(.*\\S)?)?){mark}/")
+        edge = "[^\\s\\x1c-\\x1f]"  # what Python's str.strip() keeps
+        parts.append(f"/(?s:({edge}(.*{edge})?)?){mark}/")
     if fam.null_is_none:
         parts.append(f"~/(?i:null){mark}/")
     rules.append(f"{name}: " + " & ".join(parts))

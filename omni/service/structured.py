@@ -121,13 +121,13 @@ def strict_calls_constraint(
     tools: list[dict[str, Any]], parallel: bool = False
 ) -> dict[str, Any] | None:
     """The model may answer in text or call a tool (plain JSON calls): when a tool is
-    `strict`, an output that opens with `{` (or `[`, if `parallel`) must be a valid call (or
-    a list of them). None: no strict tool."""
+    `strict`, an output that opens like a call (`{`, `[`, a code fence) must be a valid call
+    (or, if `parallel`, a list of them). None: no strict tool."""
     if not any(t["function"].get("strict") for t in tools):
         return None
     schema = _call_schema(tools, strict_only=True)
     if parallel:
-        return {"type": "text_or_call", "schema": _one_or_more(schema), "list": True}
+        return {"type": "text_or_call", "schema": _one_or_more(schema)}
     return {"type": "text_or_call", "schema": schema}
 
 

@@ -1,7 +1,7 @@
 """Calls forced in a model family's own format (Qwen3-Coder's XML, GLM's arg_key/arg_value,
-MiniMax's invoke, Kimi's sections, Mistral's [ARGS]), not as plain JSON: what each grammar
-accepts, and that what a model writes under it reads back through mlx-lm's own parser as a
-call whose arguments are valid for the tool."""
+MiniMax's invoke, Kimi's sections, Mistral's [ARGS], LFM2's Python calls), not as plain JSON:
+what each grammar accepts, and that what a model writes under it reads back through mlx-lm's
+own parser as a call whose arguments are valid for the tool."""
 
 from __future__ import annotations
 
@@ -67,6 +67,7 @@ ONE_CALL = {
     '<|tool_call_argument_begin|>{"city":"Paris","days":3}<|tool_call_end|>'
     "<|tool_calls_section_end|>",
     "mistral": '[TOOL_CALLS]get_weather[ARGS]{"city":"Paris","days":3}',
+    "pythonic": '<|tool_call_start|>[get_weather(city="Paris", days=3)]<|tool_call_end|>',
 }
 FAMILIES = sorted(CALL_FAMILIES)
 
@@ -109,6 +110,7 @@ MARKERS = tuple(
             "<|tool_call_argument_begin|>",
             "[TOOL_CALLS]",
             "[ARGS]",
+            "<|tool_call_start|>",
         }
     )
 )
@@ -165,6 +167,7 @@ def test_a_call_missing_a_required_parameter_is_refused(
         "minimax_m2": text.replace('<parameter name="days">3</parameter>\n', ""),
         "kimi_k2": text.replace(',"days":3', ""),
         "mistral": text.replace(',"days":3', ""),
+        "pythonic": text.replace(", days=3", ""),
     }[family]
     assert broken != text
     assert not accepts(constraints, spec(family), broken)
@@ -203,6 +206,7 @@ TWO_CALLS = {
     "glm47": ONE_CALL["glm47"] + TIME_CALL["glm47"],
     "laguna": ONE_CALL["laguna"] + "\n" + TIME_CALL["laguna"],
     "mistral": ONE_CALL["mistral"] + TIME_CALL["mistral"],
+    "pythonic": ONE_CALL["pythonic"].replace(")]", '), get_time(zone="UTC")]'),
     "minimax_m2": ONE_CALL["minimax_m2"].replace(
         "</invoke>\n",
         '</invoke>\n<invoke name="get_time">\n<parameter name="zone">UTC</parameter>\n</invoke>\n',
@@ -251,23 +255,31 @@ class EndAfter:
         self.forced: list[int] | None = None
         self.vocab = vocab
         self.eos = tokenizer.eos_token_id
+        ending = self.fam.section_close + self.fam.close
+        self.close = tokenizer.encode(ending, add_special_tokens=False)
+        self.could_close = False
 
     def _only(self, token: int) -> mx.array:
         return mx.where(mx.arange(self.vocab) == token, 0.0, -mx.inf)[None]
 
     def __call__(self, tokens: mx.array, logits: mx.array) -> mx.array:
         logits = self.grammar(tokens, logits)
+        matcher = self.grammar.matcher
         if self.forced is not None:
             return self._only(self.forced.pop(0) if self.forced else self.eos)
         if not self.fam.section:
-            if self.grammar.matcher.is_accepting():
+            if matcher.is_accepting():
                 self.complete += 1
                 if self.complete >= self.n:
                     return self._only(self.eos)
             return logits
-        text = self.tokenizer.decode(tokens.tolist()[3:])  # past the 3-token prompt
-        if text.count(self.fam.tail) >= self.n:
-            self.forced = self.tokenizer.encode(self.fam.close, add_special_tokens=False)
+        # Inside a section: a call has just ended when the section may close now.
+        can_close = matcher.validate_tokens(self.close) == len(self.close)
+        if can_close and not self.could_close:
+            self.complete += 1
+        self.could_close = can_close
+        if can_close and self.complete >= self.n:
+            self.forced = list(self.close)
             return self._only(self.forced.pop(0))
         return logits
 
@@ -418,3 +430,48 @@ def test_json_calls_between_markers_work_with_markers_as_tokens(
     assert accepts(constraints, grammar, call)
     assert accepts(constraints, grammar, "Let me see." + call) is not required
     assert accepts(constraints, grammar, "It is sunny.") is not required
+
+
+def test_pythonic_optional_parameters_are_joined_by_commas(constraints: Constraints) -> None:
+    grammar = spec("pythonic")
+    start, end = "<|tool_call_start|>[get_weather(", ")]<|tool_call_end|>"
+    assert accepts(constraints, grammar, f'{start}city="Rome", days=2, unit="C"{end}')
+    assert accepts(constraints, grammar, f'{start}city="Rome", days=2, alerts=true{end}')
+    assert not accepts(constraints, grammar, f'{start}city="Rome", days=2, {end}')  # dangling
+    assert not accepts(constraints, grammar, f'{start}city="Rome" days=2{end}')  # no comma
+    assert not accepts(constraints, grammar, f'{start}, city="Rome", days=2{end}')
+
+
+def test_pythonic_names_must_be_python_identifiers() -> None:
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"from": {"type": "string"}}}}}]  # fmt: skip
+    assert family_tools("pythonic", tools) is None  # a keyword is no keyword argument
+    tools[0]["function"]["parameters"]["properties"] = {"x": {"type": "string"}}
+    tools[0]["function"]["name"] = "get-weather"
+    assert family_tools("pythonic", tools) is None
+    tools[0]["function"]["name"] = "get_weather"
+    assert family_tools("pythonic", tools) is not None
+
+
+@pytest.mark.parametrize(
+    "prop",
+    [
+        {"type": "object", "properties": {"x": {"type": "string"}}},  # JSON inside the tags
+        {"type": "array", "items": {"type": "string"}},
+        {"type": "integer", "minimum": 10**16},  # bounds past what parsers read exactly
+        {"type": "number", "maximum": -1e16},
+    ],
+)
+def test_key_value_formats_leave_these_to_plain_json(prop: dict[str, Any]) -> None:
+    tools = _tool(s=prop)
+    assert family_tools("qwen3_coder", tools) is None
+    if prop["type"] in ("object", "array"):  # Python call syntax holds them as literals
+        assert family_tools("pythonic", tools) is not None
+
+
+def test_a_stripping_parser_gets_no_edge_its_strip_would_eat(constraints: Constraints) -> None:
+    tools = _tool(s={"type": "string"})
+    grammar = {"type": "family_call", "family": "glm47", "required": True}
+    grammar["tools"] = family_tools("glm47", tools)
+    assert not accepts(constraints, grammar, _call("glm47", "\x1fa"))
+    assert accepts(constraints, grammar, _call("glm47", "a\x1fb"))
