@@ -34,38 +34,29 @@ class GrammarError(ValueError):
 
 
 def grammar_for(spec: dict[str, Any], specials: dict[str, int] | None = None) -> str:
-    """The llguidance grammar of `{"type": "json_schema", "schema": ...}`,
-    `{"type": "json_object"}` or `{"type": "text_or_call", "schema": ...}` (free text that
-    does not open with `{`, or one JSON value of the schema), not yet validated.
+    """The llguidance grammar of a constraint spec (omni.service.structured builds them):
+    `json_schema`, `json_object`, `text_or_call` (free text that does not open like a call,
+    or a call), `answer_or_call`, `native_call` (JSON between the model's markers) or
+    `family_call` (a family's own format); not yet validated.
     `specials`: the tokenizer's added tokens (text -> id); a marker that is one of them is
     written as that token, which llguidance never matches by its spelling."""
     kind = spec.get("type")
     lit = Literals(specials or {})
     if kind == "answer_or_call":  # an answer in its schema, or a call (both JSON)
-        call = json.dumps({**spec.get("schema", {}), "x-guidance": JSON_OPTIONS})
-        answer = json.dumps({**spec.get("answer", {}), "x-guidance": JSON_OPTIONS})
-        lark = f"start: call | answer\ncall: %json {call}\nanswer: %json {answer}\n"
-        try:
-            return LLMatcher.grammar_from_lark(lark)
-        except ValueError as exc:
-            raise GrammarError(f"invalid schema: {exc}") from exc
+        call, answer = _json_arg(spec.get("schema", {})), _json_arg(spec.get("answer", {}))
+        return _lark(f"start: call | answer\ncall: {call}\nanswer: {answer}\n")
     if kind == "native_call":  # calls between a model's own markers, JSON inside
-        call = json.dumps({**spec.get("schema", {}), "x-guidance": JSON_OPTIONS})
         rest = f'"\\n" call "\\n" {lit(spec["end"])}'
         more = f' ("\\n" {lit(spec["start"])} {rest})*' if spec.get("repeat") else ""
         rules = lit.opening(spec["start"], f"{rest}{more}", bool(spec.get("required")))
-        return _lark(rules + f"call: %json {call}\n")
+        return _lark(rules + f"call: {_json_arg(spec.get('schema', {}))}\n")
     if kind == "family_call":  # calls in a model family's own, not-JSON, format
         return _lark(family_rules(spec, lit))
     if kind == "text_or_call":
-        call = json.dumps({**spec.get("schema", {}), "x-guidance": JSON_OPTIONS})
         # Prose never opens like a call (an object, a list, a code fence): those are calls,
         # and must be valid ones.
-        lark = f"start: call | prose\ncall: %json {call}\nprose: /\\s*[^{{\\[`\\s][\\s\\S]*/\n"
-        try:
-            return LLMatcher.grammar_from_lark(lark)
-        except ValueError as exc:
-            raise GrammarError(f"invalid schema: {exc}") from exc
+        call = _json_arg(spec.get("schema", {}))
+        return _lark(f"start: call | prose\ncall: {call}\nprose: /\\s*[^{{\\[`\\s][\\s\\S]*/\n")
     if kind == "json_object":
         schema: Any = {"type": "object"}
     elif kind == "json_schema":

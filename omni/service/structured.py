@@ -56,8 +56,14 @@ def _strict(tool: dict[str, Any]) -> bool:
 
 def _check_all(tools: list[dict[str, Any]]) -> None:
     for tool in tools:
-        params = tool["function"].get("parameters") or {"type": "object"}
-        _check(params, f"tools[{tool['function']['name']}].parameters")
+        _checked_params(tool)
+
+
+def _checked_params(tool: dict[str, Any]) -> dict[str, Any]:
+    """A tool's parameters schema; a 400 naming the tool if the grammar cannot enforce it."""
+    params: dict[str, Any] = tool["function"].get("parameters") or {"type": "object"}
+    _check(params, f"tools[{tool['function']['name']}].parameters")
+    return params
 
 
 def output_constraint(fmt: dict[str, Any] | None, param: str) -> dict[str, Any] | None:
@@ -105,7 +111,7 @@ def native_strict_constraint(
 ) -> dict[str, Any] | None:
     """tool_choice auto with strict tools, for a model whose calls are JSON between markers:
     free text without the marker, or text then a valid call (or several, if `parallel`)."""
-    if not any(t["function"].get("strict") for t in tools):
+    if not any(_strict(t) for t in tools):
         return None
     schema = _call_schema(tools, strict_only=True)
     return {
@@ -123,7 +129,7 @@ def strict_calls_constraint(
     """The model may answer in text or call a tool (plain JSON calls): when a tool is
     `strict`, an output that opens like a call (`{`, `[`, a code fence) must be a valid call
     (or, if `parallel`, a list of them). None: no strict tool."""
-    if not any(t["function"].get("strict") for t in tools):
+    if not any(_strict(t) for t in tools):
         return None
     schema = _call_schema(tools, strict_only=True)
     if parallel:
@@ -143,20 +149,17 @@ def _call_schema(tools: list[dict[str, Any]], strict_only: bool) -> dict[str, An
     field only fails in the client), else any JSON object."""
     options = []
     for tool in tools:
-        function = tool["function"]
-        params = function.get("parameters") or {"type": "object"}
-        where = f"tools[{function['name']}].parameters"
-        if strict_only and not function.get("strict"):
+        if strict_only and not _strict(tool):
             try:
-                check_schema(params)
-            except GrammarError:
+                params = _checked_params(tool)
+            except InvalidRequest:
                 params = {"type": "object"}
         else:
-            _check(params, where)
+            params = _checked_params(tool)
         options.append(
             {
                 "type": "object",
-                "properties": {"name": {"const": function["name"]}, "arguments": params},
+                "properties": {"name": {"const": tool["function"]["name"]}, "arguments": params},
                 "required": ["name", "arguments"],
                 "additionalProperties": False,
             }

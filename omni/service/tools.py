@@ -59,12 +59,12 @@ def splitter(
     engine: Engine, tools: list[dict[str, Any]], mode: Mode, parallel: bool | None = True
 ) -> CallSplitter | None:
     """Reads calls out of the generated text, when the model may call a tool. A call that
-    must be made is forced by a grammar as plain JSON (omni.service.structured), whatever
-    the model's own format. Without `parallel` (parallel_tool_calls false) only the first
-    call is made."""
+    must be made is forced by a grammar (omni.service.structured) in the model's own format
+    where one can be written, else as plain JSON, and read in that format. Without
+    `parallel` (parallel_tool_calls false) only the first call is made."""
     if mode == "none" or not tools:
         return None
-    fmt = getattr(engine, "tool_format", None) or ToolFormat()
+    fmt = _format(engine)
     if mode == "required" and json_markers(engine) is None and own_format(engine, tools) is None:
         fmt = ToolFormat()  # the grammar forces plain JSON
     return CallSplitter(fmt, tools, max_calls=None if parallel is not False else 1)
@@ -72,16 +72,16 @@ def splitter(
 
 def plain_calls(engine: Engine) -> bool:
     """The model writes calls as plain JSON (mlx-lm knows no call format for it)."""
-    fmt = getattr(engine, "tool_format", None) or ToolFormat()
+    fmt = _format(engine)
     return not (fmt.start and fmt.parser)
 
 
 def own_format(engine: Engine, tools: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The model's own call format as a grammar can write it, for a family whose calls are
-    not JSON between markers (Qwen3-Coder, GLM, MiniMax, Kimi, Mistral): the family and the
-    tools, or None (no such family, or a parameter its format cannot carry)."""
-    fmt = getattr(engine, "tool_format", None) or ToolFormat()
-    if fmt.family is None or json_markers(engine) is not None:
+    not JSON between markers (Qwen3-Coder, GLM, MiniMax, Kimi, Mistral, LFM2): the family
+    and the tools, or None (no such family, or a parameter its format cannot carry)."""
+    fmt = _format(engine)
+    if fmt.family is None:
         return None
     listed = family_tools(fmt.family, tools)
     if listed is None:
@@ -92,8 +92,10 @@ def own_format(engine: Engine, tools: list[dict[str, Any]]) -> dict[str, Any] | 
 def json_markers(engine: Engine) -> ToolFormat | None:
     """The model's own call format when its calls are JSON between markers (Hermes, Qwen 2.5
     and 3, ...): a grammar can then force or check calls in that format."""
-    fmt = getattr(engine, "tool_format", None) or ToolFormat()
-    module = getattr(fmt.parser, "__module__", "") or ""
-    if fmt.start and fmt.end and module.endswith(".json_tools"):
-        return fmt
-    return None
+    fmt = _format(engine)
+    return fmt if fmt.start and fmt.end and fmt.family == "json_tools" else None
+
+
+def _format(engine: Engine) -> ToolFormat:
+    """How the engine's model writes calls (plain JSON for an engine that does not say)."""
+    return getattr(engine, "tool_format", None) or ToolFormat()
