@@ -6,6 +6,9 @@ import asyncio
 import socket
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -65,3 +68,24 @@ class ServerThread:
         if self._loop is not None and self._stop is not None:
             self._loop.call_soon_threadsafe(self._stop.set)
         self._thread.join(timeout=30)
+
+
+@contextmanager
+def serving(engine: Any, db: Path, home: Path | None = None) -> Iterator[Any]:
+    """A server on `engine` with its log at `db` (and OMNI_HOME `home`), and the OpenAI SDK
+    in strict mode as its client."""
+    from openai import OpenAI
+
+    settings = Settings(db_path=str(db), keepalive=1.0, home=str(home) if home else None)
+    srv = ServerThread(settings, engine).start()
+    client = OpenAI(
+        base_url=f"{srv.base_url}/v1",
+        api_key="test",
+        max_retries=0,
+        _strict_response_validation=True,
+    )
+    try:
+        yield client
+    finally:
+        client.close()
+        srv.stop()

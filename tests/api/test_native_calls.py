@@ -15,11 +15,10 @@ import jsonschema
 import pytest
 from openai import OpenAI
 
-from omni.api.app import Settings
 from omni.engine.mlx_engine import MLXEngine
 from omni.engine.model_source import ModelSource
 from omni.engine.tiny import build_tiny_llama
-from tests.server import ServerThread
+from tests.server import serving
 
 MODEL = "tiny-hermes"
 CODER = "tiny-qwen3-coder"
@@ -108,14 +107,10 @@ def _serve(folder: Any, name: str, template: str) -> Iterator[tuple[OpenAI, MLXE
     (folder / "chat_template.jinja").write_text(template)
     engine = MLXEngine(ModelSource(str(folder), name))
     engine.start()
-    db = folder.parent / "omni.db"
-    srv = ServerThread(Settings(db_path=str(db), keepalive=1.0), engine).start()
-    client = OpenAI(base_url=f"{srv.base_url}/v1", api_key="t", max_retries=0)
     try:
-        yield client, engine
+        with serving(engine, folder.parent / "omni.db") as client:
+            yield client, engine
     finally:
-        client.close()
-        srv.stop()
         engine.close()
 
 

@@ -7,7 +7,6 @@ switches the template's thinking off; reasoning tokens are counted."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +14,10 @@ import openai
 import pytest
 from openai import OpenAI
 
-from omni.api.app import Settings
 from omni.engine.mlx_engine import MLXEngine
 from omni.engine.model_source import ModelSource
 from omni.engine.tiny import build_tiny_llama
-from tests.server import ServerThread
+from tests.server import serving
 
 MODEL = "tiny-thinker"
 EOS, THINK, END_THINK = 2, 3, 4  # ids in the tiny tokenizer
@@ -36,23 +34,6 @@ def thinking_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MLXEng
     engine.start()
     yield engine
     engine.close()
-
-
-@contextmanager
-def serving(engine: MLXEngine, db: Path, home: Path | None = None) -> Iterator[OpenAI]:
-    settings = Settings(db_path=str(db), keepalive=1.0, home=str(home) if home else None)
-    srv = ServerThread(settings, engine).start()
-    client = OpenAI(
-        base_url=f"{srv.base_url}/v1",
-        api_key="test",
-        max_retries=0,
-        _strict_response_validation=True,
-    )
-    try:
-        yield client
-    finally:
-        client.close()
-        srv.stop()
 
 
 @pytest.fixture(scope="module")

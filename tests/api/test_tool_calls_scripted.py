@@ -13,10 +13,9 @@ from typing import Any
 import pytest
 from openai import OpenAI
 
-from omni.api.app import Settings
 from omni.engine.types import Delta, Finished, Started
 from tests.api._helpers import MODEL
-from tests.server import ServerThread
+from tests.server import serving
 
 WEATHER = {
     "type": "function",
@@ -68,18 +67,8 @@ class ScriptedEngine:
 @pytest.fixture
 def scripted(tiny_engine: Any, tmp_path: Path) -> Iterator[tuple[ScriptedEngine, OpenAI]]:
     engine = ScriptedEngine(tiny_engine)
-    srv = ServerThread(Settings(db_path=str(tmp_path / "tools.db"), keepalive=1.0), engine).start()
-    client = OpenAI(
-        base_url=f"{srv.base_url}/v1",
-        api_key="test",
-        max_retries=0,
-        _strict_response_validation=True,
-    )
-    try:
+    with serving(engine, tmp_path / "tools.db") as client:
         yield engine, client
-    finally:
-        client.close()
-        srv.stop()
 
 
 def test_a_call_streams_as_a_function_call_item(scripted: Any) -> None:
