@@ -40,7 +40,10 @@ def start_omni(model_path: str, db_path: Path, *flags: str) -> tuple[subprocess.
     port = free_port()
     cmd = [sys.executable, "-m", "omni", "serve", "--model", model_path, "--port", str(port)]
     cmd += ["--db", str(db_path), "--log-level", "warning", *flags]
-    proc = subprocess.Popen(cmd, env={**os.environ, "OMNI_ENGINE_STATS": "1"})
+    # BENCH_OMNI_ENV="NAME=value,...": settings for the server (and its engine) alone, not for
+    # the raw baselines that run in this process (e.g. an MLX setting to compare).
+    extra = dict(kv.split("=", 1) for kv in os.environ.get("BENCH_OMNI_ENV", "").split(",") if kv)
+    proc = subprocess.Popen(cmd, env={**os.environ, "OMNI_ENGINE_STATS": "1", **extra})
     base_url = f"http://127.0.0.1:{port}"
     wait_up(proc, f"{base_url}/health", "omni serve")
     return proc, base_url

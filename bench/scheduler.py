@@ -3,13 +3,14 @@ process, the same prompts. It separates what the scheduler costs (prefix cache, 
 samplers, the solo path, jobs arriving a few at a time) from what the server around it costs.
 
     python bench/scheduler.py [--model PATH] [--streams 64] [--tokens 128]
-                              [--rounds 3] [--arrive 8]
+                              [--rounds 3] [--arrive 1,8]
 
 Runs, each with one unmeasured warm-up round, then --rounds measured ones (median):
 - raw: a BatchGenerator gets all N prompts at once, greedy (as bench/concurrency.py's raw).
 - scheduler, at once: omni.engine.batching.BatchScheduler gets all N jobs in one receive.
-- scheduler, arriving: --arrive jobs per step (as HTTP requests trickle in).
-- scheduler, arriving, no prefix cache: the same with the prefix cache off.
+- scheduler, arriving: --arrive jobs per step (as HTTP requests trickle in), with the
+  scheduler gathering arrivals into prefill groups (its default) and without.
+- scheduler, arriving (the last --arrive), no prefix cache: the same with the prefix cache off.
 Prints tokens/s and the mean decode step per run; writes bench/out/scheduler.json.
 """
 
@@ -21,6 +22,7 @@ import statistics
 import sys
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _server import chat_ids  # noqa: E402
+
+from omni.engine.batching import GATHER_S  # noqa: E402
 
 TOPICS = ["a lighthouse", "a robot", "snow", "a market", "chess", "a violin", "a train", "bees"]
 
@@ -67,14 +71,20 @@ class FakeConn:
 
 
 def run_scheduler(
-    model: Any, tokenizer: Any, prompts: list[list[int]], per_step: int, cache_entries: int
+    model: Any,
+    tokenizer: Any,
+    prompts: Callable[[int], list[list[int]]],
+    per_step: int,
+    cache_entries: int,
+    gather_s: float = GATHER_S,
 ) -> tuple[list[float], dict[str, float]]:
     from omni.engine.batching import CLOSE, JOB, BatchScheduler
     from omni.engine.generation import PrefixCache
     from omni.engine.types import Sampling
 
     cache = PrefixCache(model, cache_entries, 8 << 30)
-    scheduler = BatchScheduler(model, tokenizer, cache, max_batch=len(prompts))
+    n = len(prompts(0))
+    scheduler = BatchScheduler(model, tokenizer, cache, n, gather_s)
     conn = FakeConn(per_step)
     rounds = ARGS.rounds + 1
     walls: list[float] = []
@@ -82,12 +92,11 @@ def run_scheduler(
 
     def start_round() -> None:
         state["start"], state["tokens"] = time.perf_counter(), conn.tokens
-        for p in prompts:
-            r = state["round"]
+        for p in prompts(state["round"]):
             job = (
                 JOB,
                 state["next_id"],
-                [*p[:-1], p[-1] + r % 3],
+                p,
                 [],
                 "",
                 Sampling(temperature=0.0, max_tokens=ARGS.tokens),
@@ -96,7 +105,7 @@ def run_scheduler(
             state["next_id"] += 1
 
     def on_send() -> None:
-        if conn.finished < len(prompts) * (state["round"] + 1):
+        if conn.finished < n * (state["round"] + 1):
             return
         tokens = conn.tokens - state["tokens"]
         wall = time.perf_counter() - state["start"]
@@ -119,16 +128,17 @@ def run_scheduler(
 
 
 def run_raw(
-    model: Any, tokenizer: Any, prompts: list[list[int]]
+    model: Any, tokenizer: Any, prompts: Callable[[int], list[list[int]]]
 ) -> tuple[list[float], dict[str, float]]:
+    n = len(prompts(0))
     from mlx_lm.generate import BatchGenerator
 
     eos = sorted(tokenizer.eos_token_ids)
     gen = BatchGenerator(
         model,
         stop_tokens=[[t] for t in eos],
-        completion_batch_size=len(prompts),
-        prefill_batch_size=min(8, len(prompts)),
+        completion_batch_size=n,
+        prefill_batch_size=min(8, n),
     )
     rates: list[float] = []
     step_s, steps = 0.0, 0
@@ -138,11 +148,7 @@ def run_raw(
         if r == 1:
             inside = measured.__enter__()
         start = time.perf_counter()
-        live = set(
-            gen.insert(
-                [[*p[:-1], p[-1] + r % 3] for p in prompts], max_tokens=[ARGS.tokens] * len(prompts)
-            )
-        )
+        live = set(gen.insert(prompts(r), max_tokens=[ARGS.tokens] * n))
         tokens = 0
         while live:
             t = time.perf_counter()
@@ -173,26 +179,44 @@ def main() -> None:
     from mlx_lm import load
 
     model, tokenizer = load(ARGS.model)[:2]
-    prompts = [
-        chat_ids(tokenizer, [{"role": "user", "content": f"Story {i}: {TOPICS[i % 8]}"}])
-        for i in range(ARGS.streams)
-    ]
+
+    def text(r: int, i: int) -> str:
+        if ARGS.prompts == "distinct":  # as bench/concurrency.py: only the template is shared
+            return f"Request {r}.{i}: write a short story about {TOPICS[i % 8]}."
+        return f"Story {i}: {TOPICS[i % 8]}"
+
+    made: dict[int, list[list[int]]] = {}
+
+    def prompts(r: int) -> list[list[int]]:
+        if r not in made:
+            made[r] = [
+                chat_ids(tokenizer, [{"role": "user", "content": text(r, i)}])
+                for i in range(ARGS.streams)
+            ]
+            if ARGS.prompts != "distinct":  # rounds differ in the last token only
+                made[r] = [[*p[:-1], p[-1] + r % 3] for p in made[r]]
+        return made[r]
+
     runs = {
         "raw BatchGenerator": lambda: run_raw(model, tokenizer, prompts),
         "scheduler, at once": lambda: run_scheduler(model, tokenizer, prompts, 10**9, 64),
-        f"scheduler, {ARGS.arrive}/step": lambda: run_scheduler(
-            model, tokenizer, prompts, ARGS.arrive, 64
-        ),
-        f"scheduler, {ARGS.arrive}/step, no prefix cache": lambda: run_scheduler(
-            model, tokenizer, prompts, ARGS.arrive, 0
-        ),
     }
+    for n in ARGS.arrive:
+        runs[f"scheduler, {n}/step"] = lambda n=n: run_scheduler(model, tokenizer, prompts, n, 64)
+        runs[f"scheduler, {n}/step, not gathered"] = lambda n=n: run_scheduler(
+            model, tokenizer, prompts, n, 64, gather_s=0.0
+        )
+    n = ARGS.arrive[-1]
+    runs[f"scheduler, {n}/step, no prefix cache"] = lambda: run_scheduler(
+        model, tokenizer, prompts, n, 0
+    )
     results: dict[str, Any] = {}
     for name, fn in runs.items():
         rates, stats = fn()
         results[name] = {"tok_s": statistics.median(rates), "rates": rates, "stats": stats}
         print(
             f"{name:45s} {statistics.median(rates):9.1f} tok/s  step {stats['step_ms']:.2f} ms"
+            f"  rounds {[round(r) for r in rates]}"
             f"  {json.dumps({k: round(v, 3) for k, v in stats.items()})}",
             flush=True,
         )
@@ -212,8 +236,18 @@ if __name__ == "__main__":
     parser.add_argument("--streams", type=int, default=64)
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--arrive", type=int, default=8)
+    parser.add_argument(
+        "--prompts",
+        choices=["similar", "distinct"],
+        default="similar",
+        help="similar: rounds differ in one token (the prefix cache holds most of each prompt);"
+        " distinct: a new request number each round, as bench/concurrency.py",
+    )
+    parser.add_argument(
+        "--arrive", default="1,8", help="jobs handed over per step (comma-separated runs)"
+    )
     ARGS = parser.parse_args()
+    ARGS.arrive = [int(n) for n in ARGS.arrive.split(",")]
     if ARGS.model is None:  # a quick check of the script itself: a tiny random llama
         import tempfile
 

@@ -40,6 +40,9 @@ TOKEN: Final = 1  # (TOKEN, id, token, Logprobs | None)
 FINISHED: Final = 2  # (FINISHED, id, reason, prompt_tokens, completion_tokens, cached_tokens)
 FAILED: Final = 3  # (FAILED, id, message)
 
+PREFILL_GROUP: Final = 8  # prompts prefilled together (mlx-lm's default prefill batch)
+GATHER_S: Final = 0.05  # the longest a job waits for others to be prefilled with
+
 
 @dataclass(frozen=True, slots=True)
 class Spec:
@@ -72,7 +75,14 @@ class Solo:
 class BatchScheduler:
     """Owns a BatchGenerator; `run` serves one connection until CLOSE or until it closes."""
 
-    def __init__(self, model: Any, tokenizer: Any, cache: PrefixCache, max_batch: int):
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        cache: PrefixCache,
+        max_batch: int,
+        gather_s: float = GATHER_S,
+    ):
         self.model = model
         self.tokenizer = tokenizer
         self._constraints: Any = None  # grammars (omni.engine.grammar), built on first use
@@ -83,9 +93,12 @@ class BatchScheduler:
             model,
             stop_tokens=[[t] for t in eos],
             completion_batch_size=max_batch,
-            prefill_batch_size=min(8, max_batch),
+            prefill_batch_size=min(PREFILL_GROUP, max_batch),
         )
         self.max_batch = max_batch
+        self.gather_s = gather_s
+        self._arrived = False  # the last receive brought a job
+        self._oldest_wait = 0.0  # when the oldest waiting job arrived
         self.slots: dict[int, Slot] = {}  # by BatchGenerator uid
         self.waiting: deque[Spec] = deque()
         self.solo: Solo | None = None
@@ -127,7 +140,11 @@ class BatchScheduler:
             mark = now
             # Jobs beyond the batch size wait here, still queued (and cancellable as such).
             self._drop_cancelled_waiting()
-            if self.solo is not None and (self.waiting or self.solo.slot.spec.id in self.stopping):
+            hold = self._gathering(now)
+            self._arrived = False
+            if self.solo is not None and (
+                (self.waiting and not hold) or self.solo.slot.spec.id in self.stopping
+            ):
                 self._end_solo()
             if (
                 len(self.waiting) == 1
@@ -141,7 +158,9 @@ class BatchScheduler:
                 except Exception as exc:  # one bad request must not stop the engine
                     log.exception("could not start a generation")
                     self.out.append((FAILED, spec.id, f"generation failed: {exc}"))
-            while self.waiting and len(self.slots) < self.max_batch:
+            if self.waiting and not hold and len(self.slots) < self.max_batch:
+                stats["admit_groups"] += 1
+            while self.waiting and not hold and len(self.slots) < self.max_batch:
                 spec = self.waiting.popleft()
                 try:
                     self._admit(spec)
@@ -186,7 +205,10 @@ class BatchScheduler:
             message = conn.recv()
             kind = message[0]
             if kind == JOB:
+                if not self.waiting:
+                    self._oldest_wait = time.perf_counter()
                 self.waiting.append(Spec(*message[1:]))
+                self._arrived = True
                 self._jobs += 1
             elif kind == CANCEL:
                 self.stopping.add(message[1])
@@ -195,6 +217,20 @@ class BatchScheduler:
             elif kind == CLOSE:
                 return False
         return True
+
+    def _gathering(self, now: float) -> bool:
+        """Jobs still arriving while others decode wait a little (at most `gather_s`, until
+        PREFILL_GROUP are there or a step brings none) to be prefilled together: one forward
+        pass for a group, as when they come at once, not one pass (and one new batch shape)
+        for each job of a trickle."""
+        running = len(self.slots) + (self.solo is not None)
+        return (
+            self._arrived
+            and running > 0
+            and len(self.waiting) < PREFILL_GROUP
+            and running + len(self.waiting) < self.max_batch
+            and now - self._oldest_wait < self.gather_s
+        )
 
     def _drop_cancelled_waiting(self) -> None:
         """A job cancelled while it waited leaves the queue at once (its place frees)."""

@@ -17,12 +17,14 @@ def main(conn: Connection, path: str, cache_entries: int, cache_bytes: int, max_
     try:
         from mlx_lm import load
 
-        from omni.engine.batching import BatchScheduler
+        from omni.engine.batching import GATHER_S, BatchScheduler
         from omni.engine.generation import PrefixCache
 
         model, tokenizer = load(path)[:2]
         cache = PrefixCache(model, cache_entries, cache_bytes)
-        scheduler = BatchScheduler(model, tokenizer, cache, max_batch)
+        # OMNI_GATHER_MS: for benchmarks, how long a job may wait to be prefilled with others.
+        gather = float(os.environ.get("OMNI_GATHER_MS", GATHER_S * 1000)) / 1000
+        scheduler = BatchScheduler(model, tokenizer, cache, max_batch, gather)
     except BaseException as exc:  # noqa: BLE001 - reported to the server as a value
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
         return

@@ -1,0 +1,123 @@
+"""Jobs that trickle in while others decode are gathered into one prefill group (one forward
+pass and one new batch shape for the group, not one for each job), for at most `gather_s`, and
+only while they keep coming: the engine's scheduler driven step by step, tiny real model."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mlx_lm import load
+
+from omni.engine.batching import CLOSE, JOB, PREFILL_GROUP, STARTED, TOKEN, BatchScheduler
+from omni.engine.generation import PrefixCache
+from omni.engine.types import Sampling
+
+
+class Script:
+    """The scheduler's pipe. Step k's messages can be received once the scheduler has sent
+    the outputs of k steps (however many times it looks in between); it keeps what each step
+    sends back. Idle, waiting for work, the scheduler gets the next step's messages."""
+
+    def __init__(self, steps: list[list[tuple[Any, ...]]], step_s: float = 0.0):
+        self.steps = [deque(s) for s in steps]
+        self.step_s = step_s  # each step takes at least this long
+        self.sent: list[list[tuple[Any, ...]]] = []
+        self.skipped = 0  # steps passed while the scheduler was idle
+
+    def _now(self) -> deque[tuple[Any, ...]] | None:
+        k = len(self.sent) + self.skipped
+        return self.steps[k] if k < len(self.steps) else None
+
+    def poll(self, timeout: float | None = None) -> bool:
+        while timeout is None and (now := self._now()) is not None and not now:
+            self.skipped += 1  # blocked: time passes until something comes
+        now = self._now()
+        return now is None or bool(now)
+
+    def recv(self) -> tuple[Any, ...]:
+        now = self._now()
+        return (CLOSE,) if now is None else now.popleft()
+
+    def send(self, outputs: list[tuple[Any, ...]]) -> None:
+        self.sent.append(list(outputs))
+        time.sleep(self.step_s)
+
+    def started_together(self) -> list[list[int]]:
+        """The job ids started in each step that started any."""
+        groups = [[o[1] for o in out if o[0] == STARTED] for out in self.sent]
+        return [g for g in groups if g]
+
+
+def job(i: int, tokens: int = 40) -> tuple[Any, ...]:
+    return (JOB, i, [1, 2, 3, 10 + i], [], "", Sampling(temperature=0.0, max_tokens=tokens))
+
+
+@pytest.fixture(scope="module")
+def loaded(tiny_model_dir: Path) -> tuple[Any, Any]:
+    model, tokenizer = load(str(tiny_model_dir))[:2]
+    return model, tokenizer
+
+
+def run(
+    loaded: tuple[Any, Any],
+    steps: list[list[tuple[Any, ...]]],
+    gather_s: float,
+    step_s: float = 0.0,
+) -> Script:
+    model, tokenizer = loaded
+    scheduler = BatchScheduler(model, tokenizer, PrefixCache(model, 0, 0), 32, gather_s)
+    script = Script([*steps, *([[]] * 100), [(CLOSE,)]], step_s)
+    scheduler.run(script)  # type: ignore[arg-type]
+    return script
+
+
+def test_a_trickle_is_prefilled_as_one_group(loaded: tuple[Any, Any]) -> None:
+    n = PREFILL_GROUP + 2
+    steps = [[job(i)] for i in range(n)]  # one job a step: the first runs alone at once
+    gathered = run(loaded, steps, gather_s=60.0).started_together()
+    assert gathered[0] == [0]
+    # The next PREFILL_GROUP jobs wait for one another; the rest form the next group.
+    assert gathered[1] == list(range(1, PREFILL_GROUP + 1))
+    assert gathered[2] == [PREFILL_GROUP + 1]
+    one_by_one = run(loaded, steps, gather_s=0.0).started_together()
+    assert one_by_one == [[i] for i in range(n)]
+
+
+def test_jobs_wait_only_while_others_keep_coming(loaded: tuple[Any, Any]) -> None:
+    steps = [[job(0)], [job(1)], [job(2)], [], [], [job(3)], []]
+    script = run(loaded, steps, gather_s=60.0)
+    # 1 and 2 came in consecutive steps and start together at the first step that brings
+    # nothing (3); 3 came alone at step 5 and starts at step 6.
+    assert script.started_together() == [[0], [1, 2], [3]]
+    starts = [i for i, out in enumerate(script.sent) if any(o[0] == STARTED for o in out)]
+    assert starts == [0, 3, 6]
+
+
+def test_no_job_waits_longer_than_gather_s(loaded: tuple[Any, Any]) -> None:
+    # A job a step, a step every 20 ms, at most 50 ms of waiting: groups of three or so
+    # (the wait is checked at each step), never the full PREFILL_GROUP.
+    steps = [[job(i)] for i in range(PREFILL_GROUP + 1)]
+    groups = run(loaded, steps, gather_s=0.05, step_s=0.02).started_together()
+    assert groups[0] == [0]
+    assert all(1 < len(g) <= 4 for g in groups[1:-1]), groups
+    assert sorted(i for g in groups for i in g) == list(range(PREFILL_GROUP + 1))
+
+
+def test_gathered_jobs_decode_as_they_would_alone(loaded: tuple[Any, Any]) -> None:
+    steps = [[job(i, tokens=12)] for i in range(4)]
+
+    def tokens(script: Script) -> dict[int, list[int]]:
+        out: dict[int, list[int]] = {}
+        for sent in script.sent:
+            for o in sent:
+                if o[0] == TOKEN:
+                    out.setdefault(o[1], []).append(o[2])
+        return out
+
+    gathered = tokens(run(loaded, steps, gather_s=60.0))
+    alone = {i: tokens(run(loaded, [[job(i, tokens=12)]], gather_s=0.0))[i] for i in range(4)}
+    assert gathered == alone
