@@ -99,6 +99,7 @@ class BatchScheduler:
         self.gather_s = gather_s
         self._arrived = False  # the last receive brought a job
         self._oldest_wait = 0.0  # when the oldest waiting job arrived
+        self._checked = 0.0  # when the scheduler last decided whether to gather
         self.slots: dict[int, Slot] = {}  # by BatchGenerator uid
         self.waiting: deque[Spec] = deque()
         self.solo: Solo | None = None
@@ -219,17 +220,19 @@ class BatchScheduler:
         return True
 
     def _gathering(self, now: float) -> bool:
-        """Jobs still arriving while others decode wait a little (at most `gather_s`, until
-        PREFILL_GROUP are there or a step brings none) to be prefilled together: one forward
-        pass for a group, as when they come at once, not one pass (and one new batch shape)
-        for each job of a trickle."""
+        """Jobs still arriving while others decode wait a little to be prefilled together:
+        one forward pass for a group, as when they come at once, not one pass (and one new
+        batch shape) for each job of a trickle. They wait while others keep coming, until
+        PREFILL_GROUP are there, and only if one more step keeps the oldest within `gather_s`
+        (so where a step takes longer than that, as on a CPU, nobody waits)."""
+        step, self._checked = now - self._checked, now
         running = len(self.slots) + (self.solo is not None)
         return (
             self._arrived
             and running > 0
             and len(self.waiting) < PREFILL_GROUP
             and running + len(self.waiting) < self.max_batch
-            and now - self._oldest_wait < self.gather_s
+            and now - self._oldest_wait + step < self.gather_s
         )
 
     def _drop_cancelled_waiting(self) -> None:
