@@ -84,7 +84,7 @@ def run_scheduler(
 
     cache = PrefixCache(model, cache_entries, 8 << 30)
     n = len(prompts(0))
-    scheduler = BatchScheduler(model, tokenizer, cache, n, gather_s)
+    scheduler = BatchScheduler(model, tokenizer, cache, n, gather_s, time_prefill=True)
     conn = FakeConn(per_step)
     rounds = ARGS.rounds + 1
     walls: list[float] = []

@@ -42,6 +42,7 @@ FAILED: Final = 3  # (FAILED, id, message)
 
 PREFILL_GROUP: Final = 8  # prompts prefilled together (mlx-lm's default prefill batch)
 GATHER_S: Final = 0.05  # the longest a job waits for others to be prefilled with
+PREFILL_BUCKETS_MS: Final = (5, 20, 100)  # prefill steps counted by time (time_prefill)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +83,7 @@ class BatchScheduler:
         cache: PrefixCache,
         max_batch: int,
         gather_s: float = GATHER_S,
+        time_prefill: bool = False,
     ):
         self.model = model
         self.tokenizer = tokenizer
@@ -100,6 +102,7 @@ class BatchScheduler:
         self._arrived = False  # the last receive brought a job
         self._oldest_wait = 0.0  # when the oldest waiting job arrived
         self._checked = 0.0  # when the scheduler last decided whether to gather
+        self.time_prefill = time_prefill  # stats of each step's prefill (benchmarks)
         self.slots: dict[int, Slot] = {}  # by BatchGenerator uid
         self.waiting: deque[Spec] = deque()
         self.solo: Solo | None = None
@@ -388,7 +391,13 @@ class BatchScheduler:
 
     def _step(self) -> None:
         out = self.out
-        for r in self.batch.next_generated():
+        if self.time_prefill:
+            with self.batch.stats() as step:
+                generated = self.batch.next_generated()
+            self._count_prefill(step.prompt_time, step.prompt_tokens)
+        else:
+            generated = self.batch.next_generated()
+        for r in generated:
             slot = self.slots[r.uid]
             if r.finish_reason == "stop":  # an end-of-sequence token: not output
                 self._finish(r.uid, "stop", r.prompt_cache)
@@ -407,6 +416,22 @@ class BatchScheduler:
             )
             if r.finish_reason == "length":
                 self._finish(r.uid, "length", r.prompt_cache)
+
+    def _count_prefill(self, seconds: float, tokens: int) -> None:
+        """How the steps that prefilled spread by time: a few slow ones among many quick ones
+        point at per-shape work (kernels built for a new shape), all slow at the work itself."""
+        if tokens == 0:
+            return
+        stats = self.stats
+        stats["prefill_steps"] += 1
+        stats["prefill_max_s"] = max(stats["prefill_max_s"], seconds)
+        for bound in PREFILL_BUCKETS_MS:
+            if seconds * 1000 < bound:
+                stats[f"prefill_steps_under_{bound}ms"] += 1
+                return
+        stats["prefill_slow_steps"] += 1
+        stats["prefill_slow_s"] += seconds
+        stats["prefill_slow_tokens"] += tokens
 
     def _cancel_stopped(self) -> None:
         if not self.stopping:

@@ -24,7 +24,8 @@ def main(conn: Connection, path: str, cache_entries: int, cache_bytes: int, max_
         cache = PrefixCache(model, cache_entries, cache_bytes)
         # OMNI_GATHER_MS: for benchmarks, how long a job may wait to be prefilled with others.
         gather = float(os.environ.get("OMNI_GATHER_MS", GATHER_S * 1000)) / 1000
-        scheduler = BatchScheduler(model, tokenizer, cache, max_batch, gather)
+        timed = bool(os.environ.get("OMNI_ENGINE_STATS"))
+        scheduler = BatchScheduler(model, tokenizer, cache, max_batch, gather, timed)
     except BaseException as exc:  # noqa: BLE001 - reported to the server as a value
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
         return

@@ -127,3 +127,20 @@ def test_gathered_jobs_decode_as_they_would_alone(loaded: tuple[Any, Any]) -> No
     gathered = tokens(run(loaded, steps, gather_s=60.0))
     alone = {i: tokens(run(loaded, [[job(i, tokens=12)]], gather_s=0.0))[i] for i in range(4)}
     assert gathered == alone
+
+
+def test_prefill_steps_are_counted_by_time_when_asked(loaded: tuple[Any, Any]) -> None:
+    model, tokenizer = loaded
+    steps = [[job(0)], [job(1), job(2)], [], [job(3)]]
+    counts = []
+    for timed in (True, False):
+        scheduler = BatchScheduler(model, tokenizer, PrefixCache(model, 0, 0), 32, 0.0, timed)
+        scheduler.run(Script([*steps, *([[]] * 60), [(CLOSE,)]]))  # type: ignore[arg-type]
+        counts.append(dict(scheduler.stats))
+    timed_stats, plain = counts
+    # Jobs 1-3 were prefilled in the batch (job 0 alone, outside it), in two steps.
+    assert timed_stats["prefill_steps"] == 2
+    buckets = [v for k, v in timed_stats.items() if k.startswith("prefill_steps_under_")]
+    assert sum(buckets) + timed_stats.get("prefill_slow_steps", 0) == 2
+    assert 0 < timed_stats["prefill_max_s"] < timed_stats["step_s"]
+    assert "prefill_steps" not in plain
