@@ -3,7 +3,8 @@
 Run on the lent H200 through ../shared/gpu/setup_and_run.sh with BENCH=bench/gpu.py (it installs
 mlx, mlx-cuda-13 and mlx-lm there). GPU_LEVELS picks the concurrency levels (default 1..64);
 GPU_CONCURRENCY_ARGS passes more flags to concurrency.py (e.g. --skip-peer); GPU_RUNS
-names the runs (default overhead,concurrency). Builds a
+names the runs (default overhead,concurrency; `scheduler` adds bench/scheduler.py at 64 streams
+with prompts that share only the template, arriving at once, 1 and 16 a step). Builds a
 random-weight bf16 model of Llama-3.2-1B's shape (random weights are fine for speed), then
 runs bench/overhead.py and bench/concurrency.py on it and copies their JSON (and plots, where
 matplotlib exists) to $OUT.
@@ -84,7 +85,10 @@ def main() -> None:
     args = ["--model", str(model), "--levels", levels, "--tokens", "128", "--rounds", "3", *extra]
     if "concurrency" in runs:
         run("concurrency.py", *args, timeout=420)
-    for name in ("overhead", "concurrency"):
+    if "scheduler" in runs:
+        sched = ["--streams", "64", "--tokens", "128", "--prompts", "distinct", "--arrive", "1,16"]
+        run("scheduler.py", "--model", str(model), *sched, timeout=300)
+    for name in ("overhead", "concurrency", "scheduler"):
         for ext in ("json", "png"):
             src = HERE / "out" / f"{name}.{ext}"
             if src.exists():

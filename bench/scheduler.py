@@ -11,7 +11,7 @@ Runs, each with one unmeasured warm-up round, then --rounds measured ones (media
 - scheduler, arriving: --arrive jobs per step (as HTTP requests trickle in), with the
   scheduler gathering arrivals into prefill groups (its default) and without.
 - scheduler, arriving (the last --arrive), no prefix cache: the same with the prefix cache off.
-Prints tokens/s and the mean decode step per run; writes bench/out/scheduler.json.
+Prints tokens/s and the mean decode step per run; writes bench/out/scheduler.json and .png.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from _plot import Bars, save  # noqa: E402
 from _server import chat_ids  # noqa: E402
 
 from omni.engine.batching import GATHER_S  # noqa: E402
@@ -228,6 +229,17 @@ def main() -> None:
     (out / "scheduler.json").write_text(
         json.dumps({"args": vars(ARGS), "results": results}, indent=2)
     )
+    short = {"scheduler, ": "", ", not gathered": "\nungathered", ", no prefix cache": "\nno cache"}
+
+    def label(name: str) -> str:
+        for long, brief in short.items():
+            name = name.replace(long, brief)
+        return name.replace(" BatchGenerator", "")
+
+    ratios = {label(name): r["tok_s"] / raw for name, r in results.items()}
+    title = f"{ARGS.streams} streams, {ARGS.tokens} tokens, {ARGS.prompts} prompts"
+    save(out / "scheduler.png", [Bars(title, "tokens/s / raw BatchGenerator", ratios, "{:.2f}")])
+    print(f"wrote {out / 'scheduler.json'} and {out / 'scheduler.png'}")
 
 
 if __name__ == "__main__":
