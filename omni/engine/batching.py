@@ -21,7 +21,7 @@ from typing import Any, Final
 
 import mlx.core as mx
 from mlx_lm.generate import BatchGenerator, generate_step
-from mlx_lm.models.cache import trim_prompt_cache
+from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
 from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p, make_sampler
 
 from omni.engine.generation import PrefixCache, Scorer, ThinkBudget, logits_processors
@@ -319,7 +319,7 @@ class BatchScheduler:
             return
         token = int(y.item() if hasattr(y, "item") else y)
         if token in self.eos:  # an end-of-sequence token: not output
-            self._end_solo("stop")
+            self._end_solo("stop", token)
             return
         slot.fed.append(token)
         slot.done += 1
@@ -336,19 +336,21 @@ class BatchScheduler:
         if self._closing or job_id in self.stopping:
             raise _Stopped
 
-    def _end_solo(self, reason: str | None = None) -> None:
-        """Finish the solo job (`reason`), or, when cancelled or joined by others, stop it here
-        and carry on in the batch from its KV cache (cancelled: the batch ends it)."""
+    def _end_solo(self, reason: str | None = None, eos: int | None = None) -> None:
+        """Finish the solo job (`reason`; `eos`: the end token it stopped on), or, when
+        cancelled or joined by others, stop it here and carry on in the batch from its KV cache
+        (cancelled: the batch ends it)."""
         solo, self.solo = self.solo, None
         assert solo is not None
         slot, cache = solo.slot, solo.cache
         solo.steps.close()
         mx.eval([c.state for c in cache])
-        _trim_to(cache, len(slot.fed))  # generate_step runs one token ahead
         if reason is not None or slot.spec.id in self.stopping or self._closing:
             if reason is None:
                 self.stopping.discard(slot.spec.id)
-            self.cache.insert(slot.spec.cache_namespace, slot.fed, cache)
+            # generate_step fed each token it yielded, the end token too: the cache holds it.
+            held = slot.fed if eos is None else [*slot.fed, eos]
+            self.cache.insert(slot.spec.cache_namespace, held, cache)
             spec = slot.spec
             done = (
                 FINISHED,
@@ -360,9 +362,15 @@ class BatchScheduler:
             )
             self.out.append(done)
             return
-        # The batch must see one token to predict the next: hand it the last one again.
-        _trim_to(cache, len(slot.fed) - 1)
-        self._insert(slot, cache, slot.fed[-1:])
+        # The batch must see one token to predict the next: hand it the last one again (the
+        # cache holds every token so far: generate_step feeds each one it yields).
+        if can_trim_prompt_cache(cache):
+            trim_prompt_cache(cache, 1)
+            self._insert(slot, cache, slot.fed[-1:])
+            return
+        # A cache that cannot be cut back (a sliding window past its size, a recurrent
+        # state): the batch starts again from the longest cached prefix of what it has seen.
+        self._insert(slot, *self.cache.nearest(slot.spec.cache_namespace, slot.fed))
 
     def _processors(self, spec: Spec) -> list[Any]:
         processors = logits_processors(spec.sampling)
@@ -400,7 +408,7 @@ class BatchScheduler:
         for r in generated:
             slot = self.slots[r.uid]
             if r.finish_reason == "stop":  # an end-of-sequence token: not output
-                self._finish(r.uid, "stop", r.prompt_cache)
+                self._finish(r.uid, "stop", r.prompt_cache, int(r.token))
                 continue
             token = int(r.token)
             slot.fed.append(token)
@@ -446,10 +454,14 @@ class BatchScheduler:
             cache = caches.get(uid, (None,))[0]
             self._finish(uid, "cancelled", cache)
 
-    def _finish(self, uid: int, reason: str, cache: list[Any] | None) -> None:
+    def _finish(
+        self, uid: int, reason: str, cache: list[Any] | None, eos: int | None = None
+    ) -> None:
+        """`eos`: the end token it stopped on, which the batch fed (its cache holds it)."""
         slot = self.slots.pop(uid)
         if cache is not None:
-            self.cache.insert(slot.spec.cache_namespace, slot.fed, cache)
+            held = slot.fed if eos is None else [*slot.fed, eos]
+            self.cache.insert(slot.spec.cache_namespace, held, cache)
         spec = slot.spec
         self.out.append((FINISHED, spec.id, reason, len(spec.prompt), slot.done, slot.cached))
 
@@ -472,12 +484,6 @@ def _solo_ok(spec: Spec) -> bool:
     started alone (generate_step samples one token ahead, which a move would throw away)."""
     s = spec.sampling
     return s.seed is None or s.temperature == 0
-
-
-def _trim_to(cache: list[Any], n: int) -> None:
-    excess = (getattr(cache[0], "offset", n) if cache else n) - n
-    if excess > 0:
-        trim_prompt_cache(cache, excess)
 
 
 def _with_history(processor: Any, held: mx.array) -> Any:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any
 
 import mlx.core as mx
@@ -36,68 +37,84 @@ class PrefixCache:
     def __init__(self, model: Any, entries: int, nbytes: int):
         self.model = model
         self.max_entries, self.max_bytes = entries, nbytes
-        # (namespace, tokens) -> (cache, its bytes, the tokens as an array); oldest first.
-        self._entries: OrderedDict[tuple[str, tuple[int, ...]], tuple[list[Any], int, Any]] = (
-            OrderedDict()
-        )
+        self._entries: OrderedDict[tuple[str, tuple[int, ...]], _Entry] = OrderedDict()
         self._bytes = 0
 
     def __len__(self) -> int:
         return len(self._entries)
 
     def nearest(self, namespace: str, tokens: list[int]) -> tuple[list[Any], list[int]]:
-        """A KV cache sharing the longest prefix with `tokens`, and the tokens it still has to
-        process (at least one: the model must see a token to predict the next)."""
+        """A KV cache sharing the longest usable prefix with `tokens`, and the tokens it still
+        has to process (at least one: the model must see a token to predict the next). An
+        entry that cannot be cut back (a sliding window past its size, a recurrent state) is
+        usable only whole, as a prefix of `tokens`."""
         query = np.asarray(tokens)
-        best, shared = None, 0
-        for key, (_, _, held) in self._entries.items():  # newest last: ties go to it
+        best, use = None, 0
+        for key, entry in self._entries.items():  # newest last: ties go to it
             if key[0] != namespace:
                 continue
+            held = entry.tokens
             n = min(len(held), len(query))
             differ = np.flatnonzero(held[:n] != query[:n])
             common = int(differ[0]) if differ.size else n
-            if common > 0 and common >= shared:
-                best, shared = key, common
-        keep = min(shared, len(tokens) - 1)
-        if best is not None and keep > 0:
-            cache = _prefix_of(self._entries[best][0], keep, len(best[1]))
-            if cache is not None:
-                self._entries.move_to_end(best)
-                return cache, list(tokens[keep:])
-        return make_prompt_cache(self.model), list(tokens)
+            if entry.cuttable:
+                usable = min(common, len(tokens) - 1)
+            else:
+                usable = len(held) if common == len(held) < len(tokens) else 0
+            if usable > 0 and usable >= use:
+                best, use = key, usable
+        if best is None:
+            return make_prompt_cache(self.model), list(tokens)
+        self._entries.move_to_end(best)
+        return _prefix_of(self._entries[best].cache, use, len(best[1])), list(tokens[use:])
 
     def insert(self, namespace: str, tokens: list[int], cache: list[Any]) -> None:
-        """Keep `cache` for reuse, keyed by exactly the tokens it holds."""
+        """Keep `cache` for reuse, keyed by exactly the tokens it holds (a cache that holds
+        more than `tokens` is cut back to them, or not kept if it cannot be)."""
         held = getattr(cache[0], "offset", len(tokens)) if cache else 0
+        if held > len(tokens):
+            if not can_trim_prompt_cache(cache):
+                return
+            trim_prompt_cache(cache, held - len(tokens))
+            held = len(tokens)
         if held <= 0 or self.max_entries <= 0:
             return
         key = (namespace, tuple(tokens[:held]))
-        held_array = np.asarray(key[1])
-        if can_trim_prompt_cache(cache):  # entries this one extends are of no more use
-            for other, (_, _, ids) in list(self._entries.items()):
+        ids = np.asarray(key[1])
+        cuttable = all(type(c) is KVCache for c in cache) or can_trim_prompt_cache(cache)
+        if cuttable:  # entries this one extends are of no more use
+            for other, entry in list(self._entries.items()):
+                shorter = entry.tokens
                 if (
                     other[0] == namespace
-                    and len(ids) <= held
-                    and (ids == held_array[: len(ids)]).all()
+                    and len(shorter) <= held
+                    and (shorter == ids[: len(shorter)]).all()
                 ):
                     self._drop(other)
         if key in self._entries:
             self._drop(key)
-        nbytes = sum(c.nbytes for c in cache)
-        self._entries[key] = (cache, nbytes, held_array)
-        self._bytes += nbytes
+        entry = _Entry(cache, sum(c.nbytes for c in cache), ids, cuttable)
+        self._entries[key] = entry
+        self._bytes += entry.nbytes
         while self._entries and (
             len(self._entries) > self.max_entries or self._bytes > self.max_bytes
         ):
             self._drop(next(iter(self._entries)))
 
     def _drop(self, key: tuple[str, tuple[int, ...]]) -> None:
-        self._bytes -= self._entries.pop(key)[1]
+        self._bytes -= self._entries.pop(key).nbytes
 
 
-def _prefix_of(cache: list[Any], keep: int, held: int) -> list[Any] | None:
-    """A cache of the first `keep` of the `held` tokens in `cache`, which stays as it was; None
-    if it cannot be cut there."""
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    cache: list[Any]
+    nbytes: int
+    tokens: Any  # numpy array of the tokens the cache holds
+    cuttable: bool  # can be cut back to any prefix (else only used whole)
+
+
+def _prefix_of(cache: list[Any], keep: int, held: int) -> list[Any]:
+    """A cache of the first `keep` of the `held` tokens in `cache`, which stays as it was."""
     if all(type(c) is KVCache for c in cache):
         # Slices share the entry's memory; the first new token makes the cache grow into a
         # buffer of its own (KVCache concatenates), so the entry is never written to.
@@ -108,8 +125,6 @@ def _prefix_of(cache: list[Any], keep: int, held: int) -> list[Any] | None:
             part.offset = keep
             out.append(part)
         return out
-    if keep < held and not can_trim_prompt_cache(cache):
-        return None
     copied = copy.deepcopy(cache)
     if keep < held:
         trim_prompt_cache(copied, held - keep)

@@ -144,3 +144,25 @@ def test_prefill_steps_are_counted_by_time_when_asked(loaded: tuple[Any, Any]) -
     assert sum(buckets) + timed_stats.get("prefill_slow_steps", 0) == 2
     assert 0 < timed_stats["prefill_max_s"] < timed_stats["step_s"]
     assert "prefill_steps" not in plain
+
+
+def test_a_job_that_stops_keeps_its_end_token_in_the_prefix_cache(
+    loaded: tuple[Any, Any],
+) -> None:
+    """The end token was fed to the model before it was seen: the kept cache holds it, and is
+    named with it (a follow-up turn's prompt carries it too)."""
+    model, tokenizer = loaded
+    eos = sorted(tokenizer.eos_token_ids)[0]
+
+    def ending(i: int) -> tuple[Any, ...]:
+        sampling = Sampling(temperature=0.0, max_tokens=8, logit_bias=((eos, 100.0),))
+        return (JOB, i, [1, 2, 3, 10 + i], [], "", sampling)
+
+    # Job 0 alone (decoded on its own), then 1 and 2 together (in the batch).
+    for steps in ([[ending(0)]], [[ending(1), ending(2)]]):
+        store = PrefixCache(model, 8, 1 << 30)
+        scheduler = BatchScheduler(model, tokenizer, store, 8, 0.0)
+        scheduler.run(Script([*steps, [], [], [(CLOSE,)]]))  # type: ignore[arg-type]
+        for prompt in (message[2] for message in steps[0]):
+            cache, rest = store.nearest("", [*prompt, eos, 77])
+            assert (cache[0].offset, rest) == (len(prompt) + 1, [77])

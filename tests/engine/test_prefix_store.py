@@ -11,7 +11,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 from mlx_lm import load
-from mlx_lm.models.cache import make_prompt_cache
+from mlx_lm.models.cache import RotatingKVCache, can_trim_prompt_cache, make_prompt_cache
 
 from omni.engine.generation import PrefixCache
 
@@ -126,3 +126,39 @@ def test_an_entry_that_a_longer_one_extends_is_dropped(model: Any) -> None:
     assert store.nearest("", [7, 7, 7, 8])[0][0].offset == 3
     store.insert("", PROMPT[:5], filled(model, PROMPT[:5]))  # a prefix of a kept one: kept
     assert len(store) == 3
+
+
+def windowed(model: Any, tokens: list[int], window: int = 4) -> list[Any]:
+    """A sliding-window cache past its window: it cannot be cut back any more."""
+    cache = [RotatingKVCache(max_size=window) for _ in model.layers]
+    for token in tokens:  # one at a time, as decoding fills it
+        model(mx.array([[token]]), cache=cache)
+    mx.eval([c.state for c in cache])
+    assert not can_trim_prompt_cache(cache)
+    return cache
+
+
+def test_an_entry_that_cannot_be_cut_is_used_whole_or_not_at_all(model: Any) -> None:
+    store = PrefixCache(model, 8, 1 << 30)
+    store.insert("", PROMPT[:5], windowed(model, PROMPT[:5]))
+    store.insert("", [*PROMPT[:7], 99], windowed(model, [*PROMPT[:7], 99]))
+    # The longer entry shares 7 tokens but would have to be cut: the one held whole is used.
+    cache, rest = store.nearest("", PROMPT[:8])
+    assert (cache[0].offset, rest) == (5, PROMPT[5:8])
+    # The very same tokens: it would have to give back the last one; nothing is reused.
+    assert store.nearest("", PROMPT[:5])[1] == PROMPT[:5]
+
+
+def test_a_cache_holding_more_than_its_tokens_is_cut_back_or_not_kept(model: Any) -> None:
+    store = PrefixCache(model, 8, 1 << 30)
+    store.insert("", PROMPT[:20], filled(model, PROMPT[:21]))  # one more token than named
+    cache, rest = store.nearest("", PROMPT)
+    assert (cache[0].offset, rest) == (20, PROMPT[20:])
+    np.testing.assert_allclose(
+        last_logits(model, cache, rest),
+        last_logits(model, make_prompt_cache(model), PROMPT),
+        rtol=1e-4,
+        atol=1e-4,
+    )
+    store.insert("", PROMPT[:5], windowed(model, PROMPT[:6]))
+    assert len(store) == 1
