@@ -43,6 +43,11 @@ class PrefixCache:
     def __len__(self) -> int:
         return len(self._entries)
 
+    @property
+    def nbytes(self) -> int:
+        """What the kept caches hold."""
+        return self._bytes
+
     def nearest(self, namespace: str, tokens: list[int]) -> tuple[list[Any], list[int]]:
         """A KV cache sharing the longest usable prefix with `tokens`, and the tokens it still
         has to process (at least one: the model must see a token to predict the next). An
@@ -93,6 +98,10 @@ class PrefixCache:
                     self._drop(other)
         if key in self._entries:
             self._drop(key)
+        # A cache cut out of a batch is a lazy copy that holds on to the whole batch's buffer
+        # until it is computed: compute it now (without waiting), so that only its own bytes,
+        # the ones counted here, stay held.
+        mx.async_eval([c.state for c in cache])
         entry = _Entry(cache, sum(c.nbytes for c in cache), ids, cuttable)
         self._entries[key] = entry
         self._bytes += entry.nbytes

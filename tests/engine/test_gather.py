@@ -166,3 +166,29 @@ def test_a_job_that_stops_keeps_its_end_token_in_the_prefix_cache(
         for prompt in (message[2] for message in steps[0]):
             cache, rest = store.nearest("", [*prompt, eos, 77])
             assert (cache[0].offset, rest) == (len(prompt) + 1, [77])
+
+
+def test_kept_caches_hold_only_their_own_memory(loaded: tuple[Any, Any]) -> None:
+    """A cache cut out of the batch for the prefix cache must not keep the whole batch's
+    buffer alive: once the batch is done, what stays held is what the prefix cache counts."""
+    import gc
+
+    import mlx.core as mx
+
+    model, tokenizer = loaded
+    store = PrefixCache(model, 16, 1 << 34)
+    jobs = [
+        (JOB, i, [1, 2, 3, 10 + i] * 30, [], "", Sampling(temperature=0.0, max_tokens=200))
+        for i in range(16)
+    ]
+    mx.synchronize()
+    gc.collect()
+    before = mx.get_active_memory()
+    scheduler = BatchScheduler(model, tokenizer, store, 16, 0.0)
+    scheduler.run(Script([jobs, *([[]] * 300), [(CLOSE,)]]))  # type: ignore[arg-type]
+    del scheduler
+    mx.synchronize()
+    gc.collect()
+    held = mx.get_active_memory() - before
+    assert len(store) == 16
+    assert held < 1.3 * store.nbytes, (held, store.nbytes)
