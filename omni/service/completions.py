@@ -225,15 +225,15 @@ class CompletionsService:
             "created": recorder.base["created"],
         }
         opening = [NewEvent(t, dumps(d)) for t, d in recorder.opening()]
-        await self.appender.append(
-            Append(request_stream(cid), 0, [NewEvent(ACCEPTED, dumps(request))]),
-            Append(cid, 0, opening),
-        )
         namespace = getattr(body, "prompt_cache_key", None) or ""
         job = Job(prompt, sampling, cache_namespace=namespace, constraint=constraint)
         run = Run(cid, recorder, job, cache_key=key)
         run.on_done = lambda: self._release(cid)  # failed or cancelled ones must not be followed
-        self.runs.start(run)
+        await self.runs.open(
+            run,
+            Append(request_stream(cid), 0, [NewEvent(ACCEPTED, dumps(request))]),
+            Append(cid, 0, opening),
+        )
 
     async def _mirror(self, original: str, cid: str, body: ChatCompletionCreate, key: str) -> None:
         """Completion `cid` gets the original's chunks under its own id: at once for a

@@ -128,14 +128,14 @@ class ResponsesService:
         if body.background:
             request["prompt"] = prompt  # so a restart can run or continue it exactly
         opening = [NewEvent(e["type"], dumps(e)) for e in recorder.opening()]
-        await self.appender.append(
-            Append(request_stream(response_id), 0, [NewEvent(ACCEPTED, dumps(request))]),
-            Append(response_id, 0, opening),
-        )
         job = Job(
             prompt, sampling, cache_namespace=body.prompt_cache_key or "", constraint=constraint
         )
-        self.runs.start(Run(response_id, recorder, job, body.store, body.background))
+        await self.runs.open(
+            Run(response_id, recorder, job, body.store, body.background),
+            Append(request_stream(response_id), 0, [NewEvent(ACCEPTED, dumps(request))]),
+            Append(response_id, 0, opening),
+        )
         return response  # as response.created carries it (status queued or in_progress)
 
     def _fit(

@@ -76,12 +76,26 @@ class Runs:
                 "retry shortly."
             )
 
-    def start(self, run: Run) -> None:
+    async def open(self, run: Run, *opening: Append) -> None:
+        """Commit the run's opening events and start it. The engine starts on the job while
+        they commit (its outputs wait in the job's queue, recorded once the opening is in the
+        log): the first token is not held up by the first commit. If the commit fails, the
+        job is cancelled and the error raised."""
+        self.engine.submit(run.job)
+        try:
+            await self.appender.append(*opening)
+        except BaseException:
+            run.job.cancel()
+            raise
+        self.start(run, submitted=True)
+
+    def start(self, run: Run, submitted: bool = False) -> None:
         self._runs[run.stream_id] = run
         task = asyncio.create_task(self._record(run), name=f"record-{run.response_id}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-        self.engine.submit(run.job)
+        if not submitted:
+            self.engine.submit(run.job)
 
     def get(self, response_id: str) -> Run | None:
         return self._runs.get(response_id)

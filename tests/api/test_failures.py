@@ -83,3 +83,27 @@ def test_mid_stream_failure_ends_with_response_failed(scripted) -> None:
         with sdk.responses.stream(model="scripted", input="hi") as stream:
             with pytest.raises(RuntimeError):
                 stream.get_final_response()
+
+
+async def test_a_run_whose_opening_cannot_be_committed_is_cancelled_not_left_running() -> None:
+    """The engine starts on a job while its opening events commit; if that commit fails,
+    the job is cancelled (nobody would record it) and the error reaches the caller."""
+    from omni.engine.chat_recorder import ChunkRecorder
+    from omni.engine.types import Sampling
+    from omni.events.store import Append, NewEvent
+    from omni.service.runs import Run, Runs
+
+    class FullDisk:
+        async def append(self, *appends: Append) -> None:
+            await asyncio.sleep(0)
+            raise OSError("database or disk is full")
+
+    engine = ScriptedEngine()
+    runs = Runs(engine, None, FullDisk(), None)  # type: ignore[arg-type]
+    job = Job([1, 2, 3], Sampling(max_tokens=4))
+    run = Run("chatcmpl-1", ChunkRecorder("chat", "chatcmpl-1", "scripted", 0), job)
+    with pytest.raises(OSError, match="disk is full"):
+        await runs.open(run, Append("chatcmpl-1", 0, [NewEvent("chunk", "{}")]))
+    assert engine.jobs == 1  # it had started...
+    assert job.stop.is_set()  # ... and is told to stop
+    assert runs.get("chatcmpl-1") is None  # never recorded, never listed
