@@ -164,13 +164,13 @@ class BatchScheduler:
                     self.out.append((FAILED, spec.id, f"generation failed: {exc}"))
             if self.waiting and not hold and len(self.slots) < self.max_batch:
                 stats["admit_groups"] += 1
-            while self.waiting and not hold and len(self.slots) < self.max_batch:
-                spec = self.waiting.popleft()
-                try:
-                    self._admit(spec)
-                except Exception as exc:  # one bad request must not stop the engine
-                    log.exception("could not start a generation")
-                    self.out.append((FAILED, spec.id, f"generation failed: {exc}"))
+                while self.waiting and len(self.slots) < self.max_batch:
+                    spec = self.waiting.popleft()
+                    try:
+                        self._admit(spec)
+                    except Exception as exc:  # one bad request must not stop the engine
+                        log.exception("could not start a generation")
+                        self.out.append((FAILED, spec.id, f"generation failed: {exc}"))
             self._cancel_stopped()
             now = clock()
             stats["admit_s"] += now - mark
@@ -348,9 +348,7 @@ class BatchScheduler:
         if reason is not None or slot.spec.id in self.stopping or self._closing:
             if reason is None:
                 self.stopping.discard(slot.spec.id)
-            # generate_step fed each token it yielded, the end token too: the cache holds it.
-            held = slot.fed if eos is None else [*slot.fed, eos]
-            self.cache.insert(slot.spec.cache_namespace, held, cache)
+            self._keep(slot, cache, eos)  # generate_step fed the end token too
             spec = slot.spec
             done = (
                 FINISHED,
@@ -460,10 +458,15 @@ class BatchScheduler:
         """`eos`: the end token it stopped on, which the batch fed (its cache holds it)."""
         slot = self.slots.pop(uid)
         if cache is not None:
-            held = slot.fed if eos is None else [*slot.fed, eos]
-            self.cache.insert(slot.spec.cache_namespace, held, cache)
+            self._keep(slot, cache, eos)
         spec = slot.spec
         self.out.append((FINISHED, spec.id, reason, len(spec.prompt), slot.done, slot.cached))
+
+    def _keep(self, slot: Slot, cache: list[Any], eos: int | None) -> None:
+        """Keep an ended job's cache for prefix reuse. It holds every token fed, and `eos`, the
+        end token the job stopped on, if any: the model saw it before it was read."""
+        held = slot.fed if eos is None else [*slot.fed, eos]
+        self.cache.insert(slot.spec.cache_namespace, held, cache)
 
     def _fail_all(self, message: str) -> None:
         for uid, slot in list(self.slots.items()):

@@ -86,7 +86,7 @@ class PrefixCache:
             return
         key = (namespace, tuple(tokens[:held]))
         ids = np.asarray(key[1])
-        cuttable = all(type(c) is KVCache for c in cache) or can_trim_prompt_cache(cache)
+        cuttable = _plain(cache) or can_trim_prompt_cache(cache)
         if cuttable:  # entries this one extends are of no more use
             for other, entry in list(self._entries.items()):
                 shorter = entry.tokens
@@ -122,9 +122,14 @@ class _Entry:
     cuttable: bool  # can be cut back to any prefix (else only used whole)
 
 
+def _plain(cache: list[Any]) -> bool:
+    """Plain KV caches in every layer (no window, no recurrent state): cut by slicing."""
+    return all(type(c) is KVCache for c in cache)
+
+
 def _prefix_of(cache: list[Any], keep: int, held: int) -> list[Any]:
     """A cache of the first `keep` of the `held` tokens in `cache`, which stays as it was."""
-    if all(type(c) is KVCache for c in cache):
+    if _plain(cache):
         # Slices share the entry's memory; the first new token makes the cache grow into a
         # buffer of its own (KVCache concatenates), so the entry is never written to.
         out = []

@@ -87,15 +87,19 @@ class Runs:
         except BaseException:
             run.job.cancel()
             raise
-        self.start(run, submitted=True)
+        self._track(run)
 
-    def start(self, run: Run, submitted: bool = False) -> None:
+    def start(self, run: Run) -> None:
+        """Start a run whose opening is already in the log (a restart's)."""
+        self._track(run)
+        self.engine.submit(run.job)
+
+    def _track(self, run: Run) -> None:
+        """List the run and record what its job sends, in a task of its own."""
         self._runs[run.stream_id] = run
         task = asyncio.create_task(self._record(run), name=f"record-{run.response_id}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-        if not submitted:
-            self.engine.submit(run.job)
 
     def get(self, response_id: str) -> Run | None:
         return self._runs.get(response_id)
