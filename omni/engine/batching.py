@@ -156,21 +156,11 @@ class BatchScheduler:
                 and self.solo is None
                 and _solo_ok(self.waiting[0])
             ):
-                spec = self.waiting.popleft()
-                try:
-                    self._start_solo(spec)
-                except Exception as exc:  # one bad request must not stop the engine
-                    log.exception("could not start a generation")
-                    self.out.append((FAILED, spec.id, f"generation failed: {exc}"))
+                self._begin(self._start_solo, self.waiting.popleft())
             if self.waiting and not hold and len(self.slots) < self.max_batch:
                 stats["admit_groups"] += 1
                 while self.waiting and len(self.slots) < self.max_batch:
-                    spec = self.waiting.popleft()
-                    try:
-                        self._admit(spec)
-                    except Exception as exc:  # one bad request must not stop the engine
-                        log.exception("could not start a generation")
-                        self.out.append((FAILED, spec.id, f"generation failed: {exc}"))
+                    self._begin(self._admit, self.waiting.popleft())
             self._cancel_stopped()
             now = clock()
             stats["admit_s"] += now - mark
@@ -201,6 +191,14 @@ class BatchScheduler:
             now = clock()
             stats["send_s"] += now - mark
             mark = now
+
+    def _begin(self, start: Callable[[Spec], None], spec: Spec) -> None:
+        """Start a job (alone or in the batch); one that cannot start fails, the engine goes on."""
+        try:
+            start(spec)
+        except Exception as exc:  # one bad request must not stop the engine
+            log.exception("could not start a generation")
+            self.out.append((FAILED, spec.id, f"generation failed: {exc}"))
 
     def _receive(self, conn: Connection, block: bool) -> bool:
         """Take in what the server sent; False once it asks to close (or is gone)."""
