@@ -13,6 +13,13 @@ from typing import Any
 
 import httpx
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from omni.engine.worker import use_mlx_settings  # noqa: E402
+
+# The raw mlx-lm baselines of every benchmark that imports this run with the MLX settings
+# Omni's engine uses (bench/attention.py compares them with MLX's defaults).
+use_mlx_settings()
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -55,3 +62,32 @@ def chat_ids(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
     if isinstance(tokens, dict) or hasattr(tokens, "input_ids"):  # transformers 5
         tokens = tokens["input_ids"]
     return list(tokens)
+
+
+def cpu_seconds(pid: int) -> tuple[float, float]:
+    """CPU seconds (user + system) used so far by process `pid` and by its descendants (for
+    `omni serve`: the server, and its engine process). Linux /proc; (0, 0) elsewhere."""
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+    def own(p: int) -> float:
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return 0.0
+        return (int(fields[11]) + int(fields[12])) / tick
+
+    def children(p: int) -> list[int]:
+        kids: list[int] = []
+        for task in Path(f"/proc/{p}/task").glob("*"):
+            try:
+                kids += [int(k) for k in (task / "children").read_text().split()]
+            except OSError:
+                pass
+        return kids
+
+    below, todo = 0.0, children(pid)
+    while todo:
+        p = todo.pop()
+        below += own(p)
+        todo += children(p)
+    return own(pid), below

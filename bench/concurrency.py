@@ -4,15 +4,19 @@ Omni, through mlx_lm.server (the peer), and through raw mlx-lm BatchGenerator.
     python bench/concurrency.py [--model PATH_OR_ID] [--levels 1,2,4,8,16,32,64] [--tokens 64]
                                 [--rounds 2] [--warmup-rounds 1]
                                 [--requests-per-client 1] [--max-batch N] [--skip-peer]
+                                [--client-procs P]
 
-At each level N, N clients (asyncio + httpx.AsyncClient) send N streamed
+At each level N, N clients (asyncio + httpx.AsyncClient, spread over P processes so that the
+load generator is not what limits a round; default a quarter of the CPUs) send N streamed
 /v1/chat/completions at once (temperature 0, max_tokens --tokens, distinct prompts, and
 `Cache-Control: no-cache` so Omni's replay cache cannot answer), --rounds times after
 --warmup-rounds unmeasured ones (new batch shapes compile kernels the first time). With
 --requests-per-client R > 1 each client sends R requests one after another (a closed loop: the
 batch stays full instead of ramping up and draining once per round). Aggregate
 tok/s = completion tokens of a round / its wall time (median over rounds); TTFT = request sent
--> first content delta, p50/p95 over every request of the level.
+-> first content delta, p50/p95 over every request of the level. Each level also reports the
+CPU seconds a round took in the clients, the server process and the processes below it (Omni's
+engine): the one near the round's wall time is the one that limits it.
 1. Omni: `omni serve` (a subprocess on a temp db, --max-batch-size N_max).
 2. Peer: `python -m mlx_lm.server --model <folder>` (--decode-concurrency N_max), same requests.
 3. Raw: in-process after both servers stopped, a BatchGenerator (completion_batch_size N_max)
@@ -27,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing
 import os
 import statistics
 import subprocess
@@ -41,7 +46,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _plot import Lines, save  # noqa: E402
-from _server import chat_ids, free_port, start_omni, wait_up  # noqa: E402
+from _server import chat_ids, cpu_seconds, free_port, start_omni, wait_up  # noqa: E402
 
 NO_CACHE = {"Cache-Control": "no-cache"}
 TOPICS = [
@@ -139,50 +144,107 @@ async def one_stream(client: httpx.AsyncClient, body: dict[str, Any]) -> tuple[f
     return (first or time.perf_counter()) - start, tokens
 
 
-async def http_levels(base: str, model: str, label: str) -> dict[int, dict[str, Any]]:
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=max(ARGS.levels))
+def http_levels(base: str, model: str, label: str, pid: int) -> dict[int, dict[str, Any]]:
+    """Every level through one server. The clients run in --client-procs processes (asyncio +
+    httpx in each), so that parsing thousands of SSE chunks a second does not make the load
+    generator what limits a round. `pid`: the server's process, whose CPU time (and its
+    children's) each round is noted beside the clients': whichever is near the round's wall
+    time is what holds it back."""
+    ctx = multiprocessing.get_context("spawn")
+    procs = max(1, min(ARGS.client_procs, min(ARGS.levels)))
+    pipes, workers = [], []
+    for _ in range(procs):
+        mine, theirs = ctx.Pipe()
+        worker = ctx.Process(
+            target=client_process, args=(theirs, base, model, ARGS.tokens), daemon=True
+        )
+        worker.start()
+        pipes.append(mine)
+        workers.append(worker)
+
+    def run(texts: list[list[str]]) -> tuple[list[tuple[float, int]], float, float]:
+        """Each client's texts, one after another, all clients at once: (ttft, tokens) of
+        every request, the wall time, the clients' CPU seconds."""
+        start = time.perf_counter()
+        for k, pipe in enumerate(pipes):
+            pipe.send(texts[k::procs])
+        done, cpu = [], 0.0
+        for pipe in pipes:
+            got, used = pipe.recv()
+            done += got
+            cpu += used
+        return done, time.perf_counter() - start, cpu
+
     results: dict[int, dict[str, Any]] = {}
-    async with httpx.AsyncClient(base_url=base, timeout=600, limits=limits) as client:
-
-        def body(text: str) -> dict[str, Any]:
-            return {
-                "model": model,
-                "messages": [{"role": "user", "content": text}],
-                "max_tokens": ARGS.tokens,
-                "temperature": 0,
-                "stream": True,
-                "stream_options": {"include_usage": True},
-            }
-
-        await one_stream(client, body(f"Warm-up for {label}: say hello."))
+    try:
+        run([[f"Warm-up for {label}: say hello."]])
         for level in ARGS.levels:
             rounds: list[tuple[int, float]] = []
             ttfts: list[float] = []
+            cpu: list[tuple[float, float, float]] = []  # clients, server, below the server
+            reps = ARGS.requests_per_client
             for rnd in range(-ARGS.warmup_rounds, ARGS.rounds):
-                reps = ARGS.requests_per_client
-
-                async def client_loop(
-                    i: int, rnd: int = rnd, level: int = level, reps: int = reps
-                ) -> list[tuple[float, int]]:
-                    # Closed loop: each client sends its next request when the last one ends.
-                    texts = [prompt_text(level, rnd, i + k * level) for k in range(reps)]
-                    return [await one_stream(client, body(t)) for t in texts]
-
-                start = time.perf_counter()
-                loops = await asyncio.gather(*(client_loop(i) for i in range(level)))
-                done = [d for loop in loops for d in loop]
+                # Closed loop: each client sends its next request when the last one ends.
+                texts = [
+                    [prompt_text(level, rnd, i + k * level) for k in range(reps)]
+                    for i in range(level)
+                ]
+                server, below = cpu_seconds(pid)
+                done, wall, clients = run(texts)
                 if rnd < 0:
                     continue  # a warm-up round: new batch shapes compile kernels (MLX's JIT)
-                rounds.append((sum(t for _, t in done), time.perf_counter() - start))
+                rounds.append((sum(t for _, t in done), wall))
                 ttfts += [t for t, _ in done]
-            results[level] = summarize(rounds, ttfts)
-            row = results[level]
+                server_now, below_now = cpu_seconds(pid)
+                cpu.append((clients, server_now - server, below_now - below))
+            results[level] = row = summarize(rounds, ttfts)
+            for i, name in enumerate(("clients", "server", "engine")):
+                row[f"{name}_cpu_s_per_round"] = [c[i] for c in cpu]
             print(
                 f"  {label} N={level}: {row['agg_tps']:.1f} tok/s, "
-                f"TTFT p50 {row['ttft_p50_ms']:.1f} ms",
+                f"TTFT p50 {row['ttft_p50_ms']:.1f} ms; CPU s a round (wall "
+                f"{statistics.median(row['wall_s_per_round']):.2f}): {procs} client processes "
+                f"{statistics.median(row['clients_cpu_s_per_round']):.2f}, server "
+                f"{statistics.median(row['server_cpu_s_per_round']):.2f}, below it "
+                f"{statistics.median(row['engine_cpu_s_per_round']):.2f}",
                 file=sys.stderr,
             )
+    finally:
+        for pipe in pipes:
+            pipe.send(None)
+        for worker in workers:
+            worker.join(timeout=10)
     return results
+
+
+def client_process(conn: Any, base: str, model: str, tokens: int) -> None:
+    """One client process: for each list of clients' texts it gets, runs them all at once and
+    sends back (ttft, tokens) of every request and its own CPU seconds for them."""
+
+    async def serve() -> None:
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+        async with httpx.AsyncClient(base_url=base, timeout=600, limits=limits) as client:
+
+            def body(text: str) -> dict[str, Any]:
+                return {
+                    "model": model,
+                    "messages": [{"role": "user", "content": text}],
+                    "max_tokens": tokens,
+                    "temperature": 0,
+                    "stream": True,
+                    "stream_options": {"include_usage": True},
+                }
+
+            async def client_loop(texts: list[str]) -> list[tuple[float, int]]:
+                return [await one_stream(client, body(t)) for t in texts]
+
+            loop = asyncio.get_running_loop()
+            while (clients := await loop.run_in_executor(None, conn.recv)) is not None:
+                mine = time.process_time()
+                loops = await asyncio.gather(*(client_loop(texts) for texts in clients))
+                conn.send(([d for got in loops for d in got], time.process_time() - mine))
+
+    asyncio.run(serve())
 
 
 # --- raw BatchGenerator -------------------------------------------------------------------
@@ -204,6 +266,8 @@ def raw_levels(model_path: str) -> dict[int, dict[str, Any]]:
         completion_batch_size=ARGS.max_batch,
         prefill_batch_size=min(8, ARGS.max_batch),
     )
+    # --trace: one row per step, as Omni's engine writes with OMNI_ENGINE_TRACE.
+    trace: list[tuple[float, ...]] | None = [] if ARGS.trace else None
 
     def once(prompts: list[list[int]], level: int) -> tuple[int, float, list[float]]:
         """The first `level` prompts at once; each that ends is replaced by the next (as the
@@ -222,8 +286,17 @@ def raw_levels(model_path: str) -> dict[int, dict[str, Any]]:
         first: dict[int, float] = {}
         tokens = 0
         live = set(sent)
+        arrived = len(live)
         while live:
-            for r in gen.next_generated():
+            mark = time.perf_counter()
+            with gen.stats() as step:
+                generated = gen.next_generated()
+            if trace is not None:  # the rows of Omni's engine trace (TRACE_FIELDS)
+                now = time.perf_counter()
+                row = (now, now - mark, arrived, 0, len(live), step.prompt_tokens, step.prompt_time)
+                trace.append(row)
+                arrived = 0
+            for r in generated:
                 if r.finish_reason != "stop":  # an end-of-sequence token: not output (as Omni)
                     first.setdefault(r.uid, time.perf_counter())
                     tokens += 1
@@ -232,6 +305,7 @@ def raw_levels(model_path: str) -> dict[int, dict[str, Any]]:
                     if queue:
                         insert([queue.pop(0)])
                         live.add(max(sent))
+                        arrived += 1
         wall = time.perf_counter() - start
         return tokens, wall, [first.get(u, start + wall) - t for u, t in sent.items()]
 
@@ -258,6 +332,10 @@ def raw_levels(model_path: str) -> dict[int, dict[str, Any]]:
             )
     finally:
         gen.close()
+    if trace is not None:
+        from omni.engine.batching import TRACE_FIELDS
+
+        Path(ARGS.trace).write_text(json.dumps({"fields": TRACE_FIELDS, "rows": trace}))
     return results
 
 
@@ -278,14 +356,14 @@ def main() -> None:
         )
         try:
             model_id = httpx.get(f"{base}/v1/models").json()["data"][0]["id"]
-            omni = asyncio.run(http_levels(base, model_id, "omni"))
+            omni = http_levels(base, model_id, "omni", proc.pid)
         finally:
             stop(proc)
         peer: dict[int, dict[str, Any]] = {}
         if not ARGS.skip_peer:
             proc, base = start_peer(source.path, ARGS.max_batch, Path(tmp) / "peer.log")
             try:
-                peer = asyncio.run(http_levels(base, "default_model", "mlx_lm.server"))
+                peer = asyncio.run(http_levels(base, "default_model", "mlx_lm.server", proc.pid))
             finally:
                 stop(proc)
     raw = raw_levels(source.path)
@@ -399,6 +477,17 @@ if __name__ == "__main__":
         help="batch size of all three (default: the largest level)",
     )
     p.add_argument("--skip-peer", action="store_true", help="leave mlx_lm.server out")
+    p.add_argument(
+        "--trace",
+        default=None,
+        help="write raw BatchGenerator's steps here (JSON; set OMNI_ENGINE_TRACE for Omni's)",
+    )
+    p.add_argument(
+        "--client-procs",
+        type=int,
+        default=max(1, (os.cpu_count() or 1) // 4),
+        help="processes the HTTP clients are spread over (default: a quarter of the CPUs)",
+    )
     ARGS = p.parse_args()
     ARGS.max_batch = ARGS.max_batch or max(ARGS.levels)
     main()

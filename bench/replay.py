@@ -85,7 +85,9 @@ def raw_decode_tps(tokens: int = 32) -> tuple[str, float]:
 
     from omni.cli import omni_home
     from omni.engine.model_source import resolve_model
+    from omni.engine.worker import use_mlx_settings
 
+    use_mlx_settings()  # as Omni's engine runs
     source = resolve_model(None, omni_home(), lambda m: print(m, file=sys.stderr))
     model, tokenizer = load(source.path)
     prompt = tokenizer.apply_chat_template(

@@ -41,8 +41,26 @@ FINISHED: Final = 2  # (FINISHED, id, reason, prompt_tokens, completion_tokens, 
 FAILED: Final = 3  # (FAILED, id, message)
 
 PREFILL_GROUP: Final = 8  # prompts prefilled together (mlx-lm's default prefill batch)
+# Tokens a job hands BatchGenerator at least, even when its cache holds all but the last one.
+# A job of one token goes to decoding at once, yet it has taken a place in a prefill group:
+# the rest of its group is prefilled a step before the others join, and every group after it
+# is then prefilled in two passes, not one (on an H200, 64 streams through HTTP spent twice
+# raw's time in prefill steps). With two, it is prefilled with its group like any prompt.
+FEED_AT_LEAST: Final = 2
 GATHER_S: Final = 0.05  # the longest a job waits for others to be prefilled with
 PREFILL_BUCKETS_MS: Final = (5, 20, 100)  # prefill steps counted by time (time_prefill)
+# A row of the step trace (benchmarks): when the step ended (perf_counter), its seconds, jobs
+# received before it, jobs still waiting after it, jobs decoding, prompt tokens it prefilled
+# and BatchGenerator's seconds for them.
+TRACE_FIELDS: Final = (
+    "t",
+    "step_s",
+    "arrived",
+    "waiting",
+    "running",
+    "prefill_tokens",
+    "prefill_s",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +102,7 @@ class BatchScheduler:
         max_batch: int,
         gather_s: float = GATHER_S,
         time_prefill: bool = False,
+        trace: bool = False,
     ):
         self.model = model
         self.tokenizer = tokenizer
@@ -102,7 +121,10 @@ class BatchScheduler:
         self._arrived = False  # the last receive brought a job
         self._oldest_wait = 0.0  # when the oldest waiting job arrived
         self._checked = 0.0  # when the scheduler last decided whether to gather
-        self.time_prefill = time_prefill  # stats of each step's prefill (benchmarks)
+        self.time_prefill = time_prefill or trace  # stats of each step's prefill (benchmarks)
+        # For benchmarks: one row per step (TRACE_FIELDS), to see when jobs came and went.
+        self.trace: list[tuple[float, ...]] | None = [] if trace else None
+        self._step_prefill = (0.0, 0)  # the last step's prefill: seconds, tokens
         self.slots: dict[int, Slot] = {}  # by BatchGenerator uid
         self.waiting: deque[Spec] = deque()
         self.solo: Solo | None = None
@@ -115,6 +137,7 @@ class BatchScheduler:
         self.stats: defaultdict[str, float] = defaultdict(float)
         self._samplers: dict[tuple[float, float, float, int], Any] = {}
         self._jobs = 0
+        self._arrivals = 0  # jobs received since the last step
 
     @property
     def busy(self) -> bool:
@@ -139,6 +162,7 @@ class BatchScheduler:
         mark = clock()
         self._conn = conn
         while not self._closing and self._receive(conn, block=not self.busy):
+            arrived, self._arrivals = self._arrivals, 0
             now = clock()
             stats["idle_s"] += now - mark
             mark = now
@@ -179,6 +203,8 @@ class BatchScheduler:
                     log.exception("generation step failed")
                     self._fail_all(f"generation failed: {exc}")
             now = clock()
+            if self.trace is not None:
+                self._trace(now, now - mark, arrived)
             stats["step_s"] += now - mark
             stats["steps"] += 1
             stats["batch_tokens"] += len(self.slots) + (self.solo is not None)
@@ -211,6 +237,7 @@ class BatchScheduler:
                     self._oldest_wait = time.perf_counter()
                 self.waiting.append(Spec(*message[1:]))
                 self._arrived = True
+                self._arrivals += 1
                 self._jobs += 1
             elif kind == CANCEL:
                 self.stopping.add(message[1])
@@ -261,7 +288,7 @@ class BatchScheduler:
         if self._out_of_tokens(spec):
             return None
         fed = spec.prompt + spec.resume_tokens
-        cache, rest = self.cache.nearest(spec.cache_namespace, fed)
+        cache, rest = self.cache.nearest(spec.cache_namespace, fed, FEED_AT_LEAST)
         cached, done = len(fed) - len(rest), len(spec.resume_tokens)
         return Slot(spec, fed, cached, done, self._processors(spec)), cache, rest
 
@@ -358,15 +385,17 @@ class BatchScheduler:
             )
             self.out.append(done)
             return
-        # The batch must see one token to predict the next: hand it the last one again (the
+        # The batch must see a token to predict the next: hand it the last ones again (the
         # cache holds every token so far: generate_step feeds each one it yields).
         if can_trim_prompt_cache(cache):
-            trim_prompt_cache(cache, 1)
-            self._insert(slot, cache, slot.fed[-1:])
+            back = min(FEED_AT_LEAST, len(slot.fed))  # the cache holds all of slot.fed
+            trim_prompt_cache(cache, back)
+            self._insert(slot, cache, slot.fed[len(slot.fed) - back :])
             return
         # A cache that cannot be cut back (a sliding window past its size, a recurrent
         # state): the batch starts again from the longest cached prefix of what it has seen.
-        self._insert(slot, *self.cache.nearest(slot.spec.cache_namespace, slot.fed))
+        namespace = slot.spec.cache_namespace
+        self._insert(slot, *self.cache.nearest(namespace, slot.fed, FEED_AT_LEAST))
 
     def _processors(self, spec: Spec) -> list[Any]:
         processors = logits_processors(spec.sampling)
@@ -399,6 +428,7 @@ class BatchScheduler:
             with self.batch.stats() as step:
                 generated = self.batch.next_generated()
             self._count_prefill(step.prompt_time, step.prompt_tokens)
+            self._step_prefill = (step.prompt_time, step.prompt_tokens)
         else:
             generated = self.batch.next_generated()
         for r in generated:
@@ -420,6 +450,14 @@ class BatchScheduler:
             )
             if r.finish_reason == "length":
                 self._finish(r.uid, "length", r.prompt_cache)
+
+    def _trace(self, now: float, step_s: float, arrived: int) -> None:
+        assert self.trace is not None
+        prefill_s, prefill_tokens = self._step_prefill
+        self._step_prefill = (0.0, 0)
+        running = len(self.slots) + (self.solo is not None)
+        row = (now, step_s, arrived, len(self.waiting), running, prefill_tokens, prefill_s)
+        self.trace.append(row)
 
     def _count_prefill(self, seconds: float, tokens: int) -> None:
         """How the steps that prefilled spread by time: a few slow ones among many quick ones

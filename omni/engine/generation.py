@@ -48,11 +48,13 @@ class PrefixCache:
         """What the kept caches hold."""
         return self._bytes
 
-    def nearest(self, namespace: str, tokens: list[int]) -> tuple[list[Any], list[int]]:
+    def nearest(
+        self, namespace: str, tokens: list[int], left: int = 1
+    ) -> tuple[list[Any], list[int]]:
         """A KV cache sharing the longest usable prefix with `tokens`, and the tokens it still
-        has to process (at least one: the model must see a token to predict the next). An
-        entry that cannot be cut back (a sliding window past its size, a recurrent state) is
-        usable only whole, as a prefix of `tokens`."""
+        has to process: at least `left` (at least one: the model must see a token to predict
+        the next). An entry that cannot be cut back (a sliding window past its size, a
+        recurrent state) is usable only whole, as a prefix of `tokens`."""
         query = np.asarray(tokens)
         best, use = None, 0
         for key, entry in self._entries.items():  # newest last: ties go to it
@@ -63,9 +65,9 @@ class PrefixCache:
             differ = np.flatnonzero(held[:n] != query[:n])
             common = int(differ[0]) if differ.size else n
             if entry.cuttable:
-                usable = min(common, len(tokens) - 1)
+                usable = min(common, len(tokens) - left)
             else:
-                usable = len(held) if common == len(held) < len(tokens) else 0
+                usable = len(held) if common == len(held) <= len(tokens) - left else 0
             if usable > 0 and usable >= use:
                 best, use = key, usable
         if best is None:

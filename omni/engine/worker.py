@@ -11,9 +11,26 @@ import sys
 from multiprocessing.connection import Connection
 from typing import Any
 
+# MLX settings the engine runs with unless the environment sets them (MLX reads each at first
+# use). cuDNN's attention builds a graph for each new shape: ~65 ms for every prompt length not
+# seen before, where serving sees a new one with nearly every request; without it, on an H200,
+# a group of 8 new prompts reaches its first tokens in 39 ms instead of 114, one stream decodes
+# 373 tokens/s instead of 294 and 64 streams through the server went 0.54x -> 0.82x raw
+# (python bench/attention.py; bench/README.md). A prompt of 4,000 new tokens prefills ~50 ms
+# slower. On a CPU (or Metal) the setting does nothing.
+MLX_SETTINGS = {"MLX_CUDA_USE_CUDNN_SDPA": "0"}
+
+
+def use_mlx_settings() -> None:
+    """The engine's MLX settings, where the environment leaves them unset (the benchmarks'
+    raw mlx-lm baselines call this too: both sides of a ratio run the same kernels)."""
+    for name, value in MLX_SETTINGS.items():
+        os.environ.setdefault(name, value)
+
 
 def main(conn: Connection, path: str, cache_entries: int, cache_bytes: int, max_batch: int) -> None:
     _die_with_parent()
+    use_mlx_settings()
     try:
         from mlx_lm import load
 
@@ -25,7 +42,8 @@ def main(conn: Connection, path: str, cache_entries: int, cache_bytes: int, max_
         # OMNI_GATHER_MS: for benchmarks, how long a job may wait to be prefilled with others.
         gather = float(os.environ.get("OMNI_GATHER_MS", GATHER_S * 1000)) / 1000
         timed = bool(os.environ.get("OMNI_ENGINE_STATS"))
-        scheduler = BatchScheduler(model, tokenizer, cache, max_batch, gather, timed)
+        trace = os.environ.get("OMNI_ENGINE_TRACE")  # for benchmarks: a file for the step trace
+        scheduler = BatchScheduler(model, tokenizer, cache, max_batch, gather, timed, bool(trace))
     except BaseException as exc:  # noqa: BLE001 - reported to the server as a value
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
         return
@@ -37,6 +55,17 @@ def main(conn: Connection, path: str, cache_entries: int, cache_bytes: int, max_
     if os.environ.get("OMNI_ENGINE_STATS"):  # for benchmarks: where the time went
         stats = {k: round(v, 3) for k, v in sorted(scheduler.stats.items())}
         print(f"omni engine stats: {stats}", file=sys.stderr, flush=True)
+    if trace and scheduler.trace is not None:
+        write_trace(trace, scheduler.trace)
+
+
+def write_trace(path: str, rows: list[tuple[float, ...]]) -> None:
+    import json
+
+    from omni.engine.batching import TRACE_FIELDS
+
+    with open(path, "w") as f:
+        json.dump({"fields": TRACE_FIELDS, "rows": rows}, f)
 
 
 def context_length(model: Any) -> int:

@@ -5,6 +5,7 @@ clear message instead of leaving their streams hanging."""
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -152,3 +153,19 @@ def test_a_job_cancelled_while_it_waits_never_runs(engine: MLXEngine) -> None:
         await drain(c)
 
     asyncio.run(go())
+
+
+def test_the_engine_runs_without_cudnn_attention_unless_told(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """MLX's cuDNN attention builds a graph per new shape (bench/attention.py): the engine
+    turns it off, unless the environment says otherwise."""
+    from omni.engine.worker import use_mlx_settings
+
+    monkeypatch.setenv("MLX_CUDA_USE_CUDNN_SDPA", "")  # put back as it was after the test
+    monkeypatch.delenv("MLX_CUDA_USE_CUDNN_SDPA")
+    use_mlx_settings()
+    assert os.environ["MLX_CUDA_USE_CUDNN_SDPA"] == "0"
+    monkeypatch.setenv("MLX_CUDA_USE_CUDNN_SDPA", "1")
+    use_mlx_settings()
+    assert os.environ["MLX_CUDA_USE_CUDNN_SDPA"] == "1"

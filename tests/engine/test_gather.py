@@ -12,7 +12,15 @@ from typing import Any
 import pytest
 from mlx_lm import load
 
-from omni.engine.batching import CLOSE, JOB, PREFILL_GROUP, STARTED, TOKEN, BatchScheduler
+from omni.engine.batching import (
+    CLOSE,
+    FINISHED,
+    JOB,
+    PREFILL_GROUP,
+    STARTED,
+    TOKEN,
+    BatchScheduler,
+)
 from omni.engine.generation import PrefixCache
 from omni.engine.types import Sampling
 
@@ -192,3 +200,64 @@ def test_kept_caches_hold_only_their_own_memory(loaded: tuple[Any, Any]) -> None
     held = mx.get_active_memory() - before
     assert len(store) == 16
     assert held < 1.3 * store.nbytes, (held, store.nbytes)
+
+
+def prefill_passes(
+    loaded: tuple[Any, Any],
+    steps: list[list[tuple[Any, ...]]],
+    store: PrefixCache,
+    monkeypatch: pytest.MonkeyPatch,
+) -> tuple[list[int], Script]:
+    """The prompts of each prefill pass BatchGenerator ran, and the pipe."""
+    from mlx_lm.generate import PromptProcessingBatch
+
+    passes: list[int] = []
+    prompt = PromptProcessingBatch.prompt
+
+    def counted(self: Any, tokens: list[list[int]]) -> None:
+        if tokens:
+            passes.append(len(tokens))
+        prompt(self, tokens)
+
+    monkeypatch.setattr(PromptProcessingBatch, "prompt", counted)
+    model, tokenizer = loaded
+    scheduler = BatchScheduler(model, tokenizer, store, 32, 0.0)
+    script = Script([*steps, *([[]] * 60), [(CLOSE,)]])
+    scheduler.run(script)  # type: ignore[arg-type]
+    return passes, script
+
+
+def test_a_job_moving_out_of_the_solo_path_is_prefilled_with_its_group(
+    loaded: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Job 0 runs alone; 15 more come at once. 16 jobs are two prefill groups: two passes.
+    (Handed over with one token, the moved job went to decoding at once yet took a place in
+    the first group: the other 7 were prefilled, then one more, then 7 ...: every group after
+    it in two passes.)"""
+    n = 2 * PREFILL_GROUP
+    steps = [[job(0)], [], [job(i) for i in range(1, n)]]
+    passes, script = prefill_passes(loaded, steps, PrefixCache(loaded[0], 0, 0), monkeypatch)
+    assert passes == [PREFILL_GROUP, PREFILL_GROUP]
+    assert sum(o[0] == TOKEN for sent in script.sent for o in sent) == 40 * n
+
+
+def test_a_job_cached_but_for_its_last_token_is_prefilled_with_its_group(
+    loaded: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A prompt the prefix cache holds all but the last token of (the same prompt again) still
+    hands the batch two tokens, so it is prefilled with its group rather than splitting it."""
+    model = loaded[0]
+    store = PrefixCache(model, 8, 1 << 30)
+    prompt = [1, 2, 3, 4, 5, 6, 7, 8, 9]
+    first = (JOB, 100, prompt, [], "", Sampling(temperature=0.0, max_tokens=1))
+    prefill_passes(loaded, [[first]], store, monkeypatch)
+    assert store.nearest("", prompt)[0][0].offset == len(prompt) - 1  # all but the last one
+
+    n = 2 * PREFILL_GROUP
+    again = (JOB, 0, prompt, [], "", Sampling(temperature=0.0, max_tokens=4))
+    other = [(JOB, i, [200 + i, 11, 12, 13], [], "", again[5]) for i in range(1, n)]
+    jobs = [again, *other]  # the others share nothing with the cached prompt
+    passes, script = prefill_passes(loaded, [jobs], store, monkeypatch)
+    assert passes == [PREFILL_GROUP, PREFILL_GROUP]
+    finished = {o[1]: o for sent in script.sent for o in sent if o[0] == FINISHED}
+    assert finished[0][5] == len(prompt) - 2  # cached tokens: two are fed again
