@@ -151,7 +151,7 @@ def http_levels(base: str, model: str, label: str, pid: int) -> dict[int, dict[s
     children's) each round is noted beside the clients': whichever is near the round's wall
     time is what holds it back."""
     ctx = multiprocessing.get_context("spawn")
-    procs = max(1, min(ARGS.client_procs, min(ARGS.levels)))
+    procs = max(1, ARGS.client_procs)  # levels below it leave some processes idle
     pipes, workers = [], []
     for _ in range(procs):
         mine, theirs = ctx.Pipe()

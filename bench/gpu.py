@@ -3,8 +3,8 @@
 Run on the lent H200 through ../shared/gpu/setup_and_run.sh with BENCH=bench/gpu.py (it installs
 mlx, mlx-cuda-13 and mlx-lm there). GPU_LEVELS picks the concurrency levels (default 1..64);
 GPU_CONCURRENCY_ARGS passes more flags to concurrency.py (e.g. --skip-peer); GPU_RUNS
-names the runs (default overhead,concurrency; `scheduler` adds bench/scheduler.py at 64 streams
-with prompts that share only the template, arriving at once, 1 and 16 a step). Builds a
+names the runs (default attention,overhead,concurrency; `scheduler` adds bench/scheduler.py at
+64 streams with prompts that share only the template, arriving at once, 1 and 16 a step). Builds a
 random-weight bf16 model of Llama-3.2-1B's shape (random weights are fine for speed), then
 runs bench/overhead.py and bench/concurrency.py on it and copies their JSON (and plots, where
 matplotlib exists) to $OUT.
@@ -78,7 +78,9 @@ def main() -> None:
     out = Path(os.environ.get("OUT", "/tmp/out"))
     model = build(Path("/tmp/llama-1b-random"))
     levels = os.environ.get("GPU_LEVELS", "1,2,4,8,16,32,64")
-    runs = os.environ.get("GPU_RUNS", "overhead,concurrency").split(",")
+    runs = os.environ.get("GPU_RUNS", "attention,overhead,concurrency").split(",")
+    if "attention" in runs:
+        run("attention.py", "--model", str(model), timeout=240)
     if "overhead" in runs:
         run("overhead.py", "--model", str(model), "--tokens", "128", "--runs", "3", timeout=240)
     extra = os.environ.get("GPU_CONCURRENCY_ARGS", "").split()  # e.g. --skip-peer
@@ -88,7 +90,7 @@ def main() -> None:
     if "scheduler" in runs:
         sched = ["--streams", "64", "--tokens", "128", "--prompts", "distinct", "--arrive", "1,16"]
         run("scheduler.py", "--model", str(model), *sched, timeout=300)
-    for name in ("overhead", "concurrency", "scheduler"):
+    for name in ("attention", "overhead", "concurrency", "scheduler"):
         for ext in ("json", "png"):
             src = HERE / "out" / f"{name}.{ext}"
             if src.exists():
