@@ -159,6 +159,7 @@ def http_levels(base: str, model: str, label: str, pid: int) -> dict[int, dict[s
             target=client_process, args=(theirs, base, model, ARGS.tokens), daemon=True
         )
         worker.start()
+        theirs.close()  # the child's end lives in the child: its exit ends our recv
         pipes.append(mine)
         workers.append(worker)
 
@@ -170,7 +171,10 @@ def http_levels(base: str, model: str, label: str, pid: int) -> dict[int, dict[s
             pipe.send(texts[k::procs])
         done, cpu = [], 0.0
         for pipe in pipes:
-            got, used = pipe.recv()
+            reply = pipe.recv()
+            if isinstance(reply, str):
+                raise SystemExit(f"a client process failed: {reply}")
+            got, used = reply
             done += got
             cpu += used
         return done, time.perf_counter() - start, cpu
@@ -211,9 +215,14 @@ def http_levels(base: str, model: str, label: str, pid: int) -> dict[int, dict[s
             )
     finally:
         for pipe in pipes:
-            pipe.send(None)
+            try:
+                pipe.send(None)
+            except OSError:  # that client process is gone already
+                pass
         for worker in workers:
             worker.join(timeout=10)
+            if worker.is_alive():
+                worker.terminate()
     return results
 
 
@@ -241,7 +250,11 @@ def client_process(conn: Any, base: str, model: str, tokens: int) -> None:
             loop = asyncio.get_running_loop()
             while (clients := await loop.run_in_executor(None, conn.recv)) is not None:
                 mine = time.process_time()
-                loops = await asyncio.gather(*(client_loop(texts) for texts in clients))
+                try:
+                    loops = await asyncio.gather(*(client_loop(texts) for texts in clients))
+                except Exception as exc:  # reported, not left for the parent to wait on
+                    conn.send(f"{type(exc).__name__}: {exc}")
+                    return
                 conn.send(([d for got in loops for d in got], time.process_time() - mine))
 
     asyncio.run(serve())
@@ -363,7 +376,7 @@ def main() -> None:
         if not ARGS.skip_peer:
             proc, base = start_peer(source.path, ARGS.max_batch, Path(tmp) / "peer.log")
             try:
-                peer = asyncio.run(http_levels(base, "default_model", "mlx_lm.server", proc.pid))
+                peer = http_levels(base, "default_model", "mlx_lm.server", proc.pid)
             finally:
                 stop(proc)
     raw = raw_levels(source.path)

@@ -54,7 +54,8 @@ class PrefixCache:
         """A KV cache sharing the longest usable prefix with `tokens`, and the tokens it still
         has to process: at least `left` (at least one: the model must see a token to predict
         the next). An entry that cannot be cut back (a sliding window past its size, a
-        recurrent state) is usable only whole, as a prefix of `tokens`."""
+        recurrent state) is usable only whole, as a prefix of `tokens` (then at least one is
+        left, whatever `left` asks: feeding one more is cheaper than the whole prompt)."""
         query = np.asarray(tokens)
         best, use = None, 0
         for key, entry in self._entries.items():  # newest last: ties go to it
@@ -67,7 +68,8 @@ class PrefixCache:
             if entry.cuttable:
                 usable = min(common, len(tokens) - left)
             else:
-                usable = len(held) if common == len(held) <= len(tokens) - left else 0
+                # Whole or not at all: rather one token to feed than the whole prompt again.
+                usable = len(held) if common == len(held) < len(tokens) else 0
             if usable > 0 and usable >= use:
                 best, use = key, usable
         if best is None:
