@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from typing import Any
 
 from quart import Blueprint, Response, current_app, request
@@ -29,15 +30,19 @@ def _stream(service: CompletionsService, cid: str, include_usage: bool) -> Respo
     async def body() -> AsyncIterator[bytes]:
         finished = False
         try:
-            async for event in service.events(cid):
-                if event is None:
-                    yield KEEPALIVE_FRAME
-                elif event.type == CANCELLED or (
-                    event.type in USAGE.values() and not include_usage
-                ):
-                    continue
-                else:
-                    yield b"data: " + event.data.encode() + b"\n\n"
+            # The events a read brought leave together: one write, not one for each.
+            async with aclosing(service.pages(cid)) as pages:
+                async for rows in pages:
+                    if rows is None:
+                        yield KEEPALIVE_FRAME
+                        continue
+                    chunk = b"".join(
+                        b"data: " + e.data.encode() + b"\n\n"
+                        for e in rows
+                        if e.type != CANCELLED and (include_usage or e.type not in USAGE.values())
+                    )
+                    if chunk:
+                        yield chunk
             finished = True
             yield DONE_FRAME
         finally:

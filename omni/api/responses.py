@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from typing import Any
 
 from quart import Blueprint, Response, current_app, request
@@ -28,11 +29,13 @@ def _sse(
     async def body() -> AsyncIterator[bytes]:
         finished = False
         try:
-            async for event in service.events(response_id, after):
-                if event is None:
-                    yield KEEPALIVE_FRAME
-                    continue
-                yield frame(event.type, event.data, event.seq)
+            # The events a read brought leave together: one write, not one for each.
+            async with aclosing(service.pages(response_id, after)) as pages:
+                async for rows in pages:
+                    if rows is None:
+                        yield KEEPALIVE_FRAME
+                        continue
+                    yield b"".join(frame(e.type, e.data, e.seq) for e in rows)
             finished = True
         finally:
             # A foreground stream whose client went away is cancelled at the next token.

@@ -1,7 +1,7 @@
 """The event log: store (append/read), notifier (wake-ups), follow (catch up, then wait)."""
 
 from omni.events.appender import Appender
-from omni.events.follow import KEEPALIVE, follow
+from omni.events.follow import KEEPALIVE, follow, follow_pages
 from omni.events.notifier import Notifier
 from omni.events.store import Append, CacheEntry, EventStore, NewEvent, StoredEvent
 
@@ -15,4 +15,5 @@ __all__ = [
     "Notifier",
     "StoredEvent",
     "follow",
+    "follow_pages",
 ]

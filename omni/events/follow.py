@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from contextlib import aclosing
 from typing import Final
 
 from omni.events.notifier import Notifier
@@ -26,17 +27,39 @@ async def follow(
     Yields KEEPALIVE (None) after `keepalive` seconds without news. Reads `page` rows at a
     time, so the first bytes of a long replay go out before the rest is read.
     """
+    pages = follow_pages(store, notifier, stream_id, after, is_terminal, keepalive, page)
+    async with aclosing(pages):  # closed with this one: the subscription ends at once
+        async for rows in pages:
+            if rows is KEEPALIVE:
+                yield KEEPALIVE
+                continue
+            for row in rows:
+                yield row
+
+
+async def follow_pages(
+    store: EventStore,
+    notifier: Notifier,
+    stream_id: str,
+    after: int,
+    is_terminal: Callable[[StoredEvent], bool],
+    keepalive: float = 15.0,
+    page: int = 512,
+) -> AsyncGenerator[list[StoredEvent] | None, None]:
+    """follow(), a read at a time: the events that were there together (never empty; the
+    last page ends at the terminal event), so a stream can send them in one write."""
     checked_end = False
     with notifier.subscribe(stream_id) as wake:
         while True:
             wake.clear()  # clear first, then read: a commit after the read sets it again
             rows = await store.read(stream_id, after, limit=page)
-            for row in rows:
-                yield row
-                after = row.seq
+            for i, row in enumerate(rows):
                 if is_terminal(row):
+                    yield rows[: i + 1]
                     return
             if rows:
+                yield rows
+                after = rows[-1].seq
                 continue  # more may be there already (a long replay is read page by page)
             if not checked_end and after >= 0:
                 # Resuming at or past the end of a finished stream: nothing more will come.

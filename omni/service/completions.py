@@ -9,7 +9,7 @@ import dataclasses
 import hashlib
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from omni.engine.chat_recorder import TERMINAL_TYPES, USAGE, ChunkRecorder
@@ -26,6 +26,7 @@ from omni.events import (
     Notifier,
     StoredEvent,
     follow,
+    follow_pages,
 )
 from omni.ids import new_id
 from omni.projections.completions import fold_chat, fold_text
@@ -311,6 +312,10 @@ class CompletionsService:
 
     def events(self, cid: str, after: int = -1) -> AsyncIterator[StoredEvent | None]:
         return follow(self.store, self.notifier, cid, after, is_end, self.keepalive)
+
+    def pages(self, cid: str, after: int = -1) -> AsyncGenerator[list[StoredEvent] | None, None]:
+        """events(), a read at a time (a stream sends each in one write)."""
+        return follow_pages(self.store, self.notifier, cid, after, is_end, self.keepalive)
 
     async def wait(self, cid: str) -> list[StoredEvent]:
         return [e async for e in self.events(cid) if e is not None]

@@ -5,13 +5,22 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from omni.engine.recorder import ResponseRecorder
 from omni.engine.types import Engine, Job, Sampling
 from omni.errors import InvalidRequest, ModelNotFound, NotFound, SeqConflict
-from omni.events import Append, Appender, EventStore, NewEvent, Notifier, StoredEvent, follow
+from omni.events import (
+    Append,
+    Appender,
+    EventStore,
+    NewEvent,
+    Notifier,
+    StoredEvent,
+    follow,
+    follow_pages,
+)
 from omni.ids import new_id
 from omni.projections.input_items import page_items
 from omni.projections.response import fold_response
@@ -229,6 +238,14 @@ class ResponsesService:
 
     def events(self, response_id: str, after: int = -1) -> AsyncIterator[StoredEvent | None]:
         return follow(self.store, self.notifier, response_id, after, is_terminal, self.keepalive)
+
+    def pages(
+        self, response_id: str, after: int = -1
+    ) -> AsyncGenerator[list[StoredEvent] | None, None]:
+        """events(), a read at a time (a stream sends each in one write)."""
+        return follow_pages(
+            self.store, self.notifier, response_id, after, is_terminal, self.keepalive
+        )
 
     async def wait(self, response_id: str) -> dict[str, Any]:
         """Follow to the terminal event and return the final response."""

@@ -9,7 +9,16 @@ from contextlib import aclosing
 
 import pytest
 
-from omni.events import KEEPALIVE, Append, Appender, EventStore, Notifier, StoredEvent, follow
+from omni.events import (
+    KEEPALIVE,
+    Append,
+    Appender,
+    EventStore,
+    Notifier,
+    StoredEvent,
+    follow,
+    follow_pages,
+)
 
 from ._helpers import deltas, ev, is_terminal
 
@@ -438,3 +447,39 @@ async def test_a_cancel_that_lands_with_a_wake_up_is_not_lost(
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await asyncio.wait_for(task, TIMEOUT)
+
+
+async def test_pages_bring_what_a_read_found_together_and_end_at_the_terminal(
+    store: EventStore, notifier: Notifier
+) -> None:
+    """A stream sends a page in one write: the rows committed together arrive as one page
+    (here the catch-up), later commits as pages of their own, the last ending at the terminal
+    event even when more rows follow it."""
+    await store.append([deltas("s", 0, 3)])
+    pages: list[list[int]] = []
+
+    async def follower() -> None:
+        async with aclosing(follow_pages(store, notifier, "s", -1, is_terminal, 30.0)) as it:
+            async for page in it:
+                assert page  # never empty; no keep-alive within 30 s
+                pages.append([row.seq for row in page])
+
+    task = asyncio.create_task(follower())
+    await wait_until(lambda: pages == [[0, 1, 2]])
+    await store.append([deltas("s", 3, 2)])
+    notifier.notify(["s"])
+    await wait_until(lambda: len(pages) == 2)
+    await store.append([terminal("s", 5), deltas("s", 6, 1)])
+    notifier.notify(["s"])
+    await asyncio.wait_for(task, TIMEOUT)
+    assert pages == [[0, 1, 2], [3, 4], [5]]
+
+
+async def test_closing_a_page_follower_early_releases_the_subscription(
+    store: EventStore, notifier: Notifier
+) -> None:
+    await store.append([deltas("s", 0, 3)])
+    async with aclosing(follow_pages(store, notifier, "s", -1, is_terminal, 30.0)) as it:
+        assert [row.seq for row in await anext(it) or []] == [0, 1, 2]
+        assert notifier.followers("s") == 1
+    assert notifier.followers("s") == 0
