@@ -1,0 +1,163 @@
+"""Where a streamed request's time to first token goes: before the engine, in it, after it.
+
+    python bench/ttft.py [--model PATH_OR_ID] [--requests 12] [--warmup 2]
+
+`omni serve` runs with its engine's step trace (OMNI_ENGINE_TRACE); one client sends
+--requests streamed requests one after another (chat and Responses, alternating, each prompt
+new, 2 tokens, greedy, prefix cache off). The client's clock and the engine's trace share
+Linux's monotonic clock (time.perf_counter), so each request splits into: request sent ->
+the engine takes the job (HTTP, validation, the chat template, the log's opening commit, the
+pipe), the engine's first step (prefill and first token, as raw mlx-lm does it), and the
+first token leaving the engine -> its delta at the client (the pipe, detokenizing, the log's
+commit of the delta, SSE). Raw mlx_lm.stream_generate's first token on the same prompts,
+in-process after the server stopped, is the baseline for the engine's step. This is what
+the overhead bench's TTFT difference (which also counts the client's new connection each
+request and its own parsing) cannot resolve to a few milliseconds.
+Prints medians; writes bench/out/ttft.json and .png. Linux only (the shared clock).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _plot import Bars, save  # noqa: E402
+from _server import chat_ids, start_omni  # noqa: E402
+
+TOPIC = "Write a short story about a lighthouse keeper and a storm."
+
+
+def text(i: int) -> str:
+    return f"{i}. {TOPIC}"
+
+
+def first_delta(client: httpx.Client, model: str, i: int) -> tuple[float, float]:
+    """(sent, first delta received), perf_counter seconds."""
+    if i % 2:
+        path, body = "/v1/responses", {"input": text(i), "max_output_tokens": 2}
+    else:
+        messages = [{"role": "user", "content": text(i)}]
+        path, body = "/v1/chat/completions", {"messages": messages, "max_tokens": 2}
+    body |= {"model": model, "temperature": 0, "stream": True}
+    sent = time.perf_counter()
+    first = 0.0
+    headers = {"Cache-Control": "no-cache"}
+    with client.stream("POST", path, json=body, headers=headers) as resp:
+        resp.raise_for_status()
+        for line in resp.iter_lines():
+            if not first and line.startswith("data: ") and _is_delta(line[6:]):
+                first = time.perf_counter()
+    return sent, first or time.perf_counter()
+
+
+def _is_delta(data: str) -> bool:
+    if data == "[DONE]":
+        return False
+    event = json.loads(data)
+    if event.get("type") == "response.output_text.delta":
+        return True
+    return any(c.get("delta", {}).get("content") for c in event.get("choices", []))
+
+
+def raw_first_tokens(model_path: str, n: int) -> list[float]:
+    from mlx_lm import load, stream_generate
+    from mlx_lm.sample_utils import make_sampler
+
+    model, tokenizer = load(model_path)
+    sampler = make_sampler(temp=0.0)
+    out = []
+    for i in range(n):
+        prompt = chat_ids(tokenizer, [{"role": "user", "content": text(i)}])
+        start = time.perf_counter()
+        for _ in stream_generate(model, tokenizer, prompt, max_tokens=2, sampler=sampler):
+            out.append(time.perf_counter() - start)
+            break
+    return out
+
+
+def main() -> None:
+    from omni.cli import omni_home
+    from omni.engine.model_source import resolve_model
+
+    source = resolve_model(ARGS.model, omni_home(), lambda m: print(m, file=sys.stderr))
+    marks: list[tuple[float, float]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        trace = Path(tmp) / "trace.json"
+        os.environ["BENCH_OMNI_ENV"] = f"OMNI_ENGINE_TRACE={trace}"
+        flags = ("--prompt-cache-entries", "0")
+        proc, base = start_omni(source.path, Path(tmp) / "bench.db", *flags)
+        try:
+            model_id = httpx.get(f"{base}/v1/models").json()["data"][0]["id"]
+            with httpx.Client(base_url=base, timeout=600) as client:
+                for i in range(ARGS.requests):
+                    marks.append(first_delta(client, model_id, i))
+                    time.sleep(0.2)  # the engine is idle when the next one comes
+        finally:
+            proc.terminate()
+            proc.wait(timeout=60)
+        rows = json.loads(trace.read_text())["rows"]
+    taken = [row for row in rows if row[2]]  # the steps that received a job: one each
+    if len(taken) != len(marks):
+        raise SystemExit(f"{len(marks)} requests but {len(taken)} jobs in the engine's trace")
+    parts: dict[str, list[float]] = {"before": [], "engine": [], "after": [], "ttft": []}
+    for (sent, first), row in list(zip(marks, taken, strict=True))[ARGS.warmup :]:
+        end, step = row[0], row[1]
+        parts["before"].append(end - step - sent)
+        parts["engine"].append(step)
+        parts["after"].append(first - end)
+        parts["ttft"].append(first - sent)
+    raw = raw_first_tokens(source.path, ARGS.requests)[ARGS.warmup :]  # the same prompts
+    ms = {k: 1000 * statistics.median(v) for k, v in parts.items()}
+    ms["raw"] = 1000 * statistics.median(raw)
+    server = ms["before"] + ms["after"]
+    print(f"model {source.model_id}; median of {len(raw)} requests (2 tokens, greedy)")
+    print(f"{'':<44}{'ms':>8}")
+    print(f"{'request sent -> the engine takes it':<44}{ms['before']:>8.1f}")
+    print(f"{'engine: prefill and first token':<44}{ms['engine']:>8.1f}")
+    print(f"{'first token leaves the engine -> client':<44}{ms['after']:>8.1f}")
+    print(f"{'time to first token (client)':<44}{ms['ttft']:>8.1f}")
+    print(f"{'raw mlx_lm.stream_generate first token':<44}{ms['raw']:>8.1f}")
+    print(f"the server's own share (before + after): {server:.1f} ms")
+    result: dict[str, Any] = {
+        "model": source.model_id,
+        "requests": len(raw),
+        "median_ms": ms,
+        "server_share_ms": server,
+        "per_request_ms": {k: [1000 * x for x in v] for k, v in parts.items()},
+        "raw_ms": [1000 * x for x in raw],
+    }
+    out = Path(__file__).parent / "out"
+    out.mkdir(exist_ok=True)
+    (out / "ttft.json").write_text(json.dumps(result, indent=2))
+    bars = {
+        "before the engine": ms["before"],
+        "engine step": ms["engine"],
+        "after the engine": ms["after"],
+        "raw first token": ms["raw"],
+    }
+    save(
+        out / "ttft.png",
+        [Bars("time to first token, split (median)", "ms", bars)],
+        f"TTFT split: {source.model_id}",
+    )
+    print(f"wrote {out / 'ttft.json'} and {out / 'ttft.png'}")
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--model", default=None, help="mlx-lm folder or repo id (default: SmolLM2)")
+    p.add_argument("--requests", type=int, default=12, help="requests, one after another")
+    p.add_argument("--warmup", type=int, default=2, help="first requests left out")
+    ARGS = p.parse_args()
+    main()
