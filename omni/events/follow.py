@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
 from typing import Final
 
@@ -21,7 +21,7 @@ async def follow(
     is_terminal: Callable[[StoredEvent], bool],
     keepalive: float = 15.0,
     page: int = 512,
-) -> AsyncIterator[StoredEvent | None]:
+) -> AsyncGenerator[StoredEvent | None, None]:
     """Yield events with seq > after, live, until a terminal event (inclusive).
 
     Yields KEEPALIVE (None) after `keepalive` seconds without news. Reads `page` rows at a

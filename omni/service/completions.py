@@ -9,7 +9,7 @@ import dataclasses
 import hashlib
 import json
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from omni.engine.chat_recorder import TERMINAL_TYPES, USAGE, ChunkRecorder
@@ -310,7 +310,7 @@ class CompletionsService:
 
     # --- read -----------------------------------------------------------------
 
-    def events(self, cid: str, after: int = -1) -> AsyncIterator[StoredEvent | None]:
+    def events(self, cid: str, after: int = -1) -> AsyncGenerator[StoredEvent | None, None]:
         return follow(self.store, self.notifier, cid, after, is_end, self.keepalive)
 
     def pages(self, cid: str, after: int = -1) -> AsyncGenerator[list[StoredEvent] | None, None]:

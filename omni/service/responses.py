@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from omni.engine.recorder import ResponseRecorder
@@ -236,7 +236,7 @@ class ResponsesService:
         rows = await self.store.read(response_id)
         return fold_response([(r.type, r.data) for r in rows])
 
-    def events(self, response_id: str, after: int = -1) -> AsyncIterator[StoredEvent | None]:
+    def events(self, response_id: str, after: int = -1) -> AsyncGenerator[StoredEvent | None, None]:
         return follow(self.store, self.notifier, response_id, after, is_terminal, self.keepalive)
 
     def pages(
