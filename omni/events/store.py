@@ -5,17 +5,14 @@ Driver errors are translated into `StoreError`; a duplicate (stream_id, seq) is 
 
 from __future__ import annotations
 
-import asyncio
-import sqlite3
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import aiosqlite
 from sqlalchemy import event as sa_event
 from sqlalchemy import func, select
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import AsyncAdaptedQueuePool
 
@@ -71,18 +68,6 @@ def sqlite_url(path: str) -> str:
     return f"sqlite+aiosqlite:///{path}"
 
 
-# The appends' own SQL (run on the appending connection, below).
-INSERT_EVENTS = "INSERT INTO events (stream_id, seq, type, data, created_at) VALUES "
-RETURNING = " RETURNING position, stream_id, seq"
-ROWS_PER_INSERT = 1000  # 5 parameters a row, within SQLite's 32,766
-INDEX_CACHE = "INSERT OR REPLACE INTO chat_cache (key, completion_id, created_at) VALUES (?, ?, ?)"
-EXPIRE_CACHE = "DELETE FROM chat_cache WHERE created_at < ?"
-BOUND_CACHE = (
-    "DELETE FROM chat_cache WHERE key NOT IN "
-    "(SELECT key FROM chat_cache ORDER BY created_at DESC LIMIT ?)"
-)
-
-
 class EventStore:
     """Append and read streams of events in SQLite (WAL, one writer)."""
 
@@ -104,13 +89,6 @@ class EventStore:
         self._recent = RecentRows(per_stream=recent_rows)
         self._writer: AsyncEngine | None = None
         self._reader: AsyncEngine | None = None
-        # Appends, the hot path, go straight through aiosqlite on a connection of their own:
-        # a commit is three hops to the driver's thread (BEGIN IMMEDIATE, INSERT ... RETURNING,
-        # COMMIT) where SQLAlchemy's async layer makes nine (~0.33 ms against ~1.4 ms here;
-        # the first token's delta waits for this commit). The other writes stay on SQLAlchemy;
-        # BEGIN IMMEDIATE and the busy timeout serialize the two connections.
-        self._appending: aiosqlite.Connection | None = None
-        self._append_lock = asyncio.Lock()
 
     async def open(self) -> None:
         # One connection for all writes: SQLite has one writer anyway, and a pool of one
@@ -122,12 +100,6 @@ class EventStore:
                 await conn.exec_driver_sql("SELECT 1")
         except SQLAlchemyError as exc:
             raise StoreError(f"cannot open database {self.path}: {_reason(exc)}") from exc
-        try:
-            self._appending = await aiosqlite.connect(self.path, isolation_level=None)
-            for pragma in _pragmas(self._synchronous):
-                await self._appending.execute(pragma)
-        except sqlite3.Error as exc:
-            raise StoreError(f"cannot open database {self.path}: {exc}") from exc
 
     def _engine(self, pool_size: int, begin: str) -> AsyncEngine:
         engine = create_async_engine(
@@ -143,8 +115,9 @@ class EventStore:
             # Take transactions out of the driver's hands so BEGIN IMMEDIATE is ours.
             dbapi_conn.isolation_level = None
             cur = dbapi_conn.cursor()
-            for pragma in _pragmas(synchronous):
-                cur.execute(pragma)
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute(f"PRAGMA synchronous={synchronous}")
+            cur.execute("PRAGMA busy_timeout=5000")
             cur.close()
 
         @sa_event.listens_for(engine.sync_engine, "begin")
@@ -170,10 +143,6 @@ class EventStore:
         return engine
 
     async def close(self) -> None:
-        if self._appending is not None:
-            async with self._append_lock:  # an append under way finishes first
-                await self._appending.close()
-            self._appending = None
         for engine in (self._writer, self._reader):
             if engine is not None:
                 await engine.dispose()
@@ -199,50 +168,23 @@ class EventStore:
         ]
         if not rows:
             return []
-        if self._appending is None:
-            raise StoreError("the event store is not open")
-        # Shielded: a caller cancelled mid-way leaves neither a transaction open nor committed
-        # rows missing from the in-memory tail that followers read.
-        return await asyncio.shield(self._write(self._appending, rows, cache, now))
-
-    async def _write(
-        self,
-        db: aiosqlite.Connection,
-        rows: list[dict[str, Any]],
-        cache: Sequence[CacheEntry],
-        now: int,
-    ) -> list[StoredEvent]:
-        """One transaction: the rows (and replay-cache index rows), then the in-memory tail."""
-        positions: dict[tuple[str, int], int] = {}
-        async with self._append_lock:
-            try:
-                await db.execute("BEGIN IMMEDIATE")
-                try:
-                    for i in range(0, len(rows), ROWS_PER_INSERT):
-                        part = rows[i : i + ROWS_PER_INSERT]
-                        values = ", ".join(["(?, ?, ?, ?, ?)"] * len(part))
-                        params = [
-                            v
-                            for r in part
-                            for v in (r["stream_id"], r["seq"], r["type"], r["data"], now)
-                        ]
-                        got = await db.execute_fetchall(INSERT_EVENTS + values + RETURNING, params)
-                        positions.update(((sid, seq), pos) for pos, sid, seq in got)
-                    if cache:
-                        await db.executemany(INDEX_CACHE, _cache_rows(cache, now))
-                        await db.execute(EXPIRE_CACHE, (now - self.cache_max_age_ms,))
-                        await db.execute(BOUND_CACHE, (self.cache_max_entries,))
-                    await db.execute("COMMIT")
-                except BaseException:
-                    if db.in_transaction:
-                        await db.execute("ROLLBACK")
-                    raise
-            except sqlite3.IntegrityError as exc:
-                if "UNIQUE" in str(exc):
-                    raise SeqConflict(f"append conflict: {exc}") from exc
-                raise StoreError(f"append refused: {exc}") from exc
-            except sqlite3.Error as exc:
-                raise StoreError(f"append failed: {exc}") from exc
+        writer = self._open(self._writer)
+        try:
+            async with writer.begin() as conn:
+                result = await conn.execute(
+                    events.insert().returning(events.c.position, events.c.stream_id, events.c.seq),
+                    rows,
+                    execution_options={"preserve_rowcount": False},
+                )
+                positions = {(r.stream_id, r.seq): r.position for r in result}
+                if cache:
+                    await self._index(conn, cache, now)
+        except IntegrityError as exc:
+            if "UNIQUE" in str(exc.orig):
+                raise SeqConflict(f"append conflict: {exc.orig}") from exc
+            raise StoreError(f"append refused: {exc.orig}") from exc
+        except SQLAlchemyError as exc:
+            raise StoreError(f"append failed: {_reason(exc)}") from exc
         stored = [
             StoredEvent(
                 positions[(r["stream_id"], r["seq"])],
@@ -258,11 +200,19 @@ class EventStore:
         return stored
 
     async def _index(self, conn: Any, cache: Sequence[CacheEntry], now: int) -> None:
-        """The same statements as an append's, on a SQLAlchemy connection (a rebuild)."""
-        for row in _cache_rows(cache, now):
-            await conn.exec_driver_sql(INDEX_CACHE, row)
-        await conn.exec_driver_sql(EXPIRE_CACHE, (now - self.cache_max_age_ms,))
-        await conn.exec_driver_sql(BOUND_CACHE, (self.cache_max_entries,))
+        rows = [
+            {"key": c.key, "completion_id": c.completion_id, "created_at": c.created_at or now}
+            for c in cache
+        ]
+        await conn.execute(chat_cache.insert().prefix_with("OR REPLACE"), rows)
+        cutoff = now - self.cache_max_age_ms
+        await conn.execute(chat_cache.delete().where(chat_cache.c.created_at < cutoff))
+        newest = (
+            select(chat_cache.c.key)
+            .order_by(chat_cache.c.created_at.desc())
+            .limit(self.cache_max_entries)
+        )
+        await conn.execute(chat_cache.delete().where(chat_cache.c.key.not_in(newest)))
 
     async def cache_lookup(self, key: str) -> str | None:
         """The completion that answers this request key, if one is indexed and fresh."""
@@ -370,16 +320,3 @@ class EventStore:
                 return list((await conn.execute(query)).all())
         except SQLAlchemyError as exc:
             raise StoreError(f"read failed: {_reason(exc)}") from exc
-
-
-def _pragmas(synchronous: str) -> list[str]:
-    """Every connection's settings (WAL, the durability asked for, waiting for the lock)."""
-    return [
-        "PRAGMA journal_mode=WAL",
-        f"PRAGMA synchronous={synchronous}",
-        "PRAGMA busy_timeout=5000",
-    ]
-
-
-def _cache_rows(cache: Sequence[CacheEntry], now: int) -> list[tuple[str, str, int]]:
-    return [(c.key, c.completion_id, c.created_at or now) for c in cache]
