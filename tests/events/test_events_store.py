@@ -481,3 +481,24 @@ async def test_database_replaced_by_garbage_gives_store_error(tmp_path: Path) ->
     with pytest.raises(StoreError):
         await s.open()
     await s.close()
+
+
+async def test_a_cancelled_append_leaves_the_store_writable(store: EventStore) -> None:
+    """A caller cancelled at any point of an append: the next append still commits, and what
+    was committed is all there, in order."""
+    seq = 0
+    for ticks in range(8):  # cancelled at each point of the transaction in turn
+        task = asyncio.create_task(store.append([deltas("s", seq, 2)]))
+        for _ in range(ticks):
+            await asyncio.sleep(0)
+        task.cancel()
+        try:
+            await task
+        except (asyncio.CancelledError, StoreError):
+            pass
+        await asyncio.sleep(0.05)
+        seq = len(raw_rows(store.path, "s"))
+        stored = await store.append([deltas("s", seq, 1)])
+        assert [e.seq for e in stored] == [seq]
+        seq += 1
+    assert [r[2] for r in raw_rows(store.path, "s")] == list(range(seq))
