@@ -710,7 +710,7 @@ def main() -> None:
     result: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "machine": f"{platform.machine()} {os.cpu_count()} cores, mlx {md.version('mlx')}",
-        "model": args.model,
+        "model": Path(args.model).name,  # the name, not this machine's path
         "vocab": VOCAB,
         "tokenizer_vocab": len(hf),
         "json_options": JSON_OPTIONS,
