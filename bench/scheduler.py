@@ -227,7 +227,10 @@ def main() -> None:
     out = Path(__file__).resolve().parent / "out"
     out.mkdir(exist_ok=True)
     (out / "scheduler.json").write_text(
-        json.dumps({"args": vars(ARGS), "results": results}, indent=2)
+        # The model's name, not its path on this machine.
+        json.dumps(
+            {"args": {**vars(ARGS), "model": Path(ARGS.model).name}, "results": results}, indent=2
+        )
     )
     short = {"scheduler, ": "", ", not gathered": "\nungathered", ", no prefix cache": "\nno cache"}
 
