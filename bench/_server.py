@@ -44,15 +44,20 @@ def wait_up(proc: subprocess.Popen[bytes], url: str, name: str) -> None:
     raise SystemExit(f"{name} did not come up")
 
 
-def start_omni(model_path: str, db_path: Path, *flags: str) -> tuple[subprocess.Popen[bytes], str]:
-    """`omni serve` on `model_path` with its log at `db_path`; returns the process and base URL."""
+def start_omni(
+    model_path: str, db_path: Path, *flags: str, env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[bytes], str]:
+    """`omni serve` on `model_path` with its log at `db_path` (`env`: more settings for it);
+    returns the process and base URL."""
     port = free_port()
     cmd = [sys.executable, "-m", "omni", "serve", "--model", model_path, "--port", str(port)]
     cmd += ["--db", str(db_path), "--log-level", "warning", *flags]
     # BENCH_OMNI_ENV="NAME=value,...": settings for the server (and its engine) alone, not for
     # the raw baselines that run in this process (e.g. an MLX setting to compare).
     extra = dict(kv.split("=", 1) for kv in os.environ.get("BENCH_OMNI_ENV", "").split(",") if kv)
-    proc = subprocess.Popen(cmd, env={**os.environ, "OMNI_ENGINE_STATS": "1", **extra})
+    proc = subprocess.Popen(
+        cmd, env={**os.environ, "OMNI_ENGINE_STATS": "1", **extra, **(env or {})}
+    )
     base_url = f"http://127.0.0.1:{port}"
     wait_up(proc, f"{base_url}/health", "omni serve")
     return proc, base_url

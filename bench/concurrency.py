@@ -346,9 +346,9 @@ def raw_levels(model_path: str) -> dict[int, dict[str, Any]]:
     finally:
         gen.close()
     if trace is not None:
-        from omni.engine.batching import TRACE_FIELDS
+        from omni.engine.worker import write_trace
 
-        Path(ARGS.trace).write_text(json.dumps({"fields": TRACE_FIELDS, "rows": trace}))
+        write_trace(ARGS.trace, trace)
     return results
 
 

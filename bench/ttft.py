@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -94,9 +93,9 @@ def main() -> None:
     marks: list[tuple[float, float]] = []
     with tempfile.TemporaryDirectory() as tmp:
         trace = Path(tmp) / "trace.json"
-        os.environ["BENCH_OMNI_ENV"] = f"OMNI_ENGINE_TRACE={trace}"
         flags = ("--prompt-cache-entries", "0")
-        proc, base = start_omni(source.path, Path(tmp) / "bench.db", *flags)
+        env = {"OMNI_ENGINE_TRACE": str(trace)}
+        proc, base = start_omni(source.path, Path(tmp) / "bench.db", *flags, env=env)
         try:
             model_id = httpx.get(f"{base}/v1/models").json()["data"][0]["id"]
             with httpx.Client(base_url=base, timeout=600) as client:

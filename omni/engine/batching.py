@@ -118,7 +118,6 @@ class BatchScheduler:
         )
         self.max_batch = max_batch
         self.gather_s = gather_s
-        self._arrived = False  # the last receive brought a job
         self._oldest_wait = 0.0  # when the oldest waiting job arrived
         self._checked = 0.0  # when the scheduler last decided whether to gather
         self.time_prefill = time_prefill or trace  # stats of each step's prefill (benchmarks)
@@ -168,8 +167,7 @@ class BatchScheduler:
             mark = now
             # Jobs beyond the batch size wait here, still queued (and cancellable as such).
             self._drop_cancelled_waiting()
-            hold = self._gathering(now)
-            self._arrived = False
+            hold = self._gathering(now, arrived)
             if self.solo is not None and (
                 (self.waiting and not hold) or self.solo.slot.spec.id in self.stopping
             ):
@@ -236,7 +234,6 @@ class BatchScheduler:
                 if not self.waiting:
                     self._oldest_wait = time.perf_counter()
                 self.waiting.append(Spec(*message[1:]))
-                self._arrived = True
                 self._arrivals += 1
                 self._jobs += 1
             elif kind == CANCEL:
@@ -247,16 +244,17 @@ class BatchScheduler:
                 return False
         return True
 
-    def _gathering(self, now: float) -> bool:
+    def _gathering(self, now: float, arrived: int) -> bool:
         """Jobs still arriving while others decode wait a little to be prefilled together:
         one forward pass for a group, as when they come at once, not one pass (and one new
         batch shape) for each job of a trickle. They wait while others keep coming, until
         PREFILL_GROUP are there, and only if one more step keeps the oldest within `gather_s`
-        (so where a step takes longer than that, as on a CPU, nobody waits)."""
+        (so where a step takes longer than that, as on a CPU, nobody waits). `arrived`: jobs
+        received since the last step."""
         step, self._checked = now - self._checked, now
         running = len(self.slots) + (self.solo is not None)
         return (
-            self._arrived
+            arrived > 0
             and running > 0
             and len(self.waiting) < PREFILL_GROUP
             and running + len(self.waiting) < self.max_batch

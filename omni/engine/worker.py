@@ -52,7 +52,7 @@ def main(conn: Connection, path: str, cache_entries: int, cache_bytes: int, max_
         scheduler.run(conn)
     except (EOFError, OSError):  # the server is gone: nobody is left to decode for
         pass
-    if os.environ.get("OMNI_ENGINE_STATS"):  # for benchmarks: where the time went
+    if timed:  # for benchmarks: where the time went
         stats = {k: round(v, 3) for k, v in sorted(scheduler.stats.items())}
         print(f"omni engine stats: {stats}", file=sys.stderr, flush=True)
     if trace and scheduler.trace is not None:
