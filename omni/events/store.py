@@ -1,20 +1,27 @@
-"""The event store: one writer connection, `BEGIN IMMEDIATE` appends, many readers.
+"""The event store: one writer connection on its own thread, `BEGIN IMMEDIATE` appends, many
+readers.
+
+Every write transaction is one function run whole on the writer's thread: a commit costs the event
+loop one hand-over, not one per driver call (through the async driver an append was nine), and a
+transaction is never left half-done by a cancelled caller. Reads go through the async engine.
 
 Driver errors are translated into `StoreError`; a duplicate (stream_id, seq) is a `SeqConflict`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
+from sqlalchemy import Connection, Engine, create_engine, func, select
 from sqlalchemy import event as sa_event
-from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
-from sqlalchemy.pool import AsyncAdaptedQueuePool
+from sqlalchemy.pool import AsyncAdaptedQueuePool, QueuePool
 
 from omni.errors import SeqConflict, StoreError
 from omni.events.recent import RecentRows
@@ -68,6 +75,9 @@ def sqlite_url(path: str) -> str:
     return f"sqlite+aiosqlite:///{path}"
 
 
+T = TypeVar("T")
+
+
 class EventStore:
     """Append and read streams of events in SQLite (WAL, one writer)."""
 
@@ -87,30 +97,40 @@ class EventStore:
         # This store is the log's only writer, so what it committed last is what followers
         # want next; 0 turns the memory off (e.g. when something else writes the file too).
         self._recent = RecentRows(per_stream=recent_rows)
-        self._writer: AsyncEngine | None = None
+        self._writer: Engine | None = None
+        self._write_thread: ThreadPoolExecutor | None = None
         self._reader: AsyncEngine | None = None
 
     async def open(self) -> None:
-        # One connection for all writes: SQLite has one writer anyway, and a pool of one
-        # makes insert order equal commit order.
-        self._writer = self._engine(pool_size=1, begin="BEGIN IMMEDIATE")
-        self._reader = self._engine(pool_size=4, begin="BEGIN")
+        # One connection for all writes, used by one thread: SQLite has one writer anyway, and
+        # one queue of write transactions makes insert order equal commit order.
+        self._write_thread = ThreadPoolExecutor(1, thread_name_prefix="omni-writer")
+        self._writer = self._configure(
+            create_engine(
+                f"sqlite:///{self.path}", poolclass=QueuePool, pool_size=1, max_overflow=0
+            ),
+            begin="BEGIN IMMEDIATE",
+        )
+        self._reader = self._configure(
+            create_async_engine(
+                sqlite_url(self.path),
+                poolclass=AsyncAdaptedQueuePool,
+                pool_size=4,
+                max_overflow=0,
+            ),
+            begin="BEGIN",
+        )
         try:
-            async with self._writer.connect() as conn:
-                await conn.exec_driver_sql("SELECT 1")
+            await self._write(lambda conn: conn.exec_driver_sql("SELECT 1"))
         except SQLAlchemyError as exc:
+            await self.close()
             raise StoreError(f"cannot open database {self.path}: {_reason(exc)}") from exc
 
-    def _engine(self, pool_size: int, begin: str) -> AsyncEngine:
-        engine = create_async_engine(
-            sqlite_url(self.path),
-            poolclass=AsyncAdaptedQueuePool,
-            pool_size=pool_size,
-            max_overflow=0,
-        )
+    def _configure(self, engine: Any, begin: str) -> Any:
         synchronous = self._synchronous
+        sync_engine = getattr(engine, "sync_engine", engine)
 
-        @sa_event.listens_for(engine.sync_engine, "connect")
+        @sa_event.listens_for(sync_engine, "connect")
         def _on_connect(dbapi_conn: Any, _record: Any) -> None:
             # Take transactions out of the driver's hands so BEGIN IMMEDIATE is ours.
             dbapi_conn.isolation_level = None
@@ -120,33 +140,56 @@ class EventStore:
             cur.execute("PRAGMA busy_timeout=5000")
             cur.close()
 
-        @sa_event.listens_for(engine.sync_engine, "begin")
+        @sa_event.listens_for(sync_engine, "begin")
         def _on_begin(conn: Any) -> None:
             # Writers take the lock up front (no upgrade deadlocks); readers stay deferred.
             conn.exec_driver_sql(begin)
 
         return engine
 
+    def _write(self, work: Callable[[Connection], T]) -> asyncio.Future[T]:
+        """Run `work` in one write transaction on the writer's thread (committed if it returns,
+        rolled back if it raises). Once submitted it runs to the end even if the caller stops
+        waiting: the awaitable is shielded, so cancelling a caller never cuts a transaction."""
+        writer = self._open(self._writer)
+        thread = self._write_thread
+        assert thread is not None
+
+        def transaction() -> T:
+            with writer.begin() as conn:
+                return work(conn)
+
+        done = asyncio.wrap_future(thread.submit(transaction))
+        done.add_done_callback(lambda f: f.cancelled() or f.exception())  # always retrieved
+        return done
+
     async def pragmas(self) -> dict[str, object]:
         """The write connection's durability settings, for operators and tests."""
-        writer = self._open(self._writer)
-        async with writer.connect() as conn:
-            journal = (await conn.exec_driver_sql("PRAGMA journal_mode")).scalar()
-            synchronous = (await conn.exec_driver_sql("PRAGMA synchronous")).scalar()
+
+        def read(conn: Connection) -> tuple[Any, Any]:
+            journal = conn.exec_driver_sql("PRAGMA journal_mode").scalar()
+            return journal, conn.exec_driver_sql("PRAGMA synchronous").scalar()
+
+        journal, synchronous = await self._write(read)
         names = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
         return {"journal_mode": journal, "synchronous": names.get(int(synchronous or 0))}
 
     @staticmethod
-    def _open(engine: AsyncEngine | None) -> AsyncEngine:
+    def _open(engine: T | None) -> T:
         if engine is None:
             raise StoreError("the event store is not open")
         return engine
 
     async def close(self) -> None:
-        for engine in (self._writer, self._reader):
-            if engine is not None:
-                await engine.dispose()
-        self._writer = self._reader = None
+        writer, thread, reader = self._writer, self._write_thread, self._reader
+        self._writer = self._write_thread = self._reader = None
+        if thread is not None:
+            # Queued writes finish first: the thread runs them in order, then the dispose.
+            if writer is not None:
+                await asyncio.wrap_future(thread.submit(writer.dispose))
+            thread.shutdown(wait=False)
+        if reader is not None:
+            await reader.dispose()
 
     async def append(
         self, appends: Iterable[Append], cache: Sequence[CacheEntry] = ()
@@ -168,51 +211,59 @@ class EventStore:
         ]
         if not rows:
             return []
-        writer = self._open(self._writer)
-        try:
-            async with writer.begin() as conn:
-                result = await conn.execute(
-                    events.insert().returning(events.c.position, events.c.stream_id, events.c.seq),
-                    rows,
-                    execution_options={"preserve_rowcount": False},
+
+        def insert(conn: Connection) -> list[StoredEvent]:
+            result = conn.execute(
+                events.insert().returning(events.c.position, events.c.stream_id, events.c.seq),
+                rows,
+                execution_options={"preserve_rowcount": False},
+            )
+            positions = {(r.stream_id, r.seq): r.position for r in result}
+            if cache:
+                self._index(conn, cache, now)
+            return [
+                StoredEvent(
+                    positions[(r["stream_id"], r["seq"])],
+                    r["stream_id"],
+                    r["seq"],
+                    r["type"],
+                    r["data"],
+                    r["created_at"],
                 )
-                positions = {(r.stream_id, r.seq): r.position for r in result}
-                if cache:
-                    await self._index(conn, cache, now)
+                for r in rows
+            ]
+
+        def remember(done: asyncio.Future[list[StoredEvent]]) -> None:
+            if not done.cancelled() and done.exception() is None:
+                self._recent.add(done.result())
+
+        committed = self._write(insert)
+        # Remembered once committed, even if this caller was cancelled meanwhile (the next
+        # seq a stream's writer asks for must be right).
+        committed.add_done_callback(remember)
+        try:
+            return await asyncio.shield(committed)
         except IntegrityError as exc:
             if "UNIQUE" in str(exc.orig):
                 raise SeqConflict(f"append conflict: {exc.orig}") from exc
             raise StoreError(f"append refused: {exc.orig}") from exc
         except SQLAlchemyError as exc:
             raise StoreError(f"append failed: {_reason(exc)}") from exc
-        stored = [
-            StoredEvent(
-                positions[(r["stream_id"], r["seq"])],
-                r["stream_id"],
-                r["seq"],
-                r["type"],
-                r["data"],
-                r["created_at"],
-            )
-            for r in rows
-        ]
-        self._recent.add(stored)
-        return stored
 
-    async def _index(self, conn: Any, cache: Sequence[CacheEntry], now: int) -> None:
+    def _index(self, conn: Connection, cache: Sequence[CacheEntry], now: int) -> None:
         rows = [
             {"key": c.key, "completion_id": c.completion_id, "created_at": c.created_at or now}
             for c in cache
         ]
-        await conn.execute(chat_cache.insert().prefix_with("OR REPLACE"), rows)
+        conn.execute(chat_cache.insert().prefix_with("OR REPLACE"), rows)
         cutoff = now - self.cache_max_age_ms
-        await conn.execute(chat_cache.delete().where(chat_cache.c.created_at < cutoff))
+        conn.execute(chat_cache.delete().where(chat_cache.c.created_at < cutoff))
         newest = (
             select(chat_cache.c.key)
             .order_by(chat_cache.c.created_at.desc())
             .limit(self.cache_max_entries)
         )
-        await conn.execute(chat_cache.delete().where(chat_cache.c.key.not_in(newest)))
+        conn.execute(chat_cache.delete().where(chat_cache.c.key.not_in(newest)))
 
     async def cache_lookup(self, key: str) -> str | None:
         """The completion that answers this request key, if one is indexed and fresh."""
@@ -224,12 +275,14 @@ class EventStore:
         return str(rows[0][0]) if rows else None
 
     async def cache_forget(self, completion_id: str) -> None:
-        writer = self._open(self._writer)
         try:
-            async with writer.begin() as conn:
-                await conn.execute(
-                    chat_cache.delete().where(chat_cache.c.completion_id == completion_id)
+            await asyncio.shield(
+                self._write(
+                    lambda conn: conn.execute(
+                        chat_cache.delete().where(chat_cache.c.completion_id == completion_id)
+                    )
                 )
+            )
         except SQLAlchemyError as exc:
             raise StoreError(f"cache update failed: {_reason(exc)}") from exc
 
@@ -238,12 +291,14 @@ class EventStore:
 
     async def cache_rebuild(self, cache: Sequence[CacheEntry]) -> None:
         """Replace the whole index (it is a projection: the log can always rebuild it)."""
-        writer = self._open(self._writer)
+
+        def rebuild(conn: Connection) -> None:
+            conn.execute(chat_cache.delete())
+            if cache:
+                self._index(conn, cache, _now_ms())
+
         try:
-            async with writer.begin() as conn:
-                await conn.execute(chat_cache.delete())
-                if cache:
-                    await self._index(conn, cache, _now_ms())
+            await asyncio.shield(self._write(rebuild))
         except SQLAlchemyError as exc:
             raise StoreError(f"cache rebuild failed: {_reason(exc)}") from exc
 
@@ -303,13 +358,14 @@ class EventStore:
     async def purge(self, stream_ids: Sequence[str]) -> int:
         """Remove whole streams on purpose (store:false streams once nobody reads them)."""
         self._recent.forget(stream_ids)
-        writer = self._open(self._writer)
+        doomed = list(stream_ids)
+
+        def delete(conn: Connection) -> int:
+            result = conn.execute(events.delete().where(events.c.stream_id.in_(doomed)))
+            return int(result.rowcount or 0)
+
         try:
-            async with writer.begin() as conn:
-                result = await conn.execute(
-                    events.delete().where(events.c.stream_id.in_(list(stream_ids)))
-                )
-                return int(result.rowcount or 0)
+            return await asyncio.shield(self._write(delete))
         except SQLAlchemyError as exc:
             raise StoreError(f"purge failed: {_reason(exc)}") from exc
 

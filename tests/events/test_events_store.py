@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -323,14 +325,24 @@ async def test_readers_do_not_wait_for_the_stores_own_open_write_transaction(
 
     store._recent = RecentRows(per_stream=0)  # this test writes behind the store's back
     await store.append([deltas("s", 0, 1)])
-    assert store._writer is not None
-    async with store._writer.begin() as conn:  # the store's writer, mid-transaction
-        await conn.execute(
+    inserted, release = threading.Event(), threading.Event()
+
+    def hold(conn: Any) -> None:  # the store's writer, mid-transaction
+        conn.execute(
             table.insert(),
             [{"stream_id": "s", "seq": 1, "type": "t", "data": "{}", "created_at": 0}],
         )
+        inserted.set()
+        release.wait(5)
+
+    held = store._write(hold)
+    try:
+        assert await asyncio.to_thread(inserted.wait, 5)
         rows = await asyncio.wait_for(store.read("s"), 2)
         assert [e.seq for e in rows] == [0]  # uncommitted row invisible, no blocking
+    finally:
+        release.set()
+    await held
     assert [e.seq for e in await store.read("s")] == [0, 1]
 
 
@@ -342,13 +354,13 @@ async def test_writes_begin_immediate_reads_begin_deferred(store: EventStore) ->
     store._recent = RecentRows(per_stream=0)  # make the read reach SQLite
     seen: dict[str, list[str]] = {"writer": [], "reader": []}
     assert store._writer is not None and store._reader is not None
-    for name, engine in (("writer", store._writer), ("reader", store._reader)):
+    for name, engine in (("writer", store._writer), ("reader", store._reader.sync_engine)):
 
         def record(conn, cursor, statement, *args, _name=name):
             if statement.upper().startswith("BEGIN"):
                 seen[_name].append(statement.upper())
 
-        sa_event.listen(engine.sync_engine, "before_cursor_execute", record)
+        sa_event.listen(engine, "before_cursor_execute", record)
     await store.append([deltas("s", 0, 1)])
     await store.purge(["nothing"])
     await store.read("s")
@@ -502,3 +514,61 @@ async def test_a_cancelled_append_leaves_the_store_writable(store: EventStore) -
         assert [e.seq for e in stored] == [seq]
         seq += 1
     assert [r[2] for r in raw_rows(store.path, "s")] == list(range(seq))
+
+
+async def test_a_cancelled_callers_commit_is_remembered(store: EventStore) -> None:
+    """Once handed to the writer an append runs to the end even if its caller is cancelled, and
+    the store's memory of recent rows learns it (a stream's next seq must stay right)."""
+    task = asyncio.create_task(store.append([deltas("s", 0, 3)]))
+    await asyncio.sleep(0)  # submitted to the writer's thread, not yet committed
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await store.append([deltas("other", 0, 1)])  # queued behind it: it has committed
+    assert [r[2] for r in raw_rows(store.path, "s")] == [0, 1, 2]
+    last = await store.last("s")
+    assert last is not None and last.seq == 2
+    assert [e.seq for e in await store.read("s")] == [0, 1, 2]
+
+
+async def test_close_commits_the_writes_already_handed_over(db_path: Path) -> None:
+    store = EventStore(str(db_path))
+    await store.open()
+    pending = [asyncio.ensure_future(store.append([deltas(f"s{i}", 0, 2)])) for i in range(20)]
+    await asyncio.sleep(0)
+    await store.close()
+    await asyncio.gather(*pending)
+    assert len(raw_rows(db_path)) == 40
+
+
+async def test_appends_wait_behind_a_long_cache_rebuild_and_all_commit(store: EventStore) -> None:
+    """All writes share one connection and one queue: a long rebuild of the replay-cache index
+    delays appends but never makes them fail on SQLite's busy timeout."""
+    from omni.events import CacheEntry
+
+    store.cache_max_entries = 200_000
+    entries = [CacheEntry(f"key{i}", f"chatcmpl-{i}", 1_000 + i) for i in range(60_000)]
+    store.cache_max_age_ms = 10**15
+    rebuild = asyncio.ensure_future(store.cache_rebuild(entries))
+    appends = [asyncio.ensure_future(store.append([deltas("s", i, 1)])) for i in range(30)]
+    await asyncio.gather(rebuild, *appends)
+    assert [r[2] for r in raw_rows(store.path, "s")] == list(range(30))
+    assert await store.cache_size() == 60_000
+
+
+def test_a_process_that_never_closes_its_store_still_exits(db_path: Path) -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import asyncio, sys\n"
+        "from omni.events import EventStore\n"
+        "async def main():\n"
+        "    store = EventStore(sys.argv[1])\n"
+        "    await store.open()\n"
+        "    await store.pragmas()\n"
+        "    raise SystemExit(3)\n"
+        "asyncio.run(main())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(db_path)], timeout=60)
+    assert done.returncode == 3
