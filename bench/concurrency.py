@@ -19,8 +19,9 @@ CPU seconds a round took in the clients, the server process and the processes be
 engine): the one near the round's wall time is the one that limits it.
 1. Omni: `omni serve` (a subprocess on a temp db, --max-batch-size N_max).
 2. Peer: `python -m mlx_lm.server --model <folder>` (--decode-concurrency N_max), same requests.
-3. Raw: in-process after both servers stopped, a BatchGenerator (completion_batch_size N_max)
-   gets the same N token prompts inserted at once; TTFT = insert -> first token of each.
+3. Raw: a BatchGenerator (completion_batch_size N_max) in a process of its own, loaded beside
+   Omni, gets the same N token prompts inserted at once, in rounds that alternate with Omni's
+   (so a machine whose speed drifts weighs on both alike); TTFT = insert -> first token of each.
 N_max (--max-batch) defaults to the largest level, so no level queues behind the batch size.
 Both servers and the raw batch prefill 8 prompts at a time (their defaults).
 Prints a table with the ratios server/raw and writes bench/out/concurrency.json and .png.
@@ -144,8 +145,11 @@ async def one_stream(client: httpx.AsyncClient, body: dict[str, Any]) -> tuple[f
     return (first or time.perf_counter()) - start, tokens
 
 
-def http_levels(base: str, model: str, label: str, pid: int) -> dict[int, dict[str, Any]]:
-    """Every level through one server. The clients run in --client-procs processes (asyncio +
+def http_levels(
+    base: str, model: str, label: str, pid: int, raw: RawBatch | None = None
+) -> dict[int, dict[str, Any]]:
+    """Every level through one server (`raw`: a raw round of the same level follows each of
+    its rounds). The clients run in --client-procs processes (asyncio +
     httpx in each), so that parsing thousands of SSE chunks a second does not make the load
     generator what limits a round. `pid`: the server's process, whose CPU time (and its
     children's) each round is noted beside the clients': whichever is near the round's wall
@@ -195,11 +199,13 @@ def http_levels(base: str, model: str, label: str, pid: int) -> dict[int, dict[s
                 ]
                 server, below = cpu_seconds(pid)
                 done, wall, clients = run(texts)
+                server_now, below_now = cpu_seconds(pid)
+                if raw is not None:
+                    raw.round(level, rnd)
                 if rnd < 0:
                     continue  # a warm-up round: new batch shapes compile kernels (MLX's JIT)
                 rounds.append((sum(t for _, t in done), wall))
                 ttfts += [t for t, _ in done]
-                server_now, below_now = cpu_seconds(pid)
                 cpu.append((clients, server_now - server, below_now - below))
             results[level] = row = summarize(rounds, ttfts)
             for i, name in enumerate(("clients", "server", "engine")):
@@ -263,7 +269,12 @@ def client_process(conn: Any, base: str, model: str, tokens: int) -> None:
 # --- raw BatchGenerator -------------------------------------------------------------------
 
 
-def raw_levels(model_path: str) -> dict[int, dict[str, Any]]:
+def raw_worker(
+    conn: Any, model_path: str, tokens: int, max_batch: int, trace_path: str | None
+) -> None:
+    """Raw BatchGenerator in a process of its own: for each (level, round, n) it gets, the
+    first `level` of that round's n prompts at once, each that ends replaced by the next (as
+    the closed-loop clients do); it sends back (tokens, wall, each request's TTFT). None ends."""
     from mlx_lm import load
     from mlx_lm.generate import BatchGenerator
 
@@ -276,28 +287,26 @@ def raw_levels(model_path: str) -> dict[int, dict[str, Any]]:
     gen = BatchGenerator(
         model,
         stop_tokens=[[t] for t in eos],
-        completion_batch_size=ARGS.max_batch,
-        prefill_batch_size=min(8, ARGS.max_batch),
+        completion_batch_size=max_batch,
+        prefill_batch_size=min(8, max_batch),
     )
     # --trace: one row per step, as Omni's engine writes with OMNI_ENGINE_TRACE.
-    trace: list[tuple[float, ...]] | None = [] if ARGS.trace else None
+    trace: list[tuple[float, ...]] | None = [] if trace_path else None
 
     def once(prompts: list[list[int]], level: int) -> tuple[int, float, list[float]]:
-        """The first `level` prompts at once; each that ends is replaced by the next (as the
-        closed-loop clients do)."""
         start = time.perf_counter()
         queue = list(prompts)
         sent: dict[int, float] = {}
 
         def insert(batch: list[list[int]]) -> None:
             now = time.perf_counter()
-            for uid in gen.insert(batch, max_tokens=[ARGS.tokens] * len(batch)):
+            for uid in gen.insert(batch, max_tokens=[tokens] * len(batch)):
                 sent[uid] = now
 
         insert(queue[:level])
         del queue[:level]
         first: dict[int, float] = {}
-        tokens = 0
+        made = 0
         live = set(sent)
         arrived = len(live)
         while live:
@@ -312,7 +321,7 @@ def raw_levels(model_path: str) -> dict[int, dict[str, Any]]:
             for r in generated:
                 if r.finish_reason != "stop":  # an end-of-sequence token: not output (as Omni)
                     first.setdefault(r.uid, time.perf_counter())
-                    tokens += 1
+                    made += 1
                 if r.finish_reason is not None:
                     live.discard(r.uid)
                     if queue:
@@ -320,36 +329,59 @@ def raw_levels(model_path: str) -> dict[int, dict[str, Any]]:
                         live.add(max(sent))
                         arrived += 1
         wall = time.perf_counter() - start
-        return tokens, wall, [first.get(u, start + wall) - t for u, t in sent.items()]
+        return made, wall, [first.get(u, start + wall) - t for u, t in sent.items()]
 
-    results: dict[int, dict[str, Any]] = {}
     try:
         once([encode("Warm-up for raw: say hello.")], 1)
-        for level in ARGS.levels:
-            rounds: list[tuple[int, float]] = []
-            ttfts: list[float] = []
-            for rnd in range(-ARGS.warmup_rounds, ARGS.rounds):
-                n = level * ARGS.requests_per_client
-                prompts = [encode(prompt_text(level, rnd, i)) for i in range(n)]
-                tokens, wall, firsts = once(prompts, level)
-                if rnd < 0:
-                    continue
-                rounds.append((tokens, wall))
-                ttfts += firsts
-            results[level] = summarize(rounds, ttfts)
-            row = results[level]
+        conn.send("ready")
+        while (asked := conn.recv()) is not None:
+            level, rnd, n = asked
+            conn.send(once([encode(prompt_text(level, rnd, i)) for i in range(n)], level))
+    finally:
+        gen.close()
+    if trace is not None and trace_path:
+        from omni.engine.worker import write_trace
+
+        write_trace(trace_path, trace)
+
+
+class RawBatch:
+    """Raw BatchGenerator, loaded in its own process beside the server, so that its rounds
+    can alternate with the server's: a machine whose speed drifts weighs on both alike."""
+
+    def __init__(self, model_path: str):
+        ctx = multiprocessing.get_context("spawn")
+        self._conn, child = ctx.Pipe()
+        args = (child, model_path, ARGS.tokens, ARGS.max_batch, ARGS.trace)
+        self._proc = ctx.Process(target=raw_worker, args=args, daemon=True)
+        self._proc.start()
+        child.close()
+        if self._conn.recv() != "ready":
+            raise SystemExit("raw BatchGenerator did not start")
+        self.rounds: dict[int, list[tuple[int, float]]] = {}
+        self.ttfts: dict[int, list[float]] = {}
+
+    def round(self, level: int, rnd: int) -> None:
+        self._conn.send((level, rnd, level * ARGS.requests_per_client))
+        made, wall, firsts = self._conn.recv()
+        if rnd >= 0:  # not a warm-up round
+            self.rounds.setdefault(level, []).append((made, wall))
+            self.ttfts.setdefault(level, []).extend(firsts)
+
+    def levels(self) -> dict[int, dict[str, Any]]:
+        results = {}
+        for level in self.rounds:
+            results[level] = row = summarize(self.rounds[level], self.ttfts[level])
             print(
                 f"  raw N={level}: {row['agg_tps']:.1f} tok/s, "
                 f"TTFT p50 {row['ttft_p50_ms']:.1f} ms",
                 file=sys.stderr,
             )
-    finally:
-        gen.close()
-    if trace is not None:
-        from omni.engine.worker import write_trace
+        return results
 
-        write_trace(ARGS.trace, trace)
-    return results
+    def stop(self) -> None:
+        self._conn.send(None)
+        self._proc.join(120)
 
 
 # --- report -------------------------------------------------------------------------------
@@ -360,6 +392,7 @@ def main() -> None:
     from omni.engine.model_source import resolve_model
 
     source = resolve_model(ARGS.model, omni_home(), lambda m: print(m, file=sys.stderr))
+    raw_batch = RawBatch(source.path)
     with tempfile.TemporaryDirectory() as tmp:
         proc, base = start_omni(
             source.path,
@@ -369,9 +402,10 @@ def main() -> None:
         )
         try:
             model_id = httpx.get(f"{base}/v1/models").json()["data"][0]["id"]
-            omni = http_levels(base, model_id, "omni", proc.pid)
+            omni = http_levels(base, model_id, "omni", proc.pid, raw_batch)
         finally:
             stop(proc)
+            raw_batch.stop()
         peer: dict[int, dict[str, Any]] = {}
         if not ARGS.skip_peer:
             proc, base = start_peer(source.path, ARGS.max_batch, Path(tmp) / "peer.log")
@@ -379,10 +413,23 @@ def main() -> None:
                 peer = http_levels(base, "default_model", "mlx_lm.server", proc.pid)
             finally:
                 stop(proc)
-    raw = raw_levels(source.path)
+    raw = raw_batch.levels()
 
     def ratio(a: dict[str, Any], level: int) -> float | None:
+        """The peer's: medians over medians (its rounds did not alternate with raw's)."""
         return a[level]["agg_tps"] / raw[level]["agg_tps"] if level in a else None
+
+    def paired(level: int) -> float:
+        """Omni's: the median of each round's ratio to the raw round that followed it."""
+        o, r = omni[level], raw[level]
+        each = zip(
+            o["tokens_per_round"],
+            o["wall_s_per_round"],
+            r["tokens_per_round"],
+            r["wall_s_per_round"],
+            strict=True,
+        )
+        return statistics.median((ot / ow) / (rt / rw) for ot, ow, rt, rw in each)
 
     result = {
         "model": source.model_id,
@@ -395,7 +442,7 @@ def main() -> None:
         "omni_chat_stream": omni,
         "mlx_lm_server_chat_stream": peer,
         "raw_batch_generator": raw,
-        "ratio_agg_tps_omni_over_raw": {n: ratio(omni, n) for n in ARGS.levels},
+        "ratio_agg_tps_omni_over_raw": {n: paired(n) for n in ARGS.levels},
         "ratio_agg_tps_peer_over_raw": {n: ratio(peer, n) for n in ARGS.levels},
         "ratio_agg_tps_omni_over_peer": {
             n: omni[n]["agg_tps"] / peer[n]["agg_tps"] if peer else None for n in ARGS.levels
@@ -404,7 +451,8 @@ def main() -> None:
 
     print(
         f"model {source.model_id}, streamed chat, temperature 0, max_tokens {ARGS.tokens}, "
-        f"{ARGS.rounds} rounds per level, batch size {ARGS.max_batch} everywhere"
+        f"{ARGS.rounds} rounds per level, batch size {ARGS.max_batch} everywhere; omni/raw: "
+        "median of each round's ratio to the raw round after it"
     )
     print(f"{'N':>4} | {'aggregate tok/s':^26} | {'ratio to raw':^15} | {'TTFT p50/p95 ms':^42}")
     print(
@@ -425,13 +473,13 @@ def main() -> None:
             f"{n:>4} | {omni[n]['agg_tps']:>8.1f}"
             f"{num(peer[n]['agg_tps'] if peer else None, 9, '.1f')}"
             f"{raw[n]['agg_tps']:>9.1f} | "
-            f"{num(ratio(omni, n), 7, '.3f')}{num(ratio(peer, n), 8, '.3f')} | "
+            f"{num(paired(n), 7, '.3f')}{num(ratio(peer, n), 8, '.3f')} | "
             f"{ttft(omni, n)}{ttft(peer, n)}{ttft(raw, n)}"
         )
     best = max(ARGS.levels, key=lambda n: omni[n]["agg_tps"])
     print(
         f"omni peaks at N={best}: {omni[best]['agg_tps']:.1f} tok/s "
-        f"({ratio(omni, best):.3f} of raw BatchGenerator at the same N)"
+        f"({paired(best):.3f} of raw BatchGenerator at the same N)"
     )
 
     out = Path(__file__).parent / "out"

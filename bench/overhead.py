@@ -3,7 +3,10 @@ mlx_lm.stream_generate.
 
 Same model, prompt, greedy sampling and length, measured in one run:
     python bench/overhead.py [--model PATH_OR_ID] [--tokens 64] [--runs 3] [--prefix-cache]
-`omni serve` runs as a subprocess on a temp db; raw mlx-lm runs in-process after it stopped.
+`omni serve` runs as a subprocess on a temp db and raw mlx-lm in a process of its own, both
+loaded at once; the runs are interleaved (a round is one run of each path, in turn order), so a
+machine whose speed drifts (a GPU's host, a busy CPU) weighs on every path alike. The ratios are
+the medians of each round's own ratio.
 The server's prefix (KV) cache is off by default (`--prompt-cache-entries 0`): every run sends
 the same prompt, and a cached prefix would make the server's time to first token a cache hit
 while raw mlx-lm starts cold each time. Chat requests carry `Cache-Control: no-cache` so the
@@ -16,11 +19,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import cast
 
 import httpx
 
@@ -31,9 +38,11 @@ from _server import chat_ids, start_omni  # noqa: E402
 
 PROMPT = "Write a short story about a lighthouse keeper and a storm."
 NO_CACHE = {"Cache-Control": "no-cache"}
+Run = Callable[[], dict[str, float]]  # one timed run of a path
 
 
-def raw_run(model_path: str, tokens: int) -> dict[str, float]:
+def raw_worker(conn: Connection, model_path: str, tokens: int) -> None:
+    """Raw mlx-lm in its own process: one timed run per request on `conn`, None to stop."""
     from mlx_lm import load, stream_generate
     from mlx_lm.sample_utils import make_sampler
 
@@ -58,11 +67,29 @@ def raw_run(model_path: str, tokens: int) -> dict[str, float]:
             "cached_tokens": 0,
         }
 
-    once()  # warm-up
-    return _median([once() for _ in range(ARGS.runs)])
+    while conn.recv() is not None:
+        conn.send(once())
 
 
-def responses_run(base_url: str, model_id: str, tokens: int) -> dict[str, float]:
+class RawProcess:
+    """Raw mlx-lm loaded in a process of its own; calling it times one run there."""
+
+    def __init__(self, model_path: str, tokens: int):
+        ctx = multiprocessing.get_context("spawn")
+        self._conn, child = ctx.Pipe()
+        self._proc = ctx.Process(target=raw_worker, args=(child, model_path, tokens), daemon=True)
+        self._proc.start()
+
+    def __call__(self) -> dict[str, float]:
+        self._conn.send(True)
+        return cast(dict[str, float], self._conn.recv())
+
+    def stop(self) -> None:
+        self._conn.send(None)
+        self._proc.join(60)
+
+
+def responses_run(client: httpx.Client, model_id: str, tokens: int) -> Run:
     body = {
         "model": model_id,
         "input": PROMPT,
@@ -75,7 +102,7 @@ def responses_run(base_url: str, model_id: str, tokens: int) -> dict[str, float]
         start = time.perf_counter()
         first = last = 0.0
         n = cached = 0
-        with httpx.stream("POST", f"{base_url}/v1/responses", json=body, timeout=600) as resp:
+        with client.stream("POST", "/v1/responses", json=body) as resp:
             resp.raise_for_status()
             for line in resp.iter_lines():
                 if not line.startswith("data: "):
@@ -96,11 +123,10 @@ def responses_run(base_url: str, model_id: str, tokens: int) -> dict[str, float]
             "cached_tokens": cached,
         }
 
-    once()
-    return _median([once() for _ in range(ARGS.runs)])
+    return once
 
 
-def chat_run(base_url: str, model_id: str, tokens: int) -> dict[str, float]:
+def chat_run(client: httpx.Client, model_id: str, tokens: int) -> Run:
     body = {
         "model": model_id,
         "messages": [{"role": "user", "content": PROMPT}],
@@ -114,9 +140,7 @@ def chat_run(base_url: str, model_id: str, tokens: int) -> dict[str, float]:
         start = time.perf_counter()
         first = last = 0.0
         n = cached = 0
-        with httpx.stream(
-            "POST", f"{base_url}/v1/chat/completions", json=body, headers=NO_CACHE, timeout=600
-        ) as resp:
+        with client.stream("POST", "/v1/chat/completions", json=body, headers=NO_CACHE) as resp:
             resp.raise_for_status()
             if resp.headers.get("x-omni-cache") == "hit":
                 raise SystemExit("a chat completion was answered from the replay cache")
@@ -139,8 +163,7 @@ def chat_run(base_url: str, model_id: str, tokens: int) -> dict[str, float]:
             "cached_tokens": cached,
         }
 
-    once()
-    return _median([once() for _ in range(ARGS.runs)])
+    return once
 
 
 def decode_tps(n: int, first: float, last: float) -> float:
@@ -156,23 +179,40 @@ def main() -> None:
     from omni.engine.model_source import resolve_model
 
     source = resolve_model(ARGS.model, omni_home(), lambda m: print(m, file=sys.stderr))
+    paths = ("raw", "responses", "chat")
+    runs: dict[str, list[dict[str, float]]] = {p: [] for p in paths}
+    raw_once = RawProcess(source.path, ARGS.tokens)
     with tempfile.TemporaryDirectory() as tmp:
         flags = () if ARGS.prefix_cache else ("--prompt-cache-entries", "0")
         server, base_url = start_omni(source.path, Path(tmp) / "bench.db", *flags)
+        # One client for every request, as an SDK keeps one: a new httpx client per request
+        # spends tens of ms building its TLS context, which is the client's cost, not the server's.
+        client = httpx.Client(base_url=base_url, timeout=600)
         try:
-            model_id = httpx.get(f"{base_url}/v1/models").json()["data"][0]["id"]
-            responses = responses_run(base_url, model_id, ARGS.tokens)
-            chat = chat_run(base_url, model_id, ARGS.tokens)
+            model_id = client.get("/v1/models").json()["data"][0]["id"]
+            once = {
+                "raw": raw_once,
+                "responses": responses_run(client, model_id, ARGS.tokens),
+                "chat": chat_run(client, model_id, ARGS.tokens),
+            }
+            for path in paths:
+                once[path]()  # warm-up
+            for i in range(ARGS.runs):  # rounds, each path once, the order turning
+                for path in paths[i % 3 :] + paths[: i % 3]:
+                    runs[path].append(once[path]())
         finally:
+            client.close()
+            raw_once.stop()
             server.terminate()
             server.wait(timeout=60)
-    raw = raw_run(source.path, ARGS.tokens)
+    raw, responses, chat = (_median(runs[p]) for p in paths)
 
-    def ratios(row: dict[str, float]) -> dict[str, float]:
+    def ratios(path: str) -> dict[str, float]:
+        pairs = list(zip(runs[path], runs["raw"], strict=True))
         return {
-            "decode_tps": row["decode_tps"] / raw["decode_tps"],
-            "ttft": row["ttft_s"] / raw["ttft_s"],
-            "ttft_diff_ms": (row["ttft_s"] - raw["ttft_s"]) * 1000,
+            "decode_tps": statistics.median(o["decode_tps"] / r["decode_tps"] for o, r in pairs),
+            "ttft": statistics.median(o["ttft_s"] / r["ttft_s"] for o, r in pairs),
+            "ttft_diff_ms": statistics.median((o["ttft_s"] - r["ttft_s"]) * 1000 for o, r in pairs),
         }
 
     result = {
@@ -183,16 +223,14 @@ def main() -> None:
         "raw_stream_generate": raw,
         "omni_responses_stream": responses,
         "omni_chat_stream": chat,
-        "ratio_responses_over_raw": ratios(responses),
-        "ratio_chat_over_raw": ratios(chat),
-        # kept from earlier versions of this file
-        "ratio_decode_tps": responses["decode_tps"] / raw["decode_tps"],
-        "ratio_ttft": responses["ttft_s"] / raw["ttft_s"],
+        "ratio_responses_over_raw": ratios("responses"),
+        "ratio_chat_over_raw": ratios("chat"),
+        "rounds": runs,
     }
     prefix = "on" if ARGS.prefix_cache else "off"
     print(
-        f"model {source.model_id}, {ARGS.tokens} tokens max, greedy, median of {ARGS.runs} runs, "
-        f"server prefix cache {prefix}"
+        f"model {source.model_id}, {ARGS.tokens} tokens max, greedy, {ARGS.runs} interleaved "
+        f"rounds (medians; ratios: median of each round's), server prefix cache {prefix}"
     )
     print(
         f"{'path':<30}{'tokens':>7}{'cached':>7}{'TTFT ms':>9}{'decode tok/s':>14}"
@@ -238,7 +276,12 @@ if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--model", default=None, help="mlx-lm folder or repo id (default: SmolLM2)")
     p.add_argument("--tokens", type=int, default=64, help="max tokens of every path")
-    p.add_argument("--runs", type=int, default=3, help="measured runs per path (after a warm-up)")
+    p.add_argument(
+        "--runs",
+        type=int,
+        default=3,
+        help="measured rounds, one run of each path (after a warm-up)",
+    )
     p.add_argument(
         "--prefix-cache",
         action="store_true",
