@@ -16,7 +16,7 @@ batch stays full instead of ramping up and draining once per round). Aggregate
 tok/s = completion tokens of a round / its wall time (median over rounds); TTFT = request sent
 -> first content delta, p50/p95 over every request of the level. Each level also reports the
 CPU seconds a round took in the clients, the server process and the processes below it (Omni's
-engine): the one near the round's wall time is the one that limits it.
+engine), and raw's process its own: the one near the round's wall time is the one that limits it.
 1. Omni: `omni serve` (a subprocess on a temp db, --max-batch-size N_max).
 2. Peer: `python -m mlx_lm.server --model <folder>` (--decode-concurrency N_max), same requests.
 3. Raw: a BatchGenerator (completion_batch_size N_max) in a process of its own, loaded beside
@@ -274,7 +274,8 @@ def raw_worker(
 ) -> None:
     """Raw BatchGenerator in a process of its own: for each (level, round, n) it gets, the
     first `level` of that round's n prompts at once, each that ends replaced by the next (as
-    the closed-loop clients do); it sends back (tokens, wall, each request's TTFT). None ends."""
+    the closed-loop clients do); it sends back (tokens, wall, each request's TTFT, its CPU
+    seconds). None ends."""
     from mlx_lm import load
     from mlx_lm.generate import BatchGenerator
 
@@ -336,7 +337,10 @@ def raw_worker(
         conn.send("ready")
         while (asked := conn.recv()) is not None:
             level, rnd, n = asked
-            conn.send(once([encode(prompt_text(level, rnd, i)) for i in range(n)], level))
+            prompts = [encode(prompt_text(level, rnd, i)) for i in range(n)]
+            cpu = time.process_time()
+            made, wall, firsts = once(prompts, level)
+            conn.send((made, wall, firsts, time.process_time() - cpu))
     finally:
         gen.close()
     if trace is not None and trace_path:
@@ -360,21 +364,26 @@ class RawBatch:
             raise SystemExit("raw BatchGenerator did not start")
         self.rounds: dict[int, list[tuple[int, float]]] = {}
         self.ttfts: dict[int, list[float]] = {}
+        self.cpu: dict[int, list[float]] = {}  # the raw process's CPU seconds, each round
 
     def round(self, level: int, rnd: int) -> None:
         self._conn.send((level, rnd, level * ARGS.requests_per_client))
-        made, wall, firsts = self._conn.recv()
+        made, wall, firsts, cpu = self._conn.recv()
         if rnd >= 0:  # not a warm-up round
             self.rounds.setdefault(level, []).append((made, wall))
             self.ttfts.setdefault(level, []).extend(firsts)
+            self.cpu.setdefault(level, []).append(cpu)
 
     def levels(self) -> dict[int, dict[str, Any]]:
         results = {}
         for level in self.rounds:
             results[level] = row = summarize(self.rounds[level], self.ttfts[level])
+            row["engine_cpu_s_per_round"] = self.cpu[level]
             print(
                 f"  raw N={level}: {row['agg_tps']:.1f} tok/s, "
-                f"TTFT p50 {row['ttft_p50_ms']:.1f} ms",
+                f"TTFT p50 {row['ttft_p50_ms']:.1f} ms; CPU s a round (wall "
+                f"{statistics.median(row['wall_s_per_round']):.2f}): "
+                f"{statistics.median(self.cpu[level]):.2f}",
                 file=sys.stderr,
             )
         return results
