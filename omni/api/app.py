@@ -112,9 +112,11 @@ def create_app(settings: Settings, engine: Engine) -> Quart:
     @app.after_serving
     async def close_resources() -> None:
         state: State = app.config["OMNI"]
-        await state.completions.close()
-        await state.responses.close()
-        await state.appender.stop()
-        await state.store.close()
+        try:
+            await state.completions.close()
+            await state.responses.close()
+            await state.appender.stop()
+        finally:  # what reached the writer commits before the process exits
+            await state.store.close()
 
     return app

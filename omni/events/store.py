@@ -122,9 +122,11 @@ class EventStore:
         )
         try:
             await self._write(lambda conn: conn.exec_driver_sql("SELECT 1"))
-        except SQLAlchemyError as exc:
-            await self.close()
-            raise StoreError(f"cannot open database {self.path}: {_reason(exc)}") from exc
+        except BaseException as exc:  # cancelled too: no thread or engine is left behind
+            await asyncio.shield(self.close())
+            if isinstance(exc, SQLAlchemyError):
+                raise StoreError(f"cannot open database {self.path}: {_reason(exc)}") from exc
+            raise
 
     def _configure(self, engine: Any, begin: str) -> Any:
         synchronous = self._synchronous
@@ -183,13 +185,15 @@ class EventStore:
     async def close(self) -> None:
         writer, thread, reader = self._writer, self._write_thread, self._reader
         self._writer = self._write_thread = self._reader = None
-        if thread is not None:
-            # Queued writes finish first: the thread runs them in order, then the dispose.
-            if writer is not None:
-                await asyncio.wrap_future(thread.submit(writer.dispose))
-            thread.shutdown(wait=False)
-        if reader is not None:
-            await reader.dispose()
+        try:
+            if thread is not None and writer is not None:
+                # Queued writes finish first: the thread runs them in order, then the dispose.
+                await asyncio.shield(asyncio.wrap_future(thread.submit(writer.dispose)))
+        finally:
+            if thread is not None:
+                thread.shutdown(wait=False)
+            if reader is not None:
+                await asyncio.shield(reader.dispose())
 
     async def append(
         self, appends: Iterable[Append], cache: Sequence[CacheEntry] = ()
@@ -357,15 +361,19 @@ class EventStore:
 
     async def purge(self, stream_ids: Sequence[str]) -> int:
         """Remove whole streams on purpose (store:false streams once nobody reads them)."""
-        self._recent.forget(stream_ids)
         doomed = list(stream_ids)
+        self._recent.forget(doomed)
 
         def delete(conn: Connection) -> int:
             result = conn.execute(events.delete().where(events.c.stream_id.in_(doomed)))
             return int(result.rowcount or 0)
 
+        done = self._write(delete)
+        # Appends to these streams queued before the delete put their rows in memory when
+        # they committed: forget them again once the delete has.
+        done.add_done_callback(lambda _: self._recent.forget(doomed))
         try:
-            return await asyncio.shield(self._write(delete))
+            return await asyncio.shield(done)
         except SQLAlchemyError as exc:
             raise StoreError(f"purge failed: {_reason(exc)}") from exc
 

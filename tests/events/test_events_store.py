@@ -572,3 +572,38 @@ def test_a_process_that_never_closes_its_store_still_exits(db_path: Path) -> Non
     )
     done = subprocess.run([sys.executable, "-c", code, str(db_path)], timeout=60)
     assert done.returncode == 3
+
+
+async def test_a_purge_behind_a_queued_append_leaves_nothing_in_memory(store: EventStore) -> None:
+    """An append queued before a purge of its stream commits first, then the purge deletes it:
+    the store must not answer from memory with rows the table no longer has."""
+    await store.append([deltas("x", 0, 1)])
+    pending = asyncio.ensure_future(store.append([deltas("x", 1, 2)]))
+    await asyncio.sleep(0)  # the append is queued on the writer before the purge
+    assert await store.purge(["x"]) == 3
+    await pending
+    assert raw_rows(store.path, "x") == []
+    assert await store.read("x") == []
+    assert await store.last("x") is None
+    await store.append([deltas("x", 0, 1)])  # the stream can start again
+    assert [e.seq for e in await store.read("x")] == [0]
+
+
+async def test_a_cancelled_open_leaves_no_writer_thread(db_path: Path) -> None:
+    def writers() -> list[str]:
+        return [t.name for t in threading.enumerate() if t.name.startswith("omni-writer")]
+
+    before = writers()
+    store = EventStore(str(db_path))
+    task = asyncio.ensure_future(store.open())
+    await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    for _ in range(50):
+        if writers() == before:
+            break
+        await asyncio.sleep(0.02)
+    assert writers() == before
+    with pytest.raises(StoreError):
+        await store.read("s")
