@@ -151,8 +151,9 @@ class EventStore:
 
     def _write(self, work: Callable[[Connection], T]) -> asyncio.Future[T]:
         """Run `work` in one write transaction on the writer's thread (committed if it returns,
-        rolled back if it raises). Once submitted it runs to the end even if the caller stops
-        waiting: the awaitable is shielded, so cancelling a caller never cuts a transaction."""
+        rolled back if it raises); a transaction always runs whole there. Writers of data await
+        the future through `asyncio.shield`: a cancelled caller then stops waiting, but its write
+        still runs, in its place in the queue (unshielded, a write still queued is dropped)."""
         writer = self._open(self._writer)
         thread = self._write_thread
         assert thread is not None
