@@ -149,11 +149,15 @@ class EventStore:
 
         return engine
 
-    def _write(self, work: Callable[[Connection], T]) -> asyncio.Future[T]:
+    async def _write(
+        self,
+        work: Callable[[Connection], T],
+        then: Callable[[asyncio.Future[T]], object] | None = None,
+    ) -> T:
         """Run `work` in one write transaction on the writer's thread (committed if it returns,
-        rolled back if it raises); a transaction always runs whole there. Writers of data await
-        the future through `asyncio.shield`: a cancelled caller then stops waiting, but its write
-        still runs, in its place in the queue (unshielded, a write still queued is dropped)."""
+        rolled back if it raises); a transaction always runs whole there. Once submitted it
+        runs, in its place in the queue, even if the caller is cancelled meanwhile (the caller
+        only stops waiting); `then` runs on the event loop when it is done, either way."""
         writer = self._open(self._writer)
         thread = self._write_thread
         assert thread is not None
@@ -164,7 +168,9 @@ class EventStore:
 
         done = asyncio.wrap_future(thread.submit(transaction))
         done.add_done_callback(lambda f: f.cancelled() or f.exception())  # always retrieved
-        return done
+        if then is not None:
+            done.add_done_callback(then)
+        return await asyncio.shield(done)
 
     async def pragmas(self) -> dict[str, object]:
         """The write connection's durability settings, for operators and tests."""
@@ -242,12 +248,10 @@ class EventStore:
             if not done.cancelled() and done.exception() is None:
                 self._recent.add(done.result())
 
-        committed = self._write(insert)
-        # Remembered once committed, even if this caller was cancelled meanwhile (the next
-        # seq a stream's writer asks for must be right).
-        committed.add_done_callback(remember)
         try:
-            return await asyncio.shield(committed)
+            # Remembered once committed, even if this caller was cancelled meanwhile (the next
+            # seq a stream's writer asks for must be right).
+            return await self._write(insert, then=remember)
         except IntegrityError as exc:
             if "UNIQUE" in str(exc.orig):
                 raise SeqConflict(f"append conflict: {exc.orig}") from exc
@@ -281,11 +285,9 @@ class EventStore:
 
     async def cache_forget(self, completion_id: str) -> None:
         try:
-            await asyncio.shield(
-                self._write(
-                    lambda conn: conn.execute(
-                        chat_cache.delete().where(chat_cache.c.completion_id == completion_id)
-                    )
+            await self._write(
+                lambda conn: conn.execute(
+                    chat_cache.delete().where(chat_cache.c.completion_id == completion_id)
                 )
             )
         except SQLAlchemyError as exc:
@@ -303,7 +305,7 @@ class EventStore:
                 self._index(conn, cache, _now_ms())
 
         try:
-            await asyncio.shield(self._write(rebuild))
+            await self._write(rebuild)
         except SQLAlchemyError as exc:
             raise StoreError(f"cache rebuild failed: {_reason(exc)}") from exc
 
@@ -369,12 +371,10 @@ class EventStore:
             result = conn.execute(events.delete().where(events.c.stream_id.in_(doomed)))
             return int(result.rowcount or 0)
 
-        done = self._write(delete)
-        # Appends to these streams queued before the delete put their rows in memory when
-        # they committed: forget them again once the delete has.
-        done.add_done_callback(lambda _: self._recent.forget(doomed))
         try:
-            return await asyncio.shield(done)
+            # Appends to these streams queued before the delete put their rows in memory when
+            # they committed: forget them again once the delete has.
+            return await self._write(delete, then=lambda _: self._recent.forget(doomed))
         except SQLAlchemyError as exc:
             raise StoreError(f"purge failed: {_reason(exc)}") from exc
 

@@ -335,7 +335,7 @@ async def test_readers_do_not_wait_for_the_stores_own_open_write_transaction(
         inserted.set()
         release.wait(5)
 
-    held = store._write(hold)
+    held = asyncio.ensure_future(store._write(hold))
     try:
         assert await asyncio.to_thread(inserted.wait, 5)
         rows = await asyncio.wait_for(store.read("s"), 2)
