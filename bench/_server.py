@@ -1,8 +1,9 @@
 """Shared pieces of the benchmarks: `omni serve` (or a peer) as a subprocess on a free loopback
-port, and prompt tokens for the raw mlx-lm baselines."""
+port, the raw mlx-lm baselines in a process of their own, and their prompt tokens."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import socket
 import subprocess
@@ -61,6 +62,49 @@ def start_omni(
     base_url = f"http://127.0.0.1:{port}"
     wait_up(proc, f"{base_url}/health", "omni serve")
     return proc, base_url
+
+
+def chat_body(model: str, text: str, max_tokens: int) -> dict[str, Any]:
+    """A streamed, greedy chat completion of one user message, usage in its last chunk."""
+    return {
+        "model": model,
+        "messages": [{"role": "user", "content": text}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+
+
+class RawWorker:
+    """A raw mlx-lm baseline loaded in a process of its own beside the server, so that its
+    runs can alternate with the server's (a machine whose speed drifts weighs on both alike).
+    `target(conn, *args)` answers each message it receives on `conn` with one reply, and
+    returns when it receives None."""
+
+    def __init__(self, target: Any, *args: Any):
+        ctx = multiprocessing.get_context("spawn")
+        self._conn, child = ctx.Pipe()
+        self._proc = ctx.Process(target=target, args=(child, *args), daemon=True)
+        self._proc.start()
+        child.close()  # the child's end lives in the child: its exit ends our recv
+
+    def ask(self, message: Any) -> Any:
+        self._conn.send(message)
+        return self.reply()
+
+    def reply(self) -> Any:
+        try:
+            return self._conn.recv()
+        except EOFError:
+            raise SystemExit(f"the raw baseline's process exited ({self._proc.exitcode})") from None
+
+    def stop(self) -> None:
+        try:
+            self._conn.send(None)
+        except OSError:  # gone already
+            pass
+        self._proc.join(120)
 
 
 def chat_ids(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:

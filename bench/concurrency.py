@@ -47,7 +47,15 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _plot import Lines, save  # noqa: E402
-from _server import chat_ids, cpu_seconds, free_port, start_omni, wait_up  # noqa: E402
+from _server import (  # noqa: E402
+    RawWorker,
+    chat_body,
+    chat_ids,
+    cpu_seconds,
+    free_port,
+    start_omni,
+    wait_up,
+)
 
 NO_CACHE = {"Cache-Control": "no-cache"}
 TOPICS = [
@@ -240,18 +248,8 @@ def client_process(conn: Any, base: str, model: str, tokens: int) -> None:
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
         async with httpx.AsyncClient(base_url=base, timeout=600, limits=limits) as client:
 
-            def body(text: str) -> dict[str, Any]:
-                return {
-                    "model": model,
-                    "messages": [{"role": "user", "content": text}],
-                    "max_tokens": tokens,
-                    "temperature": 0,
-                    "stream": True,
-                    "stream_options": {"include_usage": True},
-                }
-
             async def client_loop(texts: list[str]) -> list[tuple[float, int]]:
-                return [await one_stream(client, body(t)) for t in texts]
+                return [await one_stream(client, chat_body(model, t, tokens)) for t in texts]
 
             loop = asyncio.get_running_loop()
             while (clients := await loop.run_in_executor(None, conn.recv)) is not None:
@@ -350,25 +348,18 @@ def raw_worker(
 
 
 class RawBatch:
-    """Raw BatchGenerator, loaded in its own process beside the server, so that its rounds
-    can alternate with the server's: a machine whose speed drifts weighs on both alike."""
+    """Raw BatchGenerator in its own process (RawWorker), a round at a time, and its figures."""
 
     def __init__(self, model_path: str):
-        ctx = multiprocessing.get_context("spawn")
-        self._conn, child = ctx.Pipe()
-        args = (child, model_path, ARGS.tokens, ARGS.max_batch, ARGS.trace)
-        self._proc = ctx.Process(target=raw_worker, args=args, daemon=True)
-        self._proc.start()
-        child.close()
-        if self._conn.recv() != "ready":
+        self._worker = RawWorker(raw_worker, model_path, ARGS.tokens, ARGS.max_batch, ARGS.trace)
+        if self._worker.reply() != "ready":
             raise SystemExit("raw BatchGenerator did not start")
         self.rounds: dict[int, list[tuple[int, float]]] = {}
         self.ttfts: dict[int, list[float]] = {}
         self.cpu: dict[int, list[float]] = {}  # the raw process's CPU seconds, each round
 
     def round(self, level: int, rnd: int) -> None:
-        self._conn.send((level, rnd, level * ARGS.requests_per_client))
-        made, wall, firsts, cpu = self._conn.recv()
+        made, wall, firsts, cpu = self._worker.ask((level, rnd, level * ARGS.requests_per_client))
         if rnd >= 0:  # not a warm-up round
             self.rounds.setdefault(level, []).append((made, wall))
             self.ttfts.setdefault(level, []).extend(firsts)
@@ -389,8 +380,7 @@ class RawBatch:
         return results
 
     def stop(self) -> None:
-        self._conn.send(None)
-        self._proc.join(120)
+        self._worker.stop()
 
 
 # --- report -------------------------------------------------------------------------------

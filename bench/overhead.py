@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import statistics
 import sys
 import tempfile
@@ -34,7 +33,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _plot import Bars, save  # noqa: E402
-from _server import chat_ids, start_omni  # noqa: E402
+from _server import RawWorker, chat_body, chat_ids, start_omni  # noqa: E402
 
 PROMPT = "Write a short story about a lighthouse keeper and a storm."
 NO_CACHE = {"Cache-Control": "no-cache"}
@@ -69,24 +68,6 @@ def raw_worker(conn: Connection, model_path: str, tokens: int) -> None:
 
     while conn.recv() is not None:
         conn.send(once())
-
-
-class RawProcess:
-    """Raw mlx-lm loaded in a process of its own; calling it times one run there."""
-
-    def __init__(self, model_path: str, tokens: int):
-        ctx = multiprocessing.get_context("spawn")
-        self._conn, child = ctx.Pipe()
-        self._proc = ctx.Process(target=raw_worker, args=(child, model_path, tokens), daemon=True)
-        self._proc.start()
-
-    def __call__(self) -> dict[str, float]:
-        self._conn.send(True)
-        return cast(dict[str, float], self._conn.recv())
-
-    def stop(self) -> None:
-        self._conn.send(None)
-        self._proc.join(60)
 
 
 def responses_run(client: httpx.Client, model_id: str, tokens: int) -> Run:
@@ -127,14 +108,7 @@ def responses_run(client: httpx.Client, model_id: str, tokens: int) -> Run:
 
 
 def chat_run(client: httpx.Client, model_id: str, tokens: int) -> Run:
-    body = {
-        "model": model_id,
-        "messages": [{"role": "user", "content": PROMPT}],
-        "max_tokens": tokens,
-        "temperature": 0,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
+    body = chat_body(model_id, PROMPT, tokens)
 
     def once() -> dict[str, float]:
         start = time.perf_counter()
@@ -181,7 +155,7 @@ def main() -> None:
     source = resolve_model(ARGS.model, omni_home(), lambda m: print(m, file=sys.stderr))
     paths = ("raw", "responses", "chat")
     runs: dict[str, list[dict[str, float]]] = {p: [] for p in paths}
-    raw_once = RawProcess(source.path, ARGS.tokens)
+    raw = RawWorker(raw_worker, source.path, ARGS.tokens)
     with tempfile.TemporaryDirectory() as tmp:
         flags = () if ARGS.prefix_cache else ("--prompt-cache-entries", "0")
         server, base_url = start_omni(source.path, Path(tmp) / "bench.db", *flags)
@@ -191,7 +165,7 @@ def main() -> None:
         try:
             model_id = client.get("/v1/models").json()["data"][0]["id"]
             once = {
-                "raw": raw_once,
+                "raw": lambda: cast(dict[str, float], raw.ask(True)),
                 "responses": responses_run(client, model_id, ARGS.tokens),
                 "chat": chat_run(client, model_id, ARGS.tokens),
             }
@@ -202,7 +176,7 @@ def main() -> None:
                     runs[path].append(once[path]())
         finally:
             client.close()
-            raw_once.stop()
+            raw.stop()
             server.terminate()
             server.wait(timeout=60)
     raw, responses, chat = (_median(runs[p]) for p in paths)
