@@ -7,7 +7,7 @@ Omni, through mlx_lm.server (the peer), and through raw mlx-lm BatchGenerator.
                                 [--client-procs P]
 
 At each level N, N clients (asyncio + httpx.AsyncClient, spread over P processes so that the
-load generator is not what limits a round; default a quarter of the CPUs) send N streamed
+load generator is not what limits a round; default half the CPUs) send N streamed
 /v1/chat/completions at once (temperature 0, max_tokens --tokens, distinct prompts, and
 `Cache-Control: no-cache` so Omni's replay cache cannot answer), --rounds times after
 --warmup-rounds unmeasured ones (new batch shapes compile kernels the first time). With
@@ -133,8 +133,12 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
-async def one_stream(client: httpx.AsyncClient, body: dict[str, Any]) -> tuple[float, int]:
-    """(seconds to the first content delta, completion tokens) of one streamed chat."""
+async def one_stream(
+    client: httpx.AsyncClient, body: dict[str, Any]
+) -> tuple[float, int, float, float]:
+    """(seconds to the first content delta, completion tokens, when it was sent, when it
+    ended) of one streamed chat; the times on perf_counter's clock, which the engine's step
+    trace shares."""
     start = time.perf_counter()
     first = 0.0
     tokens = 0
@@ -143,14 +147,17 @@ async def one_stream(client: httpx.AsyncClient, body: dict[str, Any]) -> tuple[f
         if r.headers.get("x-omni-cache") == "hit":
             raise RuntimeError("answered from the replay cache: the prompts are not distinct")
         async for line in r.aiter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
+            # Only the chunks up to the first content and the usage chunk are parsed: the
+            # load generator's own work must not be what holds a round back.
+            if not line.startswith("data: {") or (first and '"completion_tokens"' not in line):
                 continue
             chunk = json.loads(line[6:])
             if not first and any(c["delta"].get("content") for c in chunk["choices"]):
                 first = time.perf_counter()
             if chunk.get("usage"):
                 tokens = chunk["usage"]["completion_tokens"]
-    return (first or time.perf_counter()) - start, tokens
+    end = time.perf_counter()
+    return (first or end) - start, tokens, start, end
 
 
 def http_levels(
@@ -175,9 +182,11 @@ def http_levels(
         pipes.append(mine)
         workers.append(worker)
 
-    def run(texts: list[list[str]]) -> tuple[list[tuple[float, int]], float, float]:
-        """Each client's texts, one after another, all clients at once: (ttft, tokens) of
-        every request, the wall time, the clients' CPU seconds."""
+    def run(
+        texts: list[list[str]],
+    ) -> tuple[list[tuple[float, int, float, float]], float, float]:
+        """Each client's texts, one after another, all clients at once: (ttft, tokens, sent,
+        ended) of every request, the wall time, the clients' CPU seconds."""
         start = time.perf_counter()
         for k, pipe in enumerate(pipes):
             pipe.send(texts[k::procs])
@@ -197,7 +206,8 @@ def http_levels(
         for level in ARGS.levels:
             rounds: list[tuple[int, float]] = []
             ttfts: list[float] = []
-            cpu: list[tuple[float, float, float]] = []  # clients, server, below the server
+            cpu: list[tuple[float, float, float, float]] = []  # clients, server, below, loop
+            timeline: list[dict[str, Any]] = []
             reps = ARGS.requests_per_client
             for rnd in range(-ARGS.warmup_rounds, ARGS.rounds):
                 # Closed loop: each client sends its next request when the last one ends.
@@ -206,24 +216,40 @@ def http_levels(
                     for i in range(level)
                 ]
                 server, below = cpu_seconds(pid)
+                loop = cpu_seconds(pid, thread=pid)[0]
+                start = time.perf_counter()
                 done, wall, clients = run(texts)
                 server_now, below_now = cpu_seconds(pid)
+                loop_now = cpu_seconds(pid, thread=pid)[0]
                 if raw is not None:
                     raw.round(level, rnd)
                 if rnd < 0:
                     continue  # a warm-up round: new batch shapes compile kernels (MLX's JIT)
-                rounds.append((sum(t for _, t in done), wall))
-                ttfts += [t for t, _ in done]
-                cpu.append((clients, server_now - server, below_now - below))
+                rounds.append((sum(d[1] for d in done), wall))
+                ttfts += [d[0] for d in done]
+                cpu.append((clients, server_now - server, below_now - below, loop_now - loop))
+                # When the round began and each request was sent, reached its first token
+                # and ended: beside the engine's step trace, where a round's time went.
+                timeline.append(
+                    {
+                        "start": start,
+                        "sent": sorted(d[2] - start for d in done),
+                        "first": sorted(d[2] + d[0] - start for d in done),
+                        "ended": sorted(d[3] - start for d in done),
+                    }
+                )
             results[level] = row = summarize(rounds, ttfts)
-            for i, name in enumerate(("clients", "server", "engine")):
+            for i, name in enumerate(("clients", "server", "engine", "server_loop")):
                 row[f"{name}_cpu_s_per_round"] = [c[i] for c in cpu]
+            if ARGS.trace:
+                row["timeline"] = timeline
             print(
                 f"  {label} N={level}: {row['agg_tps']:.1f} tok/s, "
                 f"TTFT p50 {row['ttft_p50_ms']:.1f} ms; CPU s a round (wall "
                 f"{statistics.median(row['wall_s_per_round']):.2f}): {procs} client processes "
                 f"{statistics.median(row['clients_cpu_s_per_round']):.2f}, server "
-                f"{statistics.median(row['server_cpu_s_per_round']):.2f}, below it "
+                f"{statistics.median(row['server_cpu_s_per_round']):.2f} (its event loop's "
+                f"thread {statistics.median(row['server_loop_cpu_s_per_round']):.2f}), below it "
                 f"{statistics.median(row['engine_cpu_s_per_round']):.2f}",
                 file=sys.stderr,
             )
@@ -545,8 +571,8 @@ if __name__ == "__main__":
     p.add_argument(
         "--client-procs",
         type=int,
-        default=max(1, (os.cpu_count() or 1) // 4),
-        help="processes the HTTP clients are spread over (default: a quarter of the CPUs)",
+        default=max(1, (os.cpu_count() or 1) // 2),
+        help="processes the HTTP clients are spread over (default: half the CPUs)",
     )
     ARGS = p.parse_args()
     ARGS.max_batch = ARGS.max_batch or max(ARGS.levels)

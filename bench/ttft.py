@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import socket
 import statistics
 import sys
 import tempfile
@@ -34,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _plot import Bars, save  # noqa: E402
 from _server import chat_ids, start_omni  # noqa: E402
 
+NO_CACHE = {"Cache-Control": "no-cache"}
 TOPIC = "Write a short story about a lighthouse keeper and a storm."
 
 
@@ -41,23 +43,79 @@ def text(i: int) -> str:
     return f"{i}. {TOPIC}"
 
 
-def first_delta(client: httpx.Client, model: str, i: int) -> tuple[float, float]:
-    """(sent, first delta received), perf_counter seconds."""
+def request_body(model: str, i: int) -> tuple[str, dict[str, Any]]:
     if i % 2:
         path, body = "/v1/responses", {"input": text(i), "max_output_tokens": 2}
     else:
         messages = [{"role": "user", "content": text(i)}]
         path, body = "/v1/chat/completions", {"messages": messages, "max_tokens": 2}
-    body |= {"model": model, "temperature": 0, "stream": True}
+    return path, body | {"model": model, "temperature": 0, "stream": True}
+
+
+def first_delta(client: httpx.Client, model: str, i: int) -> tuple[float, float]:
+    """Through httpx: (sent, first delta received), perf_counter seconds; the clock also
+    runs while httpx builds the request and parses the lines."""
+    path, body = request_body(model, i)
     sent = time.perf_counter()
     first = 0.0
-    headers = {"Cache-Control": "no-cache"}
-    with client.stream("POST", path, json=body, headers=headers) as resp:
+    with client.stream("POST", path, json=body, headers=NO_CACHE) as resp:
         resp.raise_for_status()
         for line in resp.iter_lines():
             if not first and line.startswith("data: ") and _is_delta(line[6:]):
                 first = time.perf_counter()
     return sent, first or time.perf_counter()
+
+
+class Wire:
+    """HTTP/1.1 on one kept-alive socket, as little client as there can be: the clock starts
+    as the request's bytes are written and stops as the bytes of the first delta are read, so
+    what a client library does around them (httpx: request building, line splitting) is not
+    counted as the server's."""
+
+    def __init__(self, base: str):
+        host, port = base.rsplit("//", 1)[1].rsplit(":", 1)
+        self.host = host
+        self.sock = socket.create_connection((host, int(port)))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def first_delta(self, model: str, i: int) -> tuple[float, float]:
+        path, body = request_body(model, i)
+        data = json.dumps(body).encode()
+        head = (
+            f"POST {path} HTTP/1.1\r\nhost: {self.host}\r\ncontent-type: application/json\r\n"
+            f"cache-control: no-cache\r\ncontent-length: {len(data)}\r\n\r\n"
+        )
+        sent = time.perf_counter()
+        self.sock.sendall(head.encode() + data)
+        first = 0.0
+        raw, events = b"", b""  # bytes not yet de-chunked; SSE bytes not yet split
+        headers_done, ended = False, False
+        while not ended:
+            got = self.sock.recv(1 << 16)
+            arrived = time.perf_counter()
+            if not got:
+                raise SystemExit("the server closed the connection")
+            raw += got
+            if not headers_done:
+                if b"\r\n\r\n" not in raw:
+                    continue
+                head_bytes, raw = raw.split(b"\r\n\r\n", 1)
+                if not head_bytes.startswith(b"HTTP/1.1 200"):
+                    raise SystemExit(f"{path}: {head_bytes.splitlines()[0]!r}")
+                headers_done = True
+            while b"\r\n" in raw:  # whole chunks: size line, data, CRLF
+                size_line, rest = raw.split(b"\r\n", 1)
+                size = int(size_line, 16)
+                if len(rest) < size + 2:
+                    break
+                events += rest[:size]
+                raw = rest[size + 2 :]
+                ended = size == 0
+            *whole, events = events.split(b"\n\n")
+            for line in (line for event in whole for line in event.split(b"\n")):
+                if not first and line.startswith(b"data: ") and _is_delta(line[6:].decode()):
+                    first = arrived
+        return sent, first or time.perf_counter()
 
 
 def _is_delta(data: str) -> bool:
@@ -99,9 +157,14 @@ def main() -> None:
         try:
             model_id = httpx.get(f"{base}/v1/models").json()["data"][0]["id"]
             with httpx.Client(base_url=base, timeout=600) as client:
+                wire = Wire(base)
                 for i in range(ARGS.requests):
-                    marks.append(first_delta(client, model_id, i))
+                    if ARGS.client == "httpx":
+                        marks.append(first_delta(client, model_id, i))
+                    else:
+                        marks.append(wire.first_delta(model_id, i))
                     time.sleep(0.2)  # the engine is idle when the next one comes
+                wire.sock.close()
         finally:
             proc.terminate()
             proc.wait(timeout=60)
@@ -120,7 +183,10 @@ def main() -> None:
     ms = {k: 1000 * statistics.median(v) for k, v in parts.items()}
     ms["raw"] = 1000 * statistics.median(raw)
     server = ms["before"] + ms["after"]
-    print(f"model {source.model_id}; median of {len(raw)} requests (2 tokens, greedy)")
+    print(
+        f"model {source.model_id}; median of {len(raw)} requests (2 tokens, greedy), "
+        f"client: {ARGS.client}"
+    )
     print(f"{'':<44}{'ms':>8}")
     print(f"{'request sent -> the engine takes it':<44}{ms['before']:>8.1f}")
     print(f"{'engine: prefill and first token':<44}{ms['engine']:>8.1f}")
@@ -130,6 +196,7 @@ def main() -> None:
     print(f"the server's own share (before + after): {server:.1f} ms")
     result: dict[str, Any] = {
         "model": source.model_id,
+        "client": ARGS.client,
         "requests": len(raw),
         "median_ms": ms,
         "server_share_ms": server,
@@ -158,5 +225,12 @@ if __name__ == "__main__":
     p.add_argument("--model", default=None, help="mlx-lm folder or repo id (default: SmolLM2)")
     p.add_argument("--requests", type=int, default=12, help="requests, one after another")
     p.add_argument("--warmup", type=int, default=2, help="first requests left out")
+    p.add_argument(
+        "--client",
+        choices=("socket", "httpx"),
+        default="socket",
+        help="the requests' client: bytes on a socket (default), or httpx, whose own work "
+        "then counts in the server's share",
+    )
     ARGS = p.parse_args()
     main()
