@@ -361,10 +361,14 @@ async def test_writes_begin_immediate_reads_begin_deferred(store: EventStore) ->
                 seen[_name].append(statement.upper())
 
         sa_event.listen(engine, "before_cursor_execute", record)
+    direct: list[str] = []  # the event loop's own connection, for appends
+    assert store._direct is not None
+    store._direct.set_trace_callback(lambda sql: direct.append(sql.split()[0].upper()))
     await store.append([deltas("s", 0, 1)])
     await store.purge(["nothing"])
     await store.read("s")
-    assert seen["writer"] == ["BEGIN IMMEDIATE", "BEGIN IMMEDIATE"]
+    assert direct == ["BEGIN", "INSERT", "COMMIT"]
+    assert seen["writer"] == ["BEGIN IMMEDIATE"]  # the purge
     assert seen["reader"] == ["BEGIN"]
 
 
@@ -519,12 +523,16 @@ async def test_a_cancelled_append_leaves_the_store_writable(store: EventStore) -
 async def test_a_cancelled_callers_commit_is_remembered(store: EventStore) -> None:
     """Once handed to the writer an append runs to the end even if its caller is cancelled, and
     the store's memory of recent rows learns it (a stream's next seq must stay right)."""
+    # A write queued on the writer's thread first: the append queues behind it (it may not
+    # commit directly on the loop, ahead of it).
+    purge = asyncio.ensure_future(store.purge(["nothing"]))
     task = asyncio.create_task(store.append([deltas("s", 0, 3)]))
     await asyncio.sleep(0)  # submitted to the writer's thread, not yet committed
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    await store.append([deltas("other", 0, 1)])  # queued behind it: it has committed
+    await purge
+    await store.append([deltas("other", 0, 1)])  # after it: it has committed
     assert [r[2] for r in raw_rows(store.path, "s")] == [0, 1, 2]
     last = await store.last("s")
     assert last is not None and last.seq == 2
@@ -534,10 +542,12 @@ async def test_a_cancelled_callers_commit_is_remembered(store: EventStore) -> No
 async def test_close_commits_the_writes_already_handed_over(db_path: Path) -> None:
     store = EventStore(str(db_path))
     await store.open()
+    queued = asyncio.ensure_future(store.purge(["nothing"]))  # appends queue behind it
     pending = [asyncio.ensure_future(store.append([deltas(f"s{i}", 0, 2)])) for i in range(20)]
     await asyncio.sleep(0)
+    assert store._queued == 21  # all on the writer's thread
     await store.close()
-    await asyncio.gather(*pending)
+    await asyncio.gather(queued, *pending)
     assert len(raw_rows(db_path)) == 40
 
 
@@ -607,3 +617,95 @@ async def test_a_cancelled_open_leaves_no_writer_thread(db_path: Path) -> None:
     assert writers() == before
     with pytest.raises(StoreError):
         await store.read("s")
+
+
+# --- direct appends: committed on the event loop when nothing waits on the writer's thread --
+
+
+async def test_an_append_waiting_for_another_process_does_not_block_the_loop(
+    store: EventStore, db_path: Path
+) -> None:
+    """Busy, the loop's connection gives way at once (no busy wait there): the append waits on
+    the writer's thread, and the loop goes on meanwhile."""
+    other = sqlite3.connect(str(db_path), isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        task = asyncio.create_task(store.append([deltas("s", 0, 1)]))
+        start = time.perf_counter()
+        for _ in range(10):
+            await asyncio.sleep(0.01)
+        assert time.perf_counter() - start < 1.0  # not held up by a 5 s busy timeout
+        assert not task.done() and store._queued == 1
+        other.execute("COMMIT")
+        await asyncio.wait_for(task, 3)
+    finally:
+        other.close()
+    assert [e.seq for e in await store.append([deltas("s", 1, 1)])] == [1]  # direct again
+    assert store._queued == 0
+    assert [r[2] for r in raw_rows(db_path, "s")] == [0, 1]
+
+
+async def test_a_direct_append_of_many_rows_commits_all_in_order(store: EventStore) -> None:
+    from omni.events import store as store_module
+
+    n = store_module.DIRECT_INSERT_ROWS * 2 + 7  # more than one INSERT
+    stored = await store.append([deltas("a", 0, n), deltas("b", 0, 3)])
+    assert store._queued == 0
+    assert [e.seq for e in stored] == [*range(n), 0, 1, 2]
+    positions = [e.position for e in stored]
+    assert positions == sorted(positions) and len(set(positions)) == n + 3
+    assert [(e.position, e.seq) for e in await store.read("a")] == [
+        (e.position, e.seq) for e in stored[:n]
+    ]
+
+
+async def test_a_direct_append_is_all_or_nothing(store: EventStore, db_path: Path) -> None:
+    await store.append([deltas("b", 0, 1)])
+    with pytest.raises(SeqConflict):
+        await store.append([deltas("a", 0, 5), deltas("b", 0, 1)])  # b's seq 0 is taken
+    assert raw_rows(db_path, "a") == []
+    assert [e.seq for e in await store.append([deltas("a", 0, 2)])] == [0, 1]  # still writable
+
+
+async def test_direct_appends_are_checkpointed_by_the_writers_thread(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The loop's connection never checkpoints; the writer's thread does, every so many
+    commits, so the rows reach the database file itself (read here ignoring the WAL)."""
+    from omni.events import store as store_module
+
+    monkeypatch.setattr(store_module, "CHECKPOINT_EVERY", 4)
+    store = EventStore(str(db_path))
+    await store.open()
+    try:
+
+        def in_file() -> int:
+            uri = f"file:{db_path}?mode=ro&immutable=1"  # the main file only, not the WAL
+            with sqlite3.connect(uri, uri=True) as conn:
+                try:
+                    return int(conn.execute("SELECT count(*) FROM events").fetchone()[0])
+                except sqlite3.OperationalError:  # even the table is only in the WAL yet
+                    return 0
+
+        for seq in range(3):
+            await store.append([deltas("s", seq, 1)])
+        assert in_file() == 0  # three commits, all still in the WAL
+        await store.append([deltas("s", 3, 1)])  # the fourth: a checkpoint is handed over
+        await store._write(lambda conn: None)  # the writer's thread has run it
+        assert in_file() == 4
+    finally:
+        await store.close()
+
+
+async def test_with_synchronous_full_every_append_goes_through_the_writers_thread(
+    db_path: Path,
+) -> None:
+    """A commit that waits for the disk never runs on the event loop."""
+    store = EventStore(str(db_path), synchronous="FULL")
+    await store.open()
+    try:
+        assert store._direct is None
+        assert [e.seq for e in await store.append([deltas("s", 0, 2)])] == [0, 1]
+        assert (await store.pragmas())["synchronous"] == "FULL"
+    finally:
+        await store.close()
