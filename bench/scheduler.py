@@ -82,8 +82,9 @@ def run_scheduler(
     from omni.engine.batching import CLOSE, JOB, BatchScheduler
     from omni.engine.generation import PrefixCache
     from omni.engine.types import Sampling
+    from omni.engine.worker import min_reuse
 
-    cache = PrefixCache(model, cache_entries, 8 << 30)
+    cache = PrefixCache(model, cache_entries, 8 << 30, min_reuse())  # as the engine does
     n = len(prompts(0))
     scheduler = BatchScheduler(model, tokenizer, cache, n, gather_s, time_prefill=True)
     conn = FakeConn(per_step)

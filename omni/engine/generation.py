@@ -34,9 +34,11 @@ class PrefixCache:
     the prompt with each entry's tokens in numpy, and a plain KV cache is reused as a slice.
     """
 
-    def __init__(self, model: Any, entries: int, nbytes: int):
+    def __init__(self, model: Any, entries: int, nbytes: int, min_reuse: int = 1):
         self.model = model
         self.max_entries, self.max_bytes = entries, nbytes
+        # A shorter shared prefix is not reused: the prompt is prefilled whole instead.
+        self.min_reuse = max(1, min_reuse)
         self._entries: OrderedDict[tuple[str, tuple[int, ...]], _Entry] = OrderedDict()
         self._bytes = 0
 
@@ -51,11 +53,12 @@ class PrefixCache:
     def nearest(
         self, namespace: str, tokens: list[int], left: int = 1
     ) -> tuple[list[Any], list[int]]:
-        """A KV cache sharing the longest usable prefix with `tokens`, and the tokens it still
-        has to process: at least `left` (at least one: the model must see a token to predict
-        the next). An entry that cannot be cut back (a sliding window past its size, a
-        recurrent state) is usable only whole, as a prefix of `tokens` (then at least one is
-        left, whatever `left` asks: feeding one more is cheaper than the whole prompt)."""
+        """A KV cache sharing the longest usable prefix with `tokens` (of `min_reuse` tokens
+        at least), and the tokens it still has to process: at least `left` (at least one: the
+        model must see a token to predict the next). An entry that cannot be cut back (a
+        sliding window past its size, a recurrent state) is usable only whole, as a prefix of
+        `tokens` (then at least one is left, whatever `left` asks: feeding one more is cheaper
+        than the whole prompt)."""
         query = np.asarray(tokens)
         best, use = None, 0
         for key, entry in self._entries.items():  # newest last: ties go to it
@@ -70,7 +73,7 @@ class PrefixCache:
             else:
                 # Whole or not at all: rather one token to feed than the whole prompt again.
                 usable = len(held) if common == len(held) < len(tokens) else 0
-            if usable > 0 and usable >= use:
+            if usable >= self.min_reuse and usable >= use:
                 best, use = key, usable
         if best is None:
             return make_prompt_cache(self.model), list(tokens)

@@ -21,6 +21,23 @@ from typing import Any
 MLX_SETTINGS = {"MLX_CUDA_USE_CUDNN_SDPA": "0"}
 
 
+# The shortest shared prefix the prefix cache reuses, on a GPU. There a prompt's tokens are
+# prefilled in a batch for little (8 prompts of 66 tokens: ~12 ms on an H200), while a reused
+# prefix is one more cache to merge into the batch: 64 streams sharing a chat template's first
+# 16 tokens prefilled in 115-157 ms a round with reuse, 84-95 ms without (0.84x -> 0.91x raw;
+# python bench/concurrency.py, bench/README.md). The reuses that matter (a conversation's
+# history, an agent's resent context) are thousands of tokens. On a CPU every token saved is
+# prefill time saved (SmolLM2 prefills ~15 tokens/s here): any shared prefix is reused.
+GPU_MIN_REUSE = 256
+
+
+def min_reuse() -> int:
+    """The shortest prefix worth reusing on this machine's default device."""
+    import mlx.core as mx
+
+    return GPU_MIN_REUSE if mx.default_device().type == mx.DeviceType.gpu else 1
+
+
 def use_mlx_settings() -> None:
     """The engine's MLX settings, where the environment leaves them unset (the benchmarks'
     raw mlx-lm baselines call this too: both sides of a ratio run the same kernels)."""
@@ -38,7 +55,7 @@ def main(conn: Connection, path: str, cache_entries: int, cache_bytes: int, max_
         from omni.engine.generation import PrefixCache
 
         model, tokenizer = load(path)[:2]
-        cache = PrefixCache(model, cache_entries, cache_bytes)
+        cache = PrefixCache(model, cache_entries, cache_bytes, min_reuse())
         # OMNI_GATHER_MS: for benchmarks, how long a job may wait to be prefilled with others.
         gather = float(os.environ.get("OMNI_GATHER_MS", GATHER_S * 1000)) / 1000
         timed = bool(os.environ.get("OMNI_ENGINE_STATS"))

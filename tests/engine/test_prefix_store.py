@@ -54,6 +54,24 @@ def test_the_longest_shared_prefix_is_reused(model: Any) -> None:
     assert (cache[0].offset, rest) == (0, [5, 6, 7])
 
 
+def test_a_prefix_shorter_than_min_reuse_is_not_reused(model: Any) -> None:
+    store = PrefixCache(model, 8, 1 << 30, min_reuse=10)
+    store.insert("", PROMPT[:9], filled(model, PROMPT[:9]))
+    cache, rest = store.nearest("", PROMPT)  # 9 shared tokens: prefilled whole
+    assert (cache[0].offset, rest) == (0, PROMPT)
+    store.insert("", PROMPT[:10], filled(model, PROMPT[:10]))
+    cache, rest = store.nearest("", PROMPT)  # 10: reused
+    assert (cache[0].offset, rest) == (10, PROMPT[10:])
+
+
+def test_min_reuse_is_one_token_on_a_cpu_and_more_on_a_gpu() -> None:
+    from omni.engine.worker import GPU_MIN_REUSE, min_reuse
+
+    on_gpu = mx.default_device().type == mx.DeviceType.gpu
+    assert min_reuse() == (GPU_MIN_REUSE if on_gpu else 1)
+    assert GPU_MIN_REUSE > 16  # a chat template's opening is not worth a merge there
+
+
 def test_namespaces_do_not_share(model: Any) -> None:
     store = PrefixCache(model, 8, 1 << 30)
     store.insert("a", PROMPT[:20], filled(model, PROMPT[:20]))
