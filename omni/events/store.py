@@ -1,17 +1,17 @@
-"""The event store: one writer connection on its own thread, `BEGIN IMMEDIATE` appends, many
+"""The event store: a writer connection on its own thread, `BEGIN IMMEDIATE` appends, many
 readers.
 
 Every write transaction is one function run whole on the writer's thread: a commit costs the event
 loop one hand-over, not one per driver call (through the async driver an append was nine), and a
 transaction is never left half-done by a cancelled caller. Reads go through the async engine.
 
-Appends, the log's hot path, commit at once on the event loop instead when that cannot stall it:
-nothing is queued for the writer's thread (so commit order stays call order), the commit does not
-wait for the disk (synchronous OFF or NORMAL: WAL writes go to the OS), another process does not
-hold the write lock (the loop's connection never waits for it: busy, the append goes to the
-writer's thread, which does), and checkpoints (file I/O) run on the writer's thread. A commit of
-a few rows there takes ~30 µs; handed to the thread, its wake-up alone took ~1 ms while the
-engine computed the next token (bench/ttft.py).
+Appends, the log's hot path, commit at once on the event loop instead (its own connection) when
+that keeps it short: nothing is queued for the writer's thread (so commit order stays call
+order), a few hundred rows at most, no wait for the disk (synchronous OFF or NORMAL: WAL writes
+go to the OS), none for another process's write lock (the loop's connection never waits: busy,
+the append goes to the writer's thread, which does), and checkpoints (file I/O) run on the
+writer's thread. A commit of a few rows there takes ~30 µs; handed to the thread, its wake-up
+alone took ~1 ms while the engine computed the next token (bench/ttft.py).
 
 Driver errors are translated into `StoreError`; a duplicate (stream_id, seq) is a `SeqConflict`.
 """
@@ -89,8 +89,10 @@ T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
-# Rows in one INSERT of a direct append (5 parameters a row; SQLite allows 32,766).
-DIRECT_INSERT_ROWS = 1024
+# The most rows an append may commit directly on the event loop (more: the writer's thread).
+# A step of 64 streams is 64; on this project's CPU 100 rows held the loop 0.8 ms, a backlog of
+# 4,096 rows 49 ms.
+DIRECT_ROWS = 256
 # A passive checkpoint on the writer's thread after this many direct commits (the loop's
 # connection never checkpoints itself).
 CHECKPOINT_EVERY = 256
@@ -103,7 +105,8 @@ class _Busy(Exception):
 
 
 class EventStore:
-    """Append and read streams of events in SQLite (WAL, one writer)."""
+    """Append and read streams of events in SQLite (WAL; writes one at a time, in call
+    order, on the writer's thread or, for appends, directly on the event loop)."""
 
     def __init__(
         self,
@@ -129,8 +132,9 @@ class EventStore:
         self._direct_commits = 0
 
     async def open(self) -> None:
-        # One connection for all writes, used by one thread: SQLite has one writer anyway, and
-        # one queue of write transactions makes insert order equal commit order.
+        # One connection for the writes, used by one thread: SQLite has one writer anyway, and
+        # one queue of write transactions makes insert order equal commit order (a direct
+        # append on the loop's connection runs only when that queue is empty).
         self._write_thread = ThreadPoolExecutor(1, thread_name_prefix="omni-writer")
         self._writer = self._configure(
             create_engine(
@@ -280,14 +284,12 @@ class EventStore:
         ]
         if not rows:
             return []
-        if self._direct is not None and self._queued == 0 and not cache:
+        direct = self._direct
+        if direct is not None and self._queued == 0 and not cache and len(rows) <= DIRECT_ROWS:
             try:
-                stored = self._append_direct(self._direct, rows)
+                return self._append_direct(direct, rows)
             except _Busy:
                 pass  # another process writes: wait for it on the writer's thread
-            else:
-                self._recent.add(stored)
-                return stored
 
         def insert(conn: Connection) -> list[StoredEvent]:
             result = conn.execute(
@@ -322,41 +324,54 @@ class EventStore:
         _Busy if another connection holds the write lock (nothing was written)."""
         try:
             conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as exc:
-            if exc.sqlite_errorcode & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+        except sqlite3.Error as exc:
+            code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+            if code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
                 raise _Busy from exc
             raise StoreError(f"append failed: {exc}") from exc
-        positions: dict[tuple[str, int], int] = {}
         try:
-            for start in range(0, len(rows), DIRECT_INSERT_ROWS):
-                part = rows[start : start + DIRECT_INSERT_ROWS]
-                sql = _INSERT + ",".join(["(?,?,?,?,?)"] * len(part)) + _RETURNING
-                values = [
-                    v
-                    for r in part
-                    for v in (r["stream_id"], r["seq"], r["type"], r["data"], r["created_at"])
-                ]
-                for position, stream_id, seq in conn.execute(sql, values).fetchall():
-                    positions[(stream_id, seq)] = position
+            sql = _INSERT + ",".join(["(?,?,?,?,?)"] * len(rows)) + _RETURNING
+            values = [
+                v
+                for r in rows
+                for v in (r["stream_id"], r["seq"], r["type"], r["data"], r["created_at"])
+            ]
+            positions = {(sid, seq): pos for pos, sid, seq in conn.execute(sql, values).fetchall()}
+            stored = _stored(rows, positions)
             conn.execute("COMMIT")
-        except sqlite3.Error as exc:
-            if conn.in_transaction:
-                try:
-                    conn.execute("ROLLBACK")
-                except sqlite3.Error:
-                    log.exception("rollback of a failed append failed")
+        except BaseException as exc:  # whatever it is (a string SQLite cannot take too)
+            self._roll_back(conn)
             if isinstance(exc, sqlite3.IntegrityError):
                 if "UNIQUE" in str(exc):
                     raise SeqConflict(f"append conflict: {exc}") from exc
                 raise StoreError(f"append refused: {exc}") from exc
-            raise StoreError(f"append failed: {exc}") from exc
+            if isinstance(exc, Exception):
+                raise StoreError(f"append failed: {exc}") from exc
+            raise
+        self._recent.add(stored)  # remembered before anything else can fail
         self._direct_commits += 1
         if self._direct_commits % CHECKPOINT_EVERY == 0:
             self._checkpoint()
-        return _stored(rows, positions)
+        return stored
+
+    def _roll_back(self, conn: sqlite3.Connection) -> None:
+        """End a failed direct transaction; a connection left inside one would hold SQLite's
+        write lock for good: it is closed and appends go to the writer's thread from then on."""
+        try:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            log.exception("rollback of a failed append failed")
+        if conn.in_transaction:
+            log.error("closing the event loop's connection: its transaction would not end")
+            self._direct = None
+            conn.close()
 
     def _checkpoint(self) -> None:
-        """A passive checkpoint on the writer's thread (it waits for nobody; appends go on)."""
+        """A passive checkpoint on the writer's thread. It counts as a queued write: appends
+        meanwhile go to the thread too, behind it. SQLite starts the WAL over only when a
+        write finds it wholly checkpointed; direct commits landing during a checkpoint kept
+        that from happening, and the WAL grew without bound (150 MB in 30 s of 8 streams)."""
         writer, thread = self._writer, self._write_thread
         if writer is None or thread is None:
             return
@@ -368,11 +383,18 @@ class EventStore:
             finally:
                 raw.close()
 
-        def done(future: Any) -> None:
-            if (exc := future.exception()) is not None:
+        def done(future: asyncio.Future[None]) -> None:
+            if not future.cancelled() and (exc := future.exception()) is not None:
                 log.warning("checkpoint failed: %s", exc)
 
-        thread.submit(checkpoint).add_done_callback(done)
+        try:
+            handed = asyncio.wrap_future(thread.submit(checkpoint))
+        except RuntimeError as exc:  # the thread is shutting down: the close checkpoints
+            log.warning("checkpoint not handed over: %s", exc)
+            return
+        self._queued += 1
+        handed.add_done_callback(self._write_done)
+        handed.add_done_callback(done)
 
     def _index(self, conn: Connection, cache: Sequence[CacheEntry], now: int) -> None:
         rows = [

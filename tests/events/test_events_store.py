@@ -500,10 +500,12 @@ async def test_database_replaced_by_garbage_gives_store_error(tmp_path: Path) ->
 
 
 async def test_a_cancelled_append_leaves_the_store_writable(store: EventStore) -> None:
-    """A caller cancelled at any point of an append: the next append still commits, and what
-    was committed is all there, in order."""
+    """A caller cancelled at any point of an append on the writer's thread (one queued behind
+    another write: a direct one has no await to be cancelled at): the next append still
+    commits, and what was committed is all there, in order."""
     seq = 0
     for ticks in range(8):  # cancelled at each point of the transaction in turn
+        ahead = asyncio.ensure_future(store.purge(["nothing"]))
         task = asyncio.create_task(store.append([deltas("s", seq, 2)]))
         for _ in range(ticks):
             await asyncio.sleep(0)
@@ -512,6 +514,7 @@ async def test_a_cancelled_append_leaves_the_store_writable(store: EventStore) -
             await task
         except (asyncio.CancelledError, StoreError):
             pass
+        await ahead
         await asyncio.sleep(0.05)
         seq = len(raw_rows(store.path, "s"))
         stored = await store.append([deltas("s", seq, 1)])
@@ -552,8 +555,8 @@ async def test_close_commits_the_writes_already_handed_over(db_path: Path) -> No
 
 
 async def test_appends_wait_behind_a_long_cache_rebuild_and_all_commit(store: EventStore) -> None:
-    """All writes share one connection and one queue: a long rebuild of the replay-cache index
-    delays appends but never makes them fail on SQLite's busy timeout."""
+    """Writes share one queue (an append goes direct only when it is empty): a long rebuild of
+    the replay-cache index delays appends but never makes them fail on SQLite's busy timeout."""
     from omni.events import CacheEntry
 
     store.cache_max_entries = 200_000
@@ -645,18 +648,55 @@ async def test_an_append_waiting_for_another_process_does_not_block_the_loop(
     assert [r[2] for r in raw_rows(db_path, "s")] == [0, 1]
 
 
-async def test_a_direct_append_of_many_rows_commits_all_in_order(store: EventStore) -> None:
+async def test_a_direct_append_commits_all_in_order_and_a_bigger_one_goes_to_the_thread(
+    store: EventStore,
+) -> None:
     from omni.events import store as store_module
 
-    n = store_module.DIRECT_INSERT_ROWS * 2 + 7  # more than one INSERT
-    stored = await store.append([deltas("a", 0, n), deltas("b", 0, 3)])
-    assert store._queued == 0
+    n = store_module.DIRECT_ROWS - 3
+    stored = await store.append([deltas("a", 0, n), deltas("b", 0, 3)])  # DIRECT_ROWS rows
+    assert store._direct_commits == 1
     assert [e.seq for e in stored] == [*range(n), 0, 1, 2]
     positions = [e.position for e in stored]
     assert positions == sorted(positions) and len(set(positions)) == n + 3
     assert [(e.position, e.seq) for e in await store.read("a")] == [
         (e.position, e.seq) for e in stored[:n]
     ]
+    # One row more would hold the loop too long: the writer's thread commits it.
+    big = await store.append([deltas("c", 0, store_module.DIRECT_ROWS + 1)])
+    assert store._direct_commits == 1 and len(big) == store_module.DIRECT_ROWS + 1
+    assert [e.seq for e in await store.read("c")] == list(range(store_module.DIRECT_ROWS + 1))
+
+
+async def test_a_direct_append_failing_mid_transaction_leaves_the_store_writable(
+    store: EventStore, db_path: Path
+) -> None:
+    """Not only driver errors: a string SQLite cannot take fails after BEGIN. The transaction
+    must end, or the loop's connection would hold the write lock for good."""
+    with pytest.raises(StoreError):
+        await store.append([Append("s", 0, [NewEvent("x", '{"k":"\ud800"}')])])
+    assert store._direct is not None and not store._direct.in_transaction
+    assert [e.seq for e in await store.append([deltas("s", 0, 2)])] == [0, 1]
+    assert await asyncio.wait_for(store.purge(["s"]), 2) == 2  # the writer's thread too
+
+
+async def test_the_wal_stays_bounded_under_direct_appends(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite starts the WAL over only when a write finds it wholly checkpointed: commits
+    landing during a checkpoint would keep it growing. Appends wait for the checkpoint."""
+    from omni.events import store as store_module
+
+    monkeypatch.setattr(store_module, "CHECKPOINT_EVERY", 32)
+    store = EventStore(str(db_path))
+    await store.open()
+    try:
+        for seq in range(1500):  # ~8 KB of WAL a commit: 12 MB if it never started over
+            await store.append([deltas("s", seq, 1)])
+        wal = Path(f"{db_path}-wal").stat().st_size
+        assert wal < 4 << 20, wal
+    finally:
+        await store.close()
 
 
 async def test_a_direct_append_is_all_or_nothing(store: EventStore, db_path: Path) -> None:
