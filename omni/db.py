@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 from alembic import command
@@ -28,7 +29,9 @@ def upgrade(db_path: str) -> None:
         raise StoreError(f"cannot open database {db_path}: folder {path.parent} does not exist")
     try:
         # Probe writability with the plain driver first: a one-line error beats a traceback.
-        with sqlite3.connect(db_path) as conn:
+        # Closed here: sqlite3's own `with` only commits, and a connection left open for the
+        # server's life kept SQLite from removing the WAL when the server stopped.
+        with closing(sqlite3.connect(db_path)) as conn, conn:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("CREATE TABLE IF NOT EXISTS _omni_probe (x)")
             conn.execute("DROP TABLE _omni_probe")

@@ -118,3 +118,12 @@ def test_upgrade_under_a_plain_file_raises_store_error(tmp_path: Path) -> None:
     with pytest.raises(StoreError) as info:
         upgrade(str(parent / "omni.db"))
     assert "cannot" in info.value.message
+
+
+def test_upgrade_leaves_no_connection_open(tmp_path: Path) -> None:
+    """When the last connection to a WAL database closes, SQLite checkpoints and removes the
+    WAL: none left open by the upgrade means a stopped server leaves just the database file."""
+    path = tmp_path / "omni.db"
+    upgrade(str(path))
+    assert not Path(f"{path}-wal").exists()
+    assert _query(path, "PRAGMA journal_mode") == [("wal",)]
