@@ -7,7 +7,7 @@ transaction is never left half-done by a cancelled caller. Reads go through the 
 
 Appends, the log's hot path, commit at once on the event loop instead (its own connection) when
 that keeps it short: nothing is queued for the writer's thread (so commit order stays call
-order), a few hundred rows at most, no wait for the disk (synchronous OFF or NORMAL: WAL writes
+order), a thousand rows at most, no wait for the disk (synchronous OFF or NORMAL: WAL writes
 go to the OS), none for another process's write lock (the loop's connection never waits: busy,
 the append goes to the writer's thread, which does), and checkpoints (file I/O) run on the
 writer's thread. A commit of a few rows there takes ~30 µs; handed to the thread, its wake-up
@@ -90,12 +90,15 @@ T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 # The most rows an append may commit directly on the event loop (more: the writer's thread).
-# A step of 64 streams is 64; on this project's CPU 100 rows held the loop 0.8 ms, a backlog of
-# 4,096 rows 49 ms.
-DIRECT_ROWS = 256
+# On this project's CPU 64 rows (a step of 64 streams) hold the loop 0.9 ms, 1,024 rows 7-10 ms.
+# A backlog bigger than that goes to the thread, whose SQLAlchemy insert costs more in all (and
+# holds the interpreter lock most of that time) but lets the loop run in between: at 256 the
+# event pipeline at 64 clients lost a fifth of its events/s (bench/pipeline.py).
+DIRECT_ROWS = 1024
 # A passive checkpoint on the writer's thread after this many direct commits (the loop's
-# connection never checkpoints itself).
-CHECKPOINT_EVERY = 256
+# connection never checkpoints itself). 8 streams of small deltas: the WAL levels off at ~6 MB
+# (256: ~15 MB; SQLite's own default, 1,000 pages, is ~4 MB).
+CHECKPOINT_EVERY = 100
 _INSERT = "INSERT INTO events (stream_id, seq, type, data, created_at) VALUES "
 _RETURNING = " RETURNING position, stream_id, seq"
 
