@@ -12,9 +12,9 @@ from quart import Blueprint, Response, current_app, request
 from omni.api.query import page_args
 from omni.api.sse import KEEPALIVE_FRAME
 from omni.engine.chat_recorder import CANCELLED, ERROR, USAGE
-from omni.errors import InvalidRequest, OmniError
+from omni.errors import OmniError
 from omni.schemas.chat import ChatCompletionCreate, CompletionCreate
-from omni.schemas.responses import parse_body
+from omni.schemas.responses import load_json, parse_body
 from omni.service.completions import CompletionsService
 
 bp = Blueprint("chat", __name__)
@@ -128,11 +128,7 @@ async def chat_messages(cid: str) -> Any:
 
 @bp.post("/chat/completions/<cid>")
 async def update_chat(cid: str) -> Any:
-    try:
-        body = json.loads(await request.get_data() or b"null")
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise InvalidRequest("The request body is not valid JSON.") from None
-    return await _state().stored.update(cid, body)
+    return await _state().stored.update(cid, load_json(await request.get_data()))
 
 
 @bp.delete("/chat/completions/<cid>")

@@ -201,3 +201,21 @@ def test_paths_with_and_without_prefix(http: httpx.Client, prefix: str) -> None:
 def test_conversation_is_rejected_cleanly(http: httpx.Client) -> None:
     res = http.post("/v1/responses", json={"model": MODEL, "input": "hi", "conversation": "conv_1"})
     assert_error(res, 400, param="conversation")
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/responses", b'{"model": "tiny-llama", "input": "hi \\ud800"}'),
+        ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": "\\udfff"}]}'),
+        ("/v1/chat/completions/chatcmpl-x", b'{"metadata": {"k": "\\ud800"}}'),
+    ],
+)
+def test_a_lone_surrogate_escape_is_400(http: httpx.Client, path: str, body: bytes) -> None:
+    """Valid JSON, but no text (nor the log) can hold it: a 400, and the server stays well."""
+    res = http.post(path, content=body, headers={"content-type": "application/json"})
+    assert_error(res, 400)
+    assert "surrogate" in res.json()["error"]["message"]
+    paired = b'{"model": "tiny-llama", "input": "\\ud83d\\ude00", "max_output_tokens": 2}'
+    ok = http.post("/v1/responses", content=paired, headers={"content-type": "application/json"})
+    assert ok.status_code == 200, ok.text  # a surrogate pair is an emoji, and fine
