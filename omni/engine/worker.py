@@ -24,7 +24,7 @@ MLX_SETTINGS = {"MLX_CUDA_USE_CUDNN_SDPA": "0"}
 # The shortest shared prefix the prefix cache reuses, on a GPU. There a prompt's tokens are
 # prefilled in a batch for little (8 prompts of 66 tokens: ~12 ms on an H200), while a reused
 # prefix is one more cache to merge into the batch: 64 streams sharing a chat template's first
-# 16 tokens prefilled in 115-157 ms a round with reuse, 84-95 ms without (0.84x -> 0.91x raw;
+# 16 tokens prefilled in 115-157 ms a round with reuse, 76-108 ms without (0.84x -> 0.89x raw;
 # python bench/concurrency.py, bench/README.md). The reuses that matter (a conversation's
 # history, an agent's resent context) are thousands of tokens. On a CPU every token saved is
 # prefill time saved (SmolLM2 prefills ~15 tokens/s here): any shared prefix is reused.

@@ -314,9 +314,7 @@ class EventStore:
             # seq a stream's writer asks for must be right).
             return await self._write(insert, then=remember)
         except IntegrityError as exc:
-            if "UNIQUE" in str(exc.orig):
-                raise SeqConflict(f"append conflict: {exc.orig}") from exc
-            raise StoreError(f"append refused: {exc.orig}") from exc
+            raise _refused(exc.orig) from exc
         except SQLAlchemyError as exc:
             raise StoreError(f"append failed: {_reason(exc)}") from exc
 
@@ -345,9 +343,7 @@ class EventStore:
         except BaseException as exc:  # whatever it is (a string SQLite cannot take too)
             self._roll_back(conn)
             if isinstance(exc, sqlite3.IntegrityError):
-                if "UNIQUE" in str(exc):
-                    raise SeqConflict(f"append conflict: {exc}") from exc
-                raise StoreError(f"append refused: {exc}") from exc
+                raise _refused(exc) from exc
             if isinstance(exc, Exception):
                 raise StoreError(f"append failed: {exc}") from exc
             raise
@@ -525,6 +521,14 @@ class EventStore:
                 return list((await conn.execute(query)).all())
         except SQLAlchemyError as exc:
             raise StoreError(f"read failed: {_reason(exc)}") from exc
+
+
+def _refused(driver_error: object) -> StoreError:
+    """An append the table refused (either write path): a taken (stream_id, seq) is a
+    SeqConflict, any other constraint a StoreError."""
+    if "UNIQUE" in str(driver_error):
+        return SeqConflict(f"append conflict: {driver_error}")
+    return StoreError(f"append refused: {driver_error}")
 
 
 def _stored(rows: list[dict[str, Any]], positions: dict[tuple[str, int], int]) -> list[StoredEvent]:
