@@ -115,16 +115,15 @@ def chat_ids(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
     return list(tokens)
 
 
-def cpu_seconds(pid: int, thread: int | None = None) -> tuple[float, float]:
-    """CPU seconds (user + system) used so far by process `pid` and by its descendants (for
-    `omni serve`: the server, and its engine process); `thread`: by that one thread of `pid`
-    alone (its main thread has the process's id), and 0 below. Linux /proc; (0, 0)
-    elsewhere."""
+def cpu_seconds(pid: int) -> tuple[float, float, float]:
+    """CPU seconds (user + system) used so far by process `pid`, by its descendants, and by
+    its main thread alone (for `omni serve`: the server, its engine process, and the server's
+    event loop). Linux /proc; zeros elsewhere."""
     tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
-    def own(p: int, stat: str = "stat") -> float:
+    def own(p: int | str) -> float:
         try:
-            fields = Path(f"/proc/{p}/{stat}").read_text().rsplit(")", 1)[1].split()
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             return 0.0
         return (int(fields[11]) + int(fields[12])) / tick
@@ -138,11 +137,9 @@ def cpu_seconds(pid: int, thread: int | None = None) -> tuple[float, float]:
                 pass
         return kids
 
-    if thread is not None:
-        return own(pid, f"task/{thread}/stat"), 0.0
     below, todo = 0.0, children(pid)
     while todo:
         p = todo.pop()
         below += own(p)
         todo += children(p)
-    return own(pid), below
+    return own(pid), below, own(f"{pid}/task/{pid}")

@@ -215,12 +215,10 @@ def http_levels(
                     [prompt_text(level, rnd, i + k * level) for k in range(reps)]
                     for i in range(level)
                 ]
-                server, below = cpu_seconds(pid)
-                loop = cpu_seconds(pid, thread=pid)[0]
+                server, below, loop = cpu_seconds(pid)
                 start = time.perf_counter()
                 done, wall, clients = run(texts)
-                server_now, below_now = cpu_seconds(pid)
-                loop_now = cpu_seconds(pid, thread=pid)[0]
+                server_now, below_now, loop_now = cpu_seconds(pid)
                 if raw is not None:
                     raw.round(level, rnd)
                 if rnd < 0:
