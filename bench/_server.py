@@ -143,3 +143,44 @@ def cpu_seconds(pid: int) -> tuple[float, float, float]:
         below += own(p)
         todo += children(p)
     return own(pid), below, own(f"{pid}/task/{pid}")
+
+
+def split_cpus(spec: str) -> tuple[set[int], set[int]] | None:
+    """The CPUs this process may run on, split in two: (the servers' and raw baselines', the
+    load generator's), so that clients parsing thousands of SSE chunks a second do not take CPU
+    time (or a hyperthread's sibling) from what they measure; on a real deployment the clients
+    are elsewhere. `spec`: "auto" (with 8 CPUs or more, the clients get the second half of the
+    physical cores, every hyperthread of each), "none" (no split), or the clients' CPUs as a
+    list ("8-15" or "8,9,12-15"; the servers get the rest). Linux only; None where it does
+    not apply."""
+    if spec == "none" or not hasattr(os, "sched_getaffinity"):
+        return None
+    mine = os.sched_getaffinity(0)
+    if spec != "auto":
+        clients = set()
+        for part in spec.split(","):
+            lo, _, hi = part.partition("-")
+            clients |= set(range(int(lo), int(hi or lo) + 1))
+        if not clients < mine:
+            raise SystemExit(f"--client-cpus {spec}: not a proper subset of CPUs {sorted(mine)}")
+        return mine - clients, clients
+    if len(mine) < 8:
+        return None
+    cores: dict[str, set[int]] = {}  # a physical core's hyperthreads, by its siblings list
+    for cpu in mine:
+        path = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list")
+        try:
+            key = path.read_text().strip()
+        except OSError:
+            key = str(cpu)
+        cores.setdefault(key, set()).add(cpu)
+    groups = sorted(cores.values(), key=min)
+    half = len(groups) // 2
+    if half == 0:
+        return None
+    servers = set().union(*groups[: len(groups) - half])
+    return servers, set().union(*groups[len(groups) - half :])
+
+
+def cpu_list(cpus: set[int]) -> str:
+    return ",".join(str(c) for c in sorted(cpus))

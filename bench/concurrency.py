@@ -4,10 +4,12 @@ Omni, through mlx_lm.server (the peer), and through raw mlx-lm BatchGenerator.
     python bench/concurrency.py [--model PATH_OR_ID] [--levels 1,2,4,8,16,32,64] [--tokens 64]
                                 [--rounds 2] [--warmup-rounds 1]
                                 [--requests-per-client 1] [--max-batch N] [--skip-peer]
-                                [--client-procs P]
+                                [--client-procs P] [--client-cpus auto|none|LIST]
 
 At each level N, N clients (asyncio + httpx.AsyncClient, spread over P processes so that the
-load generator is not what limits a round; default half the CPUs) send N streamed
+load generator is not what limits a round; default half the CPUs; with 8 CPUs or more they
+run on the second half of the physical cores and the servers and raw on the first, so that the
+load generator does not take CPU from what it measures: --client-cpus) send N streamed
 /v1/chat/completions at once (temperature 0, max_tokens --tokens, distinct prompts, and
 `Cache-Control: no-cache` so Omni's replay cache cannot answer), --rounds times after
 --warmup-rounds unmeasured ones (new batch shapes compile kernels the first time). With
@@ -51,8 +53,10 @@ from _server import (  # noqa: E402
     RawWorker,
     chat_body,
     chat_ids,
+    cpu_list,
     cpu_seconds,
     free_port,
+    split_cpus,
     start_omni,
     wait_up,
 )
@@ -175,7 +179,9 @@ def http_levels(
     for _ in range(procs):
         mine, theirs = ctx.Pipe()
         worker = ctx.Process(
-            target=client_process, args=(theirs, base, model, ARGS.tokens), daemon=True
+            target=client_process,
+            args=(theirs, base, model, ARGS.tokens, CLIENT_CPUS),
+            daemon=True,
         )
         worker.start()
         theirs.close()  # the child's end lives in the child: its exit ends our recv
@@ -194,7 +200,7 @@ def http_levels(
         for pipe in pipes:
             reply = pipe.recv()
             if isinstance(reply, str):
-                raise SystemExit(f"a client process failed: {reply}")
+                raise ClientFailed(reply)
             got, used = reply
             done += got
             cpu += used
@@ -204,53 +210,16 @@ def http_levels(
     try:
         run([[f"Warm-up for {label}: say hello."]])
         for level in ARGS.levels:
-            rounds: list[tuple[int, float]] = []
-            ttfts: list[float] = []
-            cpu: list[tuple[float, float, float, float]] = []  # clients, server, below, loop
-            timeline: list[dict[str, Any]] = []
-            reps = ARGS.requests_per_client
-            for rnd in range(-ARGS.warmup_rounds, ARGS.rounds):
-                # Closed loop: each client sends its next request when the last one ends.
-                texts = [
-                    [prompt_text(level, rnd, i + k * level) for k in range(reps)]
-                    for i in range(level)
-                ]
-                server, below, loop = cpu_seconds(pid)
-                start = time.perf_counter()
-                done, wall, clients = run(texts)
-                server_now, below_now, loop_now = cpu_seconds(pid)
-                if raw is not None:
-                    raw.round(level, rnd)
-                if rnd < 0:
-                    continue  # a warm-up round: new batch shapes compile kernels (MLX's JIT)
-                rounds.append((sum(d[1] for d in done), wall))
-                ttfts += [d[0] for d in done]
-                cpu.append((clients, server_now - server, below_now - below, loop_now - loop))
-                # When the round began and each request was sent, reached its first token
-                # and ended: beside the engine's step trace, where a round's time went.
-                timeline.append(
-                    {
-                        "start": start,
-                        "sent": sorted(d[2] - start for d in done),
-                        "first": sorted(d[2] + d[0] - start for d in done),
-                        "ended": sorted(d[3] - start for d in done),
-                    }
-                )
-            results[level] = row = summarize(rounds, ttfts)
-            for i, name in enumerate(("clients", "server", "engine", "server_loop")):
-                row[f"{name}_cpu_s_per_round"] = [c[i] for c in cpu]
-            if ARGS.trace:
-                row["timeline"] = timeline
-            print(
-                f"  {label} N={level}: {row['agg_tps']:.1f} tok/s, "
-                f"TTFT p50 {row['ttft_p50_ms']:.1f} ms; CPU s a round (wall "
-                f"{statistics.median(row['wall_s_per_round']):.2f}): {procs} client processes "
-                f"{statistics.median(row['clients_cpu_s_per_round']):.2f}, server "
-                f"{statistics.median(row['server_cpu_s_per_round']):.2f} (its event loop's "
-                f"thread {statistics.median(row['server_loop_cpu_s_per_round']):.2f}), below it "
-                f"{statistics.median(row['engine_cpu_s_per_round']):.2f}",
-                file=sys.stderr,
-            )
+            try:
+                results[level] = one_level(level, run, label, pid, raw)
+            except ClientFailed as exc:
+                if raw is not None:  # Omni's: nothing to compare without it
+                    raise SystemExit(f"a client process failed: {exc}") from exc
+                # A peer that fails a level (mlx_lm.server has reset connections from 32
+                # streams on) is reported so, and its higher levels are not tried.
+                print(f"  {label} N={level}: failed: {exc}", file=sys.stderr)
+                results[level] = {"failed": str(exc)}
+                break
     finally:
         for pipe in pipes:
             try:
@@ -264,15 +233,75 @@ def http_levels(
     return results
 
 
-def client_process(conn: Any, base: str, model: str, tokens: int) -> None:
+class ClientFailed(Exception):
+    """A client process's request failed (the server reset it, or answered an error)."""
+
+
+def one_level(level: int, run: Any, label: str, pid: int, raw: RawBatch | None) -> dict[str, Any]:
+    """--rounds rounds of `level` streams (after --warmup-rounds), through `run` (http_levels')."""
+    rounds: list[tuple[int, float]] = []
+    ttfts: list[float] = []
+    cpu: list[tuple[float, float, float, float]] = []  # clients, server, below, loop
+    timeline: list[dict[str, Any]] = []
+    reps = ARGS.requests_per_client
+    for rnd in range(-ARGS.warmup_rounds, ARGS.rounds):
+        # Closed loop: each client sends its next request when the last one ends.
+        texts = [
+            [prompt_text(level, rnd, i + k * level) for k in range(reps)] for i in range(level)
+        ]
+        server, below, loop = cpu_seconds(pid)
+        start = time.perf_counter()
+        done, wall, clients = run(texts)
+        server_now, below_now, loop_now = cpu_seconds(pid)
+        if raw is not None:
+            raw.round(level, rnd)
+        if rnd < 0:
+            continue  # a warm-up round: new batch shapes compile kernels (MLX's JIT)
+        rounds.append((sum(d[1] for d in done), wall))
+        ttfts += [d[0] for d in done]
+        cpu.append((clients, server_now - server, below_now - below, loop_now - loop))
+        # When the round began and each request was sent, reached its first token
+        # and ended: beside the engine's step trace, where a round's time went.
+        timeline.append(
+            {
+                "start": start,
+                "sent": sorted(d[2] - start for d in done),
+                "first": sorted(d[2] + d[0] - start for d in done),
+                "ended": sorted(d[3] - start for d in done),
+            }
+        )
+    row = summarize(rounds, ttfts)
+    for i, name in enumerate(("clients", "server", "engine", "server_loop")):
+        row[f"{name}_cpu_s_per_round"] = [c[i] for c in cpu]
+    if ARGS.trace:
+        row["timeline"] = timeline
+    print(
+        f"  {label} N={level}: {row['agg_tps']:.1f} tok/s, "
+        f"TTFT p50 {row['ttft_p50_ms']:.1f} ms; CPU s a round (wall "
+        f"{statistics.median(row['wall_s_per_round']):.2f}): {ARGS.client_procs} client processes "
+        f"{statistics.median(row['clients_cpu_s_per_round']):.2f}, server "
+        f"{statistics.median(row['server_cpu_s_per_round']):.2f} (its event loop's "
+        f"thread {statistics.median(row['server_loop_cpu_s_per_round']):.2f}), below it "
+        f"{statistics.median(row['engine_cpu_s_per_round']):.2f}",
+        file=sys.stderr,
+    )
+    return row
+
+
+def client_process(
+    conn: Any, base: str, model: str, tokens: int, cpus: set[int] | None = None
+) -> None:
     """One client process: for each list of clients' texts it gets, runs them all at once and
-    sends back (ttft, tokens) of every request and its own CPU seconds for them."""
+    sends back (ttft, tokens) of every request and its own CPU seconds for them. `cpus`: the
+    CPUs it runs on (--client-cpus)."""
+    if cpus:
+        os.sched_setaffinity(0, cpus)
 
     async def serve() -> None:
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
         async with httpx.AsyncClient(base_url=base, timeout=600, limits=limits) as client:
 
-            async def client_loop(texts: list[str]) -> list[tuple[float, int]]:
+            async def client_loop(texts: list[str]) -> list[tuple[float, int, float, float]]:
                 return [await one_stream(client, chat_body(model, t, tokens)) for t in texts]
 
             loop = asyncio.get_running_loop()
@@ -301,7 +330,7 @@ def raw_worker(
     from mlx_lm import load
     from mlx_lm.generate import BatchGenerator
 
-    model, tokenizer = load(model_path)
+    model, tokenizer = load(model_path)[:2]
     eos = sorted(tokenizer.eos_token_ids)
 
     def encode(text: str) -> list[int]:
@@ -415,6 +444,12 @@ def main() -> None:
     from omni.engine.model_source import resolve_model
 
     source = resolve_model(ARGS.model, omni_home(), lambda m: print(m, file=sys.stderr))
+    if SPLIT is not None:  # the servers and raw (started from here) inherit these CPUs
+        os.sched_setaffinity(0, SPLIT[0])
+        print(
+            f"CPUs: servers and raw {cpu_list(SPLIT[0])}, clients {cpu_list(SPLIT[1])}",
+            file=sys.stderr,
+        )
     raw_batch = RawBatch(source.path)
     with tempfile.TemporaryDirectory() as tmp:
         proc, base = start_omni(
@@ -438,9 +473,14 @@ def main() -> None:
                 stop(proc)
     raw = raw_batch.levels()
 
-    def ratio(a: dict[str, Any], level: int) -> float | None:
+    def peer_tps(level: int) -> float | None:
+        """The peer's tokens/s at `level`; None where it did not run or failed."""
+        return peer.get(level, {}).get("agg_tps")
+
+    def ratio(level: int) -> float | None:
         """The peer's: medians over medians (its rounds did not alternate with raw's)."""
-        return a[level]["agg_tps"] / raw[level]["agg_tps"] if level in a else None
+        tps = peer_tps(level)
+        return None if tps is None else tps / raw[level]["agg_tps"]
 
     def paired(level: int) -> float:
         """Omni's: the median of each round's ratio to the raw round that followed it."""
@@ -461,14 +501,19 @@ def main() -> None:
         "warmup_rounds": ARGS.warmup_rounds,
         "requests_per_client": ARGS.requests_per_client,
         "max_batch": ARGS.max_batch,
+        "client_procs": ARGS.client_procs,
+        "cpus": None
+        if SPLIT is None
+        else {"servers": cpu_list(SPLIT[0]), "clients": cpu_list(SPLIT[1])},
         "levels": ARGS.levels,
         "omni_chat_stream": omni,
         "mlx_lm_server_chat_stream": peer,
         "raw_batch_generator": raw,
         "ratio_agg_tps_omni_over_raw": {n: paired(n) for n in ARGS.levels},
-        "ratio_agg_tps_peer_over_raw": {n: ratio(peer, n) for n in ARGS.levels},
+        "ratio_agg_tps_peer_over_raw": {n: ratio(n) for n in ARGS.levels},
         "ratio_agg_tps_omni_over_peer": {
-            n: omni[n]["agg_tps"] / peer[n]["agg_tps"] if peer else None for n in ARGS.levels
+            n: None if (tps := peer_tps(n)) is None else omni[n]["agg_tps"] / tps
+            for n in ARGS.levels
         },
     }
 
@@ -484,6 +529,8 @@ def main() -> None:
     )
 
     def ttft(rows: dict[int, dict[str, Any]], n: int) -> str:
+        if "failed" in rows.get(n, {}):
+            return f"{'failed':^14}"
         if n not in rows:
             return f"{'-':>14}"
         return f"{rows[n]['ttft_p50_ms']:>8.0f}/{rows[n]['ttft_p95_ms']:<5.0f}"
@@ -494,9 +541,9 @@ def main() -> None:
     for n in ARGS.levels:
         print(
             f"{n:>4} | {omni[n]['agg_tps']:>8.1f}"
-            f"{num(peer[n]['agg_tps'] if peer else None, 9, '.1f')}"
+            f"{num(peer_tps(n), 9, '.1f')}"
             f"{raw[n]['agg_tps']:>9.1f} | "
-            f"{num(paired(n), 7, '.3f')}{num(ratio(peer, n), 8, '.3f')} | "
+            f"{num(paired(n), 7, '.3f')}{num(ratio(n), 8, '.3f')} | "
             f"{ttft(omni, n)}{ttft(peer, n)}{ttft(raw, n)}"
         )
     best = max(ARGS.levels, key=lambda n: omni[n]["agg_tps"])
@@ -508,8 +555,9 @@ def main() -> None:
     out = Path(__file__).parent / "out"
     out.mkdir(exist_ok=True)
     (out / "concurrency.json").write_text(json.dumps(result, indent=2))
-    levels = ARGS.levels
     series = {"omni (chat SSE)": omni, "mlx_lm.server (chat SSE)": peer, "raw BatchGenerator": raw}
+    # Each line over the levels it ran (a peer that failed a level stops there).
+    series = {k: {n: r for n, r in v.items() if "agg_tps" in r} for k, v in series.items()}
     series = {k: v for k, v in series.items() if v}
     save(
         out / "concurrency.png",
@@ -518,14 +566,14 @@ def main() -> None:
                 "aggregate decode throughput",
                 "concurrent streams",
                 "tokens/s",
-                {k: (levels, [v[n]["agg_tps"] for n in levels]) for k, v in series.items()},
+                {k: (list(v), [r["agg_tps"] for r in v.values()]) for k, v in series.items()},
                 logx=True,
             ),
             Lines(
                 "time to first token, p50",
                 "concurrent streams",
                 "ms",
-                {k: (levels, [v[n]["ttft_p50_ms"] for n in levels]) for k, v in series.items()},
+                {k: (list(v), [r["ttft_p50_ms"] for r in v.values()]) for k, v in series.items()},
                 logx=True,
             ),
         ],
@@ -572,6 +620,14 @@ if __name__ == "__main__":
         default=max(1, (os.cpu_count() or 1) // 2),
         help="processes the HTTP clients are spread over (default: half the CPUs)",
     )
+    p.add_argument(
+        "--client-cpus",
+        default="auto",
+        help="CPUs of the client processes: auto (with 8 CPUs or more, the second half of the "
+        "physical cores; the servers and raw run on the rest), none, or a list such as 8-15",
+    )
     ARGS = p.parse_args()
     ARGS.max_batch = ARGS.max_batch or max(ARGS.levels)
+    SPLIT = split_cpus(ARGS.client_cpus)
+    CLIENT_CPUS = None if SPLIT is None else SPLIT[1]
     main()

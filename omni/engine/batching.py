@@ -179,7 +179,12 @@ class BatchScheduler:
                 and _solo_ok(self.waiting[0])
             ):
                 self._begin(self._start_solo, self.waiting.popleft())
-            if self.waiting and not hold and len(self.slots) < self.max_batch:
+            if (
+                self.waiting
+                and not hold
+                and len(self.slots) < self.max_batch
+                and self._groups_align()
+            ):
                 stats["admit_groups"] += 1
                 while self.waiting and len(self.slots) < self.max_batch:
                     self._begin(self._admit, self.waiting.popleft())
@@ -260,6 +265,17 @@ class BatchScheduler:
             and running + len(self.waiting) < self.max_batch
             and now - self._oldest_wait + step < self.gather_s
         )
+
+    def _groups_align(self) -> bool:
+        """Whether jobs handed to BatchGenerator now are prefilled in full groups. It fills a
+        prefill group up to PREFILL_GROUP counting the prompts it has just prefilled, which move
+        to decoding in the same step: jobs handed over while k of those are there start a group
+        of PREFILL_GROUP - k, and every group after alternates k, PREFILL_GROUP - k (twice the
+        passes). So jobs wait the one step those k take to move on. A long prompt still being
+        prefilled in chunks holds nobody up: new jobs join its passes."""
+        processing = getattr(self.batch, "_currently_processing", None) or ()
+        # mlx-lm's own test for a prompt done but for its last token (mlx_lm.generate, _next).
+        return not any(len(s[0]) == 1 and len(s[0][0]) == 1 for s in processing)
 
     def _drop_cancelled_waiting(self) -> None:
         """A job cancelled while it waited leaves the queue at once (its place frees)."""
