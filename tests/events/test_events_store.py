@@ -749,3 +749,88 @@ async def test_with_synchronous_full_every_append_goes_through_the_writers_threa
         assert (await store.pragmas())["synchronous"] == "FULL"
     finally:
         await store.close()
+
+
+# --- the replay-cache index: upkeep in the append's transaction, on either path -------------
+
+
+async def test_a_finishing_append_indexes_the_cache_on_the_loop_within_its_bound(
+    db_path: Path,
+) -> None:
+    """A completion's last append carries its replay-cache row: it commits directly like any
+    other (handed to the writer's thread it waited ~1 ms for the thread and the old trim, and
+    8 completions ending in one step queued behind one another), and the index keeps the newest
+    entries only, the latest insert winning a tie on the millisecond."""
+    from omni.events import CacheEntry
+
+    store = EventStore(str(db_path), cache_max_entries=3)
+    await store.open()
+    try:
+        for i in range(5):
+            await store.append([deltas(f"c{i}", 0, 2)], cache=[CacheEntry(f"k{i}", f"c{i}")])
+        assert store._direct_commits == 5 and store._queued == 0
+        assert await store.cache_size() == 3
+        assert [await store.cache_lookup(f"k{i}") for i in range(5)] == [
+            None,
+            None,
+            "c2",
+            "c3",
+            "c4",
+        ]
+        # A key indexed again points at its newest completion and counts once.
+        await store.append([deltas("c5", 0, 1)], cache=[CacheEntry("k2", "c5")])
+        assert await store.cache_size() == 3
+        assert [await store.cache_lookup(k) for k in ("k2", "k3", "k4")] == ["c5", "c3", "c4"]
+    finally:
+        await store.close()
+
+
+async def test_the_cache_row_and_the_events_commit_together_or_not_at_all(
+    store: EventStore, db_path: Path
+) -> None:
+    from omni.events import CacheEntry
+
+    await store.append([deltas("c", 0, 1)])
+    with pytest.raises(SeqConflict):  # seq 0 of c is taken: nothing of this append commits
+        await store.append([deltas("c", 0, 2)], cache=[CacheEntry("k", "c")])
+    assert await store.cache_lookup("k") is None
+    assert len(raw_rows(db_path, "c")) == 1
+
+
+async def test_an_entry_past_its_age_leaves_the_index_on_the_next_append(
+    db_path: Path,
+) -> None:
+    from omni.events import CacheEntry
+
+    store = EventStore(str(db_path), cache_max_age_s=60)
+    await store.open()
+    try:
+        old = int(time.time() * 1000) - 61_000
+        await store.cache_rebuild([CacheEntry("old", "a", created_at=old)])
+        assert await store.cache_size() == 0  # a rebuild keeps only what is fresh
+        await store.append([deltas("a", 0, 1)])  # the old row, put back as from an older server
+        with sqlite3.connect(str(db_path)) as conn:
+            conn.execute("INSERT INTO chat_cache VALUES ('old', 'a', ?)", (old,))
+        assert await store.cache_size() == 1
+        await store.append([deltas("b", 0, 1)], cache=[CacheEntry("new", "b")])
+        assert [await store.cache_lookup(k) for k in ("old", "new")] == [None, "b"]
+        assert await store.cache_size() == 1
+    finally:
+        await store.close()
+
+
+async def test_a_cache_bound_too_big_to_trim_on_the_loop_is_kept_up_on_the_thread(
+    db_path: Path,
+) -> None:
+    from omni.events import CacheEntry
+    from omni.events import store as store_module
+
+    store = EventStore(str(db_path), cache_max_entries=store_module.DIRECT_CACHE_ENTRIES + 1)
+    await store.open()
+    try:
+        await store.append([deltas("a", 0, 1)], cache=[CacheEntry("k", "a")])
+        await store.append([deltas("b", 0, 1)])
+        assert store._direct_commits == 1  # b's only: a's went through the writer's thread
+        assert await store.cache_lookup("k") == "a"
+    finally:
+        await store.close()
