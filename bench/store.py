@@ -127,7 +127,7 @@ def old_trim_run(path: str, n: int) -> list[float]:
             return await write(both, then=then)
 
         index = store._index  # its insert and expiry, without the new trim
-        store._index = lambda cache, now: index(cache, now)[:2]  # type: ignore[method-assign]
+        store._index = lambda cache, now, most=-1: index(cache, now, most)[:2]  # type: ignore[method-assign]
         store._write = with_old_trim  # type: ignore[method-assign]
         try:
             await fill(store, store.cache_max_entries)

@@ -110,10 +110,19 @@ _RETURNING = " RETURNING position, stream_id, seq"
 # created_at index from the newest and deletes what lies past the limit: ~0.1 ms at 1,024
 # entries, where `key NOT IN (the newest 1,024)` took ~1 ms (a temporary b-tree each time).
 _CACHE_INSERT = "INSERT OR REPLACE INTO chat_cache (key, completion_id, created_at) VALUES (?,?,?)"
-_CACHE_EXPIRE = "DELETE FROM chat_cache WHERE created_at < ?"
+# An append's upkeep deletes at most CACHE_UPKEEP_ROWS of each (it adds a row or two): a day's
+# worth of entries expiring at once, or a bound lowered since the last start, must not be
+# deleted in one go on the event loop (100,000 rows: ~100 ms). The rest goes with the next
+# appends (lookups skip expired entries anyway); open() and cache_rebuild() delete all at once,
+# on the writer's thread.
+CACHE_UPKEEP_ROWS = 64
+_CACHE_EXPIRE = (
+    "DELETE FROM chat_cache WHERE rowid IN (SELECT rowid FROM chat_cache"
+    " WHERE created_at < ? ORDER BY created_at LIMIT ?)"
+)
 _CACHE_TRIM = (
     "DELETE FROM chat_cache WHERE rowid IN (SELECT rowid FROM chat_cache"
-    " ORDER BY created_at DESC, rowid DESC LIMIT -1 OFFSET ?)"
+    " ORDER BY created_at DESC, rowid DESC LIMIT ? OFFSET ?)"
 )
 
 
@@ -171,8 +180,18 @@ class EventStore:
             ),
             begin="BEGIN",
         )
+        upkeep = self._upkeep(_now_ms(), -1)
+
+        def start(conn: Connection) -> None:
+            """The replay cache within its age and bound (lowered since the last start, or
+            expired meanwhile), all at once here rather than on the loop's appends."""
+            tables = conn.exec_driver_sql("SELECT name FROM sqlite_master WHERE type = 'table'")
+            if "chat_cache" in {name for (name,) in tables}:  # a migrated log
+                for sql, params in upkeep:
+                    conn.exec_driver_sql(sql, params)
+
         try:
-            await self._write(lambda conn: conn.exec_driver_sql("SELECT 1"))
+            await self._write(start)
         except BaseException as exc:  # cancelled too: no thread or engine is left behind
             await asyncio.shield(self.close())
             if isinstance(exc, SQLAlchemyError):
@@ -421,17 +440,22 @@ class EventStore:
         handed.add_done_callback(self._write_done)
         handed.add_done_callback(done)
 
-    def _index(self, cache: Sequence[CacheEntry], now: int) -> list[_Sql]:
+    def _index(
+        self, cache: Sequence[CacheEntry], now: int, most: int = CACHE_UPKEEP_ROWS
+    ) -> list[_Sql]:
         """The statements that index `cache` in the replay cache and keep it within its age
-        and size (none for no entries): the same SQL on the loop's connection and the thread's."""
+        and size, deleting at most `most` rows of each (-1: all); none for no entries. The
+        same SQL on the loop's connection and the thread's."""
         if not cache:
             return []
         rows = [(c.key, c.completion_id, c.created_at or now) for c in cache]
-        return [
-            (_CACHE_INSERT, rows),
-            (_CACHE_EXPIRE, [(now - self.cache_max_age_ms,)]),
-            (_CACHE_TRIM, [(self.cache_max_entries,)]),
-        ]
+        return [(_CACHE_INSERT, rows), *self._upkeep(now, most)]
+
+    def _upkeep(self, now: int, most: int) -> list[_Sql]:
+        expire = (_CACHE_EXPIRE, [(now - self.cache_max_age_ms, most)])
+        if self.cache_max_entries < 0:  # no bound (SQLite's LIMIT -1, as before)
+            return [expire]
+        return [expire, (_CACHE_TRIM, [(most, self.cache_max_entries)])]
 
     async def cache_lookup(self, key: str) -> str | None:
         """The completion that answers this request key, if one is indexed and fresh."""
@@ -458,7 +482,7 @@ class EventStore:
     async def cache_rebuild(self, cache: Sequence[CacheEntry]) -> None:
         """Replace the whole index (it is a projection: the log can always rebuild it)."""
 
-        index = self._index(cache, _now_ms())
+        index = self._index(cache, _now_ms(), most=-1)
 
         def rebuild(conn: Connection) -> None:
             conn.execute(chat_cache.delete())

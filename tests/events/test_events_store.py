@@ -834,3 +834,39 @@ async def test_a_cache_bound_too_big_to_trim_on_the_loop_is_kept_up_on_the_threa
         assert await store.cache_lookup("k") == "a"
     finally:
         await store.close()
+
+
+async def test_a_bound_lowered_since_the_last_start_is_applied_at_open_not_on_the_loop(
+    db_path: Path,
+) -> None:
+    """Thousands of index rows over the bound (or past their age) are deleted by open() on the
+    writer's thread; an append's own upkeep deletes a few at most, so it never holds the event
+    loop for a mass delete."""
+    from omni.events import CacheEntry
+    from omni.events import store as store_module
+
+    now = int(time.time() * 1000)
+    with sqlite3.connect(str(db_path)) as conn:
+        rows = [(f"k{i}", f"c{i}", now - 1000 + i // 10) for i in range(5000)]
+        rows += [(f"old{i}", "x", now - 10**9) for i in range(3000)]  # past the age below
+        conn.executemany("INSERT INTO chat_cache VALUES (?,?,?)", rows)
+    store = EventStore(str(db_path), cache_max_entries=100, cache_max_age_s=3600)
+    await store.open()
+    try:
+        assert await store.cache_size() == 100
+        assert await store.cache_lookup("k4999") == "c4999"
+        store.cache_max_entries = 10  # lowered at run time: the appends trim a few at a time
+        for i in range(2):
+            await store.append([deltas(f"a{i}", 0, 1)], cache=[CacheEntry(f"n{i}", f"a{i}")])
+        assert store._direct_commits == 2
+        assert await store.cache_size() == 10
+        with sqlite3.connect(str(db_path)) as conn:
+            conn.executemany("INSERT INTO chat_cache VALUES (?,?,?)", rows[5000:])
+        await store.append([deltas("b", 0, 1)], cache=[CacheEntry("nb", "b")])
+        left = await store.cache_size()
+        # b's row in; at most CACHE_UPKEEP_ROWS expired and as many over the bound out: the
+        # rest goes with the next appends.
+        assert left == 10 + 1 + 3000 - 2 * store_module.CACHE_UPKEEP_ROWS
+        assert await store.cache_lookup("old0") is None  # and are never answered meanwhile
+    finally:
+        await store.close()
