@@ -109,13 +109,13 @@ _RETURNING = " RETURNING position, stream_id, seq"
 # what is past its age, then all but the newest cache_max_entries. The trim walks the
 # created_at index from the newest and deletes what lies past the limit: ~0.1 ms at 1,024
 # entries, where `key NOT IN (the newest 1,024)` took ~1 ms (a temporary b-tree each time).
-_CACHE_INSERT = "INSERT OR REPLACE INTO chat_cache (key, completion_id, created_at) VALUES (?,?,?)"
 # An append's upkeep deletes at most CACHE_UPKEEP_ROWS of each (it adds a row or two): a day's
 # worth of entries expiring at once, or a bound lowered since the last start, must not be
 # deleted in one go on the event loop (100,000 rows: ~100 ms). The rest goes with the next
 # appends (lookups skip expired entries anyway); open() and cache_rebuild() delete all at once,
 # on the writer's thread.
 CACHE_UPKEEP_ROWS = 64
+_CACHE_INSERT = "INSERT OR REPLACE INTO chat_cache (key, completion_id, created_at) VALUES (?,?,?)"
 _CACHE_EXPIRE = (
     "DELETE FROM chat_cache WHERE rowid IN (SELECT rowid FROM chat_cache"
     " WHERE created_at < ? ORDER BY created_at LIMIT ?)"
@@ -127,6 +127,12 @@ _CACHE_TRIM = (
 
 
 _Sql = tuple[str, list[tuple[Any, ...]]]  # a statement and the parameters of each execution
+
+
+def _execute(conn: Connection, statements: Sequence[_Sql]) -> None:
+    """Run `statements` in the writer's transaction (the loop's path runs the same SQL)."""
+    for sql, params in statements:
+        conn.exec_driver_sql(sql, params)
 
 
 class _Busy(Exception):
@@ -187,8 +193,7 @@ class EventStore:
             expired meanwhile), all at once here rather than on the loop's appends."""
             tables = conn.exec_driver_sql("SELECT name FROM sqlite_master WHERE type = 'table'")
             if "chat_cache" in {name for (name,) in tables}:  # a migrated log
-                for sql, params in upkeep:
-                    conn.exec_driver_sql(sql, params)
+                _execute(conn, upkeep)
 
         try:
             await self._write(start)
@@ -343,8 +348,7 @@ class EventStore:
                 execution_options={"preserve_rowcount": False},
             )
             positions = {(r.stream_id, r.seq): r.position for r in result}
-            for sql, params in index:
-                conn.exec_driver_sql(sql, params)
+            _execute(conn, index)
             return _stored(rows, positions)
 
         def remember(done: asyncio.Future[list[StoredEvent]]) -> None:
@@ -486,8 +490,7 @@ class EventStore:
 
         def rebuild(conn: Connection) -> None:
             conn.execute(chat_cache.delete())
-            for sql, params in index:
-                conn.exec_driver_sql(sql, params)
+            _execute(conn, index)
 
         try:
             await self._write(rebuild)
