@@ -91,12 +91,11 @@ def test_a_trickle_is_prefilled_as_one_group(loaded: tuple[Any, Any]) -> None:
     # The next PREFILL_GROUP jobs wait for one another; the rest form the next group.
     assert gathered[1] == list(range(1, PREFILL_GROUP + 1))
     assert gathered[2] == [PREFILL_GROUP + 1]
-    # Not gathered, a job waits for no company: at most the one step the job prefilled just
-    # before it takes to move on to decoding (test_jobs_joining_while_a_short_group_finishes...).
+    # Not gathered, a job waits for no company: it fits in the group beside the job prefilled
+    # just before it, so it starts in the step it came.
     script = run(loaded, steps, gather_s=0.0)
     started = {o[1]: k for k, out in enumerate(script.sent) for o in out if o[0] == STARTED}
-    assert all(i <= started[i] <= i + 1 for i in range(n)), started
-    assert max(map(len, script.started_together())) <= 2
+    assert started == {i: i for i in range(n)}
 
 
 def test_jobs_wait_only_while_others_keep_coming(loaded: tuple[Any, Any]) -> None:
@@ -211,6 +210,7 @@ def prefill_passes(
     steps: list[list[tuple[Any, ...]]],
     store: PrefixCache,
     monkeypatch: pytest.MonkeyPatch,
+    max_batch: int = 32,
 ) -> tuple[list[int], Script]:
     """The prompts of each prefill pass BatchGenerator ran, and the pipe."""
     from mlx_lm.generate import PromptProcessingBatch
@@ -225,7 +225,7 @@ def prefill_passes(
 
     monkeypatch.setattr(PromptProcessingBatch, "prompt", counted)
     model, tokenizer = loaded
-    scheduler = BatchScheduler(model, tokenizer, store, 32, 0.0)
+    scheduler = BatchScheduler(model, tokenizer, store, max_batch, 0.0)
     script = Script([*steps, *([[]] * 60), [(CLOSE,)]])
     scheduler.run(script)  # type: ignore[arg-type]
     return passes, script
@@ -279,3 +279,39 @@ def test_jobs_joining_while_a_short_group_finishes_do_not_split_every_group_afte
     passes, script = prefill_passes(loaded, steps, PrefixCache(loaded[0], 0, 0), monkeypatch)
     assert passes == [PREFILL_GROUP, 5, PREFILL_GROUP, PREFILL_GROUP, 3]
     assert sum(o[0] == TOKEN for sent in script.sent for o in sent) == 40 * 32
+
+
+def test_jobs_that_fit_beside_a_finishing_group_join_it_at_once(
+    loaded: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Groups of 5 (job 0 and four more: prefilled in the step they came, nothing else
+    decoding), 3, 5, 1, then 8. The 5 fit in the room the 3 being prefilled leave (8 - 3), the
+    1 beside those 5: each starts in the step it came. The 8 do not fit beside the 1 and wait
+    the one step it takes to move on (test_jobs_joining_while_a_short_group_finishes...)."""
+    sizes = [1, 4, 3, 5, 1, 8]
+    ids = iter(range(sum(sizes)))
+    steps = [[job(next(ids)) for _ in range(n)] for n in sizes]
+    passes, script = prefill_passes(loaded, steps, PrefixCache(loaded[0], 0, 0), monkeypatch)
+    assert passes == [5, 3, 5, 1, PREFILL_GROUP]
+    started = [o[1] for out in script.sent for o in out if o[0] == STARTED]
+    by_step = [len([o for o in out if o[0] == STARTED]) for out in script.sent[:7]]
+    assert by_step == [1, 4, 3, 5, 1, 0, 8]
+    assert started == list(range(sum(sizes)))
+
+
+@pytest.mark.parametrize("max_batch", [2, 3, PREFILL_GROUP])
+def test_batches_no_bigger_than_a_group_never_hold_a_job_back(
+    loaded: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch, max_batch: int
+) -> None:
+    """With room for at most one group, a job handed over always fits in the group: each starts
+    as soon as a place frees (short jobs, a job a step)."""
+    steps = [[job(i, tokens=2)] for i in range(12)]
+    sent = prefill_passes(
+        loaded, steps, PrefixCache(loaded[0], 0, 0), monkeypatch, max_batch=max_batch
+    )[1].sent
+    started = {o[1]: k for k, out in enumerate(sent) for o in out if o[0] == STARTED}
+    ended = {o[1]: k for k, out in enumerate(sent) for o in out if o[0] == FINISHED}
+    for i in range(12):
+        running = [j for j in range(i) if ended[j] >= i]  # still in the batch when i came
+        if len(running) < max_batch:
+            assert started[i] == i, (i, started, ended)
