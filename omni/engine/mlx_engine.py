@@ -15,10 +15,11 @@ import itertools
 import logging
 import multiprocessing
 import threading
+import time
 from collections import defaultdict
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, Final
 
 from omni.engine import worker
 from omni.engine.batching import (
@@ -38,6 +39,14 @@ from omni.errors import ModelLoadError
 
 log = logging.getLogger(__name__)
 
+# A big batch's tokens are handed to the event loop a few steps at a time: the loop's work for
+# a stream (its recorder's append, the commit, the follower's wake-up, the SSE write) is paid
+# once for the tokens of several steps. Only for steps of HOLD_MIN outputs or more (a small
+# batch costs the loop little), never for longer than HOLD_S, and never for a job's first
+# token, its start or its end, which go at once (time to first token is not held up).
+HOLD_MIN: Final = 16
+HOLD_S: Final = 0.015
+
 
 @dataclass(eq=False, slots=True)
 class _Pending:
@@ -45,6 +54,7 @@ class _Pending:
     loop: asyncio.AbstractEventLoop
     detokenizer: Any
     started: bool = False
+    spoke: bool = False  # its first token went out (the reader thread's alone)
 
 
 class MLXEngine:
@@ -225,19 +235,49 @@ class MLXEngine:
             pass
 
     def _read(self) -> None:
-        """The outputs of each step, turned into values for the event loop that asked."""
-        assert self._conn is not None
+        """The outputs of the engine's steps, turned into values for the event loop that asked
+        (a big batch's tokens held back a little: HOLD_MIN)."""
+        conn = self._conn
+        assert conn is not None
+        held: list[tuple[Any, ...]] = []
+        oldest = last = 0.0  # when the oldest held output came; when the last step's came
         while True:
             try:
-                outputs = self._conn.recv()
+                if held and not conn.poll(max(0.0, oldest + HOLD_S - time.perf_counter())):
+                    self._deliver(held)
+                    held = []
+                    continue
+                outputs = conn.recv()
             except (EOFError, OSError):
                 break
-            self._deliver(outputs)
+            now = time.perf_counter()
+            gap, last = now - last, now
+            if not held:
+                oldest = now
+            held += outputs
+            # Hold on only if the next step can still come within HOLD_S of the oldest.
+            if len(outputs) < HOLD_MIN or now - oldest + gap >= HOLD_S:
+                self._deliver(held)
+                held = []
+            elif urgent := self._urgent(outputs):
+                self._deliver([o for o in held if o[1] in urgent])
+                held = [o for o in held if o[1] not in urgent]
+        self._deliver(held)
         exit_code = self._process.exitcode if self._process is not None else None
         if self._gone is None:
             self._gone = f"the engine process exited unexpectedly (exit code {exit_code})"
             log.error("%s", self._gone)
         self._deliver([(FAILED, job_id, self._gone) for job_id in list(self._pending)])
+
+    def _urgent(self, outputs: list[tuple[Any, ...]]) -> set[int]:
+        """The jobs whose outputs go at once: a start, an end, a first token."""
+        urgent = set()
+        for kind, job_id, *_ in outputs:
+            if kind != TOKEN:
+                urgent.add(job_id)
+            elif (pending := self._pending.get(job_id)) is not None and not pending.spoke:
+                urgent.add(job_id)
+        return urgent
 
     def _deliver(self, outputs: list[tuple[Any, ...]]) -> None:
         """One hand-off per event loop per step, whatever the batch size."""
@@ -249,6 +289,7 @@ class MLXEngine:
             items = by_loop[pending.loop]
             if kind == TOKEN:
                 token, logprobs = rest
+                pending.spoke = True
                 pending.detokenizer.add_token(token)
                 items.append(
                     (pending.job, Delta(pending.detokenizer.last_segment, token, logprobs))
