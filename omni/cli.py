@@ -6,11 +6,14 @@ import argparse
 import asyncio
 import errno
 import logging
+import math
 import os
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from omni import __version__, db
 from omni.errors import OmniError
@@ -20,6 +23,23 @@ log = logging.getLogger("omni")
 
 def _env(name: str, default: str | None) -> str | None:
     return os.environ.get(f"OMNI_{name}", default)
+
+
+def _number(kind: type, low: float, high: float = 2**63 - 1) -> Callable[[str], Any]:
+    """An argparse type: a finite `kind` within [low, high] (values from the environment
+    pass through it too), else a one-line usage error naming the range."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if value is None or not math.isfinite(value) or not low <= value <= high:
+            bound = f"from {low} to {high}" if high < 2**63 - 1 else f"{low} or more"
+            raise argparse.ArgumentTypeError(f"{text!r}: expected {kind.__name__} {bound}")
+        return value
+
+    return parse
 
 
 def omni_home() -> Path:
@@ -33,7 +53,7 @@ def parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="serve the OpenAI-compatible API")
     serve.add_argument("--host", default=_env("HOST", "127.0.0.1"))
-    serve.add_argument("--port", type=int, default=int(_env("PORT", "10240") or 10240))
+    serve.add_argument("--port", type=_number(int, 1, 65535), default=_env("PORT", "10240"))
     serve.add_argument("--db", default=_env("DB", "omni.db"), help="SQLite file (the event log)")
     serve.add_argument(
         "--model",
@@ -55,37 +75,40 @@ def parser() -> argparse.ArgumentParser:
         help="never answer a chat completion from the replay cache",
     )
     serve.add_argument(
-        "--cache-max-entries", type=int, default=int(_env("CACHE_MAX_ENTRIES", "1024") or 1024)
+        "--cache-max-entries",
+        type=_number(int, -1),
+        default=_env("CACHE_MAX_ENTRIES", "1024"),
+        help="replay-cache entries kept (-1: no bound)",
     )
     serve.add_argument(
         "--cache-max-age",
-        type=float,
-        default=float(_env("CACHE_MAX_AGE", "86400") or 86400),
+        type=_number(float, 0),
+        default=_env("CACHE_MAX_AGE", "86400"),
         help="seconds a replay-cache entry stays valid",
     )
 
     serve.add_argument(
         "--max-batch-size",
-        type=int,
-        default=int(_env("MAX_BATCH_SIZE", "32") or 32),
+        type=_number(int, 1),
+        default=_env("MAX_BATCH_SIZE", "32"),
         help="requests decoded together (continuous batching)",
     )
     serve.add_argument(
         "--max-queued",
-        type=int,
-        default=int(_env("MAX_QUEUED", "256") or 256),
+        type=_number(int, 0),
+        default=_env("MAX_QUEUED", "256"),
         help="requests allowed to wait for the model; beyond: 429 with retry-after",
     )
     serve.add_argument(
         "--prompt-cache-entries",
-        type=int,
-        default=int(_env("PROMPT_CACHE_ENTRIES", "16") or 16),
+        type=_number(int, 0),
+        default=_env("PROMPT_CACHE_ENTRIES", "16"),
         help="KV caches of recent prompts kept for prefix reuse",
     )
     serve.add_argument(
         "--prompt-cache-gb",
-        type=float,
-        default=float(_env("PROMPT_CACHE_GB", "4") or 4),
+        type=_number(float, 0),
+        default=_env("PROMPT_CACHE_GB", "4"),
         help="memory bound of the prefix (KV) cache",
     )
 

@@ -135,6 +135,49 @@ def test_env_settings_are_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     )
 
 
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [
+        ("--port", "0"),
+        ("--port", "70000"),
+        ("--max-batch-size", "0"),
+        ("--max-queued", "-1"),
+        ("--cache-max-entries", "9223372036854775808"),
+        ("--cache-max-entries", "-2"),
+        ("--cache-max-age", "nan"),
+        ("--cache-max-age", "-1"),
+        ("--prompt-cache-gb", "inf"),
+        ("--prompt-cache-entries", "2.5"),
+    ],
+)
+def test_out_of_range_numbers_are_a_usage_error(
+    flag: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from omni.cli import parser
+
+    with pytest.raises(SystemExit) as exit:
+        parser().parse_args(["serve", flag, value])
+    assert exit.value.code == 2
+    err = capsys.readouterr().err
+    assert flag in err and repr(value) in err and "Traceback" not in err
+
+
+def test_out_of_range_environment_is_a_usage_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from omni.cli import parser
+
+    monkeypatch.setenv("OMNI_MAX_BATCH_SIZE", "abc")
+    with pytest.raises(SystemExit):
+        parser().parse_args(["serve"])
+    assert "--max-batch-size" in capsys.readouterr().err
+    monkeypatch.setenv("OMNI_MAX_BATCH_SIZE", "3")
+    monkeypatch.setenv("OMNI_CACHE_MAX_ENTRIES", "-1")
+    monkeypatch.setenv("OMNI_CACHE_MAX_AGE", "0.5")
+    args = parser().parse_args(["serve"])
+    assert (args.max_batch_size, args.cache_max_entries, args.cache_max_age) == (3, -1, 0.5)
+
+
 def test_restart_loses_nothing(tmp_path: Path, tiny_model_dir: Path) -> None:
     db = tmp_path / "omni.db"
     body = {"model": "tiny-llama", "input": "hi", "max_output_tokens": 8, "stream": True}
