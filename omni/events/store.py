@@ -363,6 +363,10 @@ class EventStore:
             raise _refused(exc.orig) from exc
         except SQLAlchemyError as exc:
             raise StoreError(f"append failed: {_reason(exc)}") from exc
+        except StoreError:
+            raise
+        except Exception as exc:  # what the driver raises unwrapped (a string it cannot encode)
+            raise StoreError(f"append failed: {exc}") from exc
 
     def _append_direct(
         self, conn: sqlite3.Connection, rows: list[dict[str, Any]], index: Sequence[_Sql] = ()

@@ -870,3 +870,17 @@ async def test_a_bound_lowered_since_the_last_start_is_applied_at_open_not_on_th
         assert await store.cache_lookup("old0") is None  # and are never answered meanwhile
     finally:
         await store.close()
+
+
+async def test_an_append_failing_on_the_writers_thread_is_a_store_error(
+    store: EventStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The writer's thread fails the same way as the loop's connection: a StoreError (the
+    recorder's contract), not whatever the driver raised, and the store stays writable."""
+    from omni.events import store as store_module
+
+    monkeypatch.setattr(store_module, "DIRECT_ROWS", 0)  # every append goes to the thread
+    with pytest.raises(StoreError):
+        await store.append([Append("s", 0, [NewEvent("x", '{"k":"\ud800"}')])])
+    assert [e.seq for e in await store.append([deltas("s", 0, 2)])] == [0, 1]
+    assert store._direct_commits == 0
