@@ -59,6 +59,7 @@ class ChunkRecorder:
         self._pending: list[Logprobs] = []
         self._offset = 0  # legacy logprobs' text_offset
         self._calls = 0
+        self._tokens = 0  # generated up to the stop sequence, if one is seen
 
     @property
     def wants_stop(self) -> bool:
@@ -76,6 +77,7 @@ class ChunkRecorder:
         if isinstance(out, Delta):
             if self.stops.stopped:
                 return []  # generated past a stop sequence: not part of the answer
+            self._tokens += out.token is not None
             if out.logprobs is not None and self.logprobs:
                 self._pending.append(out.logprobs)
             events = self._text(self.stops.feed(out.text))
@@ -147,10 +149,15 @@ class ChunkRecorder:
         events.append(
             self._chunk({} if self.kind == "chat" else "", finish_reason=self.finish_reason)
         )
+        # Tokens the engine made after the stop sequence, before it saw the cancel, are not
+        # part of the answer and not billed as such.
+        completion = out.completion_tokens
+        if self.stops.stopped:
+            completion = min(self._tokens, completion)
         usage = {
             "prompt_tokens": out.prompt_tokens,
-            "completion_tokens": out.completion_tokens,
-            "total_tokens": out.prompt_tokens + out.completion_tokens,
+            "completion_tokens": completion,
+            "total_tokens": out.prompt_tokens + completion,
             "prompt_tokens_details": {"cached_tokens": out.cached_tokens},
             "completion_tokens_details": {"reasoning_tokens": self.reasoning_tokens},
         }

@@ -178,6 +178,13 @@ def test_stop_string(client: OpenAI) -> None:
     assert content == full[: full.find(stop)]
     assert stop not in content  # type: ignore[operator]
     assert stopped.choices[0].finish_reason == "stop"
+    # Billed: the tokens up to the one that completed the stop, not those the engine made
+    # before it saw the cancel.
+    scored = greedy(client, logprobs=True).choices[0].logprobs.content
+    said = [b"".join(bytes(t.bytes) for t in scored[:n]) for n in range(len(scored) + 1)]
+    end = full.find(stop) + len(stop)
+    n = next(n for n, text in enumerate(said) if len(text.decode("utf-8", "ignore")) >= end)
+    assert stopped.usage.completion_tokens == n, (stopped.usage, n)
 
 
 def test_stop_list_earliest_wins(client: OpenAI) -> None:

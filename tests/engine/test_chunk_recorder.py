@@ -179,6 +179,9 @@ def test_chat_stop_sequence_gives_stop_and_wants_stop() -> None:
         "finish_reason": "stop",
     }
     assert events[-1][0] == USAGE["chat"]
+    # The engine made 3 tokens; the answer ended inside the 2nd: 2 are counted.
+    assert events[-1][1]["usage"]["completion_tokens"] == 2
+    assert events[-1][1]["usage"]["total_tokens"] == 7
     assert rec.finish_reason == "stop"
 
 
