@@ -54,7 +54,7 @@ class _Pending:
     loop: asyncio.AbstractEventLoop
     detokenizer: Any
     started: bool = False
-    spoke: bool = False  # its first token went out (the reader thread's alone)
+    spoke: bool = False  # its first text went out (the reader thread's alone)
 
 
 class MLXEngine:
@@ -270,7 +270,7 @@ class MLXEngine:
         self._deliver([(FAILED, job_id, self._gone) for job_id in list(self._pending)])
 
     def _urgent(self, outputs: list[tuple[Any, ...]]) -> set[int]:
-        """The jobs whose outputs go at once: a start, an end, a first token."""
+        """The jobs whose outputs go at once: a start, an end, tokens until the first text."""
         urgent = set()
         for kind, job_id, *_ in outputs:
             if kind != TOKEN:
@@ -280,7 +280,8 @@ class MLXEngine:
         return urgent
 
     def _deliver(self, outputs: list[tuple[Any, ...]]) -> None:
-        """One hand-off per event loop per step, whatever the batch size."""
+        """One hand-off per event loop for `outputs` (a step's, or several held steps'),
+        whatever the batch size."""
         by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Job, Output]]] = defaultdict(list)
         for kind, job_id, *rest in outputs:
             pending = self._pending.get(job_id)
@@ -289,11 +290,10 @@ class MLXEngine:
             items = by_loop[pending.loop]
             if kind == TOKEN:
                 token, logprobs = rest
-                pending.spoke = True
                 pending.detokenizer.add_token(token)
-                items.append(
-                    (pending.job, Delta(pending.detokenizer.last_segment, token, logprobs))
-                )
+                text = pending.detokenizer.last_segment
+                pending.spoke = pending.spoke or bool(text)  # "": half a character, say
+                items.append((pending.job, Delta(text, token, logprobs)))
             elif kind == STARTED:
                 pending.started = True
                 self._generations += rest[0]

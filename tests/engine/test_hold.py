@@ -5,13 +5,14 @@ a scripted clock."""
 
 from __future__ import annotations
 
+import random
 from collections import deque
 from typing import Any
 
 import pytest
 
 from omni.engine import mlx_engine
-from omni.engine.batching import FINISHED, STARTED, TOKEN
+from omni.engine.batching import FAILED, FINISHED, STARTED, TOKEN
 from omni.engine.mlx_engine import HOLD_MIN, HOLD_S, MLXEngine, _Pending
 from omni.engine.types import Delta, Finished, Job, Sampling, Started
 
@@ -60,10 +61,11 @@ class Outputs:
 
 
 class Detokenizer:
+    silent: frozenset[int] = frozenset()  # tokens that complete no text (half a character)
     last_segment = "x"
 
     def add_token(self, token: int) -> None:
-        pass
+        self.last_segment = "" if token in self.silent else "x"
 
     def finalize(self) -> None:
         self.last_segment = ""
@@ -158,6 +160,19 @@ def test_a_job_joining_a_held_batch_gets_its_first_token_at_once(
     assert {job for job, _ in early} == {late}
 
 
+def test_tokens_go_at_once_until_the_first_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A first token that completes no text (half a character) is not the first text the
+    client sees: the job's tokens go at once until one that does."""
+    monkeypatch.setattr(Detokenizer, "silent", frozenset({100, 101}))
+    every = HOLD_S / 4
+    steps = batch(range(HOLD_MIN), 12, every)
+    handoffs = read(steps, HOLD_MIN, monkeypatch)
+    check_complete(handoffs, range(HOLD_MIN), 12)
+    # Steps 0, 1 (silent) and 2 (the first text) go the moment they come; step 3 waits.
+    assert [at for at, _ in handoffs[:3]] == [steps[k][0] for k in range(3)]
+    assert handoffs[3][0] > steps[3][0]
+
+
 @pytest.mark.parametrize(
     ("jobs", "every"),
     [(HOLD_MIN - 1, HOLD_S / 4), (2 * HOLD_MIN, HOLD_S * 1.5)],
@@ -170,3 +185,66 @@ def test_small_batches_and_slow_steps_go_every_step(
     handoffs = read(steps, jobs, monkeypatch)
     assert [at for at, _ in handoffs] == [at for at, _ in steps]
     check_complete(handoffs, range(jobs), 12)
+
+
+def churn(rng: random.Random, jobs: int) -> list[tuple[float, list[tuple[Any, ...]]]]:
+    """A batch kept big while jobs come and go (ended, stopped, cancelled, failed) on uneven
+    step times; the pipe ends with some still running."""
+    at, steps, running, joined = 0.0, [], {}, 0
+    for _ in range(rng.randint(5, 80)):
+        outputs: list[tuple[Any, ...]] = []
+        while joined < jobs and (len(running) < HOLD_MIN or rng.random() < 0.2):
+            outputs.append((STARTED, joined, True))
+            running[joined], joined = 0, joined + 1
+            if rng.random() < 0.3:
+                break
+        for j in list(running):
+            outputs.append((TOKEN, j, 100 + running[j], None))
+            running[j] += 1
+            if (r := rng.random()) < 0.05:
+                reason = rng.choice(["length", "stop", "cancelled"])
+                outputs.append((FINISHED, j, reason, 1, running.pop(j), 0))
+            elif r < 0.06:
+                outputs.append((FAILED, j, "boom"))
+                del running[j]
+        at += rng.choice([0.0, 0.1, 0.3, 0.5, 0.9, 2.0]) * HOLD_S
+        steps.append((at, outputs))
+    return steps
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_jobs_coming_and_going_get_all_in_order_and_in_time(
+    monkeypatch: pytest.MonkeyPatch, seed: int
+) -> None:
+    """Each job gets exactly what the engine sent for it, in order (and the engine-gone
+    failure if the pipe ended first); its start, first token and end the moment they came,
+    every other token within HOLD_S."""
+    rng = random.Random(seed)
+    jobs = rng.randint(1, 60)
+    steps = churn(rng, jobs)
+    handoffs = read(steps, jobs, monkeypatch)
+    sent: dict[int, list[tuple[float, str, Any]]] = {j: [] for j in range(jobs)}
+    names = {STARTED: "started", TOKEN: "token", FINISHED: "finished", FAILED: "failed"}
+    for at, outputs in steps:
+        for o in outputs:
+            sent[o[1]].append((at, names[o[0]], o[2] if o[0] == TOKEN else None))
+    for j in range(jobs):
+        got = [
+            (at, type(out).__name__.lower(), getattr(out, "token", None))
+            for at, items in handoffs
+            for job, out in items
+            if job == j and not (isinstance(out, Delta) and out.token is None)  # end's text
+        ]
+        got = [(at, "token" if kind == "delta" else kind, token) for at, kind, token in got]
+        want = [(kind, token) for _, kind, token in sent[j]]
+        if not want or want[-1][0] not in ("finished", "failed"):
+            want.append(("failed", None))  # the pipe ended: the engine is gone
+        assert [(kind, token) for _, kind, token in got] == want, j
+        first = True
+        for (came_at, kind, _), (at, _, _) in zip(
+            sent[j], got, strict=False
+        ):  # + the pipe-end failure
+            assert at - came_at <= HOLD_S + 1e-9, (j, kind)
+            if kind != "token" or first:
+                assert at == came_at, (j, kind)
+            first = first and kind != "token"
