@@ -884,3 +884,41 @@ async def test_an_append_failing_on_the_writers_thread_is_a_store_error(
         await store.append([Append("s", 0, [NewEvent("x", '{"k":"\ud800"}')])])
     assert [e.seq for e in await store.append([deltas("s", 0, 2)])] == [0, 1]
     assert store._direct_commits == 0
+
+
+async def test_a_cache_lookup_reads_on_the_loops_connection(
+    store: EventStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lookup by key runs on the loop's own connection (the reader's thread cost ~1 ms of
+    the loop a request, and a burst's lookups queued there); it sees what the writer's thread
+    committed, and the reader answers when that connection cannot."""
+    from omni.events import CacheEntry
+    from omni.events import store as store_module
+
+    monkeypatch.setattr(store_module, "DIRECT_ROWS", 0)  # indexed on the writer's thread
+    await store.append([deltas("c", 0, 1)], cache=[CacheEntry("k", "c")])
+    fetched: list[object] = []
+    fetch = store._fetch
+
+    async def counted(query: object) -> list[object]:
+        fetched.append(query)
+        return await fetch(query)
+
+    monkeypatch.setattr(store, "_fetch", counted)
+    assert [await store.cache_lookup(k) for k in ("k", "other")] == ["c", None]
+    assert fetched == []
+
+    class Busy:
+        in_transaction = False
+
+        def execute(self, *args: object) -> None:
+            raise sqlite3.OperationalError("database is locked")
+
+    direct, store._direct = store._direct, Busy()  # type: ignore[assignment]
+    try:
+        assert await store.cache_lookup("k") == "c"
+        store._direct = None  # closed after a failed rollback
+        assert await store.cache_lookup("k") == "c"
+    finally:
+        store._direct = direct
+    assert len(fetched) == 2
