@@ -22,12 +22,30 @@ log = logging.getLogger("omni")
 
 
 def _env(name: str, default: str | None) -> str | None:
-    return os.environ.get(f"OMNI_{name}", default)
+    """OMNI_<name>, or `default` where it is unset or empty."""
+    return os.environ.get(f"OMNI_{name}") or default
 
 
-def _number(kind: type, low: float, high: float = 2**63 - 1) -> Callable[[str], Any]:
-    """An argparse type: a finite `kind` within [low, high] (values from the environment
-    pass through it too), else a one-line usage error naming the range."""
+def _add_number(
+    parser: argparse.ArgumentParser,
+    flag: str,
+    kind: type,
+    low: float,
+    high: float,
+    default: str,
+    help: str | None = None,
+) -> None:
+    """A numeric setting: the flag, else OMNI_<FLAG> (--max-queued: OMNI_MAX_QUEUED), else
+    `default`; whichever it is must be a finite `kind` within [low, high]."""
+    env = flag.removeprefix("--").replace("-", "_").upper()
+    parser.add_argument(
+        flag, type=_number(kind, low, high, env), default=_env(env, default), help=help
+    )
+
+
+def _number(kind: type, low: float, high: float, env: str) -> Callable[[str], Any]:
+    """An argparse type: a finite `kind` within [low, high], else a one-line usage error
+    naming the range and where the value may have come from."""
 
     def parse(text: str) -> Any:
         try:
@@ -35,11 +53,16 @@ def _number(kind: type, low: float, high: float = 2**63 - 1) -> Callable[[str], 
         except ValueError:
             value = None
         if value is None or not math.isfinite(value) or not low <= value <= high:
-            bound = f"from {low} to {high}" if high < 2**63 - 1 else f"{low} or more"
-            raise argparse.ArgumentTypeError(f"{text!r}: expected {kind.__name__} {bound}")
+            bound = f"from {low} to {high}" if high < BIG else f"{low} or more"
+            raise argparse.ArgumentTypeError(
+                f"{text!r} (the flag or OMNI_{env}): expected {kind.__name__} {bound}"
+            )
         return value
 
     return parse
+
+
+BIG = 2**63 - 1  # SQLite's largest integer
 
 
 def omni_home() -> Path:
@@ -53,7 +76,7 @@ def parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="serve the OpenAI-compatible API")
     serve.add_argument("--host", default=_env("HOST", "127.0.0.1"))
-    serve.add_argument("--port", type=_number(int, 1, 65535), default=_env("PORT", "10240"))
+    _add_number(serve, "--port", int, 1, 65535, "10240")
     serve.add_argument("--db", default=_env("DB", "omni.db"), help="SQLite file (the event log)")
     serve.add_argument(
         "--model",
@@ -74,42 +97,54 @@ def parser() -> argparse.ArgumentParser:
         default=(_env("NO_CACHE", "") or "").lower() in ("1", "true", "yes"),
         help="never answer a chat completion from the replay cache",
     )
-    serve.add_argument(
+    _add_number(
+        serve,
         "--cache-max-entries",
-        type=_number(int, -1),
-        default=_env("CACHE_MAX_ENTRIES", "1024"),
-        help="replay-cache entries kept (-1: no bound)",
+        int,
+        -1,
+        BIG,
+        "1024",
+        "replay-cache entries kept (-1: no bound)",
     )
-    serve.add_argument(
+    # (seconds: their milliseconds must stay within SQLite's integers)
+    _add_number(
+        serve,
         "--cache-max-age",
-        type=_number(float, 0),
-        default=_env("CACHE_MAX_AGE", "86400"),
-        help="seconds a replay-cache entry stays valid",
+        float,
+        0,
+        1e15,
+        "86400",
+        "seconds a replay-cache entry stays valid",
     )
-
-    serve.add_argument(
+    _add_number(
+        serve,
         "--max-batch-size",
-        type=_number(int, 1),
-        default=_env("MAX_BATCH_SIZE", "32"),
-        help="requests decoded together (continuous batching)",
+        int,
+        1,
+        BIG,
+        "32",
+        "requests decoded together (continuous batching)",
     )
-    serve.add_argument(
+    _add_number(
+        serve,
         "--max-queued",
-        type=_number(int, 0),
-        default=_env("MAX_QUEUED", "256"),
-        help="requests allowed to wait for the model; beyond: 429 with retry-after",
+        int,
+        1,
+        BIG,
+        "256",
+        "requests allowed to wait for the model; beyond: 429 with retry-after",
     )
-    serve.add_argument(
+    _add_number(
+        serve,
         "--prompt-cache-entries",
-        type=_number(int, 0),
-        default=_env("PROMPT_CACHE_ENTRIES", "16"),
-        help="KV caches of recent prompts kept for prefix reuse",
+        int,
+        0,
+        BIG,
+        "16",
+        "KV caches of recent prompts kept for prefix reuse (0: none)",
     )
-    serve.add_argument(
-        "--prompt-cache-gb",
-        type=_number(float, 0),
-        default=_env("PROMPT_CACHE_GB", "4"),
-        help="memory bound of the prefix (KV) cache",
+    _add_number(
+        serve, "--prompt-cache-gb", float, 0, BIG, "4", "memory bound of the prefix (KV) cache"
     )
 
     dbp = sub.add_parser("db", help="database maintenance")

@@ -141,11 +141,12 @@ def test_env_settings_are_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
         ("--port", "0"),
         ("--port", "70000"),
         ("--max-batch-size", "0"),
-        ("--max-queued", "-1"),
+        ("--max-queued", "0"),  # would refuse every request, even on an idle server
         ("--cache-max-entries", "9223372036854775808"),
         ("--cache-max-entries", "-2"),
         ("--cache-max-age", "nan"),
         ("--cache-max-age", "-1"),
+        ("--cache-max-age", "1e16"),  # its milliseconds would overflow SQLite's integers
         ("--prompt-cache-gb", "inf"),
         ("--prompt-cache-entries", "2.5"),
     ],
@@ -170,7 +171,12 @@ def test_out_of_range_environment_is_a_usage_error(
     monkeypatch.setenv("OMNI_MAX_BATCH_SIZE", "abc")
     with pytest.raises(SystemExit):
         parser().parse_args(["serve"])
-    assert "--max-batch-size" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "--max-batch-size" in err and "OMNI_MAX_BATCH_SIZE" in err
+    monkeypatch.setenv("OMNI_MAX_BATCH_SIZE", "")  # empty: as if unset
+    monkeypatch.setenv("OMNI_PORT", "")
+    args = parser().parse_args(["serve"])
+    assert (args.max_batch_size, args.port) == (32, 10240)
     monkeypatch.setenv("OMNI_MAX_BATCH_SIZE", "3")
     monkeypatch.setenv("OMNI_CACHE_MAX_ENTRIES", "-1")
     monkeypatch.setenv("OMNI_CACHE_MAX_AGE", "0.5")
