@@ -80,7 +80,7 @@ class ChunkRecorder:
             self._tokens += out.token is not None
             if out.logprobs is not None and self.logprobs:
                 self._pending.append(out.logprobs)
-            events = self._text(self.stops.feed(out.text))
+            events = self._text(self.stops.feed(out.text), token=out.token is not None)
             if self.stops.stopped:
                 self._pending = []
             return events
@@ -90,10 +90,12 @@ class ChunkRecorder:
             return [(ERROR, {"error": {**error, "code": "server_error"}})]
         return self._finish(out)
 
-    def _text(self, text: str, final: bool = False) -> list[ChunkEvent]:
+    def _text(self, text: str, final: bool = False, token: bool = False) -> list[ChunkEvent]:
+        """`token`: the text completes a generated token (counted as reasoning inside a
+        think block); not so the detokenizer's last flush or the stop matcher's."""
         if self.thinker is None:
             return self._answer(text, final)
-        if self.thinker.inside and not final:
+        if self.thinker.inside and token:
             self.reasoning_tokens += 1
         parts = self.thinker.feed(text) + (self.thinker.finish() if final else [])
         events: list[ChunkEvent] = []

@@ -114,7 +114,7 @@ class ResponseRecorder:
         if isinstance(out, Started):
             return self.on_started()
         if isinstance(out, Delta):
-            return self.on_delta(out.text, out.logprobs)
+            return self.on_delta(out.text, out.logprobs, token=out.token is not None)
         if isinstance(out, Finished):
             return self.on_finished(out)
         return self.on_failed(out)
@@ -145,12 +145,15 @@ class ResponseRecorder:
             ),
         ]
 
-    def on_delta(self, text: str, logprobs: Logprobs | None = None) -> list[Event]:
+    def on_delta(
+        self, text: str, logprobs: Logprobs | None = None, token: bool = True
+    ) -> list[Event]:
+        """`token`: the text completes a generated token (not the detokenizer's last flush)."""
         if logprobs is not None:
             self._pending.append(_logprob(logprobs))
         if self.thinker is None:
             return self._answer(text)
-        if self.thinker.inside:
+        if self.thinker.inside and token:
             self.reasoning_tokens += 1
         events: list[Event] = []
         for kind, part in self.thinker.feed(text):

@@ -372,3 +372,17 @@ def test_text_top_logprobs_keep_the_best_value_when_tokens_share_a_text() -> Non
         for top in d["choices"][0]["logprobs"]["top_logprobs"]
     ]
     assert tops == [{"\ufffd": -0.5, "b": -1.0}]
+
+
+def test_reasoning_tokens_count_generated_tokens_only() -> None:
+    """The detokenizer's last flush inside a think block is text of no new token: not a
+    reasoning token (reasoning never exceeds completion tokens)."""
+    from omni.engine.thinking import ThinkSplitter
+
+    rec = chat(thinker=ThinkSplitter("<think>", "</think>", inside=True))
+    events = feed(rec, [Delta("hmm", 1), Delta(" ", None), Finished("length", 5, 1)])
+    details = events[-1][1]["usage"]
+    assert (details["completion_tokens"], details["completion_tokens_details"]) == (
+        1,
+        {"reasoning_tokens": 1},
+    )

@@ -195,3 +195,16 @@ def test_every_lifecycle_event_keeps_the_response_id() -> None:
     _, events = record([Delta("a", 1), Finished("stop", 1, 1)], base_response("resp_same"))
     ids = {e["response"]["id"] for e in events if "response" in e}
     assert ids == {"resp_same"}
+
+
+def test_reasoning_tokens_count_generated_tokens_only() -> None:
+    """Inside a think block each generated token is a reasoning token; the detokenizer's last
+    flush (text of no new token) is not one, so reasoning never exceeds output tokens."""
+    from omni.engine.thinking import ThinkSplitter
+
+    rec = ResponseRecorder(base_response(), 0, thinker=ThinkSplitter("<think>", "</think>", True))
+    events = rec.opening()
+    for out in [Delta("hmm", 1), Delta(" ok", 2), Delta(" ", None), Finished("length", 5, 2)]:
+        events += rec.on_output(out)
+    u = events[-1]["response"]["usage"]
+    assert (u["output_tokens"], u["output_tokens_details"]["reasoning_tokens"]) == (2, 2)
