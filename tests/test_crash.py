@@ -107,3 +107,38 @@ def test_restart_with_another_model_ends_background_work_incomplete(
     assert final["output"][0]["status"] == "incomplete"
     assert events[-1].startswith(b"event: response.incomplete")
     assert [seq_of(f) for f in events] == list(range(len(events)))
+
+
+def test_reasoning_tokens_survive_a_restart(tmp_path: Path) -> None:
+    """A reasoning model's background response continued after a kill counts the reasoning
+    tokens made before it too: here the block never closes, so every output token is one."""
+    from omni.engine.tiny import build_tiny_llama
+
+    model = build_tiny_llama(tmp_path / "tiny-thinker", thinking=True)
+    eos, think, end_think = 2, 3, 4  # ids in the tiny tokenizer: never end, never close
+    body = {
+        **BODY,
+        "model": "tiny-thinker",
+        "temperature": 0,
+        "max_output_tokens": 400,
+        "logit_bias": {str(t): -100 for t in (eos, think, end_think)},
+    }
+    db = tmp_path / "omni.db"
+    with serving(model, db) as (base, proc):
+        response_id = httpx.post(f"{base}/v1/responses", json=body).json()["id"]
+        url = f"{base}/v1/responses/{response_id}?stream=true"
+        deltas = 0
+        with httpx.stream("GET", url, timeout=60) as stream:
+            for line in stream.iter_lines():
+                deltas += line == "event: response.reasoning_text.delta"
+                if deltas == 20:
+                    os.kill(proc.pid, signal.SIGKILL)
+                    break
+        proc.wait()
+    with serving(model, db) as (base, _):
+        replay(base, response_id)  # to its end
+        final = httpx.get(f"{base}/v1/responses/{response_id}").json()
+    assert final["status"] == "incomplete", final["status"]
+    usage = final["usage"]
+    assert usage["output_tokens"] == 400
+    assert usage["output_tokens_details"]["reasoning_tokens"] == 400

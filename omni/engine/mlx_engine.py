@@ -161,6 +161,15 @@ class MLXEngine:
         """Prompt tokens for raw text (legacy completions): no chat template."""
         return list(self._tokenizer.encode(text))
 
+    def segments(self, tokens: list[int]) -> list[str]:
+        """Each token's text as a stream delivers it (a streaming detokenizer's segments)."""
+        detokenizer = self._tokenizer.detokenizer
+        out = []
+        for token in tokens:
+            detokenizer.add_token(token)
+            out.append(detokenizer.last_segment)
+        return out
+
     @property
     def max_batch(self) -> int:
         """How many jobs are decoded together; more wait, queued."""

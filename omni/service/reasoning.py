@@ -28,3 +28,17 @@ def thinker(engine: Engine, prompt: list[int], enabled: bool | None) -> ThinkSpl
     if marks is None or enabled is False:
         return None
     return ThinkSplitter(*marks, inside=engine.opens_thinking(prompt))  # type: ignore[attr-defined,misc]
+
+
+def reasoning_tokens(engine: Engine, think: ThinkSplitter, tokens: list[int]) -> int:
+    """How many of a generation's `tokens` fell inside its think block, counted as a recorder
+    counts them live; `think` is a splitter as it stood before the first of them (consumed).
+    For a generation continued after a restart, whose recorder starts over."""
+    segments = getattr(engine, "segments", None)
+    if segments is None:
+        return 0
+    inside = 0
+    for text in segments(tokens):
+        inside += think.inside
+        think.feed(text)
+    return inside

@@ -20,7 +20,7 @@ from omni.errors import NotFound
 from omni.events import Append, NewEvent
 from omni.projections.response import fold_response
 from omni.schemas.stream import TERMINAL_TYPES
-from omni.service.reasoning import thinker, thinking_plan
+from omni.service.reasoning import reasoning_tokens, thinker, thinking_plan
 from omni.service.runs import Run
 from omni.service.streams import CANCEL_REQUESTED, dumps, request_stream, tokens_stream
 from omni.service.tools import splitter, tool_policy
@@ -53,6 +53,7 @@ async def recover(service: ResponsesService) -> int:
             if recorder.splitter is not None:  # calls made before the restart count too
                 made = recorder.response["output"]
                 recorder.splitter.calls = sum(item["type"] == "function_call" for item in made)
+        enabled: bool | None = None
         if body.get("background") and "prompt" in request:  # so is reasoning
             effort = (body.get("reasoning") or {}).get("effort")
             enabled, _ = thinking_plan(service.engine, effort, None)
@@ -69,6 +70,10 @@ async def recover(service: ResponsesService) -> int:
             continue
         token_rows = await store.read(tokens_stream(response_id))
         tokens = [t for row in token_rows for t in json.loads(row.data)]
+        if recorder.thinker is not None and tokens:  # the recorder counts from here on
+            think = thinker(service.engine, request["prompt"], enabled)
+            if think is not None:
+                recorder.reasoning_tokens = reasoning_tokens(service.engine, think, tokens)
         if any(f.type == CANCEL_REQUESTED for f in facts):
             end = Finished("cancelled", len(request["prompt"]), len(tokens))
             await _finish(service, response_id, first, recorder.on_finished(end))
