@@ -92,11 +92,13 @@ def create_app(settings: Settings, engine: Engine) -> Quart:
             settings.max_queued,
             Sealer.from_home(Path(settings.home)) if settings.home else Sealer(os.urandom(32)),
         )
+        # A bound of 0 entries or 0 seconds keeps nothing: the cache is off, single flight too.
+        cache = settings.cache and settings.cache_max_entries != 0 and settings.cache_max_age_s > 0
         completions = CompletionsService(
-            store, appender, notifier, engine, service.runs, settings.keepalive, settings.cache
+            store, appender, notifier, engine, service.runs, settings.keepalive, cache
         )
         await service.recover()
-        if settings.cache and await store.cache_size() == 0:
+        if cache and await store.cache_size() == 0:
             await completions.rebuild_cache()  # the index is a projection of the log
         app.config["OMNI"] = State(
             engine,

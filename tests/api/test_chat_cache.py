@@ -492,14 +492,34 @@ def test_generation_errors_are_never_cached(tiny_engine, tmp_path: Path) -> None
         srv.stop()
 
 
-def test_no_cache_setting_never_hits(make_server) -> None:
-    srv = make_server(cache=False)
+@pytest.mark.parametrize(
+    "off",
+    [{"cache": False}, {"cache_max_entries": 0}, {"cache_max_age_s": 0}],
+    ids=["no-cache", "0 entries", "0 seconds"],
+)
+def test_no_cache_setting_never_hits(make_server, off: dict[str, Any]) -> None:
+    """--no-cache, and a bound that keeps nothing: every request generates, twins too."""
+    srv = make_server(**off)
     body = body_for("no cache flag")
     g = generations(srv)
     assert post(srv, body)[0] == "miss"
     assert post(srv, body)[0] == "miss"
     assert stream(srv, body)[0] == "miss"
     assert generations(srv) == g + 3
+    twins = {**LONG, "messages": [{"role": "user", "content": "no single flight either"}]}
+    barrier = threading.Barrier(3)
+
+    def go(_: int) -> str:
+        with httpx.Client(base_url=srv.base_url, timeout=30) as h:
+            assert h.get("/health").status_code == 200  # connected: the POSTs leave together
+            barrier.wait()
+            res = h.post("/v1/chat/completions", json=twins)
+        assert res.status_code == 200, res.text
+        return res.headers["x-omni-cache"]
+
+    with ThreadPoolExecutor(3) as pool:
+        assert list(pool.map(go, range(3))) == ["miss"] * 3
+    assert generations(srv) == g + 6
     assert cache_rows(db_of(srv)) == []
 
 
