@@ -19,6 +19,7 @@ from omni import __version__, db
 from omni.errors import OmniError
 
 log = logging.getLogger("omni")
+BIG = 2**63 - 1  # SQLite's largest integer
 
 
 def _env(name: str, default: str | None) -> str | None:
@@ -60,9 +61,6 @@ def _number(kind: type, low: float, high: float, env: str) -> Callable[[str], An
         return value
 
     return parse
-
-
-BIG = 2**63 - 1  # SQLite's largest integer
 
 
 def omni_home() -> Path:
