@@ -17,6 +17,7 @@ from typing import Any
 
 from omni import __version__, db
 from omni.errors import OmniError
+from omni.heap import set_aside
 
 log = logging.getLogger("omni")
 BIG = 2**63 - 1  # SQLite's largest integer
@@ -202,6 +203,8 @@ def serve(args: argparse.Namespace) -> None:
         home=str(omni_home()),
     )
     app = create_app(settings, engine)
+    # Runs after the app's own start-up (recovery included): what lives as long as the server.
+    app.before_serving(_set_aside_heap)
 
     config = Config()
     config.bind = [f"[{args.host}]:{args.port}" if ":" in args.host else f"{args.host}:{args.port}"]
@@ -225,6 +228,10 @@ def serve(args: argparse.Namespace) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
+
+
+async def _set_aside_heap() -> None:
+    set_aside("server")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -33,8 +33,12 @@ def assert_one_line_error(result: subprocess.CompletedProcess[str], fragment: st
 
 
 @contextmanager
-def serving(model: Path, db: Path) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+def serving(
+    model: Path, db: Path, log_level: str = "warning", log: Path | None = None
+) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """`omni serve` on a free port until the block ends (SIGTERM); its stderr goes to `log`."""
     port = free_port()
+    stderr = log.open("w") if log else None
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -48,9 +52,10 @@ def serving(model: Path, db: Path) -> Iterator[tuple[str, subprocess.Popen[str]]
             "--port",
             str(port),
             "--log-level",
-            "warning",
+            log_level,
         ],
         text=True,
+        stderr=stderr,
     )
     base = f"http://127.0.0.1:{port}"
     try:
@@ -68,6 +73,8 @@ def serving(model: Path, db: Path) -> Iterator[tuple[str, subprocess.Popen[str]]
         if proc.poll() is None:
             proc.terminate()
         proc.wait(timeout=60)
+        if stderr:
+            stderr.close()
 
 
 def test_db_upgrade_is_idempotent(tmp_path: Path) -> None:

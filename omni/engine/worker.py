@@ -11,6 +11,8 @@ import sys
 from multiprocessing.connection import Connection
 from typing import Any
 
+from omni.heap import set_aside
+
 # MLX settings the engine runs with unless the environment sets them (MLX reads each at first
 # use). cuDNN's attention builds a graph for each new shape: ~65 ms for every prompt length not
 # seen before, where serving sees a new one with nearly every request; without it, on an H200,
@@ -61,6 +63,7 @@ def main(conn: Connection, path: str, cache_entries: int, cache_bytes: int, max_
         timed = bool(os.environ.get("OMNI_ENGINE_STATS"))
         trace = os.environ.get("OMNI_ENGINE_TRACE")  # for benchmarks: a file for the step trace
         scheduler = BatchScheduler(model, tokenizer, cache, max_batch, gather, timed, bool(trace))
+        set_aside("engine")  # the model and the tokenizer: no full collection walks them again
     except BaseException as exc:  # noqa: BLE001 - reported to the server as a value
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
         return

@@ -1,0 +1,47 @@
+"""Both long-lived processes set aside what they keep for life from the garbage collector
+(omni.heap), so that a full collection no longer walks the model, the tokenizer and the modules."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.test_cli import serving
+
+
+def test_the_engine_process_sets_aside_its_model_before_it_reports_loaded(
+    tiny_model_dir: Path,
+) -> None:
+    # worker.main in a thread of a fresh interpreter: its heap is this one's to inspect.
+    code = f"""
+import gc, threading
+from multiprocessing import Pipe
+from omni.engine import worker
+from omni.engine.batching import CLOSE
+ours, theirs = Pipe()
+thread = threading.Thread(target=worker.main, args=(theirs, {str(tiny_model_dir)!r}, 2, 1 << 20, 2))
+thread.start()
+assert ours.recv()[0] == "loaded"
+frozen, left = gc.get_freeze_count(), len(gc.get_objects())
+ours.send((CLOSE,))
+thread.join(60)
+print(frozen, left)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    frozen, left = map(int, done.stdout.split())
+    assert frozen > 20_000  # mlx-lm, transformers' tokenizer, the model's modules
+    assert left < frozen // 10  # what a full collection still walks
+
+
+def test_the_server_sets_aside_its_heap_once_it_has_started(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    log = tmp_path / "serve.log"
+    with serving(tiny_model_dir, tmp_path / "omni.db", "info", log):
+        pass
+    lines = [line for line in log.read_text().splitlines() if "set aside" in line]
+    assert len(lines) == 1, log.read_text()
+    count = int(lines[0].split("server: ", 1)[1].split()[0])
+    assert count > 20_000
