@@ -15,7 +15,7 @@ from omni.engine.chat_recorder import CANCELLED, ERROR, USAGE
 from omni.errors import OmniError
 from omni.schemas.chat import ChatCompletionCreate, CompletionCreate
 from omni.schemas.responses import load_json, parse_body
-from omni.service.completions import CompletionsService
+from omni.service.completions import CompletionsService, is_end
 
 bp = Blueprint("chat", __name__)
 
@@ -28,9 +28,10 @@ def _state() -> Any:
 
 def _stream(service: CompletionsService, cid: str, include_usage: bool) -> Response:
     async def body() -> AsyncIterator[bytes]:
-        finished = False
+        finished = done = False
         try:
-            # The events a read brought leave together: one write, not one for each.
+            # The events a read brought leave together: one write, not one for each; the
+            # last read's with [DONE].
             async with aclosing(service.pages(cid)) as pages:
                 async for rows in pages:
                     if rows is None:
@@ -41,10 +42,13 @@ def _stream(service: CompletionsService, cid: str, include_usage: bool) -> Respo
                         for e in rows
                         if e.type != CANCELLED and (include_usage or e.type not in USAGE.values())
                     )
+                    if is_end(rows[-1]):
+                        chunk, done = chunk + DONE_FRAME, True
                     if chunk:
                         yield chunk
             finished = True
-            yield DONE_FRAME
+            if not done:  # a stream resumed past its end: nothing came but the close
+                yield DONE_FRAME
         finally:
             if not finished:  # the client went away: stop generating for it
                 service.cancel_running(cid)

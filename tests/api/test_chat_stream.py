@@ -254,3 +254,45 @@ def test_deterministic_stream_header(http: httpx.Client) -> None:
     c2 = [json.loads(p) for p in sse_payloads(raw2)]
     assert c1[0]["id"] != c2[0]["id"]
     assert [c["choices"] for c in c1] == [c["choices"] for c in c2]
+
+
+def http_chunks(base_url: str, body: dict[str, Any]) -> list[bytes]:
+    """The HTTP/1.1 chunks of one streamed response, as the server framed them (each body
+    write is one chunk, however TCP delivered them)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    url = urlsplit(base_url)
+    payload = json.dumps({"model": MODEL, **body, "stream": True}).encode()
+    with socket.create_connection((url.hostname, url.port), timeout=30) as sock:
+        sock.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nConnection: close\r\n"
+            b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(payload) + payload
+        )
+        raw = b""
+        while data := sock.recv(65536):
+            raw += data
+    head, rest = raw.split(b"\r\n\r\n", 1)
+    assert b"transfer-encoding: chunked" in head.lower(), head
+    chunks = []
+    while True:
+        size_line, rest = rest.split(b"\r\n", 1)
+        size = int(size_line, 16)
+        if size == 0:
+            return chunks
+        chunks.append(rest[:size])
+        rest = rest[size + 2 :]
+
+
+@pytest.mark.parametrize("include_usage", [False, True])
+def test_done_leaves_in_the_write_of_the_last_events(server, include_usage: bool) -> None:
+    """[DONE] goes out with the stream's last read, not in a write (and chunk) of its own."""
+    body = {
+        "messages": [{"role": "user", "content": f"one write {include_usage}"}],
+        "max_tokens": 3,
+        "stream_options": {"include_usage": include_usage},
+    }
+    chunks = http_chunks(server.base_url, body)
+    assert chunks[-1].endswith(DONE) and chunks[-1] != DONE, chunks[-3:]
+    last = sse_payloads(chunks[-1])[-1]
+    assert ('"usage":{' in last) if include_usage else ('"finish_reason":"' in last), last
