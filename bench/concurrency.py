@@ -26,6 +26,7 @@ engine), and raw's process its own: the one near the round's wall time is the on
    (so a machine whose speed drifts weighs on both alike); TTFT = insert -> first token of each.
 N_max (--max-batch) defaults to the largest level, so no level queues behind the batch size.
 Both servers and the raw batch prefill 8 prompts at a time (their defaults).
+Raw's process and the client processes set their heap aside (omni.heap) as Omni's do.
 Prints a table with the ratios server/raw and writes bench/out/concurrency.json and .png.
 """
 
@@ -296,6 +297,10 @@ def client_process(
     CPUs it runs on (--client-cpus)."""
     if cpus:
         os.sched_setaffinity(0, cpus)
+    # The load generator's own collections must not stop its streams either.
+    from omni.heap import set_aside
+
+    set_aside("clients")
 
     async def serve() -> None:
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
@@ -385,6 +390,11 @@ def raw_worker(
 
     try:
         once([encode("Warm-up for raw: say hello.")], 1)
+        # Raw's process sets its heap aside as Omni's engine does (omni.heap): a full
+        # collection there walks the model and the tokenizer too (~200 ms on the H200's host).
+        from omni.heap import set_aside
+
+        set_aside("raw")
         conn.send("ready")
         while (asked := conn.recv()) is not None:
             level, rnd, n = asked
