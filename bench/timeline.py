@@ -47,7 +47,7 @@ def omni_round(level: int, line: dict[str, Any], trace: list[list[float]]) -> st
         if got >= level and all_in is None:
             all_in = r[T] - start
     prefills = [r for r in steps if r[PREFILL_TOKENS] > 0]
-    busy = [r for r in steps if r[RUNNING] > 0]
+    final = last_step(steps)
     first_in = arrivals[0][T] - arrivals[0][STEP_S] - start if arrivals else None
     return (
         f"sent {ms(line['sent'][0])}..{ms(line['sent'][-1])} | engine got first "
@@ -55,10 +55,19 @@ def omni_round(level: int, line: dict[str, Any], trace: list[list[float]]) -> st
         f"{ms(sum(r[PREFILL_S] for r in prefills))} ms, last ended "
         f"{ms(prefills[-1][T] - start if prefills else None)} | first token p50 "
         f"{ms(statistics.median(line['first']))} | engine's last step "
-        f"{ms(busy[-1][T] - start if busy else None)} | streams ended "
+        f"{ms(final[T] - start if final else None)} | streams ended "
         f"{ms(line['ended'][0])}..{ms(line['ended'][-1])} | decode step "
         f"{ms(decode_median(steps, level))}"
     )
+
+
+def last_step(steps: list[list[float]]) -> list[float] | None:
+    """The step in which the last job ended: the first after the last step that left jobs
+    running (a row's `running` is counted after its step, so that step's own is 0)."""
+    busy = [i for i, r in enumerate(steps) if r[RUNNING] > 0]
+    if not busy:
+        return None
+    return steps[busy[-1] + 1] if busy[-1] + 1 < len(steps) else steps[busy[-1]]
 
 
 def raw_rounds(trace: list[list[float]]) -> list[list[list[float]]]:
@@ -75,13 +84,14 @@ def raw_rounds(trace: list[list[float]]) -> list[list[list[float]]]:
 def raw_round(steps: list[list[float]]) -> str:
     level = int(steps[0][RUNNING])
     start = steps[0][T] - steps[0][STEP_S]
-    busy = [r for r in steps if r[RUNNING] > 0]
+    final = last_step(steps)
     prefills = [r for r in steps if r[PREFILL_TOKENS] > 0]
     return (
         f"N={level}: prefill steps {len(prefills)}, "
         f"{ms(sum(r[PREFILL_S] for r in prefills))} ms, last ended "
         f"{ms(prefills[-1][T] - start if prefills else None)} | last step "
-        f"{ms(busy[-1][T] - start)} | decode step {ms(decode_median(steps, level))}"
+        f"{ms(final[T] - start if final else None)} | decode step "
+        f"{ms(decode_median(steps, level))}"
     )
 
 
