@@ -230,6 +230,10 @@ class MLXEngine:
         if self._process.is_alive():
             self._process.terminate()
             self._process.join(timeout=5)
+        # The reader ends at the pipe's end, which the process's exit made; the pipe closes
+        # after it (closed under a recv in progress, recv raised TypeError in that thread).
+        if self._reader.is_alive():
+            self._reader.join(timeout=5)
         if self._conn is not None:
             self._conn.close()
         self._process = None

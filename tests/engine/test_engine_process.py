@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -169,3 +171,19 @@ def test_the_engine_runs_without_cudnn_attention_unless_told(
     monkeypatch.setenv("MLX_CUDA_USE_CUDNN_SDPA", "1")
     use_mlx_settings()
     assert os.environ["MLX_CUDA_USE_CUDNN_SDPA"] == "1"
+
+
+def test_close_returns_after_the_reader_is_done_with_the_pipe(tiny_model_dir: Path) -> None:
+    """close() closes the pipe only once the reader thread has left it (it used to close it
+    under a recv in progress now and then: TypeError in the reader at shutdown)."""
+    engine = MLXEngine(ModelSource(str(tiny_model_dir), "tiny"))
+    engine.start()
+    deliver = engine._deliver
+
+    def slow(outputs: list[Any]) -> None:  # the reader's last steps, after the pipe's end
+        time.sleep(0.3)
+        deliver(outputs)
+
+    engine._deliver = slow  # type: ignore[method-assign]
+    engine.close()
+    assert not engine._reader.is_alive()
