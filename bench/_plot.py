@@ -3,9 +3,11 @@ display needed). Each benchmark writes bench/out/<name>.png beside its <name>.js
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 try:  # plots are optional: a machine without matplotlib still gets the JSON and the table
     import matplotlib
@@ -63,6 +65,21 @@ def save(path: Path, panels: Sequence[Panel], suptitle: str = "") -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def write_results(name: str, result: Any, panels: Sequence[Panel] = (), title: str = "") -> Path:
+    """bench/out/<name>.json (the figures) and, given panels, bench/out/<name>.png beside it;
+    prints where they went. Returns the folder."""
+    out = Path(__file__).resolve().parent / "out"
+    out.mkdir(exist_ok=True)
+    data, png = out / f"{name}.json", out / f"{name}.png"
+    data.write_text(json.dumps(result, indent=2))
+    if panels:
+        save(png, panels, title)
+        print(f"wrote {data} and {png}")
+    else:
+        print(f"wrote {data}")
+    return out
 
 
 def _lines(ax: plt.Axes, panel: Lines) -> None:

@@ -31,7 +31,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _plot import Bars, Lines, save  # noqa: E402
+from _plot import Bars, Lines, write_results  # noqa: E402
 
 SETTINGS = ("1", "0")  # MLX_CUDA_USE_CUDNN_SDPA: MLX's default, Omni's engine's
 
@@ -122,10 +122,7 @@ def main() -> None:
     )
     print(f"decode tok/s, one stream: on {on['decode_tps']:.1f}, off {off['decode_tps']:.1f}")
 
-    out = Path(__file__).parent / "out"
-    out.mkdir(exist_ok=True)
     result = {"model": source.model_id, "lengths": ARGS.lengths, "cudnn_sdpa": results}
-    (out / "attention.json").write_text(json.dumps(result, indent=2))
     lengths = ARGS.lengths
     label = {"1": "cuDNN on", "0": "cuDNN off"}
     series = {}
@@ -138,8 +135,9 @@ def main() -> None:
             lengths,
             [1000 * r["seen_length_s"][str(n)] for n in lengths],
         )
-    save(
-        out / "attention.png",
+    write_results(
+        "attention",
+        result,
         [
             Lines("prefill + first token, one prompt", "prompt tokens", "ms", series, logy=True),
             Bars(
@@ -155,7 +153,6 @@ def main() -> None:
         ],
         f"MLX cuDNN attention: {source.model_id} on {on['device']}",
     )
-    print(f"wrote {out / 'attention.json'} and {out / 'attention.png'}")
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _plot import write_results  # noqa: E402
 from _server import chat_ids, start_omni  # noqa: E402
 
 PROMPT = "Name three facts about the Moon."
@@ -285,9 +286,7 @@ def main() -> None:
         f"{v['distinct_ids']} distinct ids; raw mlx-lm text "
         f"{'identical' if raw['answer'] == served['answer'] else 'DIFFERENT'}"
     )
-    out = Path(__file__).parent / "out"
-    out.mkdir(exist_ok=True)
-    (out / "cache.json").write_text(json.dumps(result, indent=2))
+    write_results("cache", result)
     if v["failures"]:
         print("FAILED:\n  " + "\n  ".join(v["failures"][:20]), file=sys.stderr)
         raise SystemExit(1)

@@ -49,7 +49,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _plot import Lines, save  # noqa: E402
+from _plot import Lines, write_results  # noqa: E402
 from _server import (  # noqa: E402
     RawWorker,
     chat_body,
@@ -562,15 +562,13 @@ def main() -> None:
         f"({paired(best):.3f} of raw BatchGenerator at the same N)"
     )
 
-    out = Path(__file__).parent / "out"
-    out.mkdir(exist_ok=True)
-    (out / "concurrency.json").write_text(json.dumps(result, indent=2))
     series = {"omni (chat SSE)": omni, "mlx_lm.server (chat SSE)": peer, "raw BatchGenerator": raw}
     # Each line over the levels it ran (a peer that failed a level stops there).
     series = {k: {n: r for n, r in v.items() if "agg_tps" in r} for k, v in series.items()}
     series = {k: v for k, v in series.items() if v}
-    save(
-        out / "concurrency.png",
+    write_results(
+        "concurrency",
+        result,
         [
             Lines(
                 "aggregate decode throughput",
@@ -589,7 +587,6 @@ def main() -> None:
         ],
         f"concurrency: {source.model_id}, {ARGS.tokens} tokens per request, greedy",
     )
-    print(f"wrote {out / 'concurrency.json'} and {out / 'concurrency.png'}")
 
 
 if __name__ == "__main__":

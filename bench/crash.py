@@ -27,6 +27,9 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _plot import write_results  # noqa: E402
 
 from omni.engine.tiny import build_tiny_llama  # noqa: E402
 from tests.test_cli import serving  # noqa: E402
@@ -104,13 +107,9 @@ def main() -> None:
         f"{sum(bool(r['contiguous']) for r in results)}; token-exact continuation in "
         f"{sum(bool(r['exact']) for r in results)}"
     )
-    out = Path(__file__).parent / "out"
-    out.mkdir(exist_ok=True)
-    (out / "crash.json").write_text(
-        json.dumps(
-            {"trials": results, "events_lost": total_lost, "uninterrupted_s": uninterrupted_s},
-            indent=2,
-        )
+    write_results(
+        "crash",
+        {"trials": results, "events_lost": total_lost, "uninterrupted_s": uninterrupted_s},
     )
 
 

@@ -30,7 +30,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _plot import Bars, save  # noqa: E402
+from _plot import Bars, write_results  # noqa: E402
 
 # Each snippet builds one process's heap, then calls pauses() (defined in PAUSES).
 PAUSES = """
@@ -178,15 +178,13 @@ def main() -> None:
         longest = "/".join(f"{ms:.1f}" for ms in r["longest_ms"])
         print(f"{name:<15}{counts:>19}{longest:>21}{r['gc_ms_per_request']:>15.3f}")
     result = {"model": model_id, "requests": ARGS.requests, "processes": shapes, "load": load}
-    out = Path(__file__).parent / "out"
-    out.mkdir(exist_ok=True)
-    (out / "heap.json").write_text(json.dumps(result, indent=2))
     pauses = {"raw mlx-lm": raw_ms}
     for name in ("engine process", "server process"):
         pauses[name] = shapes[name]["full_ms_median"]
         pauses[f"{name}, set aside"] = shapes[name]["frozen_full_ms_median"]
-    save(
-        out / "heap.png",
+    write_results(
+        "heap",
+        result,
         [
             Bars("a full collection's pause", "ms", pauses),
             Bars(
@@ -197,7 +195,6 @@ def main() -> None:
         ],
         f"garbage collector, {model_id}",
     )
-    print(f"wrote {out / 'heap.json'} and {out / 'heap.png'}")
 
 
 if __name__ == "__main__":

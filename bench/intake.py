@@ -33,7 +33,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _plot import Bars, save  # noqa: E402
+from _plot import Bars, write_results  # noqa: E402
 from _server import chat_body, start_omni  # noqa: E402
 
 TICK_MS = 10.0  # /proc's CPU times are in clock ticks of 1/100 s on Linux
@@ -173,11 +173,9 @@ def main() -> None:
         "raw_chat_template_ms": raw,
         "variants": rows,
     }
-    out = Path(__file__).parent / "out"
-    out.mkdir(exist_ok=True)
-    (out / "intake.json").write_text(json.dumps(result, indent=2))
-    save(
-        out / "intake.png",
+    write_results(
+        "intake",
+        result,
         [
             Bars(
                 "event loop CPU a request",
@@ -196,7 +194,6 @@ def main() -> None:
         ],
         f"request intake, {model_id}, bursts of {ARGS.burst}",
     )
-    print(f"wrote {out / 'intake.json'} and {out / 'intake.png'}")
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _plot import Lines, save  # noqa: E402
+from _plot import Lines, write_results  # noqa: E402
 from _server import chat_ids, start_omni  # noqa: E402
 
 TARGET = 0.25
@@ -250,12 +250,10 @@ def main() -> None:
         )
     if off_cached:
         print(f"WARNING: {off_cached} cached tokens reported with --prompt-cache-entries 0")
-    out = Path(__file__).parent / "out"
-    out.mkdir(exist_ok=True)
-    (out / "multiturn.json").write_text(json.dumps(result, indent=2))
     turns = list(range(1, ARGS.turns + 1))
-    save(
-        out / "multiturn.png",
+    write_results(
+        "multiturn",
+        result,
         [
             Lines(
                 "time to first token per turn",
@@ -279,7 +277,6 @@ def main() -> None:
         ],
         f"multi-turn prefix reuse: {source.model_id}, ~{ARGS.tokens_per_turn} tokens per turn",
     )
-    print(f"wrote {out / 'multiturn.json'} and {out / 'multiturn.png'}")
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _plot import Bars, save  # noqa: E402
+from _plot import Bars, write_results  # noqa: E402
 from _server import RawWorker, chat_body, chat_ids, start_omni  # noqa: E402
 
 PROMPT = "Write a short story about a lighthouse keeper and a storm."
@@ -222,13 +222,11 @@ def main() -> None:
             f"{name:<30}{row['tokens']:>7.0f}{row['cached_tokens']:>7.0f}{ttft_ms:>9.1f}"
             f"{row['decode_tps']:>14.2f}{tail}"
         )
-    out = Path(__file__).parent / "out"
-    out.mkdir(exist_ok=True)
-    (out / "overhead.json").write_text(json.dumps(result, indent=2))
     labels = ("raw mlx-lm", "omni responses", "omni chat")
     data = (raw, responses, chat)
-    save(
-        out / "overhead.png",
+    write_results(
+        "overhead",
+        result,
         [
             Bars(
                 "decode tokens/s (higher is better)",
@@ -243,7 +241,6 @@ def main() -> None:
         ],
         f"single-stream overhead: {source.model_id}, {ARGS.tokens} tokens, greedy",
     )
-    print(f"wrote {out / 'overhead.json'} and {out / 'overhead.png'}")
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import multiprocessing
 import sqlite3
 import sys
@@ -35,7 +34,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _plot import Lines, save  # noqa: E402
+from _plot import Lines, write_results  # noqa: E402
 from _synthetic import SyntheticEngine  # noqa: E402
 
 from omni.api.app import Settings  # noqa: E402
@@ -188,11 +187,9 @@ def main() -> None:
     )
     verdict = "all persisted and received" if not failures else "MISMATCH"
     print(f"verified against the events table: {verdict}")
-    out = Path(__file__).parent / "out"
-    out.mkdir(exist_ok=True)
-    (out / "pipeline.json").write_text(json.dumps(result, indent=2))
-    save(
-        out / "pipeline.png",
+    write_results(
+        "pipeline",
+        result,
         [
             Lines(
                 "persisted + streamed delta events/s (SYNTHETIC engine)",
@@ -205,7 +202,6 @@ def main() -> None:
         ],
         f"event pipeline capacity, {ARGS.tokens} deltas per client",
     )
-    print(f"wrote {out / 'pipeline.json'} and {out / 'pipeline.png'}")
     if failures:
         print("FAILED:\n  " + "\n  ".join(failures), file=sys.stderr)
         raise SystemExit(1)

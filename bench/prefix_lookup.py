@@ -13,7 +13,6 @@ their ratio; writes bench/out/prefix_lookup.json and .png.
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import sys
 import time
@@ -23,7 +22,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _plot import Lines, save  # noqa: E402
+from _plot import Lines, write_results  # noqa: E402
 
 
 def kv(tokens: int) -> list[Any]:
@@ -73,16 +72,12 @@ def main() -> None:
             f"{n:4d} entries: mlx-lm LRUPromptCache {r['mlx_lm_ms']:6.2f} ms,"
             f" Omni PrefixCache {r['omni_ms']:6.2f} ms ({r['mlx_lm_ms'] / r['omni_ms']:.1f}x)"
         )
-    out = Path(__file__).resolve().parent / "out"
-    out.mkdir(exist_ok=True)
-    (out / "prefix_lookup.json").write_text(
-        json.dumps({"args": vars(ARGS), "results": results}, indent=2)
-    )
     xs = [float(n) for n in ARGS.entries]
     theirs_ms = [results[str(n)]["mlx_lm_ms"] for n in ARGS.entries]
     ours_ms = [results[str(n)]["omni_ms"] for n in ARGS.entries]
-    save(
-        out / "prefix_lookup.png",
+    write_results(
+        "prefix_lookup",
+        {"args": vars(ARGS), "results": results},
         [
             Lines(
                 f"lookup, {ARGS.tokens}-token entries sharing {ARGS.shared}",
@@ -92,7 +87,6 @@ def main() -> None:
             )
         ],
     )
-    print(f"wrote {out / 'prefix_lookup.json'} and {out / 'prefix_lookup.png'}")
 
 
 if __name__ == "__main__":

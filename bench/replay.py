@@ -27,6 +27,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _plot import write_results  # noqa: E402
 from _synthetic import SyntheticEngine  # noqa: E402
 
 from omni.api.app import Settings  # noqa: E402
@@ -149,9 +150,7 @@ def main() -> None:
         f"  p50 is {result['ratio_live_p50_vs_raw_token_time']:.4f} of raw mlx-lm's "
         f"{raw_ms_per_token:.1f} ms per token"
     )
-    out = Path(__file__).parent / "out"
-    out.mkdir(exist_ok=True)
-    (out / "replay.json").write_text(json.dumps(result, indent=2))
+    write_results("replay", result)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _plot import Bars, save  # noqa: E402
+from _plot import Bars, write_results  # noqa: E402
 from _server import chat_ids  # noqa: E402
 
 from omni.engine.batching import GATHER_S  # noqa: E402
@@ -225,14 +225,6 @@ def main() -> None:
     raw = results["raw BatchGenerator"]["tok_s"]
     for name, r in results.items():
         print(f"{name:45s} {r['tok_s'] / raw:5.2f}x raw")
-    out = Path(__file__).resolve().parent / "out"
-    out.mkdir(exist_ok=True)
-    (out / "scheduler.json").write_text(
-        # The model's name, not its path on this machine.
-        json.dumps(
-            {"args": {**vars(ARGS), "model": Path(ARGS.model).name}, "results": results}, indent=2
-        )
-    )
     short = {"scheduler, ": "", ", not gathered": "\nungathered", ", no prefix cache": "\nno cache"}
 
     def label(name: str) -> str:
@@ -242,8 +234,12 @@ def main() -> None:
 
     ratios = {label(name): r["tok_s"] / raw for name, r in results.items()}
     title = f"{ARGS.streams} streams, {ARGS.tokens} tokens, {ARGS.prompts} prompts"
-    save(out / "scheduler.png", [Bars(title, "tokens/s / raw BatchGenerator", ratios, "{:.2f}")])
-    print(f"wrote {out / 'scheduler.json'} and {out / 'scheduler.png'}")
+    write_results(
+        "scheduler",
+        # The model's name, not its path on this machine.
+        {"args": {**vars(ARGS), "model": Path(ARGS.model).name}, "results": results},
+        [Bars(title, "tokens/s / raw BatchGenerator", ratios, "{:.2f}")],
+    )
 
 
 if __name__ == "__main__":

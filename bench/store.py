@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import sys
 import tempfile
@@ -30,7 +29,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _plot import Bars, save  # noqa: E402
+from _plot import Bars, write_results  # noqa: E402
 from pipeline import raw_tps  # noqa: E402
 
 from omni.db import upgrade  # noqa: E402
@@ -172,21 +171,18 @@ def main() -> None:
         f"raw mlx_lm.stream_generate ({model_id}): {tps:.1f} tokens/s here, "
         f"{token_us / 1000:.1f} ms a token"
     )
-    out = Path(__file__).parent / "out"
-    out.mkdir(exist_ok=True)
     result = {
         "appends": ARGS.appends,
         "raw_model": model_id,
         "raw_tokens_per_s": tps,
         "cases": rows,
     }
-    (out / "store.json").write_text(json.dumps(result, indent=2))
-    save(
-        out / "store.png",
+    write_results(
+        "store",
+        result,
         [Bars("one append, p50", "µs", {k: v["p50_us"] for k, v in rows.items()}, "{:.0f}")],
         "event store commits",
     )
-    print(f"wrote {out / 'store.json'} and {out / 'store.png'}")
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _plot import Bars, save  # noqa: E402
+from _plot import Bars, write_results  # noqa: E402
 from _server import chat_ids, start_omni  # noqa: E402
 
 NO_CACHE = {"Cache-Control": "no-cache"}
@@ -203,21 +203,18 @@ def main() -> None:
         "per_request_ms": {k: [1000 * x for x in v] for k, v in parts.items()},
         "raw_ms": [1000 * x for x in raw],
     }
-    out = Path(__file__).parent / "out"
-    out.mkdir(exist_ok=True)
-    (out / "ttft.json").write_text(json.dumps(result, indent=2))
     bars = {
         "before the engine": ms["before"],
         "engine step": ms["engine"],
         "after the engine": ms["after"],
         "raw first token": ms["raw"],
     }
-    save(
-        out / "ttft.png",
+    write_results(
+        "ttft",
+        result,
         [Bars("time to first token, split (median)", "ms", bars)],
         f"TTFT split: {source.model_id}",
     )
-    print(f"wrote {out / 'ttft.json'} and {out / 'ttft.png'}")
 
 
 if __name__ == "__main__":
