@@ -62,8 +62,9 @@ def omni_round(level: int, line: dict[str, Any], trace: list[list[float]]) -> st
 
 
 def last_step(steps: list[list[float]]) -> list[float] | None:
-    """The step in which the last job ended: the first after the last step that left jobs
-    running (a row's `running` is counted after its step, so that step's own is 0)."""
+    """The step in which the last job ended. Omni's rows count the jobs running after their
+    step (its last step's is 0: the row after the last busy one); raw's count them before
+    (its last step is the last busy row, with no row after it in the round)."""
     busy = [i for i, r in enumerate(steps) if r[RUNNING] > 0]
     if not busy:
         return None

@@ -203,7 +203,9 @@ def serve(args: argparse.Namespace) -> None:
         home=str(omni_home()),
     )
     app = create_app(settings, engine)
-    # Runs after the app's own start-up (recovery included): what lives as long as the server.
+    # Runs after the app's own start-up hooks (Quart runs them in order), recovery included.
+    # Here, not in create_app: tests build many apps in one process. Runs that recovery
+    # restarted are frozen too; reference counting still frees them when they end.
     app.before_serving(_set_aside_heap)
 
     config = Config()

@@ -15,7 +15,7 @@ def test_the_engine_process_sets_aside_its_model_before_it_reports_loaded(
 ) -> None:
     # worker.main in a thread of a fresh interpreter: its heap is this one's to inspect.
     code = f"""
-import gc, threading
+import gc, os, threading
 from multiprocessing import Pipe
 from omni.engine import worker
 from omni.engine.batching import CLOSE
@@ -26,7 +26,8 @@ assert ours.recv()[0] == "loaded"
 frozen, left = gc.get_freeze_count(), len(gc.get_objects())
 ours.send((CLOSE,))
 thread.join(60)
-print(frozen, left)
+print(frozen, left, flush=True)
+os._exit(0)  # as omni serve does: tearing MLX down beside its threads can abort the process
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

@@ -28,7 +28,7 @@ def _state() -> Any:
 
 def _stream(service: CompletionsService, cid: str, include_usage: bool) -> Response:
     async def body() -> AsyncIterator[bytes]:
-        finished = done = False
+        finished = False
         try:
             # The events a read brought leave together: one write, not one for each; the
             # last read's with [DONE].
@@ -42,12 +42,12 @@ def _stream(service: CompletionsService, cid: str, include_usage: bool) -> Respo
                         for e in rows
                         if e.type != CANCELLED and (include_usage or e.type not in USAGE.values())
                     )
-                    if is_end(rows[-1]):
-                        chunk, done = chunk + DONE_FRAME, True
+                    if is_end(rows[-1]):  # generation is over: nothing left to stop
+                        chunk, finished = chunk + DONE_FRAME, True
                     if chunk:
                         yield chunk
-            finished = True
-            if not done:  # a stream resumed past its end: nothing came but the close
+            if not finished:  # defensive: the pages ended without a terminal event
+                finished = True
                 yield DONE_FRAME
         finally:
             if not finished:  # the client went away: stop generating for it

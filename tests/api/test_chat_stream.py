@@ -5,7 +5,9 @@ equal the rows stored."""
 from __future__ import annotations
 
 import json
+import socket
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import openai
@@ -259,9 +261,6 @@ def test_deterministic_stream_header(http: httpx.Client) -> None:
 def http_chunks(base_url: str, body: dict[str, Any]) -> list[bytes]:
     """The HTTP/1.1 chunks of one streamed response, as the server framed them (each body
     write is one chunk, however TCP delivered them)."""
-    import socket
-    from urllib.parse import urlsplit
-
     url = urlsplit(base_url)
     payload = json.dumps({"model": MODEL, **body, "stream": True}).encode()
     with socket.create_connection((url.hostname, url.port), timeout=30) as sock:
