@@ -64,6 +64,19 @@ def start_omni(
     return proc, base_url
 
 
+def model_or_tiny(model: str | None, folder: Path) -> tuple[str, str]:
+    """(path, id) of --model, resolved as `omni serve` does; without one, a tiny random-weight
+    llama (4 layers, 256 wide) built in `folder`."""
+    from omni.cli import omni_home
+    from omni.engine.model_source import resolve_model
+    from omni.engine.tiny import build_tiny_llama
+
+    if model is None:
+        return str(build_tiny_llama(folder / "tiny", layers=4, hidden=256)), "tiny"
+    source = resolve_model(model, omni_home(), lambda m: print(m, file=sys.stderr))
+    return source.path, source.model_id
+
+
 def chat_body(model: str, text: str, max_tokens: int) -> dict[str, Any]:
     """A streamed, greedy chat completion of one user message, usage in its last chunk."""
     return {

@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _plot import Bars, write_results  # noqa: E402
+from _server import model_or_tiny  # noqa: E402
 
 # Each snippet builds one process's heap, then calls pauses() (defined in PAUSES).
 PAUSES = """
@@ -140,17 +141,9 @@ def run(snippet: str, model_path: str, **names: Any) -> dict[str, Any]:
 
 
 def main() -> None:
-    from omni.cli import omni_home
-    from omni.engine.model_source import resolve_model
-    from omni.engine.tiny import build_tiny_llama
-
     with tempfile.TemporaryDirectory() as folder:
         tmp = Path(folder)
-        if ARGS.model is None:
-            model_path, model_id = str(build_tiny_llama(tmp / "tiny", layers=4, hidden=256)), "tiny"
-        else:
-            source = resolve_model(ARGS.model, omni_home(), lambda m: print(m, file=sys.stderr))
-            model_path, model_id = source.path, source.model_id
+        model_path, model_id = model_or_tiny(ARGS.model, tmp)
         shapes = {
             "raw mlx-lm": run(RAW, model_path),
             "engine process": run(ENGINE, model_path),

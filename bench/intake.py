@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _plot import Bars, write_results  # noqa: E402
-from _server import chat_body, start_omni  # noqa: E402
+from _server import chat_body, model_or_tiny, start_omni  # noqa: E402
 
 TICK_MS = 10.0  # /proc's CPU times are in clock ticks of 1/100 s on Linux
 
@@ -134,17 +134,9 @@ def raw_template_ms(model_path: str) -> float:
 def main() -> None:
     if not Path("/proc/self/stat").exists():
         raise SystemExit("this benchmark reads CPU times from Linux's /proc")
-    from omni.cli import omni_home
-    from omni.engine.model_source import resolve_model
-    from omni.engine.tiny import build_tiny_llama
-
     with tempfile.TemporaryDirectory() as folder:
         tmp = Path(folder)
-        if ARGS.model is None:
-            model_path, model_id = str(build_tiny_llama(tmp / "tiny", layers=4, hidden=256)), "tiny"
-        else:
-            source = resolve_model(ARGS.model, omni_home(), lambda m: print(m, file=sys.stderr))
-            model_path, model_id = source.path, source.model_id
+        model_path, model_id = model_or_tiny(ARGS.model, tmp)
         rows = {
             "replay cache on": measure(model_path, (), tmp),
             "replay cache off": measure(model_path, ("--no-cache",), tmp),
