@@ -326,7 +326,12 @@ def client_process(
 
 
 def raw_worker(
-    conn: Any, model_path: str, tokens: int, max_batch: int, trace_path: str | None
+    conn: Any,
+    model_path: str,
+    tokens: int,
+    max_batch: int,
+    trace_path: str | None,
+    prefill_group: int = 8,
 ) -> None:
     """Raw BatchGenerator in a process of its own: for each (level, round, n) it gets, the
     first `level` of that round's n prompts at once, each that ends replaced by the next (as
@@ -345,7 +350,7 @@ def raw_worker(
         model,
         stop_tokens=[[t] for t in eos],
         completion_batch_size=max_batch,
-        prefill_batch_size=min(8, max_batch),
+        prefill_batch_size=min(prefill_group, max_batch),
     )
     # --trace: one row per step, as Omni's engine writes with OMNI_ENGINE_TRACE.
     trace: list[tuple[float, ...]] | None = [] if trace_path else None
@@ -414,7 +419,10 @@ class RawBatch:
     """Raw BatchGenerator in its own process (RawWorker), a round at a time, and its figures."""
 
     def __init__(self, model_path: str):
-        self._worker = RawWorker(raw_worker, model_path, ARGS.tokens, ARGS.max_batch, ARGS.trace)
+        self._worker = RawWorker(
+            raw_worker,
+            *(model_path, ARGS.tokens, ARGS.max_batch, ARGS.trace, ARGS.raw_prefill_group),
+        )
         if self._worker.reply() != "ready":
             raise SystemExit("raw BatchGenerator did not start")
         self.rounds: dict[int, list[tuple[int, float]]] = {}
@@ -511,6 +519,7 @@ def main() -> None:
         "warmup_rounds": ARGS.warmup_rounds,
         "requests_per_client": ARGS.requests_per_client,
         "max_batch": ARGS.max_batch,
+        "raw_prefill_group": ARGS.raw_prefill_group,
         "client_procs": ARGS.client_procs,
         "cpus": None
         if SPLIT is None
@@ -616,6 +625,12 @@ if __name__ == "__main__":
         help="batch size of all three (default: the largest level)",
     )
     p.add_argument("--skip-peer", action="store_true", help="leave mlx_lm.server out")
+    p.add_argument(
+        "--raw-prefill-group",
+        type=int,
+        default=8,
+        help="raw BatchGenerator's prefill_batch_size (default 8, mlx-lm's own default)",
+    )
     p.add_argument(
         "--trace",
         default=None,

@@ -40,7 +40,7 @@ TOKEN: Final = 1  # (TOKEN, id, token, Logprobs | None)
 FINISHED: Final = 2  # (FINISHED, id, reason, prompt_tokens, completion_tokens, cached_tokens)
 FAILED: Final = 3  # (FAILED, id, message)
 
-PREFILL_GROUP: Final = 8  # prompts prefilled together (mlx-lm's default prefill batch)
+PREFILL_GROUP: Final = 8  # prompts prefilled together by default (mlx-lm's prefill batch)
 # Tokens a job hands BatchGenerator at least, even when its cache holds all but the last one.
 # A job of one token goes to decoding at once, yet it has taken a place in a prefill group:
 # the rest of its group is prefilled a step before the others join, and every group after it
@@ -103,6 +103,7 @@ class BatchScheduler:
         gather_s: float = GATHER_S,
         time_prefill: bool = False,
         trace: bool = False,
+        prefill_group: int = PREFILL_GROUP,
     ):
         self.model = model
         self.tokenizer = tokenizer
@@ -114,8 +115,9 @@ class BatchScheduler:
             model,
             stop_tokens=[[t] for t in eos],
             completion_batch_size=max_batch,
-            prefill_batch_size=min(PREFILL_GROUP, max_batch),
+            prefill_batch_size=min(prefill_group, max_batch),
         )
+        self.prefill_group = prefill_group
         self.max_batch = max_batch
         self.gather_s = gather_s
         self._oldest_wait = 0.0  # when the oldest waiting job arrived
@@ -252,27 +254,27 @@ class BatchScheduler:
     def _gathering(self, now: float, arrived: int) -> bool:
         """Jobs still arriving while others decode wait a little to be prefilled together:
         one forward pass for a group, as when they come at once, not one pass (and one new
-        batch shape) for each job of a trickle. They wait while others keep coming, until
-        PREFILL_GROUP are there, and only if one more step keeps the oldest within `gather_s`
-        (so where a step takes longer than that, as on a CPU, nobody waits). `arrived`: jobs
-        received since the last step."""
+        batch shape) for each job of a trickle. They wait while others keep coming, until a
+        prefill group's worth are there, and only if one more step keeps the oldest within
+        `gather_s` (so where a step takes longer than that, as on a CPU, nobody waits).
+        `arrived`: jobs received since the last step."""
         step, self._checked = now - self._checked, now
         running = len(self.slots) + (self.solo is not None)
         return (
             arrived > 0
             and running > 0
-            and len(self.waiting) < PREFILL_GROUP
+            and len(self.waiting) < self.prefill_group
             and running + len(self.waiting) < self.max_batch
             and now - self._oldest_wait + step < self.gather_s
         )
 
     def _groups_align(self) -> bool:
         """Whether jobs handed to BatchGenerator now are prefilled in full groups. It fills a
-        prefill group up to PREFILL_GROUP counting the prompts it has just prefilled, which move
+        prefill group up to its size G counting the prompts it has just prefilled, which move
         to decoding in the same step: more jobs than the room those k leave start a group of
-        PREFILL_GROUP - k, and every group after alternates k, PREFILL_GROUP - k (twice the
-        passes). So such jobs wait the one step those k take to move on; jobs that fit in the
-        room go at once (so with max_batch <= PREFILL_GROUP nobody ever waits here). A long
+        G - k, and every group after alternates k, G - k (twice the passes). So such jobs wait
+        the one step those k take to move on; jobs that fit in the room go at once (so with
+        max_batch <= G nobody ever waits here). A long
         prompt still being prefilled in chunks holds nobody up: new jobs join its passes."""
         # mlx-lm's private list (test_gather fails if it goes: groups split again, no error).
         processing = getattr(self.batch, "_currently_processing", None) or ()

@@ -33,11 +33,39 @@ MLX_SETTINGS = {"MLX_CUDA_USE_CUDNN_SDPA": "0"}
 GPU_MIN_REUSE = 256
 
 
-def min_reuse() -> int:
-    """The shortest prefix worth reusing on this machine's default device."""
+# Prompts prefilled in one forward pass on an NVIDIA GPU (mlx-lm's default, and the engine's
+# elsewhere: 8). On an H200 a pass of 16 short prompts took 25-28 ms against 19-21 ms for 8,
+# and a burst waits for half the passes and for the decode steps that come between two
+# groups: at 64 streams, rounds of 128 tokens took 1.40 s instead of 2.00 s (medians of 16
+# rounds each, the same host, alternating), first tokens p95 378-432 ms instead of 602-622
+# (python bench/concurrency.py; bench/README.md). Not measured on Apple silicon: 8 there.
+CUDA_PREFILL_GROUP = 16
+
+
+def on_gpu() -> bool:
     import mlx.core as mx
 
-    return GPU_MIN_REUSE if mx.default_device().type == mx.DeviceType.gpu else 1
+    return bool(mx.default_device().type == mx.DeviceType.gpu)
+
+
+def on_cuda() -> bool:
+    import mlx.core as mx
+
+    return on_gpu() and bool(mx.cuda.is_available())
+
+
+def min_reuse() -> int:
+    """The shortest prefix worth reusing on this machine's default device."""
+    return GPU_MIN_REUSE if on_gpu() else 1
+
+
+def prefill_group() -> int:
+    """Prompts prefilled together on this machine's default device; OMNI_PREFILL_GROUP sets it
+    (benchmarks)."""
+    from omni.engine.batching import PREFILL_GROUP
+
+    default = CUDA_PREFILL_GROUP if on_cuda() else PREFILL_GROUP
+    return int(os.environ.get("OMNI_PREFILL_GROUP", default))
 
 
 def use_mlx_settings() -> None:
@@ -62,7 +90,9 @@ def main(conn: Connection, path: str, cache_entries: int, cache_bytes: int, max_
         gather = float(os.environ.get("OMNI_GATHER_MS", GATHER_S * 1000)) / 1000
         timed = bool(os.environ.get("OMNI_ENGINE_STATS"))
         trace = os.environ.get("OMNI_ENGINE_TRACE")  # for benchmarks: a file for the step trace
-        scheduler = BatchScheduler(model, tokenizer, cache, max_batch, gather, timed, bool(trace))
+        scheduler = BatchScheduler(
+            model, tokenizer, cache, max_batch, gather, timed, bool(trace), prefill_group()
+        )
         set_aside("engine")  # the model and the tokenizer: no full collection walks them again
     except BaseException as exc:  # noqa: BLE001 - reported to the server as a value
         conn.send(("error", f"{type(exc).__name__}: {exc}"))

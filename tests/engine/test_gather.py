@@ -23,6 +23,7 @@ from omni.engine.batching import (
 )
 from omni.engine.generation import PrefixCache
 from omni.engine.types import Sampling
+from omni.engine.worker import CUDA_PREFILL_GROUP
 
 
 class Script:
@@ -211,6 +212,7 @@ def prefill_passes(
     store: PrefixCache,
     monkeypatch: pytest.MonkeyPatch,
     max_batch: int = 32,
+    group: int = PREFILL_GROUP,
 ) -> tuple[list[int], Script]:
     """The prompts of each prefill pass BatchGenerator ran, and the pipe."""
     from mlx_lm.generate import PromptProcessingBatch
@@ -225,10 +227,43 @@ def prefill_passes(
 
     monkeypatch.setattr(PromptProcessingBatch, "prompt", counted)
     model, tokenizer = loaded
-    scheduler = BatchScheduler(model, tokenizer, store, max_batch, 0.0)
+    scheduler = BatchScheduler(model, tokenizer, store, max_batch, 0.0, prefill_group=group)
     script = Script([*steps, *([[]] * 60), [(CLOSE,)]])
     scheduler.run(script)  # type: ignore[arg-type]
     return passes, script
+
+
+@pytest.mark.parametrize("group", [PREFILL_GROUP, CUDA_PREFILL_GROUP])
+def test_a_burst_is_prefilled_in_groups_of_the_engines_size(
+    loaded: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch, group: int
+) -> None:
+    """A burst of 64 (as a benchmark's round): 64 / group passes of `group` prompts, the first
+    job's solo start included, and every job's tokens."""
+    n = 64
+    steps = [[job(0)], [job(i) for i in range(1, n)]]
+    store = PrefixCache(loaded[0], 0, 0)
+    passes, script = prefill_passes(loaded, steps, store, monkeypatch, max_batch=n, group=group)
+    assert passes == [group] * (n // group)
+    assert sum(o[0] == TOKEN for sent in script.sent for o in sent) == 40 * n
+
+
+def test_the_engine_prefills_bigger_groups_on_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine's group size: mlx-lm's 8 on a CPU (or Metal), CUDA_PREFILL_GROUP on an
+    NVIDIA GPU; OMNI_PREFILL_GROUP sets it (benchmarks)."""
+    import mlx.core as mx
+
+    from omni.engine import worker
+
+    monkeypatch.delenv("OMNI_PREFILL_GROUP", raising=False)
+    monkeypatch.setattr(worker, "on_cuda", lambda: False)
+    assert worker.prefill_group() == PREFILL_GROUP == 8
+    monkeypatch.setattr(worker, "on_cuda", lambda: True)
+    assert worker.prefill_group() == CUDA_PREFILL_GROUP > PREFILL_GROUP
+    monkeypatch.setenv("OMNI_PREFILL_GROUP", "4")
+    assert worker.prefill_group() == 4
+    monkeypatch.undo()
+    assert worker.on_cuda() == (worker.on_gpu() and mx.cuda.is_available())
+    assert worker.on_gpu() == (mx.default_device().type == mx.DeviceType.gpu)
 
 
 def test_a_job_moving_out_of_the_solo_path_is_prefilled_with_its_group(
