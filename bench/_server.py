@@ -45,6 +45,13 @@ def wait_up(proc: subprocess.Popen[bytes], url: str, name: str) -> None:
     raise SystemExit(f"{name} did not come up")
 
 
+def bench_omni_env() -> dict[str, str]:
+    """BENCH_OMNI_ENV="NAME=value,...": settings for the server (and its engine) alone, not for
+    the raw baselines that run in the bench's processes (e.g. an MLX setting to compare)."""
+    pairs = os.environ.get("BENCH_OMNI_ENV", "").split(",")
+    return dict(kv.split("=", 1) for kv in pairs if kv)
+
+
 def start_omni(
     model_path: str, db_path: Path, *flags: str, env: dict[str, str] | None = None
 ) -> tuple[subprocess.Popen[bytes], str]:
@@ -53,9 +60,7 @@ def start_omni(
     port = free_port()
     cmd = [sys.executable, "-m", "omni", "serve", "--model", model_path, "--port", str(port)]
     cmd += ["--db", str(db_path), "--log-level", "warning", *flags]
-    # BENCH_OMNI_ENV="NAME=value,...": settings for the server (and its engine) alone, not for
-    # the raw baselines that run in this process (e.g. an MLX setting to compare).
-    extra = dict(kv.split("=", 1) for kv in os.environ.get("BENCH_OMNI_ENV", "").split(",") if kv)
+    extra = bench_omni_env()
     proc = subprocess.Popen(
         cmd, env={**os.environ, "OMNI_ENGINE_STATS": "1", **extra, **(env or {})}
     )

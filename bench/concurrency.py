@@ -5,6 +5,7 @@ Omni, through mlx_lm.server (the peer), and through raw mlx-lm BatchGenerator.
                                 [--rounds 2] [--warmup-rounds 1]
                                 [--requests-per-client 1] [--max-batch N] [--skip-peer]
                                 [--client-procs P] [--client-cpus auto|none|LIST]
+                                [--raw-prefill-group G]
 
 At each level N, N clients (asyncio + httpx.AsyncClient, spread over P processes so that the
 load generator is not what limits a round; default half the CPUs; with 8 CPUs or more they
@@ -25,7 +26,9 @@ engine), and raw's process its own: the one near the round's wall time is the on
    Omni, gets the same N token prompts inserted at once, in rounds that alternate with Omni's
    (so a machine whose speed drifts weighs on both alike); TTFT = insert -> first token of each.
 N_max (--max-batch) defaults to the largest level, so no level queues behind the batch size.
-Both servers and the raw batch prefill 8 prompts at a time (their defaults).
+Prompts prefilled at a time: the peer 8 (its default); Omni its own (16 on CUDA, else 8;
+OMNI_PREFILL_GROUP through BENCH_OMNI_ENV sets it); raw --raw-prefill-group (default 8,
+mlx-lm's). The JSON records each.
 Raw's process and the client processes set their heap aside (omni.heap) as Omni's do.
 Prints a table with the ratios server/raw and writes bench/out/concurrency.json and .png.
 """
@@ -52,6 +55,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _plot import Lines, write_results  # noqa: E402
 from _server import (  # noqa: E402
     RawWorker,
+    bench_omni_env,
     chat_body,
     chat_ids,
     cpu_list,
@@ -457,6 +461,15 @@ class RawBatch:
 # --- report -------------------------------------------------------------------------------
 
 
+def omni_prefill_group() -> int:
+    """The prompts Omni's engine prefills at a time in this run: BENCH_OMNI_ENV's
+    OMNI_PREFILL_GROUP, else the engine's own on this device."""
+    from omni.engine.worker import prefill_group
+
+    extra = bench_omni_env()
+    return int(extra["OMNI_PREFILL_GROUP"]) if "OMNI_PREFILL_GROUP" in extra else prefill_group()
+
+
 def main() -> None:
     from omni.cli import omni_home
     from omni.engine.model_source import resolve_model
@@ -520,6 +533,8 @@ def main() -> None:
         "requests_per_client": ARGS.requests_per_client,
         "max_batch": ARGS.max_batch,
         "raw_prefill_group": ARGS.raw_prefill_group,
+        "omni_prefill_group": omni_prefill_group(),
+        "bench_omni_env": os.environ.get("BENCH_OMNI_ENV", ""),
         "client_procs": ARGS.client_procs,
         "cpus": None
         if SPLIT is None

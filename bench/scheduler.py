@@ -3,7 +3,7 @@ process, the same prompts. It separates what the scheduler costs (prefix cache, 
 samplers, the solo path, jobs arriving a few at a time) from what the server around it costs.
 
     python bench/scheduler.py [--model PATH] [--streams 64] [--tokens 128]
-                              [--rounds 3] [--arrive 1,8]
+                              [--rounds 3] [--arrive 1,8] [--prefill-group G]
 
 Runs, each with one unmeasured warm-up round, then --rounds measured ones (median):
 - raw: a BatchGenerator gets all N prompts at once, greedy (as bench/concurrency.py's raw).
@@ -11,7 +11,9 @@ Runs, each with one unmeasured warm-up round, then --rounds measured ones (media
 - scheduler, arriving: --arrive jobs per step (as HTTP requests trickle in), with the
   scheduler gathering arrivals into prefill groups (its default) and without.
 - scheduler, arriving (the last --arrive), no prefix cache: the same with the prefix cache off.
-Prints tokens/s and the mean decode step per run; writes bench/out/scheduler.json and .png.
+Both sides prefill --prefill-group prompts at a time (default: the engine's own on this device,
+omni.engine.worker.prefill_group: 16 on CUDA, else 8). Prints tokens/s and the mean decode step
+per run; writes bench/out/scheduler.json and .png.
 """
 
 from __future__ import annotations
@@ -86,7 +88,9 @@ def run_scheduler(
 
     cache = PrefixCache(model, cache_entries, 8 << 30, min_reuse())  # as the engine does
     n = len(prompts(0))
-    scheduler = BatchScheduler(model, tokenizer, cache, n, gather_s, time_prefill=True)
+    scheduler = BatchScheduler(
+        model, tokenizer, cache, n, gather_s, time_prefill=True, prefill_group=ARGS.prefill_group
+    )
     conn = FakeConn(per_step)
     rounds = ARGS.rounds + 1
     walls: list[float] = []
@@ -140,7 +144,7 @@ def run_raw(
         model,
         stop_tokens=[[t] for t in eos],
         completion_batch_size=n,
-        prefill_batch_size=min(8, n),
+        prefill_batch_size=min(ARGS.prefill_group, n),
     )
     rates: list[float] = []
     step_s, steps = 0.0, 0
@@ -258,8 +262,18 @@ if __name__ == "__main__":
     parser.add_argument(
         "--arrive", default="1,8", help="jobs handed over per step (comma-separated runs)"
     )
+    parser.add_argument(
+        "--prefill-group",
+        type=int,
+        default=None,
+        help="prompts prefilled together, raw and scheduler alike (default: the engine's own)",
+    )
     ARGS = parser.parse_args()
     ARGS.arrive = [int(n) for n in ARGS.arrive.split(",")]
+    if ARGS.prefill_group is None:
+        from omni.engine.worker import prefill_group
+
+        ARGS.prefill_group = prefill_group()
     if ARGS.model is None:  # a quick check of the script itself: a tiny random llama
         import tempfile
 

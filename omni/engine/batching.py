@@ -105,6 +105,8 @@ class BatchScheduler:
         trace: bool = False,
         prefill_group: int = PREFILL_GROUP,
     ):
+        if prefill_group < 1:  # BatchGenerator would never start a prompt: jobs hang
+            raise ValueError(f"a prefill group holds at least one prompt, not {prefill_group}")
         self.model = model
         self.tokenizer = tokenizer
         self._constraints: Any = None  # grammars (omni.engine.grammar), built on first use
@@ -117,7 +119,7 @@ class BatchScheduler:
             completion_batch_size=max_batch,
             prefill_batch_size=min(prefill_group, max_batch),
         )
-        self.prefill_group = prefill_group
+        self.prefill_group = self.batch.prefill_batch_size
         self.max_batch = max_batch
         self.gather_s = gather_s
         self._oldest_wait = 0.0  # when the oldest waiting job arrived
@@ -274,8 +276,8 @@ class BatchScheduler:
         to decoding in the same step: more jobs than the room those k leave start a group of
         G - k, and every group after alternates k, G - k (twice the passes). So such jobs wait
         the one step those k take to move on; jobs that fit in the room go at once (so with
-        max_batch <= G nobody ever waits here). A long
-        prompt still being prefilled in chunks holds nobody up: new jobs join its passes."""
+        max_batch <= G nobody ever waits here). A long prompt still being prefilled in chunks
+        holds nobody up: new jobs join its passes."""
         # mlx-lm's private list (test_gather fails if it goes: groups split again, no error).
         processing = getattr(self.batch, "_currently_processing", None) or ()
         # mlx-lm's own test for a prompt done but for its last token (mlx_lm.generate, _next).

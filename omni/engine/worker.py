@@ -64,8 +64,12 @@ def prefill_group() -> int:
     (benchmarks)."""
     from omni.engine.batching import PREFILL_GROUP
 
-    default = CUDA_PREFILL_GROUP if on_cuda() else PREFILL_GROUP
-    return int(os.environ.get("OMNI_PREFILL_GROUP", default))
+    value = os.environ.get("OMNI_PREFILL_GROUP", "").strip()
+    if not value:
+        return CUDA_PREFILL_GROUP if on_cuda() else PREFILL_GROUP
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"OMNI_PREFILL_GROUP must be a positive integer, not {value!r}")
+    return int(value)
 
 
 def use_mlx_settings() -> None:

@@ -173,6 +173,34 @@ def test_the_engine_runs_without_cudnn_attention_unless_told(
     assert os.environ["MLX_CUDA_USE_CUDNN_SDPA"] == "1"
 
 
+def test_the_engine_prefills_bigger_groups_on_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Prompts prefilled together: mlx-lm's 8 on a CPU (or Metal), CUDA_PREFILL_GROUP on an
+    NVIDIA GPU (bench/README.md); OMNI_PREFILL_GROUP sets it (benchmarks)."""
+    from omni.engine import worker
+    from omni.engine.batching import PREFILL_GROUP
+
+    monkeypatch.delenv("OMNI_PREFILL_GROUP", raising=False)
+    monkeypatch.setattr(worker, "on_cuda", lambda: False)
+    assert worker.prefill_group() == PREFILL_GROUP == 8
+    monkeypatch.setattr(worker, "on_cuda", lambda: True)
+    assert worker.prefill_group() == worker.CUDA_PREFILL_GROUP == 16
+    monkeypatch.setenv("OMNI_PREFILL_GROUP", "4")
+    assert worker.prefill_group() == 4
+    monkeypatch.setenv("OMNI_PREFILL_GROUP", "")  # set but empty: as if unset
+    assert worker.prefill_group() == 16
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "eight"])
+def test_a_prefill_group_that_is_no_positive_integer_stops_the_engine_with_its_name(
+    tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    """A group of 0 would never start a prompt (jobs would hang): the engine refuses to start,
+    and says why."""
+    monkeypatch.setenv("OMNI_PREFILL_GROUP", value)
+    with pytest.raises(ModelLoadError, match="OMNI_PREFILL_GROUP must be a positive integer"):
+        MLXEngine(ModelSource(str(tiny_model_dir), "tiny")).start()
+
+
 def test_close_returns_after_the_reader_is_done_with_the_pipe(tiny_model_dir: Path) -> None:
     """close() closes the pipe only once the reader thread has left it (it used to close it
     under a recv in progress now and then: TypeError in the reader at shutdown)."""

@@ -76,25 +76,28 @@ def run(
     steps: list[list[tuple[Any, ...]]],
     gather_s: float,
     step_s: float = 0.0,
+    group: int = PREFILL_GROUP,
 ) -> Script:
     model, tokenizer = loaded
-    scheduler = BatchScheduler(model, tokenizer, PrefixCache(model, 0, 0), 32, gather_s)
+    store = PrefixCache(model, 0, 0)
+    scheduler = BatchScheduler(model, tokenizer, store, 32, gather_s, prefill_group=group)
     script = Script([*steps, *([[]] * 100), [(CLOSE,)]], step_s)
     scheduler.run(script)  # type: ignore[arg-type]
     return script
 
 
-def test_a_trickle_is_prefilled_as_one_group(loaded: tuple[Any, Any]) -> None:
-    n = PREFILL_GROUP + 2
+@pytest.mark.parametrize("group", [PREFILL_GROUP, CUDA_PREFILL_GROUP])
+def test_a_trickle_is_prefilled_as_one_group(loaded: tuple[Any, Any], group: int) -> None:
+    n = group + 2
     steps = [[job(i)] for i in range(n)]  # one job a step: the first runs alone at once
-    gathered = run(loaded, steps, gather_s=60.0).started_together()
+    gathered = run(loaded, steps, gather_s=60.0, group=group).started_together()
     assert gathered[0] == [0]
-    # The next PREFILL_GROUP jobs wait for one another; the rest form the next group.
-    assert gathered[1] == list(range(1, PREFILL_GROUP + 1))
-    assert gathered[2] == [PREFILL_GROUP + 1]
+    # The next `group` jobs wait for one another; the rest form the next group.
+    assert gathered[1] == list(range(1, group + 1))
+    assert gathered[2] == [group + 1]
     # Not gathered, a job waits for no company: it fits in the group beside the job prefilled
     # just before it, so it starts in the step it came.
-    script = run(loaded, steps, gather_s=0.0)
+    script = run(loaded, steps, gather_s=0.0, group=group)
     started = {o[1]: k for k, out in enumerate(script.sent) for o in out if o[0] == STARTED}
     assert started == {i: i for i in range(n)}
 
@@ -247,23 +250,11 @@ def test_a_burst_is_prefilled_in_groups_of_the_engines_size(
     assert sum(o[0] == TOKEN for sent in script.sent for o in sent) == 40 * n
 
 
-def test_the_engine_prefills_bigger_groups_on_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The engine's group size: mlx-lm's 8 on a CPU (or Metal), CUDA_PREFILL_GROUP on an
-    NVIDIA GPU; OMNI_PREFILL_GROUP sets it (benchmarks)."""
-    import mlx.core as mx
-
-    from omni.engine import worker
-
-    monkeypatch.delenv("OMNI_PREFILL_GROUP", raising=False)
-    monkeypatch.setattr(worker, "on_cuda", lambda: False)
-    assert worker.prefill_group() == PREFILL_GROUP == 8
-    monkeypatch.setattr(worker, "on_cuda", lambda: True)
-    assert worker.prefill_group() == CUDA_PREFILL_GROUP > PREFILL_GROUP
-    monkeypatch.setenv("OMNI_PREFILL_GROUP", "4")
-    assert worker.prefill_group() == 4
-    monkeypatch.undo()
-    assert worker.on_cuda() == (worker.on_gpu() and mx.cuda.is_available())
-    assert worker.on_gpu() == (mx.default_device().type == mx.DeviceType.gpu)
+def test_a_prefill_group_holds_one_prompt_at_least(loaded: tuple[Any, Any]) -> None:
+    """BatchGenerator would never start a prompt with a group of 0: jobs would hang."""
+    model, tokenizer = loaded
+    with pytest.raises(ValueError, match="at least one prompt"):
+        BatchScheduler(model, tokenizer, PrefixCache(model, 0, 0), 32, prefill_group=0)
 
 
 def test_a_job_moving_out_of_the_solo_path_is_prefilled_with_its_group(
