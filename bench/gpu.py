@@ -4,7 +4,10 @@ Run on the lent H200 through ../shared/gpu/setup_and_run.sh with BENCH=bench/gpu
 mlx, mlx-cuda-13 and mlx-lm there). GPU_LEVELS picks the concurrency levels (default 1..64);
 GPU_CONCURRENCY_ARGS passes more flags to concurrency.py (e.g. --skip-peer); GPU_RUNS
 names the runs (default attention,overhead,concurrency; `scheduler` adds bench/scheduler.py at
-64 streams with prompts that share only the template, arriving at once, 1 and 16 a step). Builds a
+64 streams with prompts that share only the template, arriving at once, 1 and 16 a step;
+`groups` prints the engine's prefill group on this device, then runs concurrency.py at 64 streams
+for each GPU_GROUP_ARMS entry OMNI/RAW, Omni's prefill group / raw's, in that order (default
+16/8,8/8,16/8,8/8,16/16; 8 rounds each), copied as gpu_groups_<i>_<omni>_<raw>.json). Builds a
 random-weight bf16 model of Llama-3.2-1B's shape (random weights are fine for speed), then
 runs bench/overhead.py and bench/concurrency.py on it and copies their JSON (and plots, where
 matplotlib exists) to $OUT.
@@ -87,6 +90,8 @@ def main() -> None:
     args = ["--model", str(model), "--levels", levels, "--tokens", "128", "--rounds", "3", *extra]
     if "concurrency" in runs:
         run("concurrency.py", *args, timeout=420)
+    if "groups" in runs:
+        groups(model, out)
     if "scheduler" in runs:
         sched = ["--streams", "64", "--tokens", "128", "--prompts", "distinct", "--arrive", "1,16"]
         run("scheduler.py", "--model", str(model), *sched, timeout=300)
@@ -95,6 +100,24 @@ def main() -> None:
             src = HERE / "out" / f"{name}.{ext}"
             if src.exists():
                 shutil.copy(src, out / f"gpu_{name}.{ext}")
+
+
+def groups(model: Path, out: Path) -> None:
+    """Omni's prefill group against raw's, alternating, at 64 streams (bench/README.md)."""
+    from omni.engine.worker import prefill_group
+
+    print(f"the engine's prefill group here: {prefill_group()}", flush=True)
+    arms = os.environ.get("GPU_GROUP_ARMS", "16/8,8/8,16/8,8/8,16/16").split(",")
+    for i, arm in enumerate(arms):
+        omni, raw = arm.split("/")
+        os.environ["BENCH_OMNI_ENV"] = f"OMNI_PREFILL_GROUP={omni}"
+        args = ["--model", str(model), "--levels", "64", "--tokens", "128", "--rounds", "8"]
+        src = HERE / "out" / "concurrency.json"
+        before = src.stat().st_mtime if src.exists() else 0.0
+        run("concurrency.py", *args, "--skip-peer", "--raw-prefill-group", raw, timeout=300)
+        if src.exists() and src.stat().st_mtime > before:  # not a failed arm's predecessor
+            shutil.copy(src, out / f"gpu_groups_{i}_{omni}_{raw}.json")
+    del os.environ["BENCH_OMNI_ENV"]
 
 
 if __name__ == "__main__":
