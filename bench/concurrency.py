@@ -466,8 +466,7 @@ def omni_prefill_group() -> int:
     OMNI_PREFILL_GROUP, else the engine's own on this device."""
     from omni.engine.worker import prefill_group
 
-    extra = bench_omni_env()
-    return int(extra["OMNI_PREFILL_GROUP"]) if "OMNI_PREFILL_GROUP" in extra else prefill_group()
+    return prefill_group({**os.environ, **bench_omni_env()})  # the environment start_omni gives
 
 
 def main() -> None:

@@ -62,13 +62,15 @@ def build(folder: Path) -> Path:
     return folder
 
 
-def run(script: str, *args: str, timeout: int) -> None:
+def run(script: str, *args: str, timeout: int, env: dict[str, str] | None = None) -> None:
+    """`env`: more settings for the script's process."""
     start = time.perf_counter()
     cmd = [sys.executable, str(HERE / script), *args]
     print("==", " ".join(cmd), flush=True)
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")]),
+        **(env or {}),
     }
     result = subprocess.run(cmd, timeout=timeout, env=env)
     print(f"== {script} rc={result.returncode} in {time.perf_counter() - start:.0f}s", flush=True)
@@ -110,14 +112,14 @@ def groups(model: Path, out: Path) -> None:
     arms = os.environ.get("GPU_GROUP_ARMS", "16/8,8/8,16/8,8/8,16/16").split(",")
     for i, arm in enumerate(arms):
         omni, raw = arm.split("/")
-        os.environ["BENCH_OMNI_ENV"] = f"OMNI_PREFILL_GROUP={omni}"
         args = ["--model", str(model), "--levels", "64", "--tokens", "128", "--rounds", "8"]
+        args += ["--skip-peer", "--raw-prefill-group", raw]
         src = HERE / "out" / "concurrency.json"
         before = src.stat().st_mtime if src.exists() else 0.0
-        run("concurrency.py", *args, "--skip-peer", "--raw-prefill-group", raw, timeout=300)
+        omni_env = {"BENCH_OMNI_ENV": f"OMNI_PREFILL_GROUP={omni}"}
+        run("concurrency.py", *args, timeout=300, env=omni_env)
         if src.exists() and src.stat().st_mtime > before:  # not a failed arm's predecessor
             shutil.copy(src, out / f"gpu_groups_{i}_{omni}_{raw}.json")
-    del os.environ["BENCH_OMNI_ENV"]
 
 
 if __name__ == "__main__":

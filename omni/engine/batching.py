@@ -119,7 +119,6 @@ class BatchScheduler:
             completion_batch_size=max_batch,
             prefill_batch_size=min(prefill_group, max_batch),
         )
-        self.prefill_group = self.batch.prefill_batch_size
         self.max_batch = max_batch
         self.gather_s = gather_s
         self._oldest_wait = 0.0  # when the oldest waiting job arrived
@@ -265,7 +264,7 @@ class BatchScheduler:
         return (
             arrived > 0
             and running > 0
-            and len(self.waiting) < self.prefill_group
+            and len(self.waiting) < self.batch.prefill_batch_size
             and running + len(self.waiting) < self.max_batch
             and now - self._oldest_wait + step < self.gather_s
         )

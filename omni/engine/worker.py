@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -59,12 +60,12 @@ def min_reuse() -> int:
     return GPU_MIN_REUSE if on_gpu() else 1
 
 
-def prefill_group() -> int:
-    """Prompts prefilled together on this machine's default device; OMNI_PREFILL_GROUP sets it
-    (benchmarks)."""
+def prefill_group(env: Mapping[str, str] = os.environ) -> int:
+    """Prompts prefilled together on this machine's default device; OMNI_PREFILL_GROUP in `env`
+    sets it (benchmarks)."""
     from omni.engine.batching import PREFILL_GROUP
 
-    value = os.environ.get("OMNI_PREFILL_GROUP", "").strip()
+    value = env.get("OMNI_PREFILL_GROUP", "").strip()
     if not value:
         return CUDA_PREFILL_GROUP if on_cuda() else PREFILL_GROUP
     if not value.isdigit() or int(value) < 1:

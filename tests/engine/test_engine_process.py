@@ -188,6 +188,7 @@ def test_the_engine_prefills_bigger_groups_on_cuda(monkeypatch: pytest.MonkeyPat
     assert worker.prefill_group() == 4
     monkeypatch.setenv("OMNI_PREFILL_GROUP", "")  # set but empty: as if unset
     assert worker.prefill_group() == 16
+    assert worker.prefill_group({"OMNI_PREFILL_GROUP": "3"}) == 3  # another environment's
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "eight"])
