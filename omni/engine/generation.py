@@ -97,10 +97,12 @@ class PrefixCache:
         if cuttable:  # entries this one extends are of no more use
             for other, entry in list(self._entries.items()):
                 shorter = entry.tokens
+                n = len(shorter)
                 if (
                     other[0] == namespace
-                    and len(shorter) <= held
-                    and (shorter == ids[: len(shorter)]).all()
+                    and n <= held
+                    and shorter[n - 1] == ids[n - 1]  # most entries differ here: a cheap test
+                    and (shorter == ids[:n]).all()
                 ):
                     self._drop(other)
         if key in self._entries:

@@ -146,6 +146,21 @@ def test_an_entry_that_a_longer_one_extends_is_dropped(model: Any) -> None:
     assert len(store) == 3
 
 
+def test_only_entries_that_are_prefixes_are_dropped(model: Any) -> None:
+    store = PrefixCache(model, 8, 1 << 30)
+    # Against [11, 14, 13, 16] below: its third token is 13, as the first entry's last.
+    store.insert("", [11, 12, 13], filled(model, [11, 12, 13]))  # same last token: kept
+    store.insert("", [11, 12, 15], filled(model, [11, 12, 15]))  # another last token: kept
+    store.insert("", [11, 12], filled(model, [11, 12]))  # shorter than the two above: kept
+    store.insert("", [11, 14, 13, 16], filled(model, [11, 14, 13, 16]))
+    assert len(store) == 4  # none of the first three is a prefix of it
+    store.insert("", [11, 14, 13, 16, 17], filled(model, [11, 14, 13, 16, 17]))
+    assert len(store) == 4
+    assert store.nearest("", [11, 12, 13, 99])[0][0].offset == 3
+    assert store.nearest("", [11, 12, 15, 99])[0][0].offset == 3
+    assert store.nearest("", [11, 14, 13, 16, 17, 99])[0][0].offset == 5
+
+
 def windowed(model: Any, tokens: list[int], window: int = 4) -> list[Any]:
     """A sliding-window cache past its window: it cannot be cut back any more."""
     cache = [RotatingKVCache(max_size=window) for _ in model.layers]
