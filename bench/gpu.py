@@ -1,16 +1,22 @@
 """The overhead and concurrency benchmarks on an NVIDIA GPU with MLX's CUDA build.
 
 Run on the lent H200 through ../shared/gpu/setup_and_run.sh with BENCH=bench/gpu.py (it installs
-mlx, mlx-cuda-13 and mlx-lm there). GPU_LEVELS picks the concurrency levels (default 1..64);
-GPU_CONCURRENCY_ARGS passes more flags to concurrency.py (e.g. --skip-peer); GPU_RUNS
-names the runs (default attention,overhead,concurrency; `scheduler` adds bench/scheduler.py at
-64 streams with prompts that share only the template, arriving at once, 1 and 16 a step;
-`groups` prints the engine's prefill group on this device, then runs concurrency.py at 64 streams
-for each GPU_GROUP_ARMS entry OMNI/RAW, Omni's prefill group / raw's, in that order (default
-16/8,8/8,16/8,8/8,16/16; 8 rounds each), copied as gpu_groups_<i>_<omni>_<raw>.json). Builds a
-random-weight bf16 model of Llama-3.2-1B's shape (random weights are fine for speed), then
-runs bench/overhead.py and bench/concurrency.py on it and copies their JSON (and plots, where
-matplotlib exists) to $OUT.
+mlx, mlx-cuda-13 and mlx-lm there). It builds a random-weight bf16 model of Llama-3.2-1B's shape
+(random weights are fine for speed), runs what GPU_RUNS names and copies the JSON (and plots,
+where matplotlib exists) to $OUT (a device call returns 8 files at most). Settings:
+
+- GPU_RUNS, comma-separated (default attention,overhead,concurrency):
+  - attention, overhead, concurrency: those scripts (concurrency at GPU_LEVELS, default 1..64).
+  - scheduler: bench/scheduler.py at 64 streams, prompts that share only the template,
+    arriving at once, 1 and 16 a step.
+  - finish: bench/finish.py at 64 streams, 4 rounds.
+  - groups: prints the engine's prefill group on this device, then runs concurrency.py at 64
+    streams for each GPU_GROUP_ARMS entry OMNI/RAW, Omni's prefill group / raw's, in that order
+    (default 16/8,8/8,16/8,8/8,16/16; 8 rounds each), copied as gpu_groups_<i>_<omni>_<raw>.json.
+    GPU_GROUP_TRACE=1 also traces both engines' steps (under /tmp) and copies
+    bench/timeline.py's account of each arm, gpu_groups_<i>_<omni>_<raw>_timeline.txt.
+- GPU_CONCURRENCY_ARGS: more flags for concurrency.py, groups' runs included (e.g. --skip-peer,
+  --tokens 256: a later flag wins).
 """
 
 from __future__ import annotations
@@ -92,34 +98,60 @@ def main() -> None:
     args = ["--model", str(model), "--levels", levels, "--tokens", "128", "--rounds", "3", *extra]
     if "concurrency" in runs:
         run("concurrency.py", *args, timeout=420)
+    if "finish" in runs:
+        run("finish.py", "--model", str(model), "--rounds", "4", timeout=300)
     if "groups" in runs:
-        groups(model, out)
+        groups(model, out, extra)
     if "scheduler" in runs:
         sched = ["--streams", "64", "--tokens", "128", "--prompts", "distinct", "--arrive", "1,16"]
         run("scheduler.py", "--model", str(model), *sched, timeout=300)
-    for name in ("attention", "overhead", "concurrency", "scheduler"):
+    for name in ("attention", "overhead", "concurrency", "scheduler", "finish"):
         for ext in ("json", "png"):
             src = HERE / "out" / f"{name}.{ext}"
             if src.exists():
                 shutil.copy(src, out / f"gpu_{name}.{ext}")
 
 
-def groups(model: Path, out: Path) -> None:
+def groups(model: Path, out: Path, extra: list[str]) -> None:
     """Omni's prefill group against raw's, alternating, at 64 streams (bench/README.md)."""
     from omni.engine.worker import prefill_group
 
     print(f"the engine's prefill group here: {prefill_group()}", flush=True)
     arms = os.environ.get("GPU_GROUP_ARMS", "16/8,8/8,16/8,8/8,16/16").split(",")
+    traced = os.environ.get("GPU_GROUP_TRACE") == "1"
     for i, arm in enumerate(arms):
         omni, raw = arm.split("/")
+        name = f"gpu_groups_{i}_{omni}_{raw}"
         args = ["--model", str(model), "--levels", "64", "--tokens", "128", "--rounds", "8"]
-        args += ["--skip-peer", "--raw-prefill-group", raw]
+        args += ["--skip-peer", "--raw-prefill-group", raw, *extra]
+        omni_env = f"OMNI_PREFILL_GROUP={omni},OMNI_ENGINE_STATS=1"
+        traces = (Path(f"/tmp/{name}_omni_trace.json"), Path(f"/tmp/{name}_raw_trace.json"))
+        for t in traces:  # not a trace of an earlier run's arm of that name
+            t.unlink(missing_ok=True)
+        if traced:
+            omni_env += f",OMNI_ENGINE_TRACE={traces[0]}"
+            args += ["--trace", str(traces[1])]
         src = HERE / "out" / "concurrency.json"
         before = src.stat().st_mtime if src.exists() else 0.0
-        omni_env = {"BENCH_OMNI_ENV": f"OMNI_PREFILL_GROUP={omni}"}
-        run("concurrency.py", *args, timeout=300, env=omni_env)
-        if src.exists() and src.stat().st_mtime > before:  # not a failed arm's predecessor
-            shutil.copy(src, out / f"gpu_groups_{i}_{omni}_{raw}.json")
+        run("concurrency.py", *args, timeout=300, env={"BENCH_OMNI_ENV": omni_env})
+        if not (src.exists() and src.stat().st_mtime > before):  # a failed arm
+            continue
+        shutil.copy(src, out / f"{name}.json")
+        if traced and all(t.exists() for t in traces):
+            timeline(src, traces, out / f"{name}_timeline.txt")
+
+
+def timeline(result: Path, traces: tuple[Path, Path], to: Path) -> None:
+    """bench/timeline.py's account of one arm, printed and written to `to` (if it ran)."""
+    cmd = [sys.executable, str(HERE / "timeline.py"), str(result), *map(str, traces)]
+    try:
+        account = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        print(f"== timeline.py timed out for {to.name}", flush=True)
+        return
+    print(account.stdout + account.stderr, flush=True)
+    if account.returncode == 0:
+        to.write_text(account.stdout)
 
 
 if __name__ == "__main__":

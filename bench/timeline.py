@@ -12,6 +12,12 @@ clients' streams ended, and the median decode step with the batch (nearly) full.
 BatchGenerator round the same engine-side figures. Between the two: what HTTP, the log and
 SSE add at the start (arrivals) and at the end (the last tokens' way out), and whether the
 engine's own steps differ.
+
+Last, each round's length in decode steps: its end (Omni: the last stream's end at the clients;
+raw: its last step) over its own median decode step. The host's decode speed can move between
+rounds (on the H200's host a full-batch step took ~5 ms in some rounds and ~8 in others, raw's as
+much as Omni's), which the seconds carry and this measure mostly does not: raw's median over
+Omni's is the like-for-like ratio with that noise taken out.
 """
 
 from __future__ import annotations
@@ -36,7 +42,10 @@ def decode_median(steps: list[list[float]], full: int) -> float | None:
     return statistics.median(times) if times else None
 
 
-def omni_round(level: int, line: dict[str, Any], trace: list[list[float]]) -> str:
+def omni_round(
+    level: int, line: dict[str, Any], trace: list[list[float]]
+) -> tuple[str, float | None]:
+    """The round's line, and its length in decode steps."""
     start = line["start"]
     end = start + max(line["ended"])
     steps = [r for r in trace if start <= r[T] <= end + 0.05]  # its last step ends before
@@ -49,26 +58,53 @@ def omni_round(level: int, line: dict[str, Any], trace: list[list[float]]) -> st
     prefills = [r for r in steps if r[PREFILL_TOKENS] > 0]
     final = last_step(steps)
     first_in = arrivals[0][T] - arrivals[0][STEP_S] - start if arrivals else None
-    return (
+    step = decode_median(steps, level)
+    text = (
         f"sent {ms(line['sent'][0])}..{ms(line['sent'][-1])} | engine got first "
         f"{ms(first_in)} all {ms(all_in)} | prefill steps {len(prefills)}, "
         f"{ms(sum(r[PREFILL_S] for r in prefills))} ms, last ended "
         f"{ms(prefills[-1][T] - start if prefills else None)} | first token p50 "
         f"{ms(statistics.median(line['first']))} | engine's last step "
         f"{ms(final[T] - start if final else None)} | streams ended "
-        f"{ms(line['ended'][0])}..{ms(line['ended'][-1])} | decode step "
-        f"{ms(decode_median(steps, level))}"
+        f"{ms(line['ended'][0])}..{ms(line['ended'][-1])} | decode step {ms(step)} | "
+        f"finishing steps {finishing(steps)} | between steps {ms(between(steps))}"
     )
+    length = line["ended"][-1] / step if step else None
+    return f"{text} | in decode steps {length:.0f}" if length else text, length
 
 
-def last_step(steps: list[list[float]]) -> list[float] | None:
-    """The step in which the last job ended. Omni's rows count the jobs running after their
-    step (its last step's is 0: the row after the last busy one); raw's count them before
+def finishing(steps: list[list[float]], counted_before: bool = False) -> int:
+    """Steps in which jobs ended: one for each group that ended apart. Omni's rows count the
+    jobs running after their step, raw's before it (its last step, which ends the rest, has no
+    row after it: one more)."""
+    fell = sum(b[RUNNING] < a[RUNNING] for a, b in zip(steps, steps[1:], strict=False))
+    return fell + int(counted_before)
+
+
+def between(steps: list[list[float]]) -> float:
+    """Seconds between the round's steps, its first to the one in which its last job ended (the
+    loop's own work: taking in jobs, sending a step's outputs; raw's has next to none)."""
+    final = last_index(steps)
+    if final is None or final == 0:
+        return 0.0
+    rows = steps[: final + 1]
+    return rows[-1][T] - (rows[0][T] - rows[0][STEP_S]) - sum(r[STEP_S] for r in rows)
+
+
+def last_index(steps: list[list[float]]) -> int | None:
+    """Where the step in which the last job ended is. Omni's rows count the jobs running after
+    their step (its last step's is 0: the row after the last busy one); raw's count them before
     (its last step is the last busy row, with no row after it in the round)."""
     busy = [i for i, r in enumerate(steps) if r[RUNNING] > 0]
     if not busy:
         return None
-    return steps[busy[-1] + 1] if busy[-1] + 1 < len(steps) else steps[busy[-1]]
+    return busy[-1] + 1 if busy[-1] + 1 < len(steps) else busy[-1]
+
+
+def last_step(steps: list[list[float]]) -> list[float] | None:
+    """The step in which the last job ended (last_index)."""
+    i = last_index(steps)
+    return None if i is None else steps[i]
 
 
 def raw_rounds(trace: list[list[float]]) -> list[list[list[float]]]:
@@ -82,17 +118,32 @@ def raw_rounds(trace: list[list[float]]) -> list[list[list[float]]]:
     return rounds
 
 
-def raw_round(steps: list[list[float]]) -> str:
+def raw_round(steps: list[list[float]]) -> tuple[str, float | None]:
+    """The round's line, and its length in decode steps."""
     level = int(steps[0][RUNNING])
     start = steps[0][T] - steps[0][STEP_S]
     final = last_step(steps)
     prefills = [r for r in steps if r[PREFILL_TOKENS] > 0]
-    return (
+    step = decode_median(steps, level)
+    end = final[T] - start if final else None
+    text = (
         f"N={level}: prefill steps {len(prefills)}, "
         f"{ms(sum(r[PREFILL_S] for r in prefills))} ms, last ended "
         f"{ms(prefills[-1][T] - start if prefills else None)} | last step "
-        f"{ms(final[T] - start if final else None)} | decode step "
-        f"{ms(decode_median(steps, level))}"
+        f"{ms(end)} | decode step {ms(step)} | finishing steps "
+        f"{finishing(steps, counted_before=True)} | between steps {ms(between(steps))}"
+    )
+    length = end / step if end and step else None
+    return f"{text} | in decode steps {length:.0f}" if length else text, length
+
+
+def in_steps(name: str, lengths: list[float]) -> str:
+    """Rounds' lengths in decode steps: their median and range."""
+    if not lengths:
+        return f"{name} -"
+    return (
+        f"{name} {statistics.median(lengths):.0f} ({min(lengths):.0f}-{max(lengths):.0f}, "
+        f"{len(lengths)} rounds)"
     )
 
 
@@ -105,15 +156,39 @@ def main() -> None:
     result = json.loads(args.concurrency.read_text())
     omni = json.loads(args.omni_trace.read_text())["rows"]
     print("ms from each round's start")
+    omni_steps: dict[int, list[float]] = {}
     for level, row in result["omni_chat_stream"].items():
         if "timeline" not in row:
             raise SystemExit("no timeline in that file: run concurrency.py with --trace")
         for k, line in enumerate(row["timeline"]):
-            print(f"omni N={level} round {k}: {omni_round(int(level), line, omni)}")
+            text, length = omni_round(int(level), line, omni)
+            print(f"omni N={level} round {k}: {text}")
+            if length is not None:
+                omni_steps.setdefault(int(level), []).append(length)
+    raw_steps: dict[int, list[float]] = {}
     if args.raw_trace is not None:
         raw = json.loads(args.raw_trace.read_text())["rows"]
+        seen: dict[int, int] = {}
         for k, steps in enumerate(raw_rounds(raw)):  # warm-up rounds included
-            print(f"raw round {k} {raw_round(steps)}")
+            text, length = raw_round(steps)
+            print(f"raw round {k} {text}")
+            if k == 0:  # raw's own warm-up (one request), before any level's
+                continue
+            level = int(steps[0][RUNNING])
+            seen[level] = seen.get(level, 0) + 1
+            # Then each level's first rounds are the benchmark's warm-up.
+            if level in omni_steps and seen[level] > result.get("warmup_rounds", 0):
+                if length is not None:
+                    raw_steps.setdefault(level, []).append(length)
+    print("a round in decode steps (its end over its median decode step), median (range)")
+    for level, lengths in omni_steps.items():
+        raw_lengths = raw_steps.get(level, [])
+        ratio = (
+            f"; raw/omni {statistics.median(raw_lengths) / statistics.median(lengths):.3f}"
+            if raw_lengths
+            else ""
+        )
+        print(f"N={level}: {in_steps('omni', lengths)}, {in_steps('raw', raw_lengths)}{ratio}")
 
 
 if __name__ == "__main__":
