@@ -10,9 +10,9 @@ drops them, as bench/concurrency.py's raw BatchGenerator does.
                            [--prefill-group G] [--cache-entries 16]
 
 One unmeasured warm-up round, then --rounds rounds of each arm, alternating. Prints, per arm, the
-median full-batch decode step and, per finishing step (medians over rounds): its time, filter,
-extract and keep, the step after it, and the round's time beyond `steps x median step`; writes
-bench/out/finish.json.
+median full-batch decode step and, per finishing step (each round's median, then the median over
+rounds): its time, filter, extract and keep, the step after it, and the round's time beyond its
+steps x its own median step (prefill and finishing steps); writes bench/out/finish.json.
 """
 
 from __future__ import annotations
@@ -152,7 +152,9 @@ def summary(rounds: list[dict[str, Any]]) -> dict[str, Any]:
             sum(1 for s in r["steps"] if s["ended"]) for r in rounds
         ),
         "per_finishing_step": {
-            key: statistics.median(v) if v else 0.0 for key, v in per_round.items()
+            # None: no such step (a round that finished all at once has no step after it)
+            key: statistics.median(v) if v else None
+            for key, v in per_round.items()
         },
         "beyond_ms": beyond,
         "wall_s": [r["wall_s"] for r in rounds],
@@ -192,9 +194,14 @@ def main() -> None:
         print(
             f"{arm:4s} | {s['median_step_ms']:11.2f} | {s['finishing_steps_a_round']:15.0f} | "
             f"{e['ended']:8.0f} | {e['step_ms']:4.1f} | {e['filter_ms']:6.1f} | "
-            f"{e['extract_ms']:7.1f} | {e['keep_ms']:4.1f} | {e['next_ms']:9.1f} | {beyond:8.0f}"
+            f"{e['extract_ms']:7.1f} | {e['keep_ms']:4.1f} | {cell(e['next_ms'], 9)} | "
+            f"{beyond:8.0f}"
         )
     write_results("finish", result)
+
+
+def cell(value: float | None, width: int) -> str:
+    return f"{'-':>{width}}" if value is None else f"{value:{width}.1f}"
 
 
 def parse() -> argparse.Namespace:

@@ -69,8 +69,7 @@ def omni_round(
         f"{ms(line['ended'][0])}..{ms(line['ended'][-1])} | decode step {ms(step)} | "
         f"finishing steps {finishing(steps)} | between steps {ms(between(steps))}"
     )
-    length = line["ended"][-1] / step if step else None
-    return f"{text} | in decode steps {length:.0f}" if length else text, length
+    return in_decode_steps(text, line["ended"][-1], step)
 
 
 def finishing(steps: list[list[float]], counted_before: bool = False) -> int:
@@ -133,8 +132,15 @@ def raw_round(steps: list[list[float]]) -> tuple[str, float | None]:
         f"{ms(end)} | decode step {ms(step)} | finishing steps "
         f"{finishing(steps, counted_before=True)} | between steps {ms(between(steps))}"
     )
-    length = end / step if end and step else None
-    return f"{text} | in decode steps {length:.0f}" if length else text, length
+    return in_decode_steps(text, end, step)
+
+
+def in_decode_steps(text: str, end: float | None, step: float | None) -> tuple[str, float | None]:
+    """A round's line with its length in decode steps (its end over its median step), and that
+    length (None without either)."""
+    if not end or not step:
+        return text, None
+    return f"{text} | in decode steps {end / step:.0f}", end / step
 
 
 def in_steps(name: str, lengths: list[float]) -> str:
