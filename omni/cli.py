@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import errno
+import ipaddress
+import json
 import logging
 import math
 import os
@@ -13,11 +15,15 @@ import socket
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omni import __version__, db
+from omni.api.keys import KeyRing, api_key, read_key_file
 from omni.errors import OmniError
 from omni.heap import set_aside
+
+if TYPE_CHECKING:
+    from omni.api.gate import Access
 
 log = logging.getLogger("omni")
 BIG = 2**63 - 1  # SQLite's largest integer
@@ -146,11 +152,143 @@ def parser() -> argparse.ArgumentParser:
         serve, "--prompt-cache-gb", float, 0, BIG, "4", "memory bound of the prefix (KV) cache"
     )
 
+    _add_access(serve)
+    _add_defaults(serve)
+
     dbp = sub.add_parser("db", help="database maintenance")
     dbsub = dbp.add_subparsers(dest="db_command", required=True)
     up = dbsub.add_parser("upgrade", help="apply the schema migrations")
     up.add_argument("--db", default=_env("DB", "omni.db"))
     return p
+
+
+def _add_access(serve: argparse.ArgumentParser) -> None:
+    """Who may reach the server: API keys, host names, web origins, body size."""
+    serve.add_argument(
+        "--api-key",
+        action="append",
+        default=[k for k in (_env("API_KEY", "") or "").split(",") if k.strip()],
+        metavar="KEY",
+        help="a key clients must send as 'Authorization: Bearer KEY' (repeatable; "
+        "OMNI_API_KEY: comma-separated)",
+    )
+    serve.add_argument(
+        "--api-key-file",
+        default=_env("API_KEY_FILE", None),
+        metavar="PATH",
+        help="a file of keys, one a line, optionally 'name:key' (the name is what the log records)",
+    )
+    serve.add_argument(
+        "--allow-no-auth",
+        action="store_true",
+        default=(_env("ALLOW_NO_AUTH", "") or "").lower() in ("1", "true", "yes"),
+        help="serve a non-loopback address without API keys (anyone who reaches it may use it)",
+    )
+    serve.add_argument(
+        "--allowed-origins",
+        action="append",
+        default=_list(_env("ALLOWED_ORIGINS", "")),
+        metavar="ORIGIN",
+        help="web origins whose pages may call the API (CORS), comma-separated or repeated; "
+        "'*': any (default: none)",
+    )
+    serve.add_argument(
+        "--allowed-hosts",
+        action="append",
+        default=_list(_env("ALLOWED_HOSTS", "")),
+        metavar="HOST",
+        help="host names the server answers to beyond its own names and IP addresses "
+        "(e.g. omni.example.com, *.example.com, '*': any)",
+    )
+    _add_number(
+        serve, "--max-body-mb", float, 0.001, 1e6, "16", "largest request body, in MB (413 beyond)"
+    )
+
+
+def _add_defaults(serve: argparse.ArgumentParser) -> None:
+    """What a request gets for the sampling settings it leaves out (as mlx-lm's server)."""
+    _add_number(serve, "--temp", float, 0, 2, "1.0", "temperature of a request that sets none")
+    _add_number(serve, "--top-p", float, 0.000001, 1, "1.0", "top_p of a request that sets none")
+    _add_number(
+        serve,
+        "--max-tokens",
+        int,
+        1,
+        BIG,
+        "512",
+        "output cap of a request that sets none (max_output_tokens / max_tokens)",
+    )
+    serve.add_argument(
+        "--chat-template-args",
+        type=_template_args,
+        default=_template_args(_env("CHAT_TEMPLATE_ARGS", "{}") or "{}"),
+        metavar="JSON",
+        help="a JSON object passed to the chat template, e.g. '{\"enable_thinking\": false}'",
+    )
+
+
+def _list(text: str | None) -> list[str]:
+    return [item.strip() for item in (text or "").split(",") if item.strip()]
+
+
+def _flat(values: list[str]) -> tuple[str, ...]:
+    return tuple(item for value in values for item in _list(value))
+
+
+# apply_chat_template's own arguments, which the server sets itself.
+_TEMPLATE_OWN = frozenset({"conversation", "tools", "add_generation_prompt", "tokenize"})
+
+
+def _template_args(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"--chat-template-args: not JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("--chat-template-args: expected a JSON object")
+    if taken := sorted(_TEMPLATE_OWN & value.keys()):
+        raise argparse.ArgumentTypeError(
+            f"--chat-template-args: {', '.join(taken)} is set by the server"
+        )
+    return value
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` (an address or a name) is reachable from this machine only."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except OSError:
+        return False
+    return bool(infos) and all(ipaddress.ip_address(i[4][0]).is_loopback for i in infos)
+
+
+def access(args: argparse.Namespace) -> Access:
+    """The gate's settings from the flags; refuses to expose a keyless server by accident."""
+    from omni.api.gate import Access
+
+    keys = [api_key(k.strip()) for k in args.api_key if k.strip()]
+    if args.api_key_file:
+        keys += read_key_file(args.api_key_file)
+    ring = KeyRing(keys)
+    if not ring and not is_loopback(args.host) and not args.allow_no_auth:
+        raise OmniError(
+            f"refusing to serve {args.host} without an API key: anyone who can reach it could "
+            "use it. Set --api-key / --api-key-file (or OMNI_API_KEY), or pass --allow-no-auth "
+            "to serve it open on purpose."
+        )
+    return Access(
+        keys=ring,
+        allowed_origins=_flat(args.allowed_origins),
+        allowed_hosts=_flat(args.allowed_hosts),
+        max_body_bytes=int(args.max_body_mb * 1024 * 1024),
+        host=args.host,
+    )
 
 
 def check_port(host: str, port: int) -> None:
@@ -175,7 +313,9 @@ def serve(args: argparse.Namespace) -> None:
     from omni.api.app import Settings, create_app
     from omni.engine.mlx_engine import MLXEngine
     from omni.engine.model_source import resolve_model
+    from omni.service.defaults import Defaults
 
+    gate = access(args)
     db.upgrade(args.db)
     check_port(args.host, args.port)
 
@@ -189,6 +329,7 @@ def serve(args: argparse.Namespace) -> None:
         prompt_cache_entries=args.prompt_cache_entries,
         prompt_cache_bytes=int(args.prompt_cache_gb * (1 << 30)),
         max_batch=args.max_batch_size,
+        template_args=args.chat_template_args,
     )
     engine.start()
     aliases = frozenset(a for a in (args.model, source.path) if a)
@@ -201,6 +342,8 @@ def serve(args: argparse.Namespace) -> None:
         cache_max_age_s=args.cache_max_age,
         max_queued=args.max_queued,
         home=str(omni_home()),
+        access=gate,
+        defaults=Defaults(args.temp, args.top_p, args.max_tokens),
     )
     app = create_app(settings, engine)
     # Runs after the app's own start-up hooks (Quart runs them in order), recovery included.

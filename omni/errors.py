@@ -68,3 +68,31 @@ class Overloaded(OmniError):
     type = "rate_limit_error"
     code: str | None = "rate_limit_exceeded"
     retry_after = 1
+
+
+class Unauthorized(OmniError):
+    """No API key, or one this server does not know (401, as OpenAI answers it)."""
+
+    status = 401
+    type = "invalid_request_error"
+    code: str | None = "invalid_api_key"
+
+
+class Forbidden(OmniError):
+    """A request from a host name or a web origin this server does not answer."""
+
+    status = 403
+    type = "invalid_request_error"
+    code: str | None = "forbidden"
+
+
+class PayloadTooLarge(OmniError):
+    status = 413
+    type = "invalid_request_error"
+    code: str | None = "request_too_large"
+
+
+class UnsupportedMediaType(OmniError):
+    status = 415
+    type = "invalid_request_error"
+    code: str | None = "unsupported_media_type"

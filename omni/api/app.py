@@ -12,12 +12,14 @@ from pathlib import Path
 from quart import Quart, Response
 
 from omni import db
-from omni.api import chat, errors, models, responses
+from omni.api import chat, errors, gate, models, responses
+from omni.api.gate import Access
 from omni.engine.types import Engine
 from omni.events import Appender, EventStore, Notifier
 from omni.ids import new_id
 from omni.service import ResponsesService
 from omni.service.completions import CompletionsService
+from omni.service.defaults import Defaults
 from omni.service.sealing import Sealer
 from omni.service.stored import StoredCompletions
 
@@ -35,6 +37,8 @@ class Settings:
     cache_max_age_s: float = 86400.0
     max_queued: int = 256
     home: str | None = None  # OMNI_HOME: where the reasoning key lives (None: a key per process)
+    access: Access = field(default_factory=Access)  # keys, hosts, origins, body size
+    defaults: Defaults = field(default_factory=Defaults)  # sampling a request leaves out
 
 
 @dataclass
@@ -52,8 +56,8 @@ class State:
 def create_app(settings: Settings, engine: Engine) -> Quart:
     """An app serving `engine` (already loaded) over the log at settings.db_path."""
     app = Quart("omni")
-    app.config["MAX_CONTENT_LENGTH"] = 64 * 1024 * 1024
     errors.install(app)
+    gate.install(app, settings.access)
     for prefix in ("/v1", ""):
         app.register_blueprint(responses.bp, url_prefix=prefix, name=f"responses{prefix}")
         app.register_blueprint(models.bp, url_prefix=prefix, name=f"models{prefix}")
@@ -91,11 +95,19 @@ def create_app(settings: Settings, engine: Engine) -> Quart:
             settings.keepalive,
             settings.max_queued,
             Sealer.from_home(Path(settings.home)) if settings.home else Sealer(os.urandom(32)),
+            settings.defaults,
         )
         # A bound of 0 entries or 0 seconds keeps nothing: the cache is off, single flight too.
         cache = settings.cache and settings.cache_max_entries != 0 and settings.cache_max_age_s > 0
         completions = CompletionsService(
-            store, appender, notifier, engine, service.runs, settings.keepalive, cache
+            store,
+            appender,
+            notifier,
+            engine,
+            service.runs,
+            settings.keepalive,
+            cache,
+            settings.defaults,
         )
         await service.recover()
         if cache and await store.cache_size() == 0:

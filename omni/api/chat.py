@@ -9,6 +9,7 @@ from typing import Any
 
 from quart import Blueprint, Response, current_app, request
 
+from omni.api.gate import owner
 from omni.api.query import page_args
 from omni.api.sse import KEEPALIVE_FRAME
 from omni.engine.chat_recorder import CANCELLED, ERROR, USAGE
@@ -82,7 +83,7 @@ async def create_chat() -> Any:
     body = parse_body(await request.get_data(), ChatCompletionCreate)
     state.responses.check_model(body.model)
     service: CompletionsService = state.completions
-    cid, hit = await service.create_chat(body, bypass_cache=_no_cache())
+    cid, hit = await service.create_chat(body, bypass_cache=_no_cache(), owner=owner())
     if body.stream:
         response = _stream(service, cid, body.include_usage)
     else:
@@ -99,7 +100,7 @@ async def create_text() -> Any:
     body = parse_body(await request.get_data(), CompletionCreate)
     state.responses.check_model(body.model)
     service: CompletionsService = state.completions
-    cid = await service.create_text(body)
+    cid = await service.create_text(body, owner())
     if body.stream:
         return _stream(service, cid, body.include_usage)
     return await _complete(service, "text", cid)
@@ -116,25 +117,27 @@ async def list_chat() -> Any:
         for key, value in request.args.items()
         if key.startswith("metadata[") and key.endswith("]")
     }
-    return await _state().stored.list(request.args.get("model"), metadata, after, limit, order)
+    return await _state().stored.list(
+        request.args.get("model"), metadata, after, limit, order, owner()
+    )
 
 
 @bp.get("/chat/completions/<cid>")
 async def retrieve_chat(cid: str) -> Any:
-    return await _state().stored.retrieve(cid)
+    return await _state().stored.retrieve(cid, owner())
 
 
 @bp.get("/chat/completions/<cid>/messages")
 async def chat_messages(cid: str) -> Any:
     after, limit, order = page_args("asc")
-    return await _state().stored.messages(cid, after, limit, order)
+    return await _state().stored.messages(cid, after, limit, order, owner())
 
 
 @bp.post("/chat/completions/<cid>")
 async def update_chat(cid: str) -> Any:
-    return await _state().stored.update(cid, load_json(await request.get_data()))
+    return await _state().stored.update(cid, load_json(await request.get_data()), owner())
 
 
 @bp.delete("/chat/completions/<cid>")
 async def delete_chat(cid: str) -> Any:
-    return await _state().stored.delete(cid)
+    return await _state().stored.delete(cid, owner())

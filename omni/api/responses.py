@@ -9,6 +9,7 @@ from typing import Any
 
 from quart import Blueprint, Response, current_app, request
 
+from omni.api.gate import owner
 from omni.api.query import bool_arg, int_arg, page_args
 from omni.api.sse import KEEPALIVE_FRAME, frame
 from omni.errors import InvalidRequest, OmniError
@@ -54,7 +55,7 @@ def _sse(
 async def create() -> Any:
     service = _service()
     body = parse_body(await request.get_data(), ResponseCreate)
-    created = await service.create(body)
+    created = await service.create(body, owner())
     response_id = created["id"]
     if body.stream:
         return _sse(service, response_id, -1, cancel_on_close=not body.background)
@@ -76,8 +77,8 @@ async def retrieve(response_id: str) -> Any:
     stream = bool_arg("stream")
     after = int_arg("starting_after", -1, low=-1)
     if not stream:
-        return await service.retrieve(response_id)
-    await service.retrieve(response_id)  # 404 before any SSE bytes
+        return await service.retrieve(response_id, owner())
+    await service.retrieve(response_id, owner())  # 404 before any SSE bytes
     # Last-Event-ID lets EventSource resume by itself.
     last_event_id = request.headers.get("last-event-id")
     if request.args.get("starting_after") is None and last_event_id is not None:
@@ -93,14 +94,14 @@ async def retrieve(response_id: str) -> Any:
 @bp.get("/responses/<response_id>/input_items")
 async def input_items(response_id: str) -> Any:
     after, limit, order = page_args("desc")
-    return await _service().input_items(response_id, after, limit, order)
+    return await _service().input_items(response_id, after, limit, order, owner())
 
 
 @bp.post("/responses/<response_id>/cancel")
 async def cancel(response_id: str) -> Any:
-    return await _service().cancel(response_id)
+    return await _service().cancel(response_id, owner())
 
 
 @bp.delete("/responses/<response_id>")
 async def delete(response_id: str) -> Any:
-    return await _service().delete(response_id)
+    return await _service().delete(response_id, owner())

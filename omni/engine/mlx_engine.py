@@ -67,8 +67,11 @@ class MLXEngine:
         prompt_cache_entries: int = 16,
         prompt_cache_bytes: int = 4 << 30,
         max_batch: int = 32,
+        template_args: dict[str, Any] | None = None,
     ):
         self.source = source
+        # Extra arguments for every chat-template render (`--chat-template-args`).
+        self.template_args = dict(template_args or {})
         self._max_batch = max_batch
         self._cache_limits = (prompt_cache_entries, prompt_cache_bytes)
         self.model_id = source.model_id
@@ -115,8 +118,11 @@ class MLXEngine:
         thinking: bool | None = None,
     ) -> list[int]:
         """`thinking`: switch a reasoning template's thinking on or off (its own kwarg, e.g.
-        enable_thinking, as mlx-lm names it); None leaves the template's default."""
-        extra = {} if thinking is None else {"enable_thinking": thinking}
+        enable_thinking, as mlx-lm names it); None leaves the template's default (or what
+        `template_args` set)."""
+        extra = dict(self.template_args)
+        if thinking is not None:
+            extra["enable_thinking"] = thinking
         tokens = self._tokenizer.apply_chat_template(
             messages, tools=tools or None, add_generation_prompt=True, tokenize=True, **extra
         )

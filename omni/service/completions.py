@@ -32,6 +32,8 @@ from omni.ids import new_id
 from omni.projections.completions import fold_chat, fold_text
 from omni.projections.messages import chat_for_template
 from omni.schemas.chat import ChatCompletionCreate, CompletionCreate
+from omni.service.defaults import Defaults
+from omni.service.ownership import cache_namespace
 from omni.service.reasoning import thinker, thinking_plan
 from omni.service.requests import rendered
 from omni.service.runs import Run, Runs
@@ -46,11 +48,13 @@ def is_end(event: StoredEvent) -> bool:
     return event.type in TERMINAL_TYPES
 
 
-def cache_key(model_id: str, body: ChatCompletionCreate) -> str | None:
-    """The replay-cache key of a deterministic request (temperature 0, or a seed), else None."""
+def cache_key(model_id: str, body: ChatCompletionCreate, owner: str | None = None) -> str | None:
+    """The replay-cache key of `owner`'s deterministic request (temperature 0, or a seed),
+    else None. Owners never share answers: another key's entry is another key's data."""
     if not (body.temperature == 0 or body.seed is not None):
         return None
     normal = {
+        "owner": owner,
         "model": model_id,
         "messages": [m.model_dump(mode="json", exclude_none=True) for m in body.messages],
         "sampling": [body.temperature, body.top_p, body.stop, body.limit, body.sampling_fields()],
@@ -72,7 +76,9 @@ class CompletionsService:
         runs: Runs,
         keepalive: float = 15.0,
         cache: bool = True,
+        defaults: Defaults | None = None,
     ):
+        self.defaults = defaults or Defaults()
         self.store = store
         self.appender = appender
         self.notifier = notifier
@@ -86,9 +92,10 @@ class CompletionsService:
     # --- create ---------------------------------------------------------------
 
     async def create_chat(
-        self, body: ChatCompletionCreate, bypass_cache: bool = False
+        self, body: ChatCompletionCreate, bypass_cache: bool = False, owner: str | None = None
     ) -> tuple[str, bool]:
-        """Start (or replay) a chat completion; returns its id and whether it is a cache hit."""
+        """Start (or replay) `owner`'s chat completion; returns its id and whether it is a
+        cache hit."""
         self.runs.check_capacity()
         tools, mode = tool_policy(body.tools or [], body.tool_choice)
         parallel = body.parallel_tool_calls is not False
@@ -105,24 +112,24 @@ class CompletionsService:
             self.engine, messages, tools, mode, structured, param="messages", thinking=thinking
         )
         think = thinker(self.engine, prompt, thinking)
-        key = cache_key(self.engine.model_id, body) if self.cache else None
+        key = cache_key(self.engine.model_id, body, owner) if self.cache else None
         cid = new_id("chatcmpl").replace("chatcmpl_", "chatcmpl-")
         if key is None or bypass_cache:
             calls = splitter(self.engine, tools, mode, parallel)
-            await self._generate(cid, body, prompt, key, calls, constraint, think, budget)
+            await self._generate(cid, body, prompt, key, owner, calls, constraint, think, budget)
             return cid, False
         leader = self._leader(key)
         if leader is not None:  # single flight: follow the identical request under way
-            await self._mirror(leader, cid, body, key)
+            await self._mirror(leader, cid, body, key, owner)
             return cid, True
         self._inflight[key] = cid  # reserved before any await: concurrent twins follow us
         try:
             original = await self.store.cache_lookup(key)
             if original is not None:
-                await self._mirror(original, cid, body, key)
+                await self._mirror(original, cid, body, key, owner)
                 return cid, True
             calls = splitter(self.engine, tools, mode, parallel)
-            await self._generate(cid, body, prompt, key, calls, constraint, think, budget)
+            await self._generate(cid, body, prompt, key, owner, calls, constraint, think, budget)
             return cid, False
         except BaseException:
             self._release(cid)
@@ -147,6 +154,7 @@ class CompletionsService:
         body: ChatCompletionCreate,
         prompt: list[int],
         key: str | None,
+        owner: str | None,
         calls: CallSplitter | None = None,
         constraint: dict[str, Any] | None = None,
         think: ThinkSplitter | None = None,
@@ -165,13 +173,13 @@ class CompletionsService:
             splitter=calls,
             thinker=think,
         )
-        limit = body.limit or max(1, self.engine.context_length - len(prompt))
+        limit = self.defaults.output_cap(body.limit, self.engine.context_length - len(prompt))
         sampling = dataclasses.replace(
             self._sampling(body, limit, logprobs), thinking_budget=budget
         )
-        await self._start(cid, "chat", body, recorder, prompt, sampling, key, constraint)
+        await self._start(cid, "chat", body, recorder, prompt, sampling, key, owner, constraint)
 
-    async def create_text(self, body: CompletionCreate) -> str:
+    async def create_text(self, body: CompletionCreate, owner: str | None = None) -> str:
         self.runs.check_capacity()
         prompt = self._check_length(self.engine.encode(body.prompt))  # type: ignore[arg-type]
         cid = new_id("cmpl").replace("cmpl_", "cmpl-")
@@ -185,7 +193,7 @@ class CompletionsService:
             prefix=body.prompt if body.echo else "",  # type: ignore[arg-type]
         )
         sampling = self._sampling(body, body.max_tokens or 16, body.logprobs)
-        await self._start(cid, "text", body, recorder, prompt, sampling, None)
+        await self._start(cid, "text", body, recorder, prompt, sampling, None, owner)
         return cid
 
     def _check_length(self, prompt: list[int]) -> list[int]:
@@ -199,9 +207,10 @@ class CompletionsService:
         return prompt
 
     def _sampling(self, body: Any, limit: int, logprobs: int | None) -> Sampling:
+        defaults = self.defaults
         return Sampling(
-            temperature=1.0 if body.temperature is None else body.temperature,
-            top_p=1.0 if body.top_p is None else body.top_p,
+            temperature=defaults.temperature if body.temperature is None else body.temperature,
+            top_p=defaults.top_p if body.top_p is None else body.top_p,
             max_tokens=limit,
             logprobs=logprobs,
             **body.sampling_fields(),
@@ -216,17 +225,19 @@ class CompletionsService:
         prompt: list[int],
         sampling: Sampling,
         key: str | None,
+        owner: str | None,
         constraint: dict[str, Any] | None = None,
     ) -> None:
+        namespace = cache_namespace(owner, getattr(body, "prompt_cache_key", None))
         request = {
             "kind": kind,
             "body": body.model_dump(mode="json"),
             "key": key,
+            "owner": owner,
             "prompt_tokens": len(prompt),
             "created": recorder.base["created"],
         }
         opening = [NewEvent(t, dumps(d)) for t, d in recorder.opening()]
-        namespace = getattr(body, "prompt_cache_key", None) or ""
         job = Job(prompt, sampling, cache_namespace=namespace, constraint=constraint)
         run = Run(cid, recorder, job, cache_key=key)
         run.on_done = lambda: self._release(cid)  # failed or cancelled ones must not be followed
@@ -236,13 +247,16 @@ class CompletionsService:
             Append(cid, 0, opening),
         )
 
-    async def _mirror(self, original: str, cid: str, body: ChatCompletionCreate, key: str) -> None:
+    async def _mirror(
+        self, original: str, cid: str, body: ChatCompletionCreate, key: str, owner: str | None
+    ) -> None:
         """Completion `cid` gets the original's chunks under its own id: at once for a
         finished original (a cache hit), live for one still generating (single flight)."""
         request = {
             "kind": "chat",
             "body": body.model_dump(mode="json"),
             "key": key,
+            "owner": owner,
             "mirror_of": original,
         }
         await self.appender.append(

@@ -88,6 +88,7 @@ async def recover(service: ResponsesService) -> int:
                 request["prompt"],
                 Sampling(**request["sampling"]),
                 resume_tokens=tokens,
+                cache_namespace=request.get("cache_namespace", ""),
                 constraint=request.get("constraint"),
             )
             run = Run(response_id, recorder, job, True, True, tokens_seq=len(token_rows))

@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from omni.engine.tool_calls import plain_tools_prompt
-from omni.engine.types import Engine
+from omni.engine.types import Engine, Sampling
 from omni.errors import InvalidRequest
 from omni.projections.messages import to_chat_messages
 from omni.schemas.responses import ResponseCreate
@@ -71,9 +71,14 @@ def _with_system(messages: list[dict[str, Any]], text: str) -> list[dict[str, An
 
 
 def initial_response(
-    response_id: str, body: ResponseCreate, tools: list[dict[str, Any]], model_id: str
+    response_id: str,
+    body: ResponseCreate,
+    tools: list[dict[str, Any]],
+    model_id: str,
+    sampling: Sampling,
 ) -> dict[str, Any]:
-    """The Response as `response.created` carries it: every request field echoed."""
+    """The Response as `response.created` carries it: every request field echoed (sampling
+    settings left out: the server's defaults)."""
     return {
         "id": response_id,
         "object": "response",
@@ -96,12 +101,12 @@ def initial_response(
         "safety_identifier": body.safety_identifier,
         "service_tier": "default",
         "store": body.store,
-        "temperature": 1.0 if body.temperature is None else body.temperature,
+        "temperature": sampling.temperature,
         "text": body.text or {"format": {"type": "text"}},
         "tool_choice": body.tool_choice,
         "tools": tools,
         "top_logprobs": body.top_logprobs or 0,
-        "top_p": 1.0 if body.top_p is None else body.top_p,
+        "top_p": sampling.top_p,
         "truncation": body.truncation or "disabled",
         "usage": None,
         "user": body.user,

@@ -27,6 +27,8 @@ from omni.projections.response import fold_response
 from omni.schemas.items import normalize_input
 from omni.schemas.responses import ResponseCreate
 from omni.service import recovery
+from omni.service.defaults import Defaults
+from omni.service.ownership import cache_namespace, visible
 from omni.service.reasoning import thinker, thinking_plan
 from omni.service.requests import function_tools, initial_response, render_prompt
 from omni.service.runs import Run, Runs
@@ -56,7 +58,9 @@ class ResponsesService:
         keepalive: float = 15.0,
         max_queued: int = 256,
         sealer: Sealer | None = None,
+        defaults: Defaults | None = None,
     ):
+        self.defaults = defaults or Defaults()
         self.sealer = sealer or Sealer(os.urandom(32))
         self.store = store
         self.appender = appender
@@ -76,9 +80,9 @@ class ResponsesService:
                 param="model",
             )
 
-    async def create(self, body: ResponseCreate) -> dict[str, Any]:
-        """Accept a request: one transaction writes the request and the opening events,
-        then the generation runs on its own, recorded whoever listens. Returns the
+    async def create(self, body: ResponseCreate, owner: str | None = None) -> dict[str, Any]:
+        """Accept a request from `owner`: one transaction writes the request and the opening
+        events, then the generation runs on its own, recorded whoever listens. Returns the
         response as created."""
         self.check_model(body.model)
         self.runs.check_capacity()
@@ -89,7 +93,7 @@ class ResponsesService:
                 "Background responses must be stored: background requires store=true.",
                 param="background",
             )
-        history = await self._history(body.previous_response_id)
+        history = await self._history(body.previous_response_id, owner)
         items = normalize_input(body.input)
         for i, item in enumerate(items):  # reasoning sent back sealed must be ours, unaltered
             if item["type"] == "reasoning" and item.get("encrypted_content"):
@@ -107,15 +111,18 @@ class ResponsesService:
         thinking, budget = thinking_plan(self.engine, effort, body.thinking_budget)
         prompt = self._fit(body, history + items, callable_tools, mode, thinking)
         wants_logprobs = "message.output_text.logprobs" in (body.include or [])
+        defaults = self.defaults
         sampling = Sampling(
-            temperature=1.0 if body.temperature is None else body.temperature,
-            top_p=1.0 if body.top_p is None else body.top_p,
-            max_tokens=body.max_output_tokens or max(1, self.engine.context_length - len(prompt)),
+            temperature=defaults.temperature if body.temperature is None else body.temperature,
+            top_p=defaults.top_p if body.top_p is None else body.top_p,
+            max_tokens=defaults.output_cap(
+                body.max_output_tokens, self.engine.context_length - len(prompt)
+            ),
             logprobs=(body.top_logprobs or 0) if wants_logprobs else None,
             **{**body.sampling_fields(), "thinking_budget": budget},  # type: ignore[arg-type]
         )
         response_id = new_id("resp")
-        response = initial_response(response_id, body, tools, self.engine.model_id)
+        response = initial_response(response_id, body, tools, self.engine.model_id, sampling)
         calls = splitter(self.engine, callable_tools, mode, parallel)
         sealed = "reasoning.encrypted_content" in (body.include or [])
         recorder = ResponseRecorder(
@@ -133,12 +140,14 @@ class ResponsesService:
             "prompt_tokens": len(prompt),
             "sampling": {f.name: getattr(sampling, f.name) for f in dataclasses.fields(sampling)},
             "constraint": constraint,
+            "owner": owner,
+            "cache_namespace": cache_namespace(owner, body.prompt_cache_key),
         }
         if body.background:
             request["prompt"] = prompt  # so a restart can run or continue it exactly
         opening = [NewEvent(e["type"], dumps(e)) for e in recorder.opening()]
         job = Job(
-            prompt, sampling, cache_namespace=body.prompt_cache_key or "", constraint=constraint
+            prompt, sampling, cache_namespace=request["cache_namespace"], constraint=constraint
         )
         await self.runs.open(
             Run(response_id, recorder, job, body.store, body.background),
@@ -166,9 +175,9 @@ class ResponsesService:
                     raise
                 items = items[1:]
 
-    async def cancel(self, response_id: str) -> dict[str, Any]:
+    async def cancel(self, response_id: str, owner: str | None = None) -> dict[str, Any]:
         """Cancel a background response; a finished one is returned unchanged."""
-        request = await self._accepted(response_id)
+        request = await self._accepted(response_id, owner)
         if not request["body"].get("background"):
             raise InvalidRequest(
                 "Only responses created with background=true can be cancelled.",
@@ -181,8 +190,8 @@ class ResponsesService:
         self.runs.cancel(response_id)
         return await self.wait(response_id)
 
-    async def delete(self, response_id: str) -> dict[str, Any]:
-        await self._accepted(response_id)
+    async def delete(self, response_id: str, owner: str | None = None) -> dict[str, Any]:
+        await self._accepted(response_id, owner)
         try:
             await self._append_fact(response_id, DELETED)
         except SeqConflict:
@@ -217,15 +226,15 @@ class ResponsesService:
             raise NotFound(f"No response found with id '{response_id}'.")
         return json.loads(rows[0].data), rows[1:]
 
-    async def _accepted(self, response_id: str) -> dict[str, Any]:
-        """The accepted request of a stored, undeleted response, else 404."""
+    async def _accepted(self, response_id: str, owner: str | None) -> dict[str, Any]:
+        """The accepted request of a stored, undeleted response of `owner`'s, else 404."""
         request, _ = await self.accepted(response_id)
-        if not request["body"]["store"]:
+        if not request["body"]["store"] or not visible(request, owner):
             raise NotFound(f"No response found with id '{response_id}'.")
         return request
 
-    async def retrieve(self, response_id: str) -> dict[str, Any]:
-        await self._accepted(response_id)
+    async def retrieve(self, response_id: str, owner: str | None = None) -> dict[str, Any]:
+        await self._accepted(response_id, owner)
         return await self.snapshot(response_id)
 
     async def snapshot(self, response_id: str) -> dict[str, Any]:
@@ -255,17 +264,17 @@ class ResponsesService:
         return await self.snapshot(response_id)  # it had ended before we looked
 
     async def input_items(
-        self, response_id: str, after: str | None, limit: int, order: str
+        self, response_id: str, after: str | None, limit: int, order: str, owner: str | None = None
     ) -> dict[str, Any]:
-        request = await self._accepted(response_id)
+        request = await self._accepted(response_id, owner)
         return page_items(request["input"], after, limit, order)  # type: ignore[arg-type]
 
-    async def _history(self, previous_id: str | None) -> list[dict[str, Any]]:
+    async def _history(self, previous_id: str | None, owner: str | None) -> list[dict[str, Any]]:
         """The chain's input and output items, oldest first (instructions are not carried)."""
         if previous_id is None:
             return []
         try:
-            request = await self._accepted(previous_id)
+            request = await self._accepted(previous_id, owner)
         except NotFound:
             raise InvalidRequest(
                 f"Previous response with id '{previous_id}' not found.",
@@ -278,5 +287,5 @@ class ResponsesService:
                 f"Previous response '{previous_id}' is still {previous.get('status')}.",
                 param="previous_response_id",
             )
-        earlier = await self._history(request["body"].get("previous_response_id"))
+        earlier = await self._history(request["body"].get("previous_response_id"), owner)
         return earlier + request["input"] + previous["output"]

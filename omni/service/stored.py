@@ -13,6 +13,7 @@ from omni.errors import InvalidRequest, NotFound
 from omni.events import Append, Appender, EventStore, NewEvent
 from omni.projections.completions import fold_chat
 from omni.projections.input_items import page_items
+from omni.service.ownership import visible
 from omni.service.streams import (
     ACCEPTED,
     COMPLETION_DELETED,
@@ -27,14 +28,18 @@ class StoredCompletions:
         self.store = store
         self.appender = appender
 
-    async def _facts(self, cid: str) -> tuple[dict[str, Any], dict[str, str], int]:
-        """The accepted request, current metadata and next request-stream seq, else 404."""
+    async def _facts(
+        self, cid: str, owner: str | None
+    ) -> tuple[dict[str, Any], dict[str, str], int]:
+        """The accepted request, current metadata and next request-stream seq of `owner`'s
+        stored completion, else 404."""
         rows = await self.store.read(request_stream(cid))
         request = json.loads(rows[0].data) if rows and rows[0].type == ACCEPTED else None
         if (
             request is None
             or request.get("kind") != "chat"
             or not request["body"].get("store")
+            or not visible(request, owner)
             or any(r.type == COMPLETION_DELETED for r in rows)
         ):
             raise NotFound(f"No stored chat completion found with id '{cid}'.")
@@ -44,8 +49,8 @@ class StoredCompletions:
                 metadata = json.loads(row.data)["metadata"]
         return request, metadata, len(rows)
 
-    async def retrieve(self, cid: str) -> dict[str, Any]:
-        _, metadata, _ = await self._facts(cid)
+    async def retrieve(self, cid: str, owner: str | None = None) -> dict[str, Any]:
+        _, metadata, _ = await self._facts(cid, owner)
         return await self._view(cid, metadata)
 
     async def _view(self, cid: str, metadata: dict[str, str]) -> dict[str, Any]:
@@ -59,6 +64,7 @@ class StoredCompletions:
         after: str | None,
         limit: int,
         order: str,
+        owner: str | None = None,
     ) -> dict[str, Any]:
         accepted = [
             e for e in await self.store.by_type(ACCEPTED) if e.stream_id.startswith("chatcmpl-")
@@ -69,9 +75,10 @@ class StoredCompletions:
             current[e.stream_id] = json.loads(e.data)["metadata"]
         rows = []
         for e in accepted:
-            body = json.loads(e.data)["body"]
+            request = json.loads(e.data)
+            body = request["body"]
             meta = current.get(e.stream_id, body.get("metadata") or {})
-            if not body.get("store") or e.stream_id in gone:
+            if not body.get("store") or e.stream_id in gone or not visible(request, owner):
                 continue
             if model is not None and body.get("model") != model:
                 continue
@@ -82,8 +89,10 @@ class StoredCompletions:
         page["data"] = [await self._view(r["id"], r["metadata"]) for r in page["data"]]
         return page
 
-    async def messages(self, cid: str, after: str | None, limit: int, order: str) -> dict[str, Any]:
-        request, _, _ = await self._facts(cid)
+    async def messages(
+        self, cid: str, after: str | None, limit: int, order: str, owner: str | None = None
+    ) -> dict[str, Any]:
+        request, _, _ = await self._facts(cid, owner)
         items = []
         for i, message in enumerate(request["body"]["messages"]):
             content = message.get("content")
@@ -95,7 +104,7 @@ class StoredCompletions:
             )
         return page_items(items, after, limit, order)  # type: ignore[arg-type]
 
-    async def update(self, cid: str, body: Any) -> dict[str, Any]:
+    async def update(self, cid: str, body: Any, owner: str | None = None) -> dict[str, Any]:
         if not isinstance(body, dict) or not isinstance(body.get("metadata"), dict | None):
             raise InvalidRequest('The body must be {"metadata": {...}}.', param="metadata")
         metadata = body.get("metadata") or {}
@@ -106,13 +115,13 @@ class StoredCompletions:
                 "metadata: at most 16 string values, keys ≤ 64 and values ≤ 512 characters.",
                 param="metadata",
             )
-        _, _, seq = await self._facts(cid)
+        _, _, seq = await self._facts(cid, owner)
         event = NewEvent(METADATA_UPDATED, dumps({"metadata": metadata}))
         await self.appender.append(Append(request_stream(cid), seq, [event]))
         return await self._view(cid, metadata)
 
-    async def delete(self, cid: str) -> dict[str, Any]:
-        _, _, seq = await self._facts(cid)
+    async def delete(self, cid: str, owner: str | None = None) -> dict[str, Any]:
+        _, _, seq = await self._facts(cid, owner)
         await self.appender.append(
             Append(request_stream(cid), seq, [NewEvent(COMPLETION_DELETED, "{}")])
         )

@@ -265,7 +265,7 @@ def http_chunks(base_url: str, body: dict[str, Any]) -> list[bytes]:
     payload = json.dumps({"model": MODEL, **body, "stream": True}).encode()
     with socket.create_connection((url.hostname, url.port), timeout=30) as sock:
         sock.sendall(
-            b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nConnection: close\r\n"
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
             b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(payload) + payload
         )
         raw = b""

@@ -1,0 +1,155 @@
+"""Who may reach the API: the Host a request names, the web origin it comes from, its API
+key, its body's size and type. One check before every request; CORS headers after.
+
+Browsers are the reason for most of it: a page on another site can make a visitor's browser
+send a form (a `text/plain` or form body, no preflight) or, through DNS rebinding, reach a
+loopback server under the attacker's own host name. So a JSON API takes only JSON bodies, and
+a request naming a host that is not this server's is refused.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from dataclasses import dataclass, field
+
+from quart import Quart, Response, g, request
+
+from omni.api.keys import KeyRing
+from omni.errors import Forbidden, PayloadTooLarge, UnsupportedMediaType
+
+OPEN_PATHS = frozenset({"/health", "/v1/health"})
+ALLOW_HEADERS = ("authorization", "content-type", "last-event-id")
+# The OpenAI SDK for JavaScript sends these too; a browser page using it needs them allowed.
+ALLOW_HEADER_PREFIXES = ("x-stainless-", "openai-")
+EXPOSE_HEADERS = "x-request-id, x-omni-cache"
+ALLOW_METHODS = "GET, POST, DELETE, OPTIONS"
+
+
+@dataclass(frozen=True)
+class Access:
+    keys: KeyRing = field(default_factory=KeyRing)
+    allowed_origins: tuple[str, ...] = ()  # "*": any
+    allowed_hosts: tuple[str, ...] = ()  # beyond this machine's names and any IP address
+    max_body_bytes: int = 16 * 1024 * 1024
+    host: str = "127.0.0.1"  # the address the server listens on
+
+    def own_names(self) -> frozenset[str]:
+        names = {self.host, "localhost", socket.gethostname(), socket.getfqdn()}
+        return frozenset(n.lower() for n in names if n)
+
+
+def host_name(header: str) -> str:
+    """The name in a Host header, without its port ("[::1]:80" -> "::1")."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header[1:].partition("]")[0]
+    return header.rpartition(":")[0] if header.count(":") == 1 else header
+
+
+def host_allowed(name: str, own: frozenset[str], allowed: tuple[str, ...]) -> bool:
+    """An IP address cannot be rebound to another site, so any is fine; a name must be one
+    of this machine's, under .localhost, or allowed (`*`, `name`, `*.domain`)."""
+    try:
+        ipaddress.ip_address(name)
+        return True
+    except ValueError:
+        pass
+    if name in own or name.endswith(".localhost") or "*" in allowed:
+        return True
+    return any(
+        name == a.lower() or (a.startswith("*.") and name.endswith(a[1:].lower())) for a in allowed
+    )
+
+
+def origin_allowed(origin: str, allowed: tuple[str, ...]) -> bool:
+    return "*" in allowed or origin.rstrip("/").lower() in {a.rstrip("/").lower() for a in allowed}
+
+
+def install(app: Quart, access: Access) -> None:
+    own = access.own_names()
+    app.config["MAX_CONTENT_LENGTH"] = access.max_body_bytes  # a chunked body is cut there too
+
+    @app.before_request
+    async def gate() -> Response | None:
+        name = host_name(request.headers.get("host", ""))
+        if name and not host_allowed(name, own, access.allowed_hosts):
+            raise Forbidden(
+                f"Host '{name}' is not this server's; start it with --allowed-hosts {name} "
+                "to answer under that name.",
+                code="host_not_allowed",
+            )
+        origin = request.headers.get("origin")
+        if (
+            origin is not None
+            and not _same_origin(origin)
+            and not origin_allowed(origin, access.allowed_origins)
+        ):
+            raise Forbidden(
+                f"Requests from the web origin '{origin}' are not allowed (see --allowed-origins).",
+                code="origin_not_allowed",
+            )
+        if request.method == "OPTIONS" and "access-control-request-method" in request.headers:
+            return _preflight()
+        g.owner = None
+        if request.path in OPEN_PATHS:
+            return None
+        g.owner = access.keys.owner(request.headers.get("authorization"))
+        if request.content_length is not None and request.content_length > access.max_body_bytes:
+            raise PayloadTooLarge(
+                f"The request body is {request.content_length} bytes; this server takes "
+                f"at most {access.max_body_bytes} (see --max-body-mb)."
+            )
+        if request.method in ("POST", "PUT", "PATCH") and _has_body():
+            if request.mimetype != "application/json":
+                raise UnsupportedMediaType(
+                    "The request body must be JSON, sent with 'Content-Type: application/json'"
+                    f" (got {request.mimetype or 'no content type'!r})."
+                )
+        return None
+
+    @app.after_request
+    async def cors(response: Response) -> Response:
+        origin = request.headers.get("origin")
+        if origin is not None and origin_allowed(origin, access.allowed_origins):
+            response.headers["access-control-allow-origin"] = origin
+            response.headers["access-control-expose-headers"] = EXPOSE_HEADERS
+            response.headers.add("vary", "Origin")
+        if response.status_code == 401:
+            response.headers["www-authenticate"] = "Bearer"
+        return response
+
+
+def _same_origin(origin: str) -> bool:
+    """A page this server served itself (its Origin names the Host the request names)."""
+    host = request.headers.get("host", "")
+    return bool(host) and origin.lower().partition("://")[2].rstrip("/") == host.lower()
+
+
+def _has_body() -> bool:
+    return (
+        bool(request.content_length)
+        or "chunked" in request.headers.get("transfer-encoding", "").lower()
+    )
+
+
+def _preflight() -> Response:
+    """A CORS preflight from an allowed origin (the gate refused the others)."""
+    asked = request.headers.get("access-control-request-headers", "")
+    headers = [
+        h.strip().lower()
+        for h in asked.split(",")
+        if h.strip().lower() in ALLOW_HEADERS or h.strip().lower().startswith(ALLOW_HEADER_PREFIXES)
+    ]
+    response = Response("", status=204)
+    response.headers["access-control-allow-methods"] = ALLOW_METHODS
+    response.headers["access-control-allow-headers"] = ", ".join(
+        dict.fromkeys([*ALLOW_HEADERS, *headers])
+    )
+    response.headers["access-control-max-age"] = "600"
+    return response
+
+
+def owner() -> str | None:
+    """Who is asking: the name of the request's API key (None: a server without keys)."""
+    return g.get("owner")

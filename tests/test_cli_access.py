@@ -1,0 +1,118 @@
+"""`omni serve`'s access and default settings as a user gives them: keys from flags, the
+environment and a key file; the refusal to expose a keyless server; a keyed server end to end
+through the OpenAI SDK; the sampling defaults and chat-template arguments."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from openai import AuthenticationError, OpenAI
+
+from omni.cli import access, is_loopback, parser
+from tests.server import free_port
+from tests.test_cli import assert_one_line_error, omni
+
+
+def args_of(*argv: str) -> object:
+    return parser().parse_args(["serve", *argv])
+
+
+def test_keys_from_flags_environment_and_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    keys = tmp_path / "keys"
+    keys.write_text("# team keys\nci:sk-ci-1\n\nsk-bare-2\n")
+    monkeypatch.setenv("OMNI_API_KEY", "sk-env-1, sk-env-2")
+    gate = access(args_of("--api-key", "sk-flag", "--api-key-file", str(keys)))  # type: ignore[arg-type]
+    for secret in ("sk-env-1", "sk-env-2", "sk-flag", "sk-ci-1", "sk-bare-2"):
+        assert gate.keys.owner(f"Bearer {secret}")
+    assert gate.keys.owner("Bearer sk-ci-1") == "ci"
+    assert gate.keys.owner("Bearer sk-bare-2").startswith("key-")
+    assert len(gate.keys.keys) == 5
+
+
+def test_empty_key_in_a_file_is_one_line(tmp_path: Path) -> None:
+    keys = tmp_path / "keys"
+    keys.write_text("ci:\n")
+    result = omni("serve", "--api-key-file", str(keys), "--db", str(tmp_path / "x.db"))
+    assert_one_line_error(result, "line 1: the key is empty")
+    assert not (tmp_path / "x.db").exists()
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "10.0.0.1"])
+def test_no_key_on_a_public_address_refuses_to_start(tmp_path: Path, host: str) -> None:
+    db = tmp_path / "omni.db"
+    result = omni("serve", "--host", host, "--db", str(db))
+    assert_one_line_error(result, "--allow-no-auth")
+    assert not db.exists()
+
+
+def test_allow_no_auth_or_a_key_lets_it_start() -> None:
+    assert access(args_of("--host", "0.0.0.0", "--allow-no-auth")).keys.keys == ()  # type: ignore[arg-type]
+    assert access(args_of("--host", "0.0.0.0", "--api-key", "sk-1")).keys  # type: ignore[arg-type]
+
+
+def test_loopback_addresses() -> None:
+    assert all(is_loopback(h) for h in ("127.0.0.1", "127.1.2.3", "::1", "localhost"))
+    assert not any(is_loopback(h) for h in ("0.0.0.0", "::", "192.168.1.2"))
+
+
+def test_bad_chat_template_args_are_a_usage_error(tmp_path: Path) -> None:
+    for bad in ("{nope", "[1]", '{"tools": []}'):
+        result = omni("serve", "--chat-template-args", bad, "--db", str(tmp_path / "x.db"))
+        assert result.returncode == 2 and "Traceback" not in result.stderr
+        assert "--chat-template-args" in result.stderr
+    assert not (tmp_path / "x.db").exists()
+
+
+def test_a_keyed_server_end_to_end(tmp_path: Path, tiny_model_dir: Path) -> None:
+    port = free_port()
+    keys = tmp_path / "keys"
+    keys.write_text("alice:sk-alice-secret\n")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "omni",
+            "serve",
+            "--model",
+            str(tiny_model_dir),
+            "--db",
+            str(tmp_path / "omni.db"),
+            "--port",
+            str(port),
+            "--api-key-file",
+            str(keys),
+            "--max-tokens",
+            "3",
+            "--log-level",
+            "warning",
+        ],
+        text=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                assert httpx.get(f"{base}/health", timeout=1).status_code == 200
+                break
+            except httpx.HTTPError:
+                assert proc.poll() is None and time.monotonic() < deadline
+                time.sleep(0.1)
+        with OpenAI(base_url=f"{base}/v1", api_key="sk-nope", max_retries=0) as nope:
+            with pytest.raises(AuthenticationError):
+                nope.models.list()
+        with OpenAI(base_url=f"{base}/v1", api_key="sk-alice-secret", max_retries=0) as ok:
+            r = ok.responses.create(input="hi")  # no cap asked: the server's --max-tokens
+            assert r.usage is not None and r.usage.output_tokens == 3
+            assert r.status == "incomplete"
+        assert b"sk-alice-secret" not in (tmp_path / "omni.db").read_bytes()
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=60) == 0
