@@ -57,7 +57,7 @@ def burst(port: int, model: str, n: int, index: int) -> tuple[list[float], list[
     for i, sock in enumerate(socks):
         body = json.dumps(chat_body(model, text(index, i), 1)).encode()
         head = (
-            "POST /v1/chat/completions HTTP/1.1\r\nHost: bench\r\n"
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
             f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
         )
         sock.sendall(head.encode() + body)
