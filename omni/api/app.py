@@ -18,6 +18,7 @@ from omni.events import Appender, EventStore, Notifier
 from omni.ids import new_id
 from omni.service import ResponsesService
 from omni.service.completions import CompletionsService
+from omni.service.retention import HOURLY, Retention
 from omni.service.sealing import Sealer
 from omni.service.stored import StoredCompletions
 
@@ -35,6 +36,8 @@ class Settings:
     cache_max_age_s: float = 86400.0
     max_queued: int = 256
     home: str | None = None  # OMNI_HOME: where the reasoning key lives (None: a key per process)
+    retention_s: float | None = None  # purge what ended longer ago than this (None: keep all)
+    retention_every_s: float = HOURLY
 
 
 @dataclass
@@ -47,6 +50,7 @@ class State:
     completions: CompletionsService
     stored: StoredCompletions
     started_at: int
+    retention: Retention | None = None
 
 
 def create_app(settings: Settings, engine: Engine) -> Quart:
@@ -110,11 +114,17 @@ def create_app(settings: Settings, engine: Engine) -> Quart:
             StoredCompletions(store, appender),
             int(time.time()),
         )
+        if settings.retention_s is not None:  # after recovery: it ends what a crash left open
+            retention = Retention(store, settings.retention_s, settings.retention_every_s)
+            app.config["OMNI"].retention = retention
+            retention.start()
 
     @app.after_serving
     async def close_resources() -> None:
         state: State = app.config["OMNI"]
         try:
+            if state.retention is not None:
+                await state.retention.close()
             await state.completions.close()
             await state.responses.close()
             await state.appender.stop()
