@@ -166,12 +166,16 @@ def finished(
     One still running is never among them, deleted or not: its recorder still appends."""
     ends = sorted(vocabulary.ends)
     dels = sorted(vocabulary.deleted)
+    paths = [(t, p) for t, p in sorted(vocabulary.ends.items()) if p.startswith("$.")]
+    # The status out of the data only where it lives there (a completed response's data
+    # holds the whole response: not parsed for nothing).
+    said = "".join(" WHEN ? THEN json_extract(data, ?)" for _ in paths)
+    said = f"max(CASE type{said} END)" if paths else "NULL"
     rows = conn.execute(
         f"""WITH ended AS (
-                SELECT stream_id AS id, max(created_at) AS at, max(type) AS type,
-                       max(json_extract(data, '$.response.status')) AS said
+                SELECT stream_id AS id, max(created_at) AS at, max(type) AS type, {said} AS said
                 FROM events WHERE type IN ({",".join("?" * len(ends))})
-                  AND instr(stream_id, '/') = 0 GROUP BY stream_id),
+                  AND instr(stream_id, '/') = 0 AND created_at < ? GROUP BY stream_id),
             deleted AS (
                 SELECT substr(stream_id, 1, length(stream_id) - 8) AS id, max(created_at) AS at
                 FROM events WHERE type IN ({",".join("?" * len(dels))})
@@ -179,7 +183,7 @@ def finished(
             SELECT e.id, e.type, e.said, d.at IS NOT NULL, max(e.at, coalesce(d.at, 0)) AS done
             FROM ended e LEFT JOIN deleted d ON d.id = e.id
             WHERE done < ? ORDER BY done, e.id""",
-        [*ends, *dels, before_ms],
+        [*(v for pair in paths for v in pair), *ends, before_ms, *dels, before_ms],
     ).fetchall()
     wanted = None if statuses is None else set(statuses)
     found = []
