@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import sqlite3
 import time
 from collections.abc import Callable
 from contextlib import closing
 from datetime import datetime
 from typing import Any
 
+from omni.errors import StoreError
 from omni.events import maintenance
 from omni.service.retention import STATUSES, VOCABULARY
 
@@ -50,6 +52,14 @@ def add_parsers(dbsub: Any, default_db: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run `omni db <check|backup|purge>`; the exit status."""
+    try:
+        return _run(args)
+    except sqlite3.Error as exc:  # not an Omni log, or one of an older schema
+        hint = "is it an Omni log? `omni db upgrade` migrates one"
+        raise StoreError(f"{args.db}: {exc} ({hint})") from None
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.db_command == "check":
         return _check(args.db)
     if args.db_command == "backup":

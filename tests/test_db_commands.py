@@ -74,3 +74,13 @@ def test_a_missing_database_is_not_created(tmp_path: Path) -> None:
         result = omni("db", *args, "--db", str(tmp_path / "none.db"))
         assert result.returncode == 1 and "no database at" in result.stderr, result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_a_file_that_is_no_omni_log_is_one_line(tmp_path: Path) -> None:
+    other = tmp_path / "other.db"
+    with closing(sqlite3.connect(other)) as conn:
+        conn.execute("CREATE TABLE x (a)")
+    for args in (["check"], ["purge", "--older-than", "1d"]):
+        result = omni("db", *args, "--db", str(other))
+        assert result.returncode == 1 and "Traceback" not in result.stderr
+        assert "no such table: events" in result.stderr, result.stderr
