@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from omni import __version__, db
+from omni import __version__, db, db_commands
 from omni.api.keys import KeyRing, api_key, read_key_file
 from omni.errors import OmniError
 from omni.heap import set_aside
@@ -68,6 +68,15 @@ def _number(kind: type, low: float, high: float, env: str) -> Callable[[str], An
         return value
 
     return parse
+
+
+def _duration(text: str) -> float:
+    from omni.events.maintenance import parse_duration
+
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{exc} (the flag or OMNI_RETENTION)") from None
 
 
 def omni_home() -> Path:
@@ -151,6 +160,14 @@ def parser() -> argparse.ArgumentParser:
     _add_number(
         serve, "--prompt-cache-gb", float, 0, BIG, "4", "memory bound of the prefix (KV) cache"
     )
+    serve.add_argument(
+        "--retention",
+        type=_duration,
+        default=_env("RETENTION", None),
+        metavar="DURATION",
+        help="purge responses and completions that ended longer ago (30d, 12h): at start-up,"
+        " then hourly (default: keep everything)",
+    )
 
     _add_access(serve)
     _add_defaults(serve)
@@ -159,6 +176,7 @@ def parser() -> argparse.ArgumentParser:
     dbsub = dbp.add_subparsers(dest="db_command", required=True)
     up = dbsub.add_parser("upgrade", help="apply the schema migrations")
     up.add_argument("--db", default=_env("DB", "omni.db"))
+    db_commands.add_parsers(dbsub, _env("DB", "omni.db") or "omni.db")
     return p
 
 
@@ -344,6 +362,7 @@ def serve(args: argparse.Namespace) -> None:
         home=str(omni_home()),
         access=gate,
         defaults=Defaults(args.temp, args.top_p, args.max_tokens),
+        retention_s=args.retention,
     )
     app = create_app(settings, engine)
     # Runs after the app's own start-up hooks (Quart runs them in order), recovery included.
@@ -386,6 +405,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "serve":
             serve(args)
+        elif args.command == "db" and args.db_command != "upgrade":
+            return db_commands.run(args)
         elif args.command == "db":
             db.upgrade(args.db)
             print(f"omni: database {args.db} is at the newest schema")

@@ -20,6 +20,7 @@ from omni.ids import new_id
 from omni.service import ResponsesService
 from omni.service.completions import CompletionsService
 from omni.service.defaults import Defaults
+from omni.service.retention import HOURLY, Retention
 from omni.service.sealing import Sealer
 from omni.service.stored import StoredCompletions
 
@@ -39,6 +40,8 @@ class Settings:
     home: str | None = None  # OMNI_HOME: where the reasoning key lives (None: a key per process)
     access: Access = field(default_factory=Access)  # keys, hosts, origins, body size
     defaults: Defaults = field(default_factory=Defaults)  # sampling a request leaves out
+    retention_s: float | None = None  # purge what ended longer ago than this (None: keep all)
+    retention_every_s: float = HOURLY
 
 
 @dataclass
@@ -51,6 +54,7 @@ class State:
     completions: CompletionsService
     stored: StoredCompletions
     started_at: int
+    retention: Retention | None = None
 
 
 def create_app(settings: Settings, engine: Engine) -> Quart:
@@ -122,11 +126,17 @@ def create_app(settings: Settings, engine: Engine) -> Quart:
             StoredCompletions(store, appender),
             int(time.time()),
         )
+        if settings.retention_s is not None:  # after recovery: it ends what a crash left open
+            retention = Retention(store, settings.retention_s, settings.retention_every_s)
+            app.config["OMNI"].retention = retention
+            retention.start()
 
     @app.after_serving
     async def close_resources() -> None:
         state: State = app.config["OMNI"]
         try:
+            if state.retention is not None:
+                await state.retention.close()
             await state.completions.close()
             await state.responses.close()
             await state.appender.stop()

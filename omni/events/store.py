@@ -34,6 +34,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import AsyncAdaptedQueuePool, QueuePool
 
 from omni.errors import SeqConflict, StoreError
+from omni.events import maintenance
 from omni.events.recent import RecentRows
 from omni.events.schema import chat_cache, events
 
@@ -581,6 +582,20 @@ class EventStore:
             return await self._write(delete, then=lambda _: self._recent.forget(doomed))
         except SQLAlchemyError as exc:
             raise StoreError(f"purge failed: {_reason(exc)}") from exc
+
+    async def purge_objects(self, ids: Sequence[str]) -> int:
+        """Remove finished objects whole (their streams and replay-cache rows) on purpose, in
+        one transaction: retention. Returns the events removed."""
+        doomed = maintenance.streams_of(ids)
+        self._recent.forget(doomed)
+
+        def delete(conn: Connection) -> int:
+            return maintenance.delete(conn.connection.driver_connection, ids)  # type: ignore[arg-type]
+
+        try:
+            return await self._write(delete, then=lambda _: self._recent.forget(doomed))
+        except (SQLAlchemyError, sqlite3.Error) as exc:
+            raise StoreError(f"purge failed: {exc}") from exc
 
     async def _fetch(self, query: Any) -> list[Any]:
         reader = self._open(self._reader)
