@@ -68,3 +68,7 @@ class Overloaded(OmniError):
     type = "rate_limit_error"
     code: str | None = "rate_limit_exceeded"
     retry_after = 1
+
+
+class DatabaseInUse(StoreError):
+    """Another live `omni serve` holds the database's lock (omni/lock.py)."""
