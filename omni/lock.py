@@ -43,9 +43,14 @@ class DatabaseLock:
             # A holder that stopped removed the file between our open and our lock: the lock
             # is on a file nobody else will open. Take the one at the path now.
             os.close(fd)
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        return cls(path, fd)
+        lock = cls(path, fd)
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+        except OSError as exc:
+            lock.release()
+            raise StoreError(f"cannot lock database {db_path}: {exc.strerror}") from None
+        return lock
 
     def release(self) -> None:
         """Remove the file, then unlock: one who opened it meanwhile sees it gone and retries."""

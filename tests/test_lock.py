@@ -36,3 +36,28 @@ def test_locks_on_other_databases_are_independent(tmp_path: Path) -> None:
     b = DatabaseLock.acquire(str(tmp_path / "b.db"))
     a.release()
     b.release()
+
+
+def test_a_file_removed_before_it_was_locked_is_not_trusted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A holder that stops unlinks the file, then unlocks: whoever opened it just before then
+    locks a file nobody else will open, and must take the one at the path instead."""
+    lock_path = tmp_path / "omni.db.lock"
+    lock_path.write_text("")
+    orphan = os.open(lock_path, os.O_RDWR)
+    lock_path.unlink()
+    real_open, opened = os.open, []
+
+    def open_orphan_first(path: object, flags: int, mode: int = 0o777) -> int:
+        opened.append(path)
+        return orphan if len(opened) == 1 else real_open(path, flags, mode)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "open", open_orphan_first)
+    lock = DatabaseLock.acquire(str(tmp_path / "omni.db"))
+    monkeypatch.undo()
+    assert len(opened) == 2
+    assert lock_path.read_text() == f"{os.getpid()}\n"
+    with pytest.raises(DatabaseInUse):
+        DatabaseLock.acquire(str(tmp_path / "omni.db"))
+    lock.release()
