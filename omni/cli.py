@@ -79,25 +79,61 @@ def _duration(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{exc} (the flag or OMNI_RETENTION)") from None
 
 
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+
+
+def _log_level(text: str) -> str:
+    """An argparse type: a log level in any case, else a one-line usage error."""
+    level = text.strip().lower()
+    if level not in LOG_LEVELS:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} (the flag or OMNI_LOG_LEVEL): expected one of {', '.join(LOG_LEVELS)}"
+        )
+    return level
+
+
+class _Help(argparse.ArgumentDefaultsHelpFormatter):
+    """Each flag's help ends with its default, where it has one (not for on/off switches)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None or isinstance(action.default, bool):
+            return action.help
+        return super()._get_help_string(action)
+
+
+class _Parser(argparse.ArgumentParser):
+    """A parser whose subcommands (add_subparsers makes them of this class) show defaults."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _Help)
+        super().__init__(*args, **kwargs)
+
+
 def omni_home() -> Path:
     return Path(_env("HOME", None) or Path.home() / ".cache" / "omni").expanduser()
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="omni", description=__doc__)
+    p = _Parser(prog="omni", description=__doc__)
     p.add_argument("--version", action="version", version=f"omni {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="serve the OpenAI-compatible API")
-    serve.add_argument("--host", default=_env("HOST", "127.0.0.1"))
-    _add_number(serve, "--port", int, 1, 65535, "10240")
+    serve.add_argument("--host", default=_env("HOST", "127.0.0.1"), help="address to listen on")
+    _add_number(serve, "--port", int, 1, 65535, "10240", "port to listen on")
     serve.add_argument("--db", default=_env("DB", "omni.db"), help="SQLite file (the event log)")
     serve.add_argument(
         "--model",
         default=_env("MODEL", None),
         help="mlx-lm folder, Hugging Face repo id or .gguf file (default: SmolLM2-135M-Instruct)",
     )
-    serve.add_argument("--log-level", default=_env("LOG_LEVEL", "info"))
+    serve.add_argument(
+        "--log-level",
+        type=_log_level,
+        default=_env("LOG_LEVEL", "info"),
+        metavar="{" + ",".join(LOG_LEVELS) + "}",
+        help="least severe log messages shown",
+    )
     serve.add_argument(
         "--synchronous",
         choices=["NORMAL", "FULL"],
@@ -175,7 +211,7 @@ def parser() -> argparse.ArgumentParser:
     dbp = sub.add_parser("db", help="database maintenance")
     dbsub = dbp.add_subparsers(dest="db_command", required=True)
     up = dbsub.add_parser("upgrade", help="apply the schema migrations")
-    up.add_argument("--db", default=_env("DB", "omni.db"))
+    up.add_argument("--db", default=_env("DB", "omni.db"), help="SQLite file (the event log)")
     db_commands.add_parsers(dbsub, _env("DB", "omni.db") or "omni.db")
     return p
 
@@ -321,9 +357,33 @@ def check_port(host: str, port: int) -> None:
 
 
 def serve(args: argparse.Namespace) -> None:
+    """Serve under the database's lock, taken before anything reads or recovers the log and
+    held until all is committed; a failed start removes the database it created, if empty."""
+    from omni.lock import DatabaseLock
+
+    lock = DatabaseLock.acquire(args.db)
+    created = not os.path.exists(args.db)
+    try:
+        _serve(args)
+    except BaseException:
+        if created:
+            db.discard_unused(args.db)
+        raise
+    finally:
+        lock.release()
+    # Everything is committed and closed. Skip interpreter finalization: tearing down MLX's
+    # global state while its worker threads live can abort the process ("terminate called").
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def _serve(args: argparse.Namespace) -> None:
     from omni.engine.device import keep_server_off_the_accelerator
+    from omni.engine.quiet import no_torch_advice
 
     keep_server_off_the_accelerator()  # first: before anything imports mlx-lm
+    no_torch_advice()
 
     from hypercorn.asyncio import serve as hypercorn_serve
     from hypercorn.config import Config
@@ -334,8 +394,8 @@ def serve(args: argparse.Namespace) -> None:
     from omni.service.defaults import Defaults
 
     gate = access(args)
-    db.upgrade(args.db)
     check_port(args.host, args.port)
+    db.upgrade(args.db)
 
     def progress(message: str) -> None:
         print(f"omni: {message}", file=sys.stderr, flush=True)
@@ -387,11 +447,6 @@ def serve(args: argparse.Namespace) -> None:
         asyncio.run(run())
     finally:
         engine.close()
-    # Everything is committed and closed. Skip interpreter finalization: tearing down MLX's
-    # global state while its worker threads live can abort the process ("terminate called").
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
 
 
 async def _set_aside_heap() -> None:

@@ -12,13 +12,17 @@ from alembic.config import Config
 
 from omni.errors import StoreError
 
-ROOT = Path(__file__).resolve().parent.parent
+# Inside the package, so that an install from a wheel or an sdist carries them; alembic.ini
+# at the repository's root points here too, for developers' `alembic` commands.
+MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 
 
 def alembic_config(db_path: str) -> Config:
-    cfg = Config(str(ROOT / "alembic.ini"))
-    cfg.set_main_option("script_location", str(ROOT / "migrations"))
-    cfg.set_main_option("sqlalchemy.url", f"sqlite:///{db_path}")
+    """The settings alembic.ini holds, built here: an installed Omni has no alembic.ini."""
+    cfg = Config()
+    # ConfigParser interpolates '%': a path may hold one.
+    cfg.set_main_option("script_location", str(MIGRATIONS).replace("%", "%%"))
+    cfg.set_main_option("sqlalchemy.url", f"sqlite:///{db_path}".replace("%", "%%"))
     return cfg
 
 
@@ -39,3 +43,20 @@ def upgrade(db_path: str) -> None:
         raise StoreError(f"cannot write database {db_path}: {exc}") from exc
     logging.getLogger("alembic").setLevel(logging.WARNING)
     command.upgrade(alembic_config(db_path), "head")
+
+
+def discard_unused(db_path: str) -> None:
+    """Remove the database at db_path, with its -wal and -shm files, if it holds no event.
+    For a start that created it and then failed: it leaves no empty database behind. Never
+    called on a database that existed before that start."""
+    if not Path(db_path).is_file():
+        return
+    try:
+        with closing(sqlite3.connect(db_path)) as conn:
+            tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+            if "events" in tables and conn.execute("SELECT 1 FROM events LIMIT 1").fetchone():
+                return
+    except sqlite3.Error:
+        return  # not a database this start made: leave it
+    for suffix in ("", "-wal", "-shm"):
+        Path(db_path + suffix).unlink(missing_ok=True)

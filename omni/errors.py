@@ -96,3 +96,7 @@ class UnsupportedMediaType(OmniError):
     status = 415
     type = "invalid_request_error"
     code: str | None = "unsupported_media_type"
+
+
+class DatabaseInUse(StoreError):
+    """Another live `omni serve` holds the database's lock (omni/lock.py)."""

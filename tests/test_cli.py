@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import signal
 import socket
@@ -99,6 +100,7 @@ def test_missing_model_is_one_line(tmp_path: Path) -> None:
         str(free_port()),
     )
     assert_one_line_error(result, "model not found")
+    assert list(tmp_path.iterdir()) == []  # the database it made first is gone again
 
 
 def test_unwritable_database_is_one_line(tmp_path: Path) -> None:
@@ -125,6 +127,15 @@ def test_port_taken_is_one_line(tmp_path: Path, tiny_model_dir: Path) -> None:
             str(port),
         )
     assert_one_line_error(result, "already in use")
+    assert list(tmp_path.iterdir()) == []  # no database, no lock file
+
+
+def test_a_failed_start_keeps_an_existing_database(tmp_path: Path) -> None:
+    db = tmp_path / "o.db"
+    assert omni("db", "upgrade", "--db", str(db)).returncode == 0
+    result = omni("serve", "--db", str(db), "--model", str(tmp_path / "nope"))
+    assert_one_line_error(result, "model not found")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o.db"]
 
 
 def test_env_settings_are_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -244,3 +255,67 @@ def test_the_server_process_keeps_off_the_accelerator() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
+    yield parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                yield from _subcommands(child)
+
+
+def test_every_flag_has_help_and_shows_its_default() -> None:
+    from omni.cli import parser
+
+    for command in _subcommands(parser()):
+        text = " ".join(command.format_help().split())  # unwrapped
+        for action in command._actions:
+            if not action.option_strings:
+                continue
+            assert action.help, f"{command.prog} {action.option_strings[0]} has no help"
+            if action.default not in (None, False, argparse.SUPPRESS):
+                assert f"(default: {action.default})" in text, action.option_strings[0]
+    result = omni("serve", "--help")
+    assert result.returncode == 0
+    assert "--max-queued MAX_QUEUED" in result.stdout and "(default: 10240)" in result.stdout
+
+
+def test_a_bad_log_level_is_one_usage_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    from omni.cli import parser
+
+    result = omni("serve", "--log-level", "loud")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if "error:" in line]
+    assert errors == [
+        "omni serve: error: argument --log-level: 'loud' (the flag or OMNI_LOG_LEVEL): "
+        "expected one of debug, info, warning, error, critical"
+    ]
+    assert parser().parse_args(["serve", "--log-level", "WARNING"]).log_level == "warning"
+    monkeypatch.setenv("OMNI_LOG_LEVEL", "Debug")
+    assert parser().parse_args(["serve"]).log_level == "debug"
+
+
+def test_one_server_per_database(
+    tmp_path: Path, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # mlx-lm sets this at import (the fixture imported it here): the servers must do it alone.
+    monkeypatch.delenv("TRANSFORMERS_NO_ADVISORY_WARNINGS", raising=False)
+    db, lock = tmp_path / "omni.db", tmp_path / "omni.db.lock"
+    with serving(tiny_model_dir, db, log=tmp_path / "first.log") as (base, first):
+        assert lock.read_text() == f"{first.pid}\n"
+        second = omni(
+            "serve", "--db", str(db), "--model", str(tiny_model_dir), "--port", str(free_port())
+        )
+        assert_one_line_error(second, f"in use by another omni serve (pid {first.pid})")
+        assert httpx.get(f"{base}/health", timeout=10).status_code == 200  # the first serves on
+        first.kill()  # kill -9: the file stays, the OS drops the lock
+        first.wait(timeout=60)
+    assert lock.exists()
+    with serving(tiny_model_dir, db, log=tmp_path / "again.log") as (base, again):
+        assert httpx.get(f"{base}/v1/models", timeout=10).status_code == 200
+        assert lock.read_text() == f"{again.pid}\n"
+    assert again.returncode == 0 and not lock.exists()  # a clean stop removes it
+    for log in ("first.log", "again.log"):
+        text = (tmp_path / log).read_text()
+        assert "PyTorch" not in text and "Traceback" not in text, text

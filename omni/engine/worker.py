@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from multiprocessing.connection import Connection
 from typing import Any
 
+from omni.engine.quiet import no_torch_advice
 from omni.heap import set_aside
 
 # MLX settings the engine runs with unless the environment sets them (MLX reads each at first
@@ -83,6 +84,7 @@ def use_mlx_settings() -> None:
 def main(conn: Connection, path: str, cache_entries: int, cache_bytes: int, max_batch: int) -> None:
     _die_with_parent()
     use_mlx_settings()
+    no_torch_advice()
     try:
         from mlx_lm import load
 

@@ -8,7 +8,6 @@ layer names no event types: what ends a stream and what deletes an object come i
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
 import sqlite3
@@ -18,7 +17,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from omni.errors import StoreError
+from omni.errors import DatabaseInUse, StoreError
+from omni.lock import DatabaseLock
 
 SUFFIXES = ("/request", "/tokens")  # the internal streams an object owns besides its own
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -83,20 +83,16 @@ def connect(path: str) -> sqlite3.Connection:
 
 @contextmanager
 def no_live_server(db_path: str) -> Iterator[None]:
-    """Hold `<db>.lock` (the lock a live `omni serve` holds) for the block, else StoreError:
+    """Hold the lock a live `omni serve` holds (omni/lock.py) for the block, else StoreError:
     a server keeps recent rows in memory and would go on answering what was removed."""
-    fd = os.open(f"{db_path}.lock", os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise StoreError(
-                f"a live omni serve holds {db_path}: stop it first, or let it purge with"
-                " `omni serve --retention`"
-            ) from None
+        lock = DatabaseLock.acquire(db_path)
+    except DatabaseInUse as exc:
+        raise StoreError(f"{exc.message}; or let it purge with `omni serve --retention`") from None
+    try:
         yield
     finally:
-        os.close(fd)  # releases the lock
+        lock.release()
 
 
 def check(conn: sqlite3.Connection, vocabulary: Vocabulary) -> list[Problem]:

@@ -127,3 +127,19 @@ def test_upgrade_leaves_no_connection_open(tmp_path: Path) -> None:
     upgrade(str(path))
     assert not Path(f"{path}-wal").exists()
     assert _query(path, "PRAGMA journal_mode") == [("wal",)]
+
+
+def test_discard_unused_removes_only_a_database_without_events(tmp_path: Path) -> None:
+    from omni.db import discard_unused
+
+    empty, used = tmp_path / "empty.db", tmp_path / "used.db"
+    for path in (empty, used):
+        upgrade(str(path))
+    conn = sqlite3.connect(str(used))
+    with conn:
+        conn.execute(INSERT, ("s", 0, "t", "{}", 1))
+    conn.close()
+    (tmp_path / "not-sqlite.db").write_text("someone's notes")
+    for path in (empty, used, tmp_path / "not-sqlite.db", tmp_path / "absent.db"):
+        discard_unused(str(path))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["not-sqlite.db", "used.db"]

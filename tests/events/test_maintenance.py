@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import sqlite3
@@ -18,6 +17,7 @@ from omni import cli
 from omni.errors import StoreError
 from omni.events import maintenance
 from omni.events.maintenance import parse_duration, parse_moment
+from omni.lock import DatabaseLock
 from omni.service.retention import VOCABULARY
 
 DAY = 86_400_000
@@ -204,17 +204,18 @@ def test_a_purge_waits_for_no_live_server(
     with closing(sqlite3.connect(db_path)) as c:
         response(c, "resp_a", "response.completed")
         c.commit()
-    fd = os.open(f"{db_path}.lock", os.O_RDWR | os.O_CREAT)
-    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a live omni serve holds it
+    lock = DatabaseLock.acquire(str(db_path))  # as a live omni serve holds it
     try:
         assert cli.main(["db", "purge", "--db", str(db_path), "--older-than", "30d"]) == 1
-        assert "live omni serve holds" in capsys.readouterr().err
+        err = capsys.readouterr().err
+        assert f"in use by another omni serve (pid {os.getpid()})" in err
+        assert "--retention" in err
         # A dry run only reads: allowed.
         dry = ["db", "purge", "--db", str(db_path), "--older-than", "30d", "--dry-run"]
         assert cli.main(dry) == 0
         assert "resp_a\tcompleted" in capsys.readouterr().out
     finally:
-        os.close(fd)
+        lock.release()
     assert cli.main(["db", "purge", "--db", str(db_path), "--older-than", "30d"]) == 0
     assert "removed 1 responses, 0 completions: 5 events" in capsys.readouterr().out
 

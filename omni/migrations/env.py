@@ -8,7 +8,7 @@ from sqlalchemy import create_engine
 from omni.events.schema import metadata
 
 config = context.config
-url = config.get_main_option("sqlalchemy.url")
+url = config.get_main_option("sqlalchemy.url", "sqlite:///omni.db")  # as alembic.ini
 
 
 def run_migrations_online() -> None:
