@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-KEEPALIVE_FRAME = b": keep-alive\n\n"
+# A comment line with no blank line after it: a blank line would end an event, and the OpenAI
+# SDK hands an ended event with no data but a remembered `id:` to json.loads, which fails.
+KEEPALIVE_FRAME = b": keep-alive\n"
 
 
 def frame(type_: str, data: str, seq: int) -> bytes:

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 
 MODEL = "tiny-llama"
-KEEPALIVE = b": keep-alive\n\n"
+KEEPALIVE = b": keep-alive\n"  # a comment line: it ends no event
 TERMINAL = ("response.completed", "response.incomplete", "response.failed")
 
 #: How long any single stream may take before a test calls it a hang.
@@ -52,10 +52,8 @@ def split_blocks(body: bytes) -> list[bytes]:
 def parse_frames(body: bytes) -> list[Frame]:
     """Parse strictly: every non-comment block is `event:`, `data:`, `id:` in that order."""
     frames: list[Frame] = []
-    for block in split_blocks(body):
-        if block.startswith(b":"):
-            assert block == KEEPALIVE, f"unexpected comment block {block!r}"
-            continue
+    for block in split_blocks(strip_keepalives(body)):
+        assert not block.startswith(b":"), f"unexpected comment {block!r}"
         lines = block[:-2].split(b"\n")
         assert len(lines) == 3, f"frame is not exactly event/data/id: {block[:200]!r}"
         ev, data, id_ = lines

@@ -47,9 +47,7 @@ def post(srv: ServerThread, body: dict[str, Any], **headers: str) -> tuple[str, 
 
 def payloads(raw: bytes) -> list[str]:
     assert raw.endswith(DONE), raw[-200:]
-    out = [
-        b[len(b"data: ") :].decode() for b in raw.split(b"\n\n")[:-1] if b + b"\n\n" != KEEPALIVE
-    ]
+    out = [b[len(b"data: ") :].decode() for b in raw.replace(KEEPALIVE, b"").split(b"\n\n")[:-1]]
     assert out[-1] == "[DONE]"
     return out[:-1]
 

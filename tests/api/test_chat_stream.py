@@ -28,12 +28,10 @@ def sse_payloads(raw: bytes) -> list[str]:
     assert raw.endswith(DONE), raw[-200:]
     assert b"event:" not in raw
     assert b"\r" not in raw
-    blocks = raw.split(b"\n\n")
+    blocks = raw.replace(KEEPALIVE, b"").split(b"\n\n")
     assert blocks[-1] == b""
     payloads = []
     for block in blocks[:-1]:
-        if block + b"\n\n" == KEEPALIVE:
-            continue
         assert block.startswith(b"data: "), block[:200]
         assert b"\n" not in block, block[:200]  # one line per frame
         payloads.append(block[len(b"data: ") :].decode("utf-8"))

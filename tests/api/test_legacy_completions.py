@@ -31,9 +31,7 @@ def payloads(raw: bytes) -> list[dict[str, Any]]:
     assert raw.endswith(DONE), raw[-200:]
     assert b"event:" not in raw
     out = []
-    for block in raw.split(b"\n\n")[:-1]:
-        if block + b"\n\n" == KEEPALIVE:
-            continue
+    for block in raw.replace(KEEPALIVE, b"").split(b"\n\n")[:-1]:
         assert block.startswith(b"data: "), block[:200]
         out.append(block[len(b"data: ") :].decode())
     assert out[-1] == "[DONE]"

@@ -202,6 +202,35 @@ def test_resume_queued_sends_keepalives_first(client: OpenAI, server, cleanup) -
         assert strip_keepalives(raw) == b"".join(f.raw for f in frames if f.seq > 0)
 
 
+def test_the_sdk_follows_a_stream_through_keepalives(client: OpenAI, server, cleanup) -> None:  # type: ignore[no-untyped-def]
+    """Keep-alives after frames with an `id:` (a queued or slow response followed live) must
+    not reach the SDK as an event: its decoder remembers the id and would hand an empty event
+    to json.loads."""
+    with one_at_a_time(server):
+        busy = client.responses.create(model=MODEL, background=True, **LONG_RUN).id
+        cleanup.append(busy)
+        assert wait_for(lambda: n_deltas(server, busy) >= 1, timeout=5)
+        queued = client.responses.create(
+            model=MODEL, input="waiting", background=True, max_output_tokens=5
+        ).id
+        cleanup.append(queued)
+        live = resume(server, queued)
+        seen: list[str] = []
+
+        def follow() -> None:
+            for event in client.responses.retrieve(queued, stream=True):
+                seen.append(event.type)
+
+        follower = threading.Thread(target=follow)
+        follower.start()
+        assert wait_for(lambda: bytes(live.buf).count(KEEPALIVE) >= 2, timeout=10)
+        client.responses.cancel(busy)
+        follower.join(timeout=30)
+    assert not follower.is_alive()
+    assert seen[:3] == ["response.created", "response.queued", "response.in_progress"]
+    assert seen[-1] in ("response.completed", "response.incomplete")
+
+
 def test_last_event_id_resumes_a_running_response(client: OpenAI, server, cleanup) -> None:  # type: ignore[no-untyped-def]
     rid = client.responses.create(model=MODEL, background=True, **LONG_RUN).id
     cleanup.append(rid)
