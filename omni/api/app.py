@@ -8,14 +8,16 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, cast
 
 from quart import Quart, Response
 
 from omni import db
-from omni.api import chat, errors, models, responses
+from omni.api import access, chat, errors, metrics, models, responses
 from omni.engine.types import Engine
 from omni.events import Appender, EventStore, Notifier
 from omni.ids import new_id
+from omni.metrics import Metrics
 from omni.service import ResponsesService
 from omni.service.completions import CompletionsService
 from omni.service.sealing import Sealer
@@ -47,6 +49,7 @@ class State:
     completions: CompletionsService
     stored: StoredCompletions
     started_at: int
+    metrics: Metrics
 
 
 def create_app(settings: Settings, engine: Engine) -> Quart:
@@ -58,6 +61,9 @@ def create_app(settings: Settings, engine: Engine) -> Quart:
         app.register_blueprint(responses.bp, url_prefix=prefix, name=f"responses{prefix}")
         app.register_blueprint(models.bp, url_prefix=prefix, name=f"models{prefix}")
         app.register_blueprint(chat.bp, url_prefix=prefix, name=f"chat{prefix}")
+    app.register_blueprint(metrics.bp)
+    figures = Metrics()  # this app's alone: never the process-wide default registry
+    access.install(app, figures)
 
     @app.after_request
     async def request_id(response: Response) -> Response:
@@ -66,6 +72,7 @@ def create_app(settings: Settings, engine: Engine) -> Quart:
         return response
 
     @app.get("/health")
+    @app.get("/v1/health")
     async def health() -> dict[str, str]:
         return {"status": "ok"}
 
@@ -80,7 +87,7 @@ def create_app(settings: Settings, engine: Engine) -> Quart:
         )
         await store.open()
         notifier = Notifier()
-        appender = Appender(store, notifier)
+        appender = Appender(store, notifier, metrics=figures)
         appender.start()
         service = ResponsesService(
             store,
@@ -97,6 +104,10 @@ def create_app(settings: Settings, engine: Engine) -> Quart:
         completions = CompletionsService(
             store, appender, notifier, engine, service.runs, settings.keepalive, cache
         )
+        service.runs.metrics = completions.metrics = figures
+        figures.watch(lambda: getattr(engine, "queued", 0), lambda: getattr(engine, "running", 0))
+        if hasattr(engine, "on_step"):  # MLXEngine: the decode batch of each step
+            cast(Any, engine).on_step = lambda n: figures.batch.observe(n) if n else None
         await service.recover()
         if cache and await store.cache_size() == 0:
             await completions.rebuild_cache()  # the index is a projection of the log
@@ -109,6 +120,7 @@ def create_app(settings: Settings, engine: Engine) -> Quart:
             completions,
             StoredCompletions(store, appender),
             int(time.time()),
+            figures,
         )
 
     @app.after_serving
