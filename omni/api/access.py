@@ -17,6 +17,8 @@ log = logging.getLogger("omni.access")
 
 FIELDS = "omni.access"  # the ASGI scope's key for this request's fields
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+# Probes and scrapes come every few seconds: their lines at debug, as llama.cpp's server does.
+QUIET = frozenset({"/health", "/v1/health", "/metrics"})
 GONE = 499  # nothing was sent: the client went away first (nginx's number for it)
 
 
@@ -88,7 +90,8 @@ def install(app: Quart, metrics: Metrics) -> None:
             line = {"method": scope["method"], "path": scope["path"], "status": status}
             line["ms"] = round(ms, 1)
             line.update((k, v) for k, v in fields.items() if v is not None)
-            log.info(format_line(line), extra={"access": line})
+            level = logging.DEBUG if scope["path"] in QUIET else logging.INFO
+            log.log(level, format_line(line), extra={"access": line})
 
     app.asgi_app = asgi_app  # type: ignore[method-assign]
 

@@ -99,10 +99,9 @@ def test_unmatched_paths_share_one_route(server: ServerThread) -> None:
     after = scrape(server)
     samples = [k for k in after if k[0] == "omni_http_requests_total"]
     assert not any("nope" in dict(labels)["route"] for _, labels in samples)
-    moved = value(after, "omni_http_requests_total", route="unmatched", method="GET", status="404")
-    assert moved - value(
-        before, "omni_http_requests_total", route="unmatched", method="GET", status="404"
-    ) == 3
+    labels = {"route": "unmatched", "method": "GET", "status": "404"}
+    name = "omni_http_requests_total"
+    assert value(after, name, **labels) - value(before, name, **labels) == 3
 
 
 def test_health_answers_at_both_paths(server: ServerThread) -> None:
