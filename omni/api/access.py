@@ -19,6 +19,7 @@ FIELDS = "omni.access"  # the ASGI scope's key for this request's fields
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 # Probes and scrapes come every few seconds: their lines at debug, as llama.cpp's server does.
 QUIET = frozenset({"/health", "/v1/health", "/metrics"})
+ORDER = ("id", "input_tokens", "output_tokens", "cache", "request_id")  # then any other
 GONE = 499  # nothing was sent: the client went away first (nginx's number for it)
 
 
@@ -89,7 +90,8 @@ def install(app: Quart, metrics: Metrics) -> None:
             metrics.requests.labels(fields.pop("route", "unmatched"), method, str(status)).inc()
             line = {"method": scope["method"], "path": scope["path"], "status": status}
             line["ms"] = round(ms, 1)
-            line.update((k, v) for k, v in fields.items() if v is not None)
+            known = [k for k in ORDER if k in fields] + [k for k in fields if k not in ORDER]
+            line.update((k, fields[k]) for k in known if fields[k] is not None)
             level = logging.DEBUG if scope["path"] in QUIET else logging.INFO
             log.log(level, format_line(line), extra={"access": line})
 

@@ -202,7 +202,9 @@ class Runs:
         if not isinstance(end, Finished):
             m.generations.labels(api, "failed").inc()
             return
-        m.generations.labels(api, end.reason).inc()
+        # A stop sequence ends a generation with a cancel to the engine: it stopped, all the same.
+        stopped = getattr(recorder, "wants_stop", False)
+        m.generations.labels(api, "stop" if stopped else end.reason).inc()
         generated = end.completion_tokens - len(run.job.resume_tokens)
         m.input_tokens.labels(api).inc(end.prompt_tokens)
         m.output_tokens.labels(api).inc(max(0, generated))
