@@ -62,6 +62,9 @@ class MLXEngine:
     """Runs the model in an engine process (omni.engine.worker); jobs are decoded together
     by continuous batching (omni.engine.batching)."""
 
+    # Told, from the reader thread, how many jobs got a token in each step (/metrics).
+    on_step: Callable[[int], None] | None = None
+
     def __init__(
         self,
         source: ModelSource,
@@ -83,8 +86,6 @@ class MLXEngine:
         self._generations = 0
         self._gone: str | None = None  # why the engine process is no longer there
         self._reader = threading.Thread(target=self._read, name="omni-engine-reader", daemon=True)
-        # Told, from the reader thread, how many jobs got a token in each step (/metrics).
-        self.on_step: Callable[[int], None] | None = None
 
     def start(self) -> None:
         """Start the engine process and load the model; raise ModelLoadError if it cannot."""

@@ -144,3 +144,19 @@ def test_prefix_cache_reuse_counts_the_cached_tokens(server: ServerThread, clien
     assert reused > 0
     name = "omni_prefix_cache_reused_tokens_total"
     assert value(after, name, api="responses") - value(before, name, api="responses") == reused
+
+
+def test_running_jobs_are_read_at_scrape_time(server: ServerThread) -> None:
+    body = {"model": MODEL, "input": "go on", "max_output_tokens": 100000, "stream": True}
+    with httpx.stream("POST", f"{server.base_url}/v1/responses", json=body, timeout=30) as s:
+        lines = s.iter_lines()  # held: a dropped line iterator closes the stream
+        for line in lines:
+            if "output_text.delta" in line:
+                break
+        during = scrape(server)
+    assert value(during, "omni_jobs_running") == 1
+    assert value(during, "omni_jobs_queued") == 0
+    # Left early: cancelled at the next token, and the gauge goes back to 0.
+    assert wait_for(lambda: value(scrape(server), "omni_jobs_running") == 0, timeout=30)
+    after = scrape(server)
+    assert value(after, "omni_generations_total", api="responses", reason="cancelled") >= 1
