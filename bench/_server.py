@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -66,7 +67,24 @@ def start_omni(
     )
     base_url = f"http://127.0.0.1:{port}"
     wait_up(proc, f"{base_url}/health", "omni serve")
+    if target := os.environ.get("BENCH_METRICS"):
+        threading.Thread(
+            target=keep_metrics, args=(proc, base_url, Path(target)), daemon=True
+        ).start()
     return proc, base_url
+
+
+def keep_metrics(proc: subprocess.Popen[bytes], base_url: str, path: Path) -> None:
+    """BENCH_METRICS=PATH: the server's /metrics, scraped each second until it stops, so PATH
+    holds what the run did (its last scrape before the bench stopped the server)."""
+    while proc.poll() is None:
+        try:
+            text = httpx.get(f"{base_url}/metrics", timeout=5).text
+        except httpx.HTTPError:
+            break
+        path.with_suffix(".tmp").write_text(text)
+        path.with_suffix(".tmp").replace(path)
+        time.sleep(1)
 
 
 def model_or_tiny(model: str | None, folder: Path) -> tuple[str, str]:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from omni import __version__, db, db_commands
+from omni import __version__, db, db_commands, logs
 from omni.api.keys import KeyRing, api_key, read_key_file
 from omni.errors import OmniError
 from omni.heap import set_aside
@@ -133,6 +133,15 @@ def parser() -> argparse.ArgumentParser:
         default=_env("LOG_LEVEL", "info"),
         metavar="{" + ",".join(LOG_LEVELS) + "}",
         help="least severe log messages shown",
+    )
+    serve.add_argument(
+        "--log-format",
+        choices=logs.FORMATS,
+        default=_env("LOG_FORMAT", "text"),
+        help="text lines, or one JSON object a line (default: %(default)s)",
+    )
+    serve.add_argument(
+        "--log-file", default=_env("LOG_FILE", None), help="write logs there, not to stderr"
     )
     serve.add_argument(
         "--synchronous",
@@ -432,7 +441,7 @@ def _serve(args: argparse.Namespace) -> None:
 
     config = Config()
     config.bind = [f"[{args.host}]:{args.port}" if ":" in args.host else f"{args.host}:{args.port}"]
-    config.accesslog = "-" if args.log_level.lower() == "debug" else None
+    config.accesslog = None  # omni.access writes one line per request instead
     config.errorlog = logging.getLogger("hypercorn.error")  # through our handlers, once
 
     async def run() -> None:
@@ -456,7 +465,11 @@ async def _set_aside_heap() -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     level = getattr(args, "log_level", "info").upper()
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        logs.setup(level, getattr(args, "log_format", "text"), getattr(args, "log_file", None))
+    except (OSError, ValueError) as exc:  # a file it cannot open; OMNI_LOG_FORMAT=xml
+        print(f"omni: error: {exc}", file=sys.stderr)
+        return 1
     try:
         if args.command == "serve":
             serve(args)

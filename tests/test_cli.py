@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import socket
@@ -35,7 +36,7 @@ def assert_one_line_error(result: subprocess.CompletedProcess[str], fragment: st
 
 @contextmanager
 def serving(
-    model: Path, db: Path, log_level: str = "warning", log: Path | None = None
+    model: Path, db: Path, log_level: str = "warning", log: Path | None = None, *extra: str
 ) -> Iterator[tuple[str, subprocess.Popen[str]]]:
     """`omni serve` on a free port until the block ends (SIGTERM); its stderr goes to `log`."""
     port = free_port()
@@ -54,6 +55,7 @@ def serving(
             str(port),
             "--log-level",
             log_level,
+            *extra,
         ],
         text=True,
         stderr=stderr,
@@ -200,6 +202,49 @@ def test_out_of_range_environment_is_a_usage_error(
     monkeypatch.setenv("OMNI_CACHE_MAX_AGE", "0.5")
     args = parser().parse_args(["serve"])
     assert (args.max_batch_size, args.cache_max_entries, args.cache_max_age) == (3, -1, 0.5)
+
+
+def test_json_logs_go_to_the_log_file(tmp_path: Path, tiny_model_dir: Path) -> None:
+    logs, stderr = tmp_path / "omni.log", tmp_path / "stderr"
+    body = {"model": "tiny-llama", "input": "hi", "max_output_tokens": 4}
+    args = ("--log-format", "json", "--log-file", str(logs))
+    with serving(tiny_model_dir, tmp_path / "omni.db", "debug", stderr, *args) as (base, _):
+        made = httpx.post(f"{base}/v1/responses", json=body, timeout=60).json()
+        metrics = httpx.get(f"{base}/metrics", timeout=60).text
+    records = [json.loads(line) for line in logs.read_text().splitlines()]  # each line: JSON
+    assert {r["level"] for r in records} <= {"debug", "info", "warning", "error", "critical"}
+    access = [r for r in records if r["logger"] == "omni.access"]
+    assert {r["path"] for r in access} == {"/health", "/v1/responses", "/metrics"}
+    assert all(r["level"] == "debug" for r in access if r["path"] != "/v1/responses")
+    posted = [r for r in access if r["path"] == "/v1/responses"]
+    assert len(posted) == 1
+    assert (posted[0]["method"], posted[0]["status"], posted[0]["id"]) == ("POST", 200, made["id"])
+    assert posted[0]["output_tokens"] == made["usage"]["output_tokens"]
+    assert any(r["logger"] == "hypercorn.error" for r in records)  # not only access lines
+    assert "omni.access" not in stderr.read_text()  # the file instead of stderr
+    assert "omni_output_tokens_total" in metrics
+
+
+def test_text_access_lines_at_info(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """Probes and scrapes log at debug only: they come every few seconds."""
+    stderr = tmp_path / "stderr"
+    with serving(tiny_model_dir, tmp_path / "omni.db", "info", stderr) as (base, _):
+        assert httpx.get(f"{base}/v1/models", timeout=60).status_code == 200
+        assert httpx.get(f"{base}/v1/health", timeout=60).status_code == 200
+    lines = [line for line in stderr.read_text().splitlines() if " omni.access: " in line]
+    assert len(lines) == 1, lines
+    assert lines[0].split()[2:5] == ["INFO", "omni.access:", "GET"]
+    assert " /v1/models 200 " in lines[0] and "request_id=req_" in lines[0]
+
+
+def test_bad_log_format_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OMNI_LOG_FORMAT", "xml")
+    result = omni("serve", "--db", str(tmp_path / "omni.db"))
+    assert_one_line_error(result, "OMNI_LOG_FORMAT")
+    monkeypatch.delenv("OMNI_LOG_FORMAT")
+    result = omni("serve", "--log-file", str(tmp_path / "no" / "such" / "dir.log"))
+    assert_one_line_error(result, "dir.log")
+    assert not (tmp_path / "omni.db").exists()
 
 
 def test_restart_loses_nothing(tmp_path: Path, tiny_model_dir: Path) -> None:

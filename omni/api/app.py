@@ -8,15 +8,17 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, cast
 
 from quart import Quart, Response
 
 from omni import db
-from omni.api import chat, errors, gate, models, responses
+from omni.api import access, chat, errors, gate, metrics, models, responses
 from omni.api.gate import Access
 from omni.engine.types import Engine
 from omni.events import Appender, EventStore, Notifier
 from omni.ids import new_id
+from omni.metrics import Metrics
 from omni.service import ResponsesService
 from omni.service.completions import CompletionsService
 from omni.service.defaults import Defaults
@@ -54,6 +56,7 @@ class State:
     completions: CompletionsService
     stored: StoredCompletions
     started_at: int
+    metrics: Metrics
     retention: Retention | None = None
 
 
@@ -66,6 +69,9 @@ def create_app(settings: Settings, engine: Engine) -> Quart:
         app.register_blueprint(responses.bp, url_prefix=prefix, name=f"responses{prefix}")
         app.register_blueprint(models.bp, url_prefix=prefix, name=f"models{prefix}")
         app.register_blueprint(chat.bp, url_prefix=prefix, name=f"chat{prefix}")
+    app.register_blueprint(metrics.bp)
+    figures = Metrics()  # this app's alone: never the process-wide default registry
+    access.install(app, figures)
 
     @app.after_request
     async def request_id(response: Response) -> Response:
@@ -74,6 +80,7 @@ def create_app(settings: Settings, engine: Engine) -> Quart:
         return response
 
     @app.get("/health")
+    @app.get("/v1/health")
     async def health() -> dict[str, str]:
         return {"status": "ok"}
 
@@ -88,7 +95,7 @@ def create_app(settings: Settings, engine: Engine) -> Quart:
         )
         await store.open()
         notifier = Notifier()
-        appender = Appender(store, notifier)
+        appender = Appender(store, notifier, metrics=figures)
         appender.start()
         service = ResponsesService(
             store,
@@ -113,6 +120,10 @@ def create_app(settings: Settings, engine: Engine) -> Quart:
             cache,
             settings.defaults,
         )
+        service.runs.metrics = completions.metrics = figures
+        figures.watch(lambda: getattr(engine, "queued", 0), lambda: getattr(engine, "running", 0))
+        if hasattr(engine, "on_step"):  # MLXEngine: the decode batch of each step
+            cast(Any, engine).on_step = lambda n: figures.batch.observe(n) if n else None
         await service.recover()
         if cache and await store.cache_size() == 0:
             await completions.rebuild_cache()  # the index is a projection of the log
@@ -125,6 +136,7 @@ def create_app(settings: Settings, engine: Engine) -> Quart:
             completions,
             StoredCompletions(store, appender),
             int(time.time()),
+            figures,
         )
         if settings.retention_s is not None:  # after recovery: it ends what a crash left open
             retention = Retention(store, settings.retention_s, settings.retention_every_s)

@@ -9,6 +9,7 @@ from typing import Any
 
 from quart import Blueprint, Response, current_app, request
 
+from omni.api import access
 from omni.api.gate import owner
 from omni.api.query import page_args
 from omni.api.sse import KEEPALIVE_FRAME
@@ -28,6 +29,8 @@ def _state() -> Any:
 
 
 def _stream(service: CompletionsService, cid: str, include_usage: bool) -> Response:
+    line = access.note(id=cid)
+
     async def body() -> AsyncIterator[bytes]:
         finished = False
         try:
@@ -45,6 +48,7 @@ def _stream(service: CompletionsService, cid: str, include_usage: bool) -> Respo
                     )
                     if is_end(rows[-1]):  # generation is over: nothing left to stop
                         chunk, finished = chunk + DONE_FRAME, True
+                        line.update(access.terminal_note(rows[-1].data))
                     if chunk:
                         yield chunk
             if not finished:  # defensive: the pages ended without a terminal event
@@ -70,7 +74,9 @@ async def _complete(service: CompletionsService, kind: str, cid: str) -> dict[st
             service.cancel_running(cid)
     if events[-1].type == ERROR:
         raise OmniError(json.loads(events[-1].data)["error"]["message"])
-    return service.fold(kind, events)
+    folded = service.fold(kind, events)
+    access.note(id=cid, **access.usage_note(folded.get("usage")))
+    return folded
 
 
 def _no_cache() -> bool:
@@ -91,6 +97,7 @@ async def create_chat() -> Any:
             json.dumps(await _complete(service, "chat", cid)), content_type="application/json"
         )
     response.headers["x-omni-cache"] = "hit" if hit else "miss"
+    access.note(id=cid, cache=response.headers["x-omni-cache"])
     return response
 
 

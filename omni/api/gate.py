@@ -18,7 +18,8 @@ from quart import Quart, Response, g, request
 from omni.api.keys import KeyRing
 from omni.errors import Forbidden, PayloadTooLarge, UnsupportedMediaType
 
-OPEN_PATHS = frozenset({"/health", "/v1/health"})
+# Probes and scrapes: counts and timings only, never a prompt, an id or a key (as vLLM has it).
+OPEN_PATHS = frozenset({"/health", "/v1/health", "/metrics"})
 ALLOW_HEADERS = ("authorization", "content-type", "last-event-id")
 # The OpenAI SDK for JavaScript sends these too; a browser page using it needs them allowed.
 ALLOW_HEADER_PREFIXES = ("x-stainless-", "openai-")

@@ -9,6 +9,7 @@ from typing import Any
 
 from quart import Blueprint, Response, current_app, request
 
+from omni.api import access
 from omni.api.gate import owner
 from omni.api.query import bool_arg, int_arg, page_args
 from omni.api.sse import KEEPALIVE_FRAME, frame
@@ -27,8 +28,11 @@ def _service() -> ResponsesService:
 def _sse(
     service: ResponsesService, response_id: str, after: int, cancel_on_close: bool
 ) -> Response:
+    line = access.note(id=response_id)
+
     async def body() -> AsyncIterator[bytes]:
         finished = False
+        last = None
         try:
             # The events a read brought leave together: one write, not one for each.
             async with aclosing(service.pages(response_id, after)) as pages:
@@ -36,9 +40,12 @@ def _sse(
                     if rows is None:
                         yield KEEPALIVE_FRAME
                         continue
+                    last = rows[-1]
                     yield b"".join(frame(e.type, e.data, e.seq) for e in rows)
             finished = True
         finally:
+            if finished and last is not None:
+                line.update(access.terminal_note(last.data))
             # A foreground stream whose client went away is cancelled at the next token.
             if not finished and cancel_on_close:
                 service.cancel_running(response_id)
@@ -57,6 +64,7 @@ async def create() -> Any:
     body = parse_body(await request.get_data(), ResponseCreate)
     created = await service.create(body, owner())
     response_id = created["id"]
+    access.note(id=response_id)
     if body.stream:
         return _sse(service, response_id, -1, cancel_on_close=not body.background)
     if body.background:
@@ -66,6 +74,7 @@ async def create() -> Any:
     finally:
         service.cancel_running(response_id)  # no-op once finished; stops it if we were cut off
         service.release(response_id)
+    access.note(**access.usage_note(final.get("usage")))
     if final["status"] == "failed" and not final["output"]:
         raise OmniError(final["error"]["message"])
     return final

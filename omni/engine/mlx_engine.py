@@ -17,6 +17,7 @@ import multiprocessing
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, Final
@@ -60,6 +61,9 @@ class _Pending:
 class MLXEngine:
     """Runs the model in an engine process (omni.engine.worker); jobs are decoded together
     by continuous batching (omni.engine.batching)."""
+
+    # Told, from the reader thread, how many jobs got a token in each step (/metrics).
+    on_step: Callable[[int], None] | None = None
 
     def __init__(
         self,
@@ -193,6 +197,11 @@ class MLXEngine:
         return sum(not p.started and not p.job.stop.is_set() for p in pending)
 
     @property
+    def running(self) -> int:
+        """Jobs the engine has taken and not yet ended (prefilling or decoding)."""
+        return sum(p.started for p in list(self._pending.values()))
+
+    @property
     def generations(self) -> int:
         """Jobs that reached the model (tests check single flight with it)."""
         return self._generations
@@ -269,6 +278,8 @@ class MLXEngine:
                 outputs = conn.recv()
             except (EOFError, OSError):
                 break
+            if (on_step := self.on_step) is not None:
+                on_step(sum(o[0] == TOKEN for o in outputs))
             now = time.perf_counter()
             gap, last = now - last, now
             if not held:

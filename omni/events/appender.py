@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Sequence
 
 from omni.events.notifier import Notifier
 from omni.events.store import Append, CacheEntry, EventStore, StoredEvent
+from omni.metrics import UNREAD, Metrics
 
 log = logging.getLogger(__name__)
 
@@ -22,7 +24,14 @@ class Appender:
     nothing becomes visible to readers before its commit.
     """
 
-    def __init__(self, store: EventStore, notifier: Notifier, max_batch: int = 4096):
+    def __init__(
+        self,
+        store: EventStore,
+        notifier: Notifier,
+        max_batch: int = 4096,
+        metrics: Metrics = UNREAD,
+    ):
+        self.metrics = metrics
         self.store = store
         self.notifier = notifier
         self._max_batch = max_batch
@@ -71,6 +80,7 @@ class Appender:
                 self._queue.task_done()
 
     async def _commit(self, batch: Sequence[_Item]) -> None:
+        started = time.perf_counter()
         try:
             stored = await self.store.append(
                 [a for appends, _, _ in batch for a in appends],
@@ -87,6 +97,8 @@ class Appender:
                 future.set_exception(exc)
             return
         self.commits += 1
+        self.metrics.commit.observe(time.perf_counter() - started)
+        self.metrics.events.inc(len(stored))
         try:
             self.notifier.notify(e.stream_id for e in stored)
         except Exception:  # a wake-up must never stop the writer; readers re-read anyway

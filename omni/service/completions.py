@@ -29,6 +29,7 @@ from omni.events import (
     follow_pages,
 )
 from omni.ids import new_id
+from omni.metrics import UNREAD, Metrics
 from omni.projections.completions import fold_chat, fold_text
 from omni.projections.messages import chat_for_template
 from omni.schemas.chat import ChatCompletionCreate, CompletionCreate
@@ -88,6 +89,7 @@ class CompletionsService:
         self.cache = cache
         self._inflight: dict[str, str] = {}  # cache key -> completion generating it
         self._tasks: set[asyncio.Task[None]] = set()
+        self.metrics: Metrics = UNREAD  # the app's, once it serves
 
     # --- create ---------------------------------------------------------------
 
@@ -121,15 +123,18 @@ class CompletionsService:
         leader = self._leader(key)
         if leader is not None:  # single flight: follow the identical request under way
             await self._mirror(leader, cid, body, key, owner)
+            self.metrics.replay_cache.labels("hit").inc()
             return cid, True
         self._inflight[key] = cid  # reserved before any await: concurrent twins follow us
         try:
             original = await self.store.cache_lookup(key)
             if original is not None:
                 await self._mirror(original, cid, body, key, owner)
+                self.metrics.replay_cache.labels("hit").inc()
                 return cid, True
             calls = splitter(self.engine, tools, mode, parallel)
             await self._generate(cid, body, prompt, key, owner, calls, constraint, think, budget)
+            self.metrics.replay_cache.labels("miss").inc()
             return cid, False
         except BaseException:
             self._release(cid)

@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from omni.engine.chat_recorder import USAGE, ChunkRecorder
 from omni.engine.recorder import ResponseRecorder
-from omni.engine.types import Delta, Engine, Finished, Job, Output
+from omni.engine.types import Delta, Engine, Failed, Finished, Job, Output
 from omni.errors import Overloaded
 from omni.events import Append, Appender, CacheEntry, EventStore, NewEvent, Notifier
+from omni.metrics import UNREAD, Metrics
 from omni.service.streams import TOKENS, dumps, request_stream, tokens_stream
 
 log = logging.getLogger(__name__)
@@ -39,6 +41,8 @@ class Run:
     # store:false runs: set once the creating client has read all it wanted.
     released: asyncio.Event = field(default_factory=asyncio.Event)
     next_seq: int = field(init=False)
+    submitted_at: float = field(default_factory=time.perf_counter)  # for /metrics
+    first_token_at: float | None = None
 
     def __post_init__(self) -> None:
         self.next_seq = self.recorder.next_seq
@@ -66,6 +70,7 @@ class Runs:
         self.notifier = notifier
         self._runs: dict[str, Run] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self.metrics: Metrics = UNREAD  # the app's, once it serves
 
     def check_capacity(self) -> None:
         """Refuse new work (429) while too many jobs already wait for the engine."""
@@ -139,6 +144,7 @@ class Runs:
                 if getattr(recorder, "wants_stop", False):
                     run.job.cancel()  # a stop sequence: no need to generate further
                 if recorder.done:
+                    self._observe(run, outputs)
                     if run.on_done is not None:
                         run.on_done()
                     await self.appender.append(*appends, cache=cache)
@@ -167,6 +173,8 @@ class Runs:
             if isinstance(out, Delta) and out.token is not None:
                 tokens.append(out.token)
             events += run.recorder.on_output(out)
+        if tokens and run.first_token_at is None:
+            run.first_token_at = time.perf_counter()
         rows = [
             NewEvent(e[0], dumps(e[1])) if isinstance(e, tuple) else NewEvent(e["type"], dumps(e))
             for e in events
@@ -184,3 +192,27 @@ class Runs:
             appends.append(Append(tokens_stream(run.stream_id), run.tokens_seq, token_rows))
             run.tokens_seq += 1
         return appends, cache
+
+    def _observe(self, run: Run, outputs: list[Output]) -> None:
+        """A generation's figures for /metrics, once, at its end."""
+        end = next((o for o in reversed(outputs) if isinstance(o, Finished | Failed)), None)
+        recorder = run.recorder
+        api = recorder.kind if isinstance(recorder, ChunkRecorder) else "responses"
+        m = self.metrics
+        if not isinstance(end, Finished):
+            m.generations.labels(api, "failed").inc()
+            return
+        # A stop sequence ends a generation with a cancel to the engine: it stopped, all the same.
+        stopped = getattr(recorder, "wants_stop", False)
+        m.generations.labels(api, "stop" if stopped else end.reason).inc()
+        generated = end.completion_tokens - len(run.job.resume_tokens)
+        m.input_tokens.labels(api).inc(end.prompt_tokens)
+        m.output_tokens.labels(api).inc(max(0, generated))
+        m.reused_tokens.labels(api).inc(end.cached_tokens)
+        first = run.first_token_at
+        if first is None:
+            return
+        if not run.job.resume_tokens:  # a restart's first token is not a first token
+            m.first_token.labels(api).observe(first - run.submitted_at)
+        if generated > 1:
+            m.per_token.labels(api).observe((time.perf_counter() - first) / (generated - 1))

@@ -95,8 +95,11 @@ def test_a_refused_request_writes_nothing(keyed: ServerThread, raw: httpx.Client
     assert events_in(keyed) == before
 
 
-def test_health_stays_open(raw: httpx.Client) -> None:
+def test_probes_and_scrapes_stay_open(raw: httpx.Client) -> None:
     assert raw.get("/health").json() == {"status": "ok"}
+    assert raw.get("/v1/health").json() == {"status": "ok"}
+    scrape = raw.get("/metrics")
+    assert scrape.status_code == 200 and b"omni_http_requests_total" in scrape.content
 
 
 def test_the_key_is_never_written_to_the_log(

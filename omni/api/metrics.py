@@ -1,0 +1,15 @@
+"""GET /metrics: Prometheus' text format. Open like /health (as vLLM's is): it carries counts
+and timings, never a prompt, an id or a key."""
+
+from __future__ import annotations
+
+from quart import Blueprint, Response, current_app
+
+from omni.metrics import CONTENT_TYPE_LATEST
+
+bp = Blueprint("metrics", __name__)
+
+
+@bp.get("/metrics")
+async def metrics() -> Response:
+    return Response(current_app.config["OMNI"].metrics.render(), content_type=CONTENT_TYPE_LATEST)
