@@ -284,7 +284,7 @@ def _add_defaults(serve: argparse.ArgumentParser) -> None:
     serve.add_argument(
         "--chat-template-args",
         type=_template_args,
-        default=_template_args(_env("CHAT_TEMPLATE_ARGS", "{}") or "{}"),
+        default=_env("CHAT_TEMPLATE_ARGS", "{}"),  # argparse parses a string default too
         metavar="JSON",
         help="a JSON object passed to the chat template, e.g. '{\"enable_thinking\": false}'",
     )

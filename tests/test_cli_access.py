@@ -26,14 +26,14 @@ def test_keys_from_flags_environment_and_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     keys = tmp_path / "keys"
-    keys.write_text("# team keys\nci:sk-ci-1\n\nsk-bare-2\n")
+    keys.write_text("# team keys\nci:sk-ci-1\n\nsk-bare-2\nk3y=:with-colon\n")
     monkeypatch.setenv("OMNI_API_KEY", "sk-env-1, sk-env-2")
     gate = access(args_of("--api-key", "sk-flag", "--api-key-file", str(keys)))  # type: ignore[arg-type]
-    for secret in ("sk-env-1", "sk-env-2", "sk-flag", "sk-ci-1", "sk-bare-2"):
+    for secret in ("sk-env-1", "sk-env-2", "sk-flag", "sk-ci-1", "sk-bare-2", "k3y=:with-colon"):
         assert gate.keys.owner(f"Bearer {secret}")
     assert gate.keys.owner("Bearer sk-ci-1") == "ci"
     assert gate.keys.owner("Bearer sk-bare-2").startswith("key-")
-    assert len(gate.keys.keys) == 5
+    assert len(gate.keys.keys) == 6
 
 
 def test_empty_key_in_a_file_is_one_line(tmp_path: Path) -> None:
@@ -55,6 +55,16 @@ def test_no_key_on_a_public_address_refuses_to_start(tmp_path: Path, host: str) 
 def test_allow_no_auth_or_a_key_lets_it_start() -> None:
     assert access(args_of("--host", "0.0.0.0", "--allow-no-auth")).keys.keys == ()  # type: ignore[arg-type]
     assert access(args_of("--host", "0.0.0.0", "--api-key", "sk-1")).keys  # type: ignore[arg-type]
+
+
+def test_bad_template_args_in_the_environment_are_a_usage_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OMNI_CHAT_TEMPLATE_ARGS", "[1]")
+    result = omni("serve", "--db", str(tmp_path / "x.db"))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "--chat-template-args" in result.stderr
+    assert omni("db", "check", "--help").returncode == 0  # other commands unaffected
 
 
 def test_loopback_addresses() -> None:

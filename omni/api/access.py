@@ -15,10 +15,12 @@ from omni.metrics import Metrics
 
 log = logging.getLogger("omni.access")
 
+# Probes and scrapes: open whatever keys are set (counts and timings only, never a prompt, an id
+# or a key, as vLLM has it), and logged at debug: they come every few seconds.
+OPEN_PATHS = frozenset({"/health", "/v1/health", "/metrics"})
+
 FIELDS = "omni.access"  # the ASGI scope's key for this request's fields
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
-# Probes and scrapes come every few seconds: their lines at debug, as llama.cpp's server does.
-QUIET = frozenset({"/health", "/v1/health", "/metrics"})
 ORDER = ("id", "input_tokens", "output_tokens", "cache", "request_id")  # then any other
 GONE = 499  # nothing was sent: the client went away first (nginx's number for it)
 
@@ -88,11 +90,12 @@ def install(app: Quart, metrics: Metrics) -> None:
             ms = (time.perf_counter() - started) * 1000
             method = scope["method"] if scope["method"] in METHODS else "other"
             metrics.requests.labels(fields.pop("route", "unmatched"), method, str(status)).inc()
-            line = {"method": scope["method"], "path": scope["path"], "status": status}
+            path = scope["path"].encode("unicode_escape").decode("ascii")  # no forged lines
+            line = {"method": scope["method"], "path": path, "status": status}
             line["ms"] = round(ms, 1)
             known = [k for k in ORDER if k in fields] + [k for k in fields if k not in ORDER]
             line.update((k, fields[k]) for k in known if fields[k] is not None)
-            level = logging.DEBUG if scope["path"] in QUIET else logging.INFO
+            level = logging.DEBUG if scope["path"] in OPEN_PATHS else logging.INFO
             log.log(level, format_line(line), extra={"access": line})
 
     app.asgi_app = asgi_app  # type: ignore[method-assign]

@@ -64,14 +64,14 @@ def create_app(settings: Settings, engine: Engine) -> Quart:
     """An app serving `engine` (already loaded) over the log at settings.db_path."""
     app = Quart("omni")
     errors.install(app)
+    figures = Metrics()  # this app's alone: never the process-wide default registry
+    access.install(app, figures)  # first: requests the gate refuses are logged by their route
     gate.install(app, settings.access)
     for prefix in ("/v1", ""):
         app.register_blueprint(responses.bp, url_prefix=prefix, name=f"responses{prefix}")
         app.register_blueprint(models.bp, url_prefix=prefix, name=f"models{prefix}")
         app.register_blueprint(chat.bp, url_prefix=prefix, name=f"chat{prefix}")
     app.register_blueprint(metrics.bp)
-    figures = Metrics()  # this app's alone: never the process-wide default registry
-    access.install(app, figures)
 
     @app.after_request
     async def request_id(response: Response) -> Response:

@@ -34,6 +34,8 @@ def install(app: Quart) -> None:
         err.status = exc.code or 500
         err.type = "invalid_request_error" if err.status < 500 else "server_error"
         err.code = None if err.status < 500 else "server_error"
+        if err.status == 413:  # a body without a length, cut off where it passed the limit
+            err.code = "request_too_large"
         return error_response(err)
 
     @app.errorhandler(Exception)

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from omni.errors import OmniError, Unauthorized
+
+NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,8 +30,8 @@ def api_key(secret: str, name: str | None = None) -> ApiKey:
 
 
 def read_key_file(path: str) -> list[ApiKey]:
-    """One key a line, optionally `name:key` (split at the first colon); blank lines and
-    lines starting with # are skipped."""
+    """One key a line, optionally `name:key` (a name of letters, digits, `_.-`, up to 64);
+    blank lines and lines starting with # are skipped."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -39,7 +42,7 @@ def read_key_file(path: str) -> list[ApiKey]:
         if not line or line.startswith("#"):
             continue
         name, sep, secret = line.partition(":")
-        if not sep:
+        if not sep or not NAME.fullmatch(name.strip()):  # a colon inside a bare key
             name, secret = "", line
         if not secret.strip():
             raise OmniError(f"{path}, line {number}: the key is empty")

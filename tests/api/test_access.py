@@ -5,6 +5,7 @@ size limit."""
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import uuid
 from collections.abc import Iterator
@@ -14,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 from openai import AuthenticationError, BadRequestError, NotFoundError, OpenAI
+from prometheus_client.parser import text_string_to_metric_families
 
 from omni.api.app import Settings
 from omni.api.gate import Access
@@ -343,3 +345,44 @@ def test_a_body_over_the_limit_is_413(keyed: ServerThread, raw: httpx.Client) ->
     assert res.status_code == 413
     assert res.json()["error"]["type"] == "invalid_request_error"
     assert events_in(keyed) == before
+
+
+def test_an_http2_body_without_a_length_is_checked_too(keyed: ServerThread) -> None:
+    """HTTP/2 needs neither content-length nor chunked: the body is there all the same."""
+
+    def body() -> Iterator[bytes]:
+        yield b'{"model": "tiny-llama", "input": "hi"}'
+
+    before = events_in(keyed)
+    with httpx.Client(base_url=keyed.base_url, http1=False, http2=True, timeout=30) as c:
+        res = c.post(
+            "/v1/responses",
+            content=body(),
+            headers={"content-type": "text/plain", "authorization": f"Bearer {KEY_A}"},
+        )
+    assert res.http_version == "HTTP/2"
+    assert_error(res, 415, code="unsupported_media_type")
+    assert events_in(keyed) == before
+
+
+def test_refusals_are_logged_and_counted_by_route_with_the_key(
+    raw: httpx.Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="omni.access")
+    assert raw.get("/v1/models").status_code == 401
+    assert raw.get("/v1/models", headers={"authorization": f"Bearer {KEY_A}"}).status_code == 200
+    scrape = raw.get("/metrics").text
+    families = {f.name: f for f in text_string_to_metric_families(scrape)}
+    counted = {
+        (s.labels["route"], s.labels["status"])
+        for s in families["omni_http_requests"].samples
+        if s.name == "omni_http_requests_total"
+    }
+    assert {("/v1/models", "401"), ("/v1/models", "200")} <= counted
+    keys = [
+        r.access.get("key")  # type: ignore[attr-defined]
+        for r in caplog.records
+        if r.name == "omni.access" and r.access["path"] == "/v1/models"  # type: ignore[attr-defined]
+    ]
+    assert None in keys and "alice" in keys
+    assert not any(KEY_A in r.getMessage() for r in caplog.records)
