@@ -8,7 +8,6 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -62,29 +61,27 @@ def start_omni(
     cmd = [sys.executable, "-m", "omni", "serve", "--model", model_path, "--port", str(port)]
     cmd += ["--db", str(db_path), "--log-level", "warning", *flags]
     extra = bench_omni_env()
-    proc = subprocess.Popen(
+    proc = OmniProcess(
         cmd, env={**os.environ, "OMNI_ENGINE_STATS": "1", **extra, **(env or {})}
     )
-    base_url = f"http://127.0.0.1:{port}"
+    proc.base_url = base_url = f"http://127.0.0.1:{port}"
     wait_up(proc, f"{base_url}/health", "omni serve")
-    if target := os.environ.get("BENCH_METRICS"):
-        threading.Thread(
-            target=keep_metrics, args=(proc, base_url, Path(target)), daemon=True
-        ).start()
     return proc, base_url
 
 
-def keep_metrics(proc: subprocess.Popen[bytes], base_url: str, path: Path) -> None:
-    """BENCH_METRICS=PATH: the server's /metrics, scraped each second until it stops, so PATH
-    holds what the run did (its last scrape before the bench stopped the server)."""
-    while proc.poll() is None:
-        try:
-            text = httpx.get(f"{base_url}/metrics", timeout=5).text
-        except httpx.HTTPError:
-            break
-        path.with_suffix(".tmp").write_text(text)
-        path.with_suffix(".tmp").replace(path)
-        time.sleep(1)
+class OmniProcess(subprocess.Popen[bytes]):
+    """`omni serve`; with BENCH_METRICS=PATH, its /metrics is written to PATH as it stands
+    when the bench stops it, so PATH holds what the whole run did."""
+
+    base_url = ""
+
+    def terminate(self) -> None:
+        if (target := os.environ.get("BENCH_METRICS")) and self.poll() is None:
+            try:
+                Path(target).write_text(httpx.get(f"{self.base_url}/metrics", timeout=10).text)
+            except httpx.HTTPError as exc:
+                print(f"BENCH_METRICS: no scrape ({exc})", file=sys.stderr)
+        super().terminate()
 
 
 def model_or_tiny(model: str | None, folder: Path) -> tuple[str, str]:
