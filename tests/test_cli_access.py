@@ -4,18 +4,13 @@ through the OpenAI SDK; the sampling defaults and chat-template arguments."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import time
 from pathlib import Path
 
-import httpx
 import pytest
 from openai import AuthenticationError, OpenAI
 
 from omni.cli import access, is_loopback, parser
-from tests.server import free_port
-from tests.test_cli import assert_one_line_error, omni
+from tests.test_cli import assert_one_line_error, omni, serving
 
 
 def args_of(*argv: str) -> object:
@@ -81,40 +76,10 @@ def test_bad_chat_template_args_are_a_usage_error(tmp_path: Path) -> None:
 
 
 def test_a_keyed_server_end_to_end(tmp_path: Path, tiny_model_dir: Path) -> None:
-    port = free_port()
     keys = tmp_path / "keys"
     keys.write_text("alice:sk-alice-secret\n")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "omni",
-            "serve",
-            "--model",
-            str(tiny_model_dir),
-            "--db",
-            str(tmp_path / "omni.db"),
-            "--port",
-            str(port),
-            "--api-key-file",
-            str(keys),
-            "--max-tokens",
-            "3",
-            "--log-level",
-            "warning",
-        ],
-        text=True,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                assert httpx.get(f"{base}/health", timeout=1).status_code == 200
-                break
-            except httpx.HTTPError:
-                assert proc.poll() is None and time.monotonic() < deadline
-                time.sleep(0.1)
+    flags = ("--api-key-file", str(keys), "--max-tokens", "3")
+    with serving(tiny_model_dir, tmp_path / "omni.db", "warning", None, *flags) as (base, proc):
         with OpenAI(base_url=f"{base}/v1", api_key="sk-nope", max_retries=0) as nope:
             with pytest.raises(AuthenticationError):
                 nope.models.list()
@@ -123,6 +88,4 @@ def test_a_keyed_server_end_to_end(tmp_path: Path, tiny_model_dir: Path) -> None
             assert r.usage is not None and r.usage.output_tokens == 3
             assert r.status == "incomplete"
         assert b"sk-alice-secret" not in (tmp_path / "omni.db").read_bytes()
-    finally:
-        proc.terminate()
-        assert proc.wait(timeout=60) == 0
+    assert proc.returncode == 0
