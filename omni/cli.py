@@ -465,11 +465,14 @@ async def _set_aside_heap() -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     level = getattr(args, "log_level", "info").upper()
-    try:
-        logs.setup(level, getattr(args, "log_format", "text"), getattr(args, "log_file", None))
-    except (OSError, ValueError) as exc:  # a file it cannot open; OMNI_LOG_FORMAT=xml
-        print(f"omni: error: {exc}", file=sys.stderr)
-        return 1
+    if args.command == "serve":  # the process is the server's: its log is all ours
+        try:
+            logs.setup(level, args.log_format, args.log_file)
+        except (OSError, ValueError) as exc:  # a file it cannot open; OMNI_LOG_FORMAT=xml
+            print(f"omni: error: {exc}", file=sys.stderr)
+            return 1
+    else:  # `omni db …` may run inside another program: leave its logging as it is
+        logging.basicConfig(level=level, format=logs.TEXT)
     try:
         if args.command == "serve":
             serve(args)
