@@ -73,6 +73,8 @@ def load_json(raw: bytes | str) -> Any:
         data = json.loads(raw or b"null")
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise InvalidRequest(f"The request body is not valid JSON: {exc}") from None
+    except RecursionError:  # nested deeper than the parser (or anything after it) can follow
+        raise InvalidRequest("The request body's JSON is nested too deeply.") from None
     body = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
     if _SURROGATE_ESCAPE.search(body):  # rare: then check the strings for real
         try:

@@ -197,7 +197,10 @@ class CompletionsService:
             logprobs=body.logprobs is not None,  # type: ignore[arg-type]
             prefix=body.prompt if body.echo else "",  # type: ignore[arg-type]
         )
-        sampling = self._sampling(body, body.max_tokens or 16, body.logprobs)
+        limit = Defaults(max_tokens=16).output_cap(  # OpenAI's legacy default, not the server's
+            body.max_tokens, self.engine.context_length - len(prompt)
+        )
+        sampling = self._sampling(body, limit, body.logprobs)
         await self._start(cid, "text", body, recorder, prompt, sampling, None, owner)
         return cid
 

@@ -13,8 +13,6 @@ class Defaults:
     max_tokens: int | None = None
 
     def output_cap(self, asked: int | None, context_left: int) -> int:
-        """The most tokens to generate: what was asked, else the server's cap within what
-        the context leaves."""
-        if asked:
-            return asked
-        return max(1, min(self.max_tokens or context_left, context_left))
+        """The most tokens to generate: what was asked, else the server's cap; never more
+        than the context leaves (as OpenAI clamps it: 10**23 asked is the context's rest)."""
+        return max(1, min(asked or self.max_tokens or context_left, context_left))

@@ -49,3 +49,27 @@ def test_chat_gets_the_cap_too(capped: OpenAI) -> None:
     assert bare.choices[0].finish_reason == "length"
     asked = capped.chat.completions.create(model=MODEL, messages=messages, max_tokens=7)
     assert asked.usage is not None and asked.usage.completion_tokens == 7
+
+
+def test_a_cap_past_the_context_is_clamped_to_what_it_leaves(capped: OpenAI) -> None:
+    """10**12 tokens asked of a 2,048-token model: it stops where the context ends."""
+    r = capped.responses.create(
+        model=MODEL, input="go on and on", temperature=0, max_output_tokens=10**12
+    )
+    assert r.usage is not None and r.status == "incomplete"
+    assert r.usage.input_tokens + r.usage.output_tokens == 2048
+    chat = capped.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "go on and on"}],
+        temperature=0,
+        max_tokens=10**12,
+    )
+    assert chat.usage is not None and chat.choices[0].finish_reason == "length"
+    assert chat.usage.prompt_tokens + chat.usage.completion_tokens == 2048
+    text = capped.completions.create(
+        model=MODEL, prompt="go on and on", temperature=0, max_tokens=10**12
+    )
+    assert text.usage is not None and text.choices[0].finish_reason == "length"
+    assert text.usage.prompt_tokens + text.usage.completion_tokens == 2048
+    bare = capped.completions.create(model=MODEL, prompt="go on and on", temperature=0)
+    assert bare.usage is not None and bare.usage.completion_tokens == 16  # OpenAI's default

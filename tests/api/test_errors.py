@@ -219,3 +219,23 @@ def test_a_lone_surrogate_escape_is_400(http: httpx.Client, path: str, body: byt
     paired = b'{"model": "tiny-llama", "input": "\\ud83d\\ude00", "max_output_tokens": 2}'
     ok = http.post("/v1/responses", content=paired, headers={"content-type": "application/json"})
     assert ok.status_code == 200, ok.text  # a surrogate pair is an emoji, and fine
+
+
+@pytest.mark.parametrize("depth", [200, 900, 1000, 100_000])
+@pytest.mark.parametrize("path", ["/v1/responses", "/v1/chat/completions"])
+def test_deeply_nested_json_is_400_not_500(http: httpx.Client, path: str, depth: int) -> None:
+    nested = b"[" * depth + b"]" * depth
+    body = b'{"model": "tiny-llama", "max_output_tokens": 1, "max_tokens": 1, "metadata": '
+    res = http.post(
+        path,
+        content=body + nested + b', "input": "hi", "messages": []}',
+        headers={"content-type": "application/json"},
+    )
+    assert_error(res, 400)
+    inside = b'{"model": "tiny-llama", "input": [{"role": "user", "content": "hi", "x": '
+    res = http.post(
+        "/v1/responses",
+        content=inside + nested + b"}], " + b'"max_output_tokens": 1}',
+        headers={"content-type": "application/json"},
+    )
+    assert res.status_code in (200, 400), res.text[:300]
