@@ -288,6 +288,50 @@ def test_kill_9_mid_generation_leaves_a_failed_response(
     assert events.rstrip().split("\n\n")[-1].startswith("event: response.failed")
 
 
+def test_kill_9_mid_chat_completion_ends_it_at_the_next_start(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    """Its client is gone with the process: the next start ends it with an error event, as it
+    ends a foreground response, so the stream is whole and purge can take it."""
+    db = tmp_path / "omni.db"
+    body = {
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 100000,
+        "stream": True,
+        "store": True,
+    }
+    with serving(tiny_model_dir, db) as (base, proc):
+        with httpx.stream("POST", f"{base}/v1/chat/completions", json=body, timeout=60) as res:
+            for line in res.iter_lines():
+                if (
+                    line.startswith("data: ")
+                    and '"content":"' in line
+                    and '"content":""' not in line
+                ):
+                    break
+            os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    with sqlite3.connect(db) as conn:
+        (cid,) = conn.execute(
+            "SELECT stream_id FROM events WHERE seq = 0 AND type = 'chat.completion.chunk'"
+        ).fetchone()
+        last = conn.execute(
+            "SELECT type FROM events WHERE stream_id = ? ORDER BY seq DESC LIMIT 1", (cid,)
+        ).fetchone()[0]
+    assert last == "chat.completion.chunk"  # cut off: no ending yet
+    with serving(tiny_model_dir, db):
+        pass
+    with sqlite3.connect(db) as conn:
+        ends = conn.execute(
+            "SELECT type, data FROM events WHERE stream_id = ? AND type LIKE 'completion.%'",
+            (cid,),
+        ).fetchall()
+    assert len(ends) == 1 and ends[0][0] == "completion.error"
+    assert "restarted" in ends[0][1]
+    dry = omni("db", "purge", "--db", str(db), "--older-than", "0m", "--dry-run")
+    assert dry.returncode == 0 and cid in dry.stdout
+
+
 def test_the_server_process_keeps_off_the_accelerator() -> None:
     """What `omni serve` runs first: after it, mlx-lm's generation stream (made at import) is on
     the CPU, so only the engine process opens the GPU."""

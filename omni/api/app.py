@@ -125,6 +125,7 @@ def create_app(settings: Settings, engine: Engine) -> Quart:
         if hasattr(engine, "on_step"):  # MLXEngine: the decode batch of each step
             cast(Any, engine).on_step = lambda n: figures.batch.observe(n) if n else None
         await service.recover()
+        await completions.recover()
         if cache and await store.cache_size() == 0:
             await completions.rebuild_cache()  # the index is a projection of the log
         app.config["OMNI"] = State(

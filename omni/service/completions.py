@@ -8,11 +8,12 @@ import asyncio
 import dataclasses
 import hashlib
 import json
+import logging
 import time
 from collections.abc import AsyncGenerator
 from typing import Any
 
-from omni.engine.chat_recorder import TERMINAL_TYPES, USAGE, ChunkRecorder
+from omni.engine.chat_recorder import CHUNK, ERROR, TERMINAL_TYPES, USAGE, ChunkRecorder
 from omni.engine.thinking import ThinkSplitter
 from omni.engine.tool_calls import CallSplitter
 from omni.engine.types import Engine, Job, Sampling
@@ -43,6 +44,8 @@ from omni.service.structured import decoding_constraint
 from omni.service.tools import splitter, tool_policy
 
 MIRROR_PAGE = 512
+RESTARTED = "The server restarted before this completion finished."
+log = logging.getLogger(__name__)
 
 
 def is_end(event: StoredEvent) -> bool:
@@ -319,6 +322,21 @@ class CompletionsService:
                 newest[request["key"]] = CacheEntry(request["key"], cid, last.created_at)
         await self.store.cache_rebuild(list(newest.values()))
         return await self.store.cache_size()
+
+    async def recover(self) -> int:
+        """End every completion a crash left open (its client is gone with the old process),
+        as a foreground response is ended: an error event, so its stream ends and purge can
+        take it. Returns how many."""
+        ended = 0
+        for chunk in CHUNK.values():
+            for cid in await self.store.unfinished(chunk, sorted(TERMINAL_TYPES)):
+                error = {"message": RESTARTED, "type": "server_error", "param": None}
+                event = NewEvent(ERROR, dumps({"error": {**error, "code": "server_error"}}))
+                await self.appender.append(Append(cid, await self.store.next_seq(cid), [event]))
+                ended += 1
+        if ended:
+            log.warning("ended %d completions a restart interrupted", ended)
+        return ended
 
     def cancel_running(self, cid: str) -> None:
         self.runs.cancel(cid, unless_mirrored=True)
