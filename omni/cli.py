@@ -230,7 +230,7 @@ def _add_access(serve: argparse.ArgumentParser) -> None:
     serve.add_argument(
         "--api-key",
         action="append",
-        default=[k for k in (_env("API_KEY", "") or "").split(",") if k.strip()],
+        default=_list(_env("API_KEY", "")),
         metavar="KEY",
         help="a key clients must send as 'Authorization: Bearer KEY' (repeatable; "
         "OMNI_API_KEY: comma-separated)",

@@ -19,9 +19,9 @@ from omni.engine.types import Engine
 from omni.events import Appender, EventStore, Notifier
 from omni.ids import new_id
 from omni.metrics import Metrics
-from omni.service import ResponsesService
 from omni.service.completions import CompletionsService
 from omni.service.defaults import Defaults
+from omni.service.responses import ResponsesService
 from omni.service.retention import HOURLY, Retention
 from omni.service.sealing import Sealer
 from omni.service.stored import StoredCompletions

@@ -15,7 +15,7 @@ from omni.api.query import bool_arg, int_arg, page_args
 from omni.api.sse import KEEPALIVE_FRAME, frame
 from omni.errors import InvalidRequest, OmniError
 from omni.schemas.responses import ResponseCreate, parse_body
-from omni.service import ResponsesService
+from omni.service.responses import ResponsesService
 
 log = logging.getLogger(__name__)
 bp = Blueprint("responses", __name__)

@@ -218,7 +218,13 @@ def delete(conn: sqlite3.Connection, ids: Sequence[str]) -> int:
     return removed
 
 
-def purge(conn: sqlite3.Connection, ids: Sequence[str], per_transaction: int = 256) -> int:
+# Objects one purge transaction removes (the CLI's and retention's): appends wait for one at most.
+PER_TRANSACTION = 256
+
+
+def purge(
+    conn: sqlite3.Connection, ids: Sequence[str], per_transaction: int = PER_TRANSACTION
+) -> int:
     """delete() in transactions of `per_transaction` objects: a writer waits for one at most."""
     removed = 0
     for start in range(0, len(ids), per_transaction):

@@ -13,7 +13,7 @@ from contextlib import closing
 
 from omni.engine.chat_recorder import CANCELLED, ERROR, USAGE
 from omni.events import EventStore
-from omni.events.maintenance import Finished, Vocabulary, connect, finished
+from omni.events.maintenance import PER_TRANSACTION, Finished, Vocabulary, connect, finished
 from omni.service.streams import ACCEPTED, COMPLETION_DELETED, DELETED
 
 log = logging.getLogger(__name__)
@@ -34,7 +34,6 @@ VOCABULARY = Vocabulary(
     accepted=ACCEPTED,
 )
 STATUSES = ("completed", "incomplete", "failed", "cancelled", "deleted")
-PER_TRANSACTION = 256  # objects a purge transaction removes: appends wait for one at most
 HOURLY = 3600.0
 
 
