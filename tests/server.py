@@ -74,10 +74,16 @@ class ServerThread:
 def serving(engine: Any, db: Path, home: Path | None = None) -> Iterator[Any]:
     """A server on `engine` with its log at `db` (and OMNI_HOME `home`), and the OpenAI SDK
     in strict mode as its client."""
+    with running(engine, db, home=str(home) if home else None) as (_, client):
+        yield client
+
+
+@contextmanager
+def running(engine: Any, db: Path, **settings: Any) -> Iterator[tuple[ServerThread, Any]]:
+    """serving(), with the server too and any other Settings."""
     from openai import OpenAI
 
-    settings = Settings(db_path=str(db), keepalive=1.0, home=str(home) if home else None)
-    srv = ServerThread(settings, engine).start()
+    srv = ServerThread(Settings(db_path=str(db), keepalive=1.0, **settings), engine).start()
     client = OpenAI(
         base_url=f"{srv.base_url}/v1",
         api_key="test",
@@ -85,7 +91,7 @@ def serving(engine: Any, db: Path, home: Path | None = None) -> Iterator[Any]:
         _strict_response_validation=True,
     )
     try:
-        yield client
+        yield srv, client
     finally:
         client.close()
         srv.stop()

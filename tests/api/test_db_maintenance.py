@@ -6,39 +6,21 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Iterator
-from contextlib import closing, contextmanager
+from contextlib import closing
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-from openai import NotFoundError, OpenAI
+from openai import NotFoundError
 
 from omni import cli
-from omni.api.app import Settings
 from omni.events import maintenance
 from omni.service.retention import VOCABULARY
 from tests.api._helpers import LONG_RUN, MODEL, TERMINAL, wait_for
-from tests.server import ServerThread
+from tests.server import running
 
 CHAT = [{"role": "user", "content": "remember me"}]
-
-
-@contextmanager
-def running(engine: Any, db: Path, **settings: Any) -> Iterator[tuple[ServerThread, OpenAI]]:
-    srv = ServerThread(Settings(db_path=str(db), keepalive=1.0, **settings), engine).start()
-    client = OpenAI(
-        base_url=f"{srv.base_url}/v1",
-        api_key="test",
-        max_retries=0,
-        _strict_response_validation=True,
-    )
-    try:
-        yield srv, client
-    finally:
-        client.close()
-        srv.stop()
 
 
 def rows(db: Path, upto: int | None = None) -> list[tuple[Any, ...]]:
