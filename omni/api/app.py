@@ -119,6 +119,7 @@ def create_app(settings: Settings, engine: Engine) -> Quart:
             settings.keepalive,
             cache,
             settings.defaults,
+            service.prompter,
         )
         service.runs.metrics = completions.metrics = figures
         figures.watch(lambda: getattr(engine, "queued", 0), lambda: getattr(engine, "running", 0))

@@ -58,6 +58,20 @@ class _Pending:
     spoke: bool = False  # its first text went out (the reader thread's alone)
 
 
+SLOW_TOKENIZER_TOKEN_BYTES = 256
+
+
+def longest_token(tokenizer: Any) -> int:
+    """The most UTF-8 bytes any one token decodes to (special tokens included): no text
+    of n bytes is fewer than n / this many tokens."""
+    hf = getattr(tokenizer._tokenizer, "backend_tokenizer", None)
+    if hf is None:  # a slow tokenizer: not measured, a generous guess
+        return SLOW_TOKENIZER_TOKEN_BYTES
+    size = hf.get_vocab_size(with_added_tokens=True)
+    texts = hf.decode_batch([[i] for i in range(size)], skip_special_tokens=False)
+    return max(1, *(len(t.encode()) for t in texts))
+
+
 class MLXEngine:
     """Runs the model in an engine process (omni.engine.worker); jobs are decoded together
     by continuous batching (omni.engine.batching)."""
@@ -80,6 +94,7 @@ class MLXEngine:
         self._cache_limits = (prompt_cache_entries, prompt_cache_bytes)
         self.model_id = source.model_id
         self.context_length = 0
+        self.max_token_bytes = 1  # the most bytes one token stands for (set once loaded)
         self._tokenizer: Any = None
         self._process: Any = None
         self._conn: Connection | None = None
@@ -112,6 +127,7 @@ class MLXEngine:
         from mlx_lm.utils import load_tokenizer
 
         self._tokenizer = load_tokenizer(self.source.path, eos_token_ids=eos)
+        self.max_token_bytes = longest_token(self._tokenizer)
         self._conn = conn
         self._reader.start()
 

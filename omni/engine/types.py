@@ -114,6 +114,7 @@ class Engine(Protocol):
 
     model_id: str
     context_length: int
+    max_token_bytes: int  # the most bytes one token stands for: prompts too long fail early
 
     def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[int]:
         """Prompt tokens for a chat, through the model's chat template."""

@@ -31,6 +31,15 @@ def _output_text(output: Any) -> str:
     return "\n".join(p.get("text", "") for p in output if isinstance(p, dict))
 
 
+def item_text(item: dict[str, Any]) -> str:
+    """Text of the item that every rendering of it contains (tool calls' JSON aside)."""
+    if item["type"] == "message":
+        return _text(item)
+    if item["type"] == "function_call_output":
+        return _output_text(item["output"])
+    return ""
+
+
 def to_chat_messages(
     instructions: str | None,
     items: Sequence[dict[str, Any]],

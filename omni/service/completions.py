@@ -36,6 +36,7 @@ from omni.projections.messages import chat_for_template
 from omni.schemas.chat import ChatCompletionCreate, CompletionCreate
 from omni.service.defaults import Defaults
 from omni.service.ownership import cache_namespace
+from omni.service.prompting import Prompter, refuse_unfittable, text_bytes
 from omni.service.reasoning import thinker, thinking_plan
 from omni.service.requests import rendered
 from omni.service.runs import Run, Runs
@@ -81,8 +82,10 @@ class CompletionsService:
         keepalive: float = 15.0,
         cache: bool = True,
         defaults: Defaults | None = None,
+        prompter: Prompter | None = None,
     ):
         self.defaults = defaults or Defaults()
+        self.prompter = prompter or Prompter()
         self.store = store
         self.appender = appender
         self.notifier = notifier
@@ -113,8 +116,9 @@ class CompletionsService:
             structured,
         )
         thinking, budget = thinking_plan(self.engine, body.reasoning_effort, body.thinking_budget)
-        prompt = rendered(
-            self.engine, messages, tools, mode, structured, param="messages", thinking=thinking
+        refuse_unfittable(self.engine, text_bytes(messages), "messages")
+        prompt = await self.prompter.run(
+            rendered, self.engine, messages, tools, mode, structured, "messages", thinking
         )
         think = thinker(self.engine, prompt, thinking)
         key = cache_key(self.engine.model_id, body, owner) if self.cache else None
@@ -189,7 +193,9 @@ class CompletionsService:
 
     async def create_text(self, body: CompletionCreate, owner: str | None = None) -> str:
         self.runs.check_capacity()
-        prompt = self._check_length(self.engine.encode(body.prompt))  # type: ignore[arg-type]
+        text: str = body.prompt  # type: ignore[assignment]
+        refuse_unfittable(self.engine, len(text.encode()), "prompt")
+        prompt = self._check_length(await self.prompter.run(self.engine.encode, text))
         cid = new_id("cmpl").replace("cmpl_", "cmpl-")
         recorder = ChunkRecorder(
             "text",
@@ -212,7 +218,7 @@ class CompletionsService:
             raise InvalidRequest(
                 f"The prompt is {len(prompt)} tokens; this model's context is "
                 f"{self.engine.context_length} tokens.",
-                param="messages",
+                param="prompt",
                 code="context_length_exceeded",
             )
         return prompt

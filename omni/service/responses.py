@@ -23,12 +23,14 @@ from omni.events import (
 )
 from omni.ids import new_id
 from omni.projections.input_items import page_items
+from omni.projections.messages import item_text
 from omni.projections.response import fold_response
 from omni.schemas.items import normalize_input
 from omni.schemas.responses import ResponseCreate
 from omni.service import recovery
 from omni.service.defaults import Defaults
 from omni.service.ownership import cache_namespace, visible
+from omni.service.prompting import Prompter, fit_suffix, refuse_unfittable
 from omni.service.reasoning import thinker, thinking_plan
 from omni.service.requests import function_tools, initial_response, render_prompt
 from omni.service.runs import Run, Runs
@@ -69,6 +71,7 @@ class ResponsesService:
         self.model_aliases = model_aliases | {engine.model_id}
         self.keepalive = keepalive
         self.runs = Runs(engine, store, appender, notifier, max_queued)
+        self.prompter = Prompter()  # shared with chat: one request's prompt built at a time
 
     # --- commands -------------------------------------------------------------
 
@@ -109,7 +112,9 @@ class ResponsesService:
         )
         effort = (body.reasoning or {}).get("effort")
         thinking, budget = thinking_plan(self.engine, effort, body.thinking_budget)
-        prompt = self._fit(body, history + items, callable_tools, mode, thinking)
+        prompt = await self.prompter.run(
+            self._fit, body, history + items, callable_tools, mode, thinking
+        )
         wants_logprobs = "message.output_text.logprobs" in (body.include or [])
         defaults = self.defaults
         sampling = Sampling(
@@ -164,16 +169,20 @@ class ResponsesService:
         mode: Mode,
         thinking: bool | None = None,
     ) -> list[int]:
-        """The prompt; with truncation "auto", the oldest items go until it fits the context."""
-        while True:
-            try:
-                return render_prompt(self.engine, body.instructions, items, tools, mode, thinking)
-            except InvalidRequest as exc:
-                if body.truncation != "auto" or exc.code != "context_length_exceeded":
-                    raise
-                if len(items) <= 1:
-                    raise
-                items = items[1:]
+        """The prompt (on the prompter's thread); with truncation "auto", the oldest items go
+        until it fits the context."""
+
+        def render(start: int) -> list[int]:
+            return render_prompt(
+                self.engine, body.instructions, items[start:], tools, mode, thinking
+            )
+
+        sizes = [len(item_text(item).encode()) for item in items]
+        fixed = len((body.instructions or "").encode())
+        if body.truncation != "auto" or not items:
+            refuse_unfittable(self.engine, fixed + sum(sizes), "input")
+            return render(0)
+        return fit_suffix(self.engine, sizes, render, fixed)
 
     async def cancel(self, response_id: str, owner: str | None = None) -> dict[str, Any]:
         """Cancel a background response; a finished one is returned unchanged."""
@@ -216,6 +225,7 @@ class ResponsesService:
 
     async def close(self) -> None:
         await self.runs.close()
+        self.prompter.close()
 
     # --- queries --------------------------------------------------------------
 

@@ -442,6 +442,7 @@ class FailingEngine:
         self._engine = engine
         self.model_id = engine.model_id
         self.context_length = engine.context_length
+        self.max_token_bytes = engine.max_token_bytes
         self.generations = 0
 
     def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[int]:

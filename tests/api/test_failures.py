@@ -20,6 +20,7 @@ class ScriptedEngine:
 
     model_id = "scripted"
     context_length = 1024
+    max_token_bytes = 16
 
     def __init__(self) -> None:
         self.script: list[Output] = []

@@ -41,6 +41,7 @@ class ScriptedEngine:
         self._engine = engine
         self.model_id = engine.model_id
         self.context_length = engine.context_length
+        self.max_token_bytes = engine.max_token_bytes
         self.scripts: list[str] = []
         self.prompts: list[list[int]] = []
 
