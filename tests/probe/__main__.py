@@ -1,0 +1,86 @@
+"""The probe at full size, printing its figures:
+
+    .venv/bin/python -m tests.probe [--examples 3000] [--rounds 22] [--clients 64] [--requests 10]
+
+A tiny random-weight model is built in a temporary folder; each part runs a real
+`omni serve` on a database of its own there."""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+import httpx
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+from openai import OpenAI
+
+from omni.engine.tiny import build_tiny_llama
+from tests.probe.crash import kill_rounds
+from tests.probe.fuzz import Probe, Request, requests
+from tests.probe.load import load
+from tests.probe.test_fuzz import known_ids
+from tests.test_cli import serving
+
+
+def fuzz(base: str, examples: int) -> tuple[Counter[str], list[tuple[Request, str]]]:
+    with OpenAI(base_url=f"{base}/v1", api_key="x", max_retries=0) as sdk:
+        known = known_ids(sdk)
+    probe = Probe(httpx.Client(base_url=base, timeout=60))
+    problems: list[tuple[Request, str]] = []
+
+    @settings(
+        max_examples=examples,
+        deadline=None,
+        database=None,
+        phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(data=st.data())
+    def run(data: st.DataObject) -> None:
+        request = data.draw(requests(known))
+        problem = probe.send(request)
+        if problem is not None:
+            problems.append((request, problem))
+
+    run()
+    probe.client.close()
+    return probe.tally, problems
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m tests.probe", description=__doc__)
+    parser.add_argument("--examples", type=int, default=3000, help="fuzzed requests")
+    parser.add_argument("--rounds", type=int, default=22, help="kill -9 rounds")
+    parser.add_argument("--clients", type=int, default=64, help="concurrent clients")
+    parser.add_argument("--requests", type=int, default=10, help="requests per client")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        model = build_tiny_llama(root / "tiny-llama")
+        with serving(model, root / "fuzz.db", "warning", None, "--max-tokens", "4") as (base, _):
+            tally, problems = fuzz(base, args.examples)
+        print(
+            f"fuzz: {tally['requests']} requests, {tally['5xx']} 5xx, {tally['hangs']} hangs, "
+            f"{tally['broken']} broken answers ({tally['2xx']} 2xx, {tally['4xx']} 4xx)"
+        )
+        for request, problem in problems[:20]:
+            print(f"  {request!r}: {problem}")
+        with serving(model, root / "load.db") as (base, _):
+            burst = load(base, args.clients, args.requests)
+        print(
+            f"load: {args.clients} clients x {args.requests}: {burst['requests']} requests, "
+            f"{burst['errors']} errors, {burst['hangs']} hangs"
+        )
+        crash = kill_rounds(model, root / "crash.db", args.rounds)
+        print(
+            f"kill -9: {crash['kill -9 rounds']} rounds, {crash['events seen']} events seen "
+            f"by clients, {crash['events lost']} lost; {crash['streams checked']} streams, "
+            f"{crash['streams left unended']} left unended"
+        )
+
+
+if __name__ == "__main__":
+    main()
