@@ -37,7 +37,10 @@ from omni.service.streams import (
     ACCEPTED,
     CANCEL_REQUESTED,
     DELETED,
+    ID_PREFIXES,
+    RESPONSE,
     dumps,
+    is_kind,
     is_terminal,
     request_stream,
 )
@@ -133,6 +136,7 @@ class ResponsesService:
             self.sealer.seal if sealed else None,
         )
         request: dict[str, Any] = {
+            "kind": RESPONSE,
             "body": body.model_dump(mode="json", exclude={"input"}),
             "input": items,
             "response": response,
@@ -220,11 +224,18 @@ class ResponsesService:
     # --- queries --------------------------------------------------------------
 
     async def accepted(self, response_id: str) -> tuple[dict[str, Any], list[StoredEvent]]:
-        """The accepted request and the later facts of a response, else 404."""
+        """The accepted request and the later facts of a response, else 404: for an id of
+        another kind too (a chat completion's stream is no response), before anything else."""
+        missing = NotFound(f"No response found with id '{response_id}'.")
+        if not response_id.startswith(ID_PREFIXES[RESPONSE]):
+            raise missing
         rows = await self.store.read(request_stream(response_id))
         if not rows or rows[0].type != ACCEPTED or any(r.type == DELETED for r in rows):
-            raise NotFound(f"No response found with id '{response_id}'.")
-        return json.loads(rows[0].data), rows[1:]
+            raise missing
+        request = json.loads(rows[0].data)
+        if not is_kind(response_id, request, RESPONSE):
+            raise missing
+        return request, rows[1:]
 
     async def _accepted(self, response_id: str, owner: str | None) -> dict[str, Any]:
         """The accepted request of a stored, undeleted response of `owner`'s, else 404."""

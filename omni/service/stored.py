@@ -16,9 +16,12 @@ from omni.projections.input_items import page_items
 from omni.service.ownership import visible
 from omni.service.streams import (
     ACCEPTED,
+    CHAT,
     COMPLETION_DELETED,
+    ID_PREFIXES,
     METADATA_UPDATED,
     dumps,
+    is_kind,
     request_stream,
 )
 
@@ -33,16 +36,19 @@ class StoredCompletions:
     ) -> tuple[dict[str, Any], dict[str, str], int]:
         """The accepted request, current metadata and next request-stream seq of `owner`'s
         stored completion, else 404."""
+        missing = NotFound(f"No stored chat completion found with id '{cid}'.")
+        if not cid.startswith(ID_PREFIXES[CHAT]):  # a response's id, say: not even read
+            raise missing
         rows = await self.store.read(request_stream(cid))
         request = json.loads(rows[0].data) if rows and rows[0].type == ACCEPTED else None
         if (
             request is None
-            or request.get("kind") != "chat"
+            or not is_kind(cid, request, CHAT)
             or not request["body"].get("store")
             or not visible(request, owner)
             or any(r.type == COMPLETION_DELETED for r in rows)
         ):
-            raise NotFound(f"No stored chat completion found with id '{cid}'.")
+            raise missing
         metadata = request["body"].get("metadata") or {}
         for row in rows:
             if row.type == METADATA_UPDATED:
