@@ -10,7 +10,7 @@ from typing import Any
 
 from omni.engine.recorder import ResponseRecorder
 from omni.engine.types import Engine, Job, Sampling
-from omni.errors import InvalidRequest, ModelNotFound, NotFound, SeqConflict
+from omni.errors import InvalidRequest, ModelNotFound, NotFound
 from omni.events import (
     Append,
     Appender,
@@ -33,6 +33,7 @@ from omni.service.reasoning import thinker, thinking_plan
 from omni.service.requests import function_tools, initial_response, render_prompt
 from omni.service.runs import Run, Runs
 from omni.service.sealing import Sealer
+from omni.service.serial import ObjectLocks
 from omni.service.streams import (
     ACCEPTED,
     CANCEL_REQUESTED,
@@ -72,6 +73,7 @@ class ResponsesService:
         self.model_aliases = model_aliases | {engine.model_id}
         self.keepalive = keepalive
         self.runs = Runs(engine, store, appender, notifier, max_queued)
+        self.facts = ObjectLocks()  # a response's cancel and delete facts, one at a time
 
     # --- commands -------------------------------------------------------------
 
@@ -181,29 +183,40 @@ class ResponsesService:
 
     async def cancel(self, response_id: str, owner: str | None = None) -> dict[str, Any]:
         """Cancel a background response; a finished one is returned unchanged."""
-        request = await self._accepted(response_id, owner)
-        if not request["body"].get("background"):
-            raise InvalidRequest(
-                "Only responses created with background=true can be cancelled.",
-                param="response_id",
-            )
-        current = await self.snapshot(response_id)
-        if current.get("status") in FINISHED:
-            return current
-        await self._append_fact(response_id, CANCEL_REQUESTED)
+
+        async def request_cancel() -> dict[str, Any] | None:
+            request = await self._accepted(response_id, owner)
+            if not request["body"].get("background"):
+                raise InvalidRequest(
+                    "Only responses created with background=true can be cancelled.",
+                    param="response_id",
+                )
+            current = await self.snapshot(response_id)
+            if current.get("status") in FINISHED:
+                return current
+            await self._append_fact(response_id, CANCEL_REQUESTED)
+            return None
+
+        finished = await self.facts.run(response_id, request_cancel)
+        if finished is not None:
+            return finished
         self.runs.cancel(response_id)
         return await self.wait(response_id)
 
     async def delete(self, response_id: str, owner: str | None = None) -> dict[str, Any]:
-        await self._accepted(response_id, owner)
-        try:
+        """One tombstone: of concurrent deletes, the first writes it, the others then find
+        the response deleted (404, as OpenAI answers a second delete)."""
+
+        async def tombstone() -> None:
+            await self._accepted(response_id, owner)
             await self._append_fact(response_id, DELETED)
-        except SeqConflict:
-            raise NotFound(f"No response found with id '{response_id}'.") from None
+
+        await self.facts.run(response_id, tombstone)
         self.runs.cancel(response_id)
         return {"id": response_id, "object": "response.deleted", "deleted": True}
 
     async def _append_fact(self, response_id: str, type_: str) -> None:
+        """Append a fact to the request stream; the caller holds the response's lock."""
         stream = request_stream(response_id)
         seq = await self.store.next_seq(stream)
         await self.appender.append(Append(stream, seq, [NewEvent(type_, "{}")]))
