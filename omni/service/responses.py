@@ -26,7 +26,7 @@ from omni.projections.input_items import page_items
 from omni.projections.response import fold_response
 from omni.schemas.items import normalize_input
 from omni.schemas.responses import ResponseCreate
-from omni.service import recovery
+from omni.service import recovery, references
 from omni.service.defaults import Defaults
 from omni.service.ownership import cache_namespace, visible
 from omni.service.reasoning import thinker, thinking_plan
@@ -103,6 +103,9 @@ class ResponsesService:
         for i, item in enumerate(items):  # reasoning sent back sealed must be ours, unaltered
             if item["type"] == "reasoning" and item.get("encrypted_content"):
                 self.sealer.open(item["encrypted_content"], f"input[{i}].encrypted_content")
+        items = await references.resolve(
+            items, self.store.item_holders, lambda rid: self.stored_items(rid, owner)
+        )
         if not items and not history:
             raise InvalidRequest("`input` is required.", param="input")
         tools = function_tools(body)
@@ -286,6 +289,12 @@ class ResponsesService:
             if event is not None and is_terminal(event):
                 return dict(json.loads(event.data)["response"])
         return await self.snapshot(response_id)  # it had ended before we looked
+
+    async def stored_items(self, response_id: str, owner: str | None) -> list[dict[str, Any]]:
+        """The input and output items of `owner`'s stored response, else 404."""
+        request = await self._accepted(response_id, owner)
+        output = (await self.snapshot(response_id)).get("output") or []
+        return [*request["input"], *output]
 
     async def input_items(
         self, response_id: str, after: str | None, limit: int, order: str, owner: str | None = None

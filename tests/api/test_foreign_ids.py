@@ -4,7 +4,6 @@ kind; and none of those requests writes anything to the log."""
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable
 from typing import Any
 
@@ -12,15 +11,7 @@ import httpx
 import pytest
 from openai import NotFoundError, OpenAI
 
-from tests.api._helpers import MODEL, assert_error
-
-
-def high_water(server: Any) -> int:
-    """The log's AUTOINCREMENT mark: it moves with every row ever appended (and a purge,
-    which only deletes, leaves it alone)."""
-    with sqlite3.connect(server.state.store.path) as conn:
-        row = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'events'").fetchone()
-    return int(row[0])
+from tests.api._helpers import MODEL, assert_error, high_water
 
 
 @pytest.fixture(scope="module")

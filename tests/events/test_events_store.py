@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import sqlite3
 import threading
 import time
@@ -366,7 +367,8 @@ async def test_writes_begin_immediate_reads_begin_deferred(store: EventStore) ->
     await store.append([deltas("s", 0, 1)])
     await store.purge(["nothing"])
     await store.read("s")
-    assert direct == ["BEGIN", "INSERT", "COMMIT"]
+    # Each trigger on `events` (the item index's) runs under the INSERT and is traced as it.
+    assert [kind for kind, _ in itertools.groupby(direct)] == ["BEGIN", "INSERT", "COMMIT"]
     assert seen["writer"] == ["BEGIN IMMEDIATE"]  # the purge
     assert seen["reader"] == ["BEGIN"]
 
