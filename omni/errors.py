@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+#: What a client reads of an error whose own text is not for it (OpenAI's words for a 500).
+SERVER_ERROR = "The server had an error while processing your request."
+
 
 class OmniError(Exception):
     """An error a client may see: carries its HTTP status and OpenAI error fields."""
@@ -9,6 +12,7 @@ class OmniError(Exception):
     status = 500
     type = "server_error"
     code: str | None = "server_error"
+    public = True  # False: the message is for the server's log only (a driver's text, say)
 
     def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
         super().__init__(message)
@@ -20,7 +24,7 @@ class OmniError(Exception):
     def body(self) -> dict[str, object]:
         return {
             "error": {
-                "message": self.message,
+                "message": self.message if self.public else SERVER_ERROR,
                 "type": self.type,
                 "param": self.param,
                 "code": self.code,
@@ -51,14 +55,16 @@ class ModelLoadError(OmniError):
 
 
 class StoreError(OmniError):
-    """The event store failed (driver errors are translated into this)."""
+    """The event store failed (driver errors are translated into this). Its message, which
+    may quote the driver, goes to the log; a client reads only SERVER_ERROR."""
+
+    public = False
 
 
 class SeqConflict(StoreError):
-    """An append's expected seq did not match the stream's next seq."""
-
-    status = 409
-    code = "conflict"
+    """An append's expected seq did not match the stream's next seq. Writers that decide on
+    what they read hold the stream's lock (omni/service/serial.py), so one reaching a
+    client is a server error like any other."""
 
 
 class Overloaded(OmniError):

@@ -7,7 +7,7 @@ import logging
 from quart import Quart, Response, jsonify
 from werkzeug.exceptions import HTTPException
 
-from omni.errors import OmniError
+from omni.errors import SERVER_ERROR, OmniError
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +26,8 @@ def error_response(exc: OmniError) -> Response:
 def install(app: Quart) -> None:
     @app.errorhandler(OmniError)
     async def _omni(exc: OmniError) -> Response:
+        if not exc.public:  # the client reads SERVER_ERROR; the operator, what happened
+            log.error("%s: %s", type(exc).__name__, exc.message)
         return error_response(exc)
 
     @app.errorhandler(HTTPException)
@@ -40,5 +42,5 @@ def install(app: Quart) -> None:
 
     @app.errorhandler(Exception)
     async def _unexpected(exc: Exception) -> Response:
-        log.exception("unhandled error")
-        return error_response(OmniError(f"The server had an error: {exc}"))
+        log.exception("unhandled error")  # its text is for the log, never the client
+        return error_response(OmniError(SERVER_ERROR))

@@ -39,6 +39,8 @@ STARTED: Final = 0  # (STARTED, id, reached_model)
 TOKEN: Final = 1  # (TOKEN, id, token, Logprobs | None)
 FINISHED: Final = 2  # (FINISHED, id, reason, prompt_tokens, completion_tokens, cached_tokens)
 FAILED: Final = 3  # (FAILED, id, message)
+# A failed job's message, which clients read: the exception's text goes to the log only.
+GENERATION_FAILED: Final = "generation failed: the engine had an error (see the server's log)"
 
 PREFILL_GROUP: Final = 8  # prompts prefilled together by default (mlx-lm's prefill batch)
 # Tokens a job hands BatchGenerator at least, even when its cache holds all but the last one.
@@ -198,16 +200,16 @@ class BatchScheduler:
             if (solo := self.solo) is not None:
                 try:
                     self._solo_step(solo)
-                except Exception as exc:  # errors travel as values
+                except Exception:  # errors travel as values (their text: the log)
                     log.exception("generation step failed")
                     self.solo = None
-                    self.out.append((FAILED, solo.slot.spec.id, f"generation failed: {exc}"))
+                    self.out.append((FAILED, solo.slot.spec.id, GENERATION_FAILED))
             elif self.slots:
                 try:
                     self._step()
-                except Exception as exc:  # errors travel as values; the batch starts over
+                except Exception:  # errors travel as values; the batch starts over
                     log.exception("generation step failed")
-                    self._fail_all(f"generation failed: {exc}")
+                    self._fail_all(GENERATION_FAILED)
             now = clock()
             if self.trace is not None:
                 self._trace(now, now - mark, arrived)
@@ -228,9 +230,9 @@ class BatchScheduler:
         """Start a job (alone or in the batch); one that cannot start fails, the engine goes on."""
         try:
             start(spec)
-        except Exception as exc:  # one bad request must not stop the engine
+        except Exception:  # one bad request must not stop the engine
             log.exception("could not start a generation")
-            self.out.append((FAILED, spec.id, f"generation failed: {exc}"))
+            self.out.append((FAILED, spec.id, GENERATION_FAILED))
 
     def _receive(self, conn: Connection, block: bool) -> bool:
         """Take in what the server sent; False once it asks to close (or is gone)."""

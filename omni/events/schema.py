@@ -32,3 +32,16 @@ chat_cache = Table(
     Column("created_at", Integer, nullable=False),
 )
 Index("ix_chat_cache_created_at", chat_cache.c.created_at)
+
+# Which responses hold an item (an input or an output item): a projection of the log that
+# SQLite keeps itself, by triggers on `events` (migration 0003_items), so that no write path
+# can forget it; `item_reference` inputs are resolved through it.
+items = Table(
+    "items",
+    metadata,
+    Column("item_id", Text, primary_key=True),
+    Column("position", Integer, primary_key=True),  # of the event that holds the item
+    Column("response_id", Text, nullable=False),
+    sqlite_with_rowid=False,
+)
+Index("ix_items_position", items.c.position)

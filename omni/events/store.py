@@ -36,7 +36,7 @@ from sqlalchemy.pool import AsyncAdaptedQueuePool, QueuePool
 from omni.errors import SeqConflict, StoreError
 from omni.events import maintenance
 from omni.events.recent import RecentRows
-from omni.events.schema import chat_cache, events
+from omni.events.schema import chat_cache, events, items
 
 
 @dataclass(frozen=True, slots=True)
@@ -546,6 +546,14 @@ class EventStore:
         )
         rows = await self._fetch(query)
         return int(rows[0][0]) + 1
+
+    async def item_holders(self, item_id: str) -> list[str]:
+        """The objects whose events hold an item with this id, the first to hold it first
+        (the index the triggers of migration 0003_items keep)."""
+        query = (
+            select(items.c.response_id).where(items.c.item_id == item_id).order_by(items.c.position)
+        )
+        return [row[0] for row in await self._fetch(query)]
 
     async def by_type(self, type_: str, after_position: int = 0) -> list[StoredEvent]:
         """Every event of one type, in log order (used by recovery and listings)."""

@@ -100,10 +100,26 @@ def _parts(message: Message, param: str) -> list[dict[str, Any]]:
     return parts
 
 
+ITEM_REFERENCE = "item_reference"
+
+
+def is_reference(raw: dict[str, Any]) -> bool:
+    """`{"type": "item_reference", "id": ...}`; its type is optional in OpenAI's schema, so
+    `{"id": ...}` alone is one too (a message without `type` has a role and content)."""
+    return raw.get("type") == ITEM_REFERENCE or (
+        raw.get("type") is None and "id" in raw and set(raw) <= {"id", "type"}
+    )
+
+
 def normalize_item(raw: Any, param: str) -> dict[str, Any]:
-    """One input item in its canonical stored shape, with an id."""
+    """One input item in its canonical stored shape, with an id; a reference to a stored
+    item stays `{"type": "item_reference", "id": ...}`, for the service to resolve."""
     if not isinstance(raw, dict):
         raise InvalidRequest("Each input item must be an object.", param=param)
+    if is_reference(raw):
+        if not isinstance(raw.get("id"), str) or not raw["id"]:
+            raise InvalidRequest("An item_reference needs the item's `id`.", param=f"{param}.id")
+        return {"type": ITEM_REFERENCE, "id": raw["id"]}
     kind = raw.get("type") or "message"
     model = _KINDS.get(kind)
     if model is None:

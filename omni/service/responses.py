@@ -10,7 +10,7 @@ from typing import Any
 
 from omni.engine.recorder import ResponseRecorder
 from omni.engine.types import Engine, Job, Sampling
-from omni.errors import InvalidRequest, ModelNotFound, NotFound, SeqConflict
+from omni.errors import InvalidRequest, ModelNotFound, NotFound
 from omni.events import (
     Append,
     Appender,
@@ -27,7 +27,7 @@ from omni.projections.messages import item_text
 from omni.projections.response import fold_response
 from omni.schemas.items import normalize_input
 from omni.schemas.responses import ResponseCreate
-from omni.service import recovery
+from omni.service import recovery, references
 from omni.service.defaults import Defaults
 from omni.service.ownership import cache_namespace, visible
 from omni.service.prompting import Prompter, fit_suffix, refuse_unfittable
@@ -35,11 +35,15 @@ from omni.service.reasoning import thinker, thinking_plan
 from omni.service.requests import function_tools, initial_response, render_prompt
 from omni.service.runs import Run, Runs
 from omni.service.sealing import Sealer
+from omni.service.serial import ObjectLocks
 from omni.service.streams import (
     ACCEPTED,
     CANCEL_REQUESTED,
     DELETED,
+    ID_PREFIXES,
+    RESPONSE,
     dumps,
+    is_kind,
     is_terminal,
     request_stream,
 )
@@ -72,6 +76,7 @@ class ResponsesService:
         self.keepalive = keepalive
         self.runs = Runs(engine, store, appender, notifier, max_queued)
         self.prompter = Prompter()  # shared with chat: one request's prompt built at a time
+        self.facts = ObjectLocks()  # a response's cancel and delete facts, one at a time
 
     # --- commands -------------------------------------------------------------
 
@@ -101,6 +106,9 @@ class ResponsesService:
         for i, item in enumerate(items):  # reasoning sent back sealed must be ours, unaltered
             if item["type"] == "reasoning" and item.get("encrypted_content"):
                 self.sealer.open(item["encrypted_content"], f"input[{i}].encrypted_content")
+        items = await references.resolve(
+            items, self.store.item_holders, lambda rid: self.stored_items(rid, owner)
+        )
         if not items and not history:
             raise InvalidRequest("`input` is required.", param="input")
         tools = function_tools(body)
@@ -138,6 +146,7 @@ class ResponsesService:
             self.sealer.seal if sealed else None,
         )
         request: dict[str, Any] = {
+            "kind": RESPONSE,
             "body": body.model_dump(mode="json", exclude={"input"}),
             "input": items,
             "response": response,
@@ -186,29 +195,40 @@ class ResponsesService:
 
     async def cancel(self, response_id: str, owner: str | None = None) -> dict[str, Any]:
         """Cancel a background response; a finished one is returned unchanged."""
-        request = await self._accepted(response_id, owner)
-        if not request["body"].get("background"):
-            raise InvalidRequest(
-                "Only responses created with background=true can be cancelled.",
-                param="response_id",
-            )
-        current = await self.snapshot(response_id)
-        if current.get("status") in FINISHED:
-            return current
-        await self._append_fact(response_id, CANCEL_REQUESTED)
+
+        async def request_cancel() -> dict[str, Any] | None:
+            request = await self._accepted(response_id, owner)
+            if not request["body"].get("background"):
+                raise InvalidRequest(
+                    "Only responses created with background=true can be cancelled.",
+                    param="response_id",
+                )
+            current = await self.snapshot(response_id)
+            if current.get("status") in FINISHED:
+                return current
+            await self._append_fact(response_id, CANCEL_REQUESTED)
+            return None
+
+        finished = await self.facts.run(response_id, request_cancel)
+        if finished is not None:
+            return finished
         self.runs.cancel(response_id)
         return await self.wait(response_id)
 
     async def delete(self, response_id: str, owner: str | None = None) -> dict[str, Any]:
-        await self._accepted(response_id, owner)
-        try:
+        """One tombstone: of concurrent deletes, the first writes it, the others then find
+        the response deleted (404, as OpenAI answers a second delete)."""
+
+        async def tombstone() -> None:
+            await self._accepted(response_id, owner)
             await self._append_fact(response_id, DELETED)
-        except SeqConflict:
-            raise NotFound(f"No response found with id '{response_id}'.") from None
+
+        await self.facts.run(response_id, tombstone)
         self.runs.cancel(response_id)
         return {"id": response_id, "object": "response.deleted", "deleted": True}
 
     async def _append_fact(self, response_id: str, type_: str) -> None:
+        """Append a fact to the request stream; the caller holds the response's lock."""
         stream = request_stream(response_id)
         seq = await self.store.next_seq(stream)
         await self.appender.append(Append(stream, seq, [NewEvent(type_, "{}")]))
@@ -230,11 +250,18 @@ class ResponsesService:
     # --- queries --------------------------------------------------------------
 
     async def accepted(self, response_id: str) -> tuple[dict[str, Any], list[StoredEvent]]:
-        """The accepted request and the later facts of a response, else 404."""
+        """The accepted request and the later facts of a response, else 404: for an id of
+        another kind too (a chat completion's stream is no response), before anything else."""
+        missing = NotFound(f"No response found with id '{response_id}'.")
+        if not response_id.startswith(ID_PREFIXES[RESPONSE]):
+            raise missing
         rows = await self.store.read(request_stream(response_id))
         if not rows or rows[0].type != ACCEPTED or any(r.type == DELETED for r in rows):
-            raise NotFound(f"No response found with id '{response_id}'.")
-        return json.loads(rows[0].data), rows[1:]
+            raise missing
+        request = json.loads(rows[0].data)
+        if not is_kind(response_id, request, RESPONSE):
+            raise missing
+        return request, rows[1:]
 
     async def _accepted(self, response_id: str, owner: str | None) -> dict[str, Any]:
         """The accepted request of a stored, undeleted response of `owner`'s, else 404."""
@@ -272,6 +299,12 @@ class ResponsesService:
             if event is not None and is_terminal(event):
                 return dict(json.loads(event.data)["response"])
         return await self.snapshot(response_id)  # it had ended before we looked
+
+    async def stored_items(self, response_id: str, owner: str | None) -> list[dict[str, Any]]:
+        """The input and output items of `owner`'s stored response, else 404."""
+        request = await self._accepted(response_id, owner)
+        output = (await self.snapshot(response_id)).get("output") or []
+        return [*request["input"], *output]
 
     async def input_items(
         self, response_id: str, after: str | None, limit: int, order: str, owner: str | None = None

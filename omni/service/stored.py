@@ -14,11 +14,15 @@ from omni.events import Append, Appender, EventStore, NewEvent
 from omni.projections.completions import fold_chat
 from omni.projections.input_items import page_items
 from omni.service.ownership import visible
+from omni.service.serial import ObjectLocks
 from omni.service.streams import (
     ACCEPTED,
+    CHAT,
     COMPLETION_DELETED,
+    ID_PREFIXES,
     METADATA_UPDATED,
     dumps,
+    is_kind,
     request_stream,
 )
 
@@ -27,27 +31,37 @@ class StoredCompletions:
     def __init__(self, store: EventStore, appender: Appender):
         self.store = store
         self.appender = appender
+        self.facts = ObjectLocks()  # a completion's updates and delete, one at a time
 
     async def _facts(
         self, cid: str, owner: str | None
     ) -> tuple[dict[str, Any], dict[str, str], int]:
         """The accepted request, current metadata and next request-stream seq of `owner`'s
         stored completion, else 404."""
+        missing = NotFound(f"No stored chat completion found with id '{cid}'.")
+        if not cid.startswith(ID_PREFIXES[CHAT]):  # a response's id, say: not even read
+            raise missing
         rows = await self.store.read(request_stream(cid))
         request = json.loads(rows[0].data) if rows and rows[0].type == ACCEPTED else None
         if (
             request is None
-            or request.get("kind") != "chat"
+            or not is_kind(cid, request, CHAT)
             or not request["body"].get("store")
             or not visible(request, owner)
             or any(r.type == COMPLETION_DELETED for r in rows)
         ):
-            raise NotFound(f"No stored chat completion found with id '{cid}'.")
+            raise missing
         metadata = request["body"].get("metadata") or {}
         for row in rows:
             if row.type == METADATA_UPDATED:
                 metadata = json.loads(row.data)["metadata"]
         return request, metadata, len(rows)
+
+    async def _append_fact(self, cid: str, owner: str | None, type_: str, data: str = "{}") -> None:
+        """Append a fact to `owner`'s completion, else 404; run holding its lock (so every
+        concurrent update lands, in turn)."""
+        _, _, seq = await self._facts(cid, owner)
+        await self.appender.append(Append(request_stream(cid), seq, [NewEvent(type_, data)]))
 
     async def retrieve(self, cid: str, owner: str | None = None) -> dict[str, Any]:
         _, metadata, _ = await self._facts(cid, owner)
@@ -115,14 +129,11 @@ class StoredCompletions:
                 "metadata: at most 16 string values, keys ≤ 64 and values ≤ 512 characters.",
                 param="metadata",
             )
-        _, _, seq = await self._facts(cid, owner)
-        event = NewEvent(METADATA_UPDATED, dumps({"metadata": metadata}))
-        await self.appender.append(Append(request_stream(cid), seq, [event]))
+        event = dumps({"metadata": metadata})
+        await self.facts.run(cid, lambda: self._append_fact(cid, owner, METADATA_UPDATED, event))
         return await self._view(cid, metadata)
 
     async def delete(self, cid: str, owner: str | None = None) -> dict[str, Any]:
-        _, _, seq = await self._facts(cid, owner)
-        await self.appender.append(
-            Append(request_stream(cid), seq, [NewEvent(COMPLETION_DELETED, "{}")])
-        )
+        # Once: deletes after the first find it deleted (404).
+        await self.facts.run(cid, lambda: self._append_fact(cid, owner, COMPLETION_DELETED))
         return {"id": cid, "object": "chat.completion.deleted", "deleted": True}

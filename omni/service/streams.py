@@ -20,6 +20,11 @@ TOKENS = "omni.tokens"
 METADATA_UPDATED = "omni.completion.metadata_updated"
 COMPLETION_DELETED = "omni.completion.deleted"
 
+# The API each object belongs to (the `kind` its accepted request records) and its id prefix.
+# Each API answers 404 for ids of another kind, before it reads or writes anything else.
+RESPONSE, CHAT, TEXT = "response", "chat", "text"
+ID_PREFIXES = {RESPONSE: "resp_", CHAT: "chatcmpl-", TEXT: "cmpl-"}
+
 
 def dumps(value: Any) -> str:
     """Compact JSON, the exact bytes stored and sent."""
@@ -32,6 +37,13 @@ def request_stream(response_id: str) -> str:
 
 def tokens_stream(response_id: str) -> str:
     return f"{response_id}/tokens"
+
+
+def is_kind(object_id: str, request: dict[str, Any], kind: str) -> bool:
+    """Whether `object_id`, whose accepted request is `request`, is an object of `kind`: its
+    id's prefix and its recorded kind must both say so."""
+    recorded = request.get("kind", RESPONSE)  # responses accepted before kinds were recorded
+    return recorded == kind and object_id.startswith(ID_PREFIXES[kind])
 
 
 def is_terminal(event: StoredEvent) -> bool:

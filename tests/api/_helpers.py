@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -122,6 +123,14 @@ def assert_error(
     if code is not ...:
         assert error["code"] == code, error
     return error
+
+
+def high_water(server: Any) -> int:
+    """The log's AUTOINCREMENT mark: it moves with every row ever appended (and a purge,
+    which only deletes, leaves it alone)."""
+    with sqlite3.connect(server.state.store.path) as conn:
+        row = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'events'").fetchone()
+    return int(row[0])
 
 
 def read_log(server: Any, stream_id: str) -> list[Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import sqlite3
 import threading
 import time
@@ -111,7 +112,7 @@ async def test_empty_append_writes_nothing(store: EventStore, db_path: Path) -> 
     assert raw_rows(db_path) == []
 
 
-async def test_seq_conflict_is_409_and_writes_nothing(store: EventStore, db_path: Path) -> None:
+async def test_seq_conflict_writes_nothing(store: EventStore, db_path: Path) -> None:
     await store.append([deltas("s", 0, 2)])
     before = raw_rows(db_path)
 
@@ -125,8 +126,7 @@ async def test_seq_conflict_is_409_and_writes_nothing(store: EventStore, db_path
         )
     err = info.value
     assert isinstance(err, OmniError) and isinstance(err, StoreError)
-    assert err.status == 409
-    assert err.code == "conflict"
+    assert not err.public  # the driver's text is for the log: a client reads a plain 500
 
     # atomic: nothing of the failed transaction is there
     assert raw_rows(db_path) == before
@@ -367,7 +367,8 @@ async def test_writes_begin_immediate_reads_begin_deferred(store: EventStore) ->
     await store.append([deltas("s", 0, 1)])
     await store.purge(["nothing"])
     await store.read("s")
-    assert direct == ["BEGIN", "INSERT", "COMMIT"]
+    # Each trigger on `events` (the item index's) runs under the INSERT and is traced as it.
+    assert [kind for kind, _ in itertools.groupby(direct)] == ["BEGIN", "INSERT", "COMMIT"]
     assert seen["writer"] == ["BEGIN IMMEDIATE"]  # the purge
     assert seen["reader"] == ["BEGIN"]
 
