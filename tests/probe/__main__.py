@@ -21,6 +21,7 @@ from omni.engine.tiny import build_tiny_llama
 from tests.probe.crash import kill_rounds
 from tests.probe.fuzz import Probe, Request, requests
 from tests.probe.load import load
+from tests.probe.stall import items, stall
 from tests.probe.test_fuzz import known_ids
 from tests.test_cli import serving
 
@@ -68,6 +69,20 @@ def main() -> None:
         )
         for request, problem in problems[:20]:
             print(f"  {request!r}: {problem}")
+        big = ["--max-body-mb", "64", "--max-tokens", "2"]
+        with serving(model, root / "stall.db", "warning", None, *big) as (base, proc):
+            for n in (250, 2000, 10000):
+                body = {"input": items(n), "truncation": "auto"}
+                s = stall(base, proc.pid, "/v1/responses", body)
+                print(
+                    f"truncation auto, {n} items: {s.status} in {s.seconds:.2f} s, "
+                    f"/health waited at most {s.worst_health_s:.2f} s"
+                )
+            s = stall(base, proc.pid, "/v1/responses", {"input": "word " * 10_000_000})
+            print(
+                f"a 50 MB input: {s.status} in {s.seconds:.2f} s, /health waited at most "
+                f"{s.worst_health_s:.2f} s, server peak RSS {s.peak_rss_mb} MB"
+            )
         with serving(model, root / "load.db") as (base, _):
             burst = load(base, args.clients, args.requests)
         print(
