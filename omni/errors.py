@@ -9,6 +9,7 @@ class OmniError(Exception):
     status = 500
     type = "server_error"
     code: str | None = "server_error"
+    exit_status = 1  # what `omni` exits with when this ends a command
 
     def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
         super().__init__(message)
@@ -52,6 +53,21 @@ class ModelLoadError(OmniError):
 
 class StoreError(OmniError):
     """The event store failed (driver errors are translated into this)."""
+
+
+class UnusableDatabase(StoreError):
+    """A database file this Omni must not write: not SQLite, another program's database, a
+    newer schema, or damaged. Refused before a byte is written."""
+
+    exit_status = 2
+
+
+class StoreUnavailable(StoreError):
+    """The log cannot be written any more (its file was deleted or replaced under the
+    server): every request that needs it is refused until a restart."""
+
+    status = 503
+    code = "database_unavailable"
 
 
 class SeqConflict(StoreError):

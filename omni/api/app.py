@@ -86,7 +86,8 @@ def create_app(settings: Settings, engine: Engine) -> Quart:
 
     @app.before_serving
     async def open_resources() -> None:
-        await asyncio.to_thread(db.upgrade, settings.db_path)
+        # `omni serve` has read every page already (PRAGMA quick_check), before loading the model.
+        await asyncio.to_thread(db.upgrade, settings.db_path, False)
         store = EventStore(
             settings.db_path,
             synchronous=settings.synchronous,
