@@ -82,6 +82,9 @@ def create_app(settings: Settings, engine: Engine) -> Quart:
     @app.get("/health")
     @app.get("/v1/health")
     async def health() -> dict[str, str]:
+        state: State | None = app.config.get("OMNI")
+        if state is not None:
+            state.store.check_file()  # a 503 once the log's file is deleted or replaced
         return {"status": "ok"}
 
     @app.before_serving
