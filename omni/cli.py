@@ -483,7 +483,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"omni: database {args.db} is at the newest schema")
     except OmniError as exc:
         print(f"omni: error: {exc.message}", file=sys.stderr)
-        return 1
+        return exc.exit_status
     except KeyboardInterrupt:
         return 130
     return 0

@@ -8,8 +8,10 @@ import time
 from collections.abc import Callable
 from contextlib import closing
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
+from omni import db
 from omni.errors import StoreError
 from omni.events import maintenance
 from omni.service.retention import STATUSES, VOCABULARY
@@ -72,6 +74,8 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _check(path: str) -> int:
+    if db.inspect(path, verify=False) is None and Path(path).is_file():
+        raise StoreError(f"{path} holds no Omni log yet (`omni db upgrade` makes one)")
     with closing(maintenance.connect(path)) as conn:
         problems = maintenance.check(conn, VOCABULARY)
         streams, rows = conn.execute(
@@ -87,6 +91,7 @@ def _check(path: str) -> int:
 
 
 def _purge(path: str, before_ms: int, statuses: set[str] | None, dry_run: bool) -> int:
+    db.inspect(path, verify=False)  # nothing is removed from a file that is not ours to write
     with closing(maintenance.connect(path)) as conn:
         if dry_run:
             doomed = maintenance.finished(conn, VOCABULARY, before_ms, statuses)

@@ -13,6 +13,7 @@ class OmniError(Exception):
     type = "server_error"
     code: str | None = "server_error"
     public = True  # False: the message is for the server's log only (a driver's text, say)
+    exit_status = 1  # what `omni` exits with when this ends a command
 
     def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
         super().__init__(message)
@@ -59,6 +60,22 @@ class StoreError(OmniError):
     may quote the driver, goes to the log; a client reads only SERVER_ERROR."""
 
     public = False
+
+
+class UnusableDatabase(StoreError):
+    """A database file this Omni must not write: not SQLite, another program's database, a
+    newer schema, or damaged. Refused before a byte is written."""
+
+    exit_status = 2
+
+
+class StoreUnavailable(StoreError):
+    """The log cannot be written any more (its file was deleted or replaced under the
+    server): every request that needs it is refused until a restart."""
+
+    status = 503
+    code = "database_unavailable"
+    public = True  # says what happened and what to do, and quotes no driver
 
 
 class SeqConflict(StoreError):

@@ -82,5 +82,5 @@ def test_a_file_that_is_no_omni_log_is_one_line(tmp_path: Path) -> None:
         conn.execute("CREATE TABLE x (a)")
     for args in (["check"], ["purge", "--older-than", "1d"]):
         result = omni("db", *args, "--db", str(other))
-        assert result.returncode == 1 and "Traceback" not in result.stderr
-        assert "no such table: events" in result.stderr, result.stderr
+        assert result.returncode == 2 and "Traceback" not in result.stderr
+        assert "is not an Omni log (its tables: x)" in result.stderr, result.stderr

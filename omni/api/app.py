@@ -82,11 +82,15 @@ def create_app(settings: Settings, engine: Engine) -> Quart:
     @app.get("/health")
     @app.get("/v1/health")
     async def health() -> dict[str, str]:
+        state: State | None = app.config.get("OMNI")
+        if state is not None:
+            state.store.check_file()  # a 503 once the log's file is deleted or replaced
         return {"status": "ok"}
 
     @app.before_serving
     async def open_resources() -> None:
-        await asyncio.to_thread(db.upgrade, settings.db_path)
+        # `omni serve` has read every page already (PRAGMA quick_check), before loading the model.
+        await asyncio.to_thread(db.upgrade, settings.db_path, False)
         store = EventStore(
             settings.db_path,
             synchronous=settings.synchronous,

@@ -14,7 +14,7 @@ from omni.api.gate import owner
 from omni.api.query import page_args
 from omni.api.sse import KEEPALIVE_FRAME
 from omni.engine.chat_recorder import CANCELLED, ERROR, USAGE
-from omni.errors import OmniError
+from omni.errors import OmniError, StoreError
 from omni.schemas.chat import ChatCompletionCreate, CompletionCreate
 from omni.schemas.responses import load_json, parse_body
 from omni.service.completions import CompletionsService, is_end
@@ -51,6 +51,9 @@ def _stream(service: CompletionsService, cid: str, include_usage: bool) -> Respo
                         line.update(access.terminal_note(rows[-1].data))
                     if chunk:
                         yield chunk
+        except StoreError as exc:  # the log cannot be read (its file is gone): say so, end
+            yield b"data: " + json.dumps(exc.body()).encode() + b"\n\n" + DONE_FRAME
+        else:
             if not finished:  # defensive: the pages ended without a terminal event
                 finished = True
                 yield DONE_FRAME

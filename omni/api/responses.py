@@ -12,8 +12,8 @@ from quart import Blueprint, Response, current_app, request
 from omni.api import access
 from omni.api.gate import owner
 from omni.api.query import bool_arg, int_arg, page_args
-from omni.api.sse import KEEPALIVE_FRAME, frame
-from omni.errors import InvalidRequest, OmniError
+from omni.api.sse import KEEPALIVE_FRAME, error_frame, frame
+from omni.errors import InvalidRequest, OmniError, StoreError
 from omni.schemas.responses import ResponseCreate, parse_body
 from omni.service.responses import ResponsesService
 
@@ -43,6 +43,9 @@ def _sse(
                     last = rows[-1]
                     yield b"".join(frame(e.type, e.data, e.seq) for e in rows)
             finished = True
+        except StoreError as exc:  # the log cannot be read (its file is gone): say so, end
+            seq = (last.seq if last is not None else after) + 1
+            yield error_frame(exc, seq)
         finally:
             if finished and last is not None:
                 line.update(access.terminal_note(last.data))

@@ -7,11 +7,17 @@ import logging
 import time
 from collections.abc import Sequence
 
+from omni.errors import SeqConflict, StoreError, StoreUnavailable
 from omni.events.notifier import Notifier
 from omni.events.store import Append, CacheEntry, EventStore, StoredEvent
 from omni.metrics import UNREAD, Metrics
 
 log = logging.getLogger(__name__)
+
+# Streams remembered with a failed append (a failed stream's later appends must not commit:
+# they would leave a gap). Its producer learns of the failure within a few commits; the
+# oldest are forgotten past this many.
+MAX_GAPS = 4096
 
 # Appends that must commit together, and the future their producer may await.
 _Item = tuple[tuple[Append, ...], tuple[CacheEntry, ...], "asyncio.Future[list[StoredEvent]]"]
@@ -38,6 +44,8 @@ class Appender:
         self._queue: asyncio.Queue[_Item] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
         self.commits = 0  # for tests and benchmarks: how many transactions ran
+        self._gaps: dict[str, int] = {}  # stream -> the lowest seq an append failed at
+        self.failing = 0  # appends failed since the last commit (0: writes work)
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="omni-appender")
@@ -80,6 +88,9 @@ class Appender:
                 self._queue.task_done()
 
     async def _commit(self, batch: Sequence[_Item]) -> None:
+        batch = [item for item in batch if not self._after_gap(item)]
+        if not batch:
+            return
         started = time.perf_counter()
         try:
             stored = await self.store.append(
@@ -91,11 +102,15 @@ class Appender:
                 for item in batch:
                     await self._commit([item])
                 return
-            log.warning("append failed: %s", exc)
-            future = batch[0][2]
-            if not future.done():
-                future.set_exception(exc)
+            self._failed(batch[0], exc)
             return
+        if self.failing:
+            log.info("appends to the log work again (%d failed meanwhile)", self.failing)
+            self.failing = 0
+        for appends, _, _ in batch if self._gaps else ():
+            for a in appends:  # a stream continued where it failed has no gap any more
+                if self._gaps.get(a.stream_id, a.first_seq) >= a.first_seq:
+                    self._gaps.pop(a.stream_id, None)
         self.commits += 1
         self.metrics.commit.observe(time.perf_counter() - started)
         self.metrics.events.inc(len(stored))
@@ -113,3 +128,44 @@ class Appender:
                         for i in range(len(a.events))
                     ]
                 )
+
+    def _after_gap(self, item: _Item) -> bool:
+        """Refuse (fail, unwritten) an append past a failed one of its stream: committed, it
+        would leave the stream a gap that no reader could tell from a lost event."""
+        appends, _, future = item
+        failed = next(
+            (a for a in appends if self._gaps.get(a.stream_id, a.first_seq) < a.first_seq), None
+        )
+        if failed is None:
+            return False
+        self._note_gaps(appends)
+        if not future.done():
+            future.set_exception(
+                StoreError(f"not appended to {failed.stream_id}: an earlier append failed")
+            )
+        return True
+
+    def _failed(self, item: _Item, exc: Exception) -> None:
+        """One line for an outage (the disk full, the file read-only), not one per append."""
+        appends, _, future = item
+        if isinstance(exc, SeqConflict):  # the seq is taken: no gap, no outage
+            log.warning("append refused: %s", exc)
+        else:
+            self._note_gaps(appends)
+            self.failing += 1
+            if self.failing == 1 and not isinstance(exc, StoreUnavailable):  # (said once)
+                log.warning(
+                    "appends to the log fail (%s): generations that cannot record their "
+                    "events stop, and end once appends work again",
+                    exc,
+                )
+            else:
+                log.debug("append failed: %s", exc)
+        if not future.done():
+            future.set_exception(exc)
+
+    def _note_gaps(self, appends: Sequence[Append]) -> None:
+        for a in appends:
+            self._gaps[a.stream_id] = min(self._gaps.pop(a.stream_id, a.first_seq), a.first_seq)
+        while len(self._gaps) > MAX_GAPS:
+            del self._gaps[next(iter(self._gaps))]

@@ -35,6 +35,7 @@ from sqlalchemy.pool import AsyncAdaptedQueuePool, QueuePool
 
 from omni.errors import SeqConflict, StoreError
 from omni.events import maintenance
+from omni.events.identity import FileIdentity
 from omni.events.recent import RecentRows
 from omni.events.schema import chat_cache, events, items
 
@@ -170,6 +171,7 @@ class EventStore:
         self._direct: sqlite3.Connection | None = None  # the event loop's, for appends
         self._queued = 0  # writes handed to the writer's thread and not yet done
         self._direct_commits = 0
+        self._file: FileIdentity | None = None  # the file opened, once open
 
     async def open(self) -> None:
         # One connection for the writes, used by one thread: SQLite has one writer anyway, and
@@ -209,6 +211,17 @@ class EventStore:
             raise
         if self._synchronous.upper() in ("OFF", "NORMAL", "0", "1"):
             self._direct = self._connect_direct()
+        try:
+            self._file = FileIdentity(self.path)
+        except OSError as exc:
+            await asyncio.shield(self.close())
+            raise StoreError(f"cannot open database {self.path}: {exc.strerror}") from None
+
+    def check_file(self) -> None:
+        """StoreUnavailable once the file at the path is not the one opened (omni/events/
+        identity.py); checked before every write and every read of SQLite."""
+        if self._file is not None:
+            self._file.check()
 
     def _connect_direct(self) -> sqlite3.Connection | None:
         """The event loop's own connection for direct appends (None: every append goes to
@@ -260,6 +273,7 @@ class EventStore:
         rolled back if it raises); a transaction always runs whole there. Once submitted it
         runs, in its place in the queue, even if the caller is cancelled meanwhile (the caller
         only stops waiting); `then` runs on the event loop when it is done, either way."""
+        self.check_file()
         writer = self._open(self._writer)
         thread = self._write_thread
         assert thread is not None
@@ -319,6 +333,7 @@ class EventStore:
         """Append to one or more streams in ONE transaction; all or nothing. Replay-cache
         index rows go in the same transaction, so an entry never points at an unfinished
         stream."""
+        self.check_file()
         now = _now_ms()
         rows: list[dict[str, Any]] = [
             {
@@ -472,6 +487,7 @@ class EventStore:
 
     async def cache_lookup(self, key: str) -> str | None:
         """The completion that answers this request key, if one is indexed and fresh."""
+        self.check_file()
         cutoff = _now_ms() - self.cache_max_age_ms
         direct = self._direct
         if direct is not None and not direct.in_transaction:
@@ -518,6 +534,8 @@ class EventStore:
         self, stream_id: str, after: int = -1, limit: int | None = None
     ) -> list[StoredEvent]:
         """Events of one stream with seq > after, in seq order."""
+        if self._file is not None:
+            self._file.raise_if_lost()  # memory answers only for a file still ours
         recent = self._recent.after(stream_id, after, limit)
         if recent is not None:
             return recent  # just committed by this store: no need to ask SQLite again
@@ -532,6 +550,8 @@ class EventStore:
 
     async def last(self, stream_id: str) -> StoredEvent | None:
         """The newest event of a stream, or None for an empty stream."""
+        if self._file is not None:
+            self._file.raise_if_lost()
         if (recent := self._recent.last(stream_id)) is not None:
             return recent
         query = (
@@ -606,6 +626,7 @@ class EventStore:
             raise StoreError(f"purge failed: {exc}") from exc
 
     async def _fetch(self, query: Any) -> list[Any]:
+        self.check_file()  # before a pooled connection opens the file now at the path
         reader = self._open(self._reader)
         try:
             async with reader.connect() as conn:

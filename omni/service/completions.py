@@ -17,7 +17,7 @@ from omni.engine.chat_recorder import CHUNK, ERROR, TERMINAL_TYPES, USAGE, Chunk
 from omni.engine.thinking import ThinkSplitter
 from omni.engine.tool_calls import CallSplitter
 from omni.engine.types import Engine, Job, Sampling
-from omni.errors import InvalidRequest, NotFound
+from omni.errors import InvalidRequest, NotFound, StoreError
 from omni.events import (
     Append,
     Appender,
@@ -43,6 +43,7 @@ from omni.service.runs import Run, Runs
 from omni.service.streams import ACCEPTED, COMPLETION_DELETED, dumps, request_stream
 from omni.service.structured import decoding_constraint
 from omni.service.tools import splitter, tool_policy
+from omni.service.unwritten import end_unwritten
 
 MIRROR_PAGE = 512
 RESTARTED = "The server restarted before this completion finished."
@@ -287,10 +288,18 @@ class CompletionsService:
     async def _copy(self, original: str, cid: str, run: Run | None) -> None:
         old, new = f'"id":"{original}"', f'"id":"{cid}"'
         seq = 0
+        unwritten: list[BaseException] = []
+
+        def check(done: asyncio.Future[list[StoredEvent]]) -> None:
+            if not done.cancelled() and (exc := done.exception()) is not None:
+                unwritten.append(exc)
+
         try:
             async for event in follow(
                 self.store, self.notifier, original, -1, is_end, self.keepalive, page=MIRROR_PAGE
             ):
+                if unwritten:
+                    raise unwritten[0]  # the copy is cut: its ending says so
                 if event is None:
                     continue
                 append = Append(cid, seq, [NewEvent(event.type, event.data.replace(old, new, 1))])
@@ -299,7 +308,9 @@ class CompletionsService:
                 if is_end(event):
                     await self.appender.append(append)
                 else:
-                    self.appender.submit(append)
+                    self.appender.submit(append).add_done_callback(check)
+        except StoreError:
+            await end_unwritten(self.store, self.appender, cid, False)
         finally:
             if run is not None:
                 run.mirrors -= 1

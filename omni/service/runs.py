@@ -16,10 +16,11 @@ from typing import Any
 from omni.engine.chat_recorder import USAGE, ChunkRecorder
 from omni.engine.recorder import ResponseRecorder
 from omni.engine.types import Delta, Engine, Failed, Finished, Job, Output
-from omni.errors import Overloaded
-from omni.events import Append, Appender, CacheEntry, EventStore, NewEvent, Notifier
+from omni.errors import Overloaded, StoreError
+from omni.events import Append, Appender, CacheEntry, EventStore, NewEvent, Notifier, StoredEvent
 from omni.metrics import UNREAD, Metrics
 from omni.service.streams import TOKENS, dumps, request_stream, tokens_stream
+from omni.service.unwritten import end_unwritten
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,7 @@ class Run:
     next_seq: int = field(init=False)
     submitted_at: float = field(default_factory=time.perf_counter)  # for /metrics
     first_token_at: float | None = None
+    unwritten: BaseException | None = None  # why an append of its events failed
 
     def __post_init__(self) -> None:
         self.next_seq = self.recorder.next_seq
@@ -70,6 +72,7 @@ class Runs:
         self.notifier = notifier
         self._runs: dict[str, Run] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._closing = asyncio.Event()  # set by close(): endings stop waiting for the disk
         self.metrics: Metrics = UNREAD  # the app's, once it serves
 
     def check_capacity(self) -> None:
@@ -126,6 +129,7 @@ class Runs:
             run.released.set()
 
     async def close(self) -> None:
+        self._closing.set()
         for run in self._runs.values():
             run.job.cancel()
             run.released.set()
@@ -140,27 +144,68 @@ class Runs:
                 outputs = [await run.job.outputs.get()]
                 while not run.job.outputs.empty():
                     outputs.append(run.job.outputs.get_nowait())
+                if run.unwritten is not None:
+                    break  # nothing after a failed append may be recorded
                 appends, cache = self._appends(run, outputs)
                 if getattr(recorder, "wants_stop", False):
                     run.job.cancel()  # a stop sequence: no need to generate further
                 if recorder.done:
                     self._observe(run, outputs)
-                    if run.on_done is not None:
-                        run.on_done()
+                    self._ended(run)
                     await self.appender.append(*appends, cache=cache)
                 elif appends:
-                    self.appender.submit(*appends)
+                    written = self.appender.submit(*appends)
+                    written.add_done_callback(lambda done: self._check_written(run, done))
+        except StoreError as exc:
+            self._stop_unwritten(run, exc)
         except Exception:
             log.exception("recording %s failed", run.stream_id)
         finally:
             if not recorder.done:
                 run.job.cancel()
+        if run.unwritten is not None:
+            await self._end_unwritten(run)
         if not run.store:
             # Keep the rows until the creating client has read them, then purge on purpose.
             await run.released.wait()
             await self.notifier.wait_idle(run.stream_id)
-            await self.store.purge([run.stream_id, request_stream(run.stream_id)])
+            try:
+                await self.store.purge([run.stream_id, request_stream(run.stream_id)])
+            except StoreError as exc:  # start-up recovery purges what is left
+                log.debug("purge of %s failed: %s", run.stream_id, exc)
         self._runs.pop(run.stream_id, None)
+
+    def _ended(self, run: Run) -> None:
+        on_done, run.on_done = run.on_done, None
+        if on_done is not None:
+            on_done()
+
+    def _check_written(self, run: Run, done: asyncio.Future[list[StoredEvent]]) -> None:
+        if not done.cancelled() and (exc := done.exception()) is not None:
+            self._stop_unwritten(run, exc)
+
+    def _stop_unwritten(self, run: Run, exc: BaseException) -> None:
+        """An append of the run's events failed: generating more is for nothing."""
+        if run.unwritten is not None:
+            return
+        run.unwritten = exc
+        run.job.cancel()
+        # Wakes the recorder if it waits (an engine that took the job sends its own end too).
+        run.job.outputs.put_nowait(Finished("cancelled", len(run.job.prompt), 0))
+
+    async def _end_unwritten(self, run: Run) -> None:
+        """End the run failed once appends work again; its followers read that ending."""
+        if not run.recorder.done:
+            api = run.recorder.kind if isinstance(run.recorder, ChunkRecorder) else "responses"
+            self.metrics.generations.labels(api, "failed").inc()
+        self._ended(run)
+        response = isinstance(run.recorder, ResponseRecorder)
+        if not await end_unwritten(
+            self.store, self.appender, run.stream_id, response, self._closing
+        ):
+            # The log is gone (or the server stops): followers must find that out now.
+            self.notifier.notify([run.stream_id])
+            run.released.set()
 
     def _appends(
         self, run: Run, outputs: list[Output]
