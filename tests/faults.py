@@ -37,6 +37,7 @@ class Dripping:
 
     model_id = "scripted"
     context_length = 4096
+    max_token_bytes = 16
 
     def __init__(self, limit: int = 5000, text: str = "x" * 600 + " ") -> None:
         self.limit = limit

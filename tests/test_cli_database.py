@@ -13,7 +13,9 @@ from contextlib import closing
 from pathlib import Path
 
 import pytest
+from alembic.script import ScriptDirectory
 
+from omni.db import alembic_config
 from tests.server import free_port
 
 
@@ -40,7 +42,8 @@ def newer(path: Path) -> str:
     omni_log(path)
     with closing(sqlite3.connect(path)) as conn, conn:
         conn.execute("UPDATE alembic_version SET version_num = '0099'")
-    return "has schema version 0099, newer than this Omni (knows up to 0002); upgrade Omni"
+    head = ScriptDirectory.from_config(alembic_config(str(path))).get_current_head()
+    return f"has schema version 0099, newer than this Omni (knows up to {head}); upgrade Omni"
 
 
 def damaged(path: Path) -> str:

@@ -34,7 +34,7 @@ chat_cache = Table(
 Index("ix_chat_cache_created_at", chat_cache.c.created_at)
 
 # Which responses hold an item (an input or an output item): a projection of the log that
-# SQLite keeps itself, by triggers on `events` (migration 0003_items), so that no write path
+# SQLite keeps itself, by triggers on `events` (migration 0003), so that no write path
 # can forget it; `item_reference` inputs are resolved through it.
 items = Table(
     "items",

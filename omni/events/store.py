@@ -569,7 +569,7 @@ class EventStore:
 
     async def item_holders(self, item_id: str) -> list[str]:
         """The objects whose events hold an item with this id, the first to hold it first
-        (the index the triggers of migration 0003_items keep)."""
+        (the index the triggers of migration 0003 keep)."""
         query = (
             select(items.c.response_id).where(items.c.item_id == item_id).order_by(items.c.position)
         )

@@ -1,4 +1,4 @@
-"""The item index (migration 0003_items): which responses hold an item id, kept by SQLite in
+"""The item index (migration 0003): which responses hold an item id, kept by SQLite in
 the transaction of the event that holds it, on every write path, emptied by purges, and built
 from the events already there when a log is migrated."""
 
