@@ -319,8 +319,11 @@ def test_kill_9_mid_chat_completion_ends_it_at_the_next_start(
             "SELECT type FROM events WHERE stream_id = ? ORDER BY seq DESC LIMIT 1", (cid,)
         ).fetchone()[0]
     assert last == "chat.completion.chunk"  # cut off: no ending yet
-    with serving(tiny_model_dir, db):
-        pass
+    with serving(tiny_model_dir, db) as (base, _):
+        # Not an answer, so not a stored completion (as at OpenAI): gone from the API's view.
+        assert httpx.get(f"{base}/v1/chat/completions/{cid}").status_code == 404
+        listed = httpx.get(f"{base}/v1/chat/completions").json()["data"]
+        assert cid not in [c["id"] for c in listed]
     with sqlite3.connect(db) as conn:
         ends = conn.execute(
             "SELECT type, data FROM events WHERE stream_id = ? AND type LIKE 'completion.%'",

@@ -1,7 +1,9 @@
 """Stored chat completions (`store: true`): list, retrieve, messages, metadata, delete.
 
 All projections of the log: the accepted request, metadata updates and a tombstone live on
-`chatcmpl-X/request`; the completion itself is the fold of `chatcmpl-X`.
+`chatcmpl-X/request`; the completion itself is the fold of `chatcmpl-X`. As at OpenAI, only
+answers are stored: a completion that ended in an error or was cancelled (a failed generation,
+a client gone, a restart that cut it off) is not one, though the log keeps all it holds.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from omni.engine.chat_recorder import CANCELLED, ERROR
 from omni.errors import InvalidRequest, NotFound
 from omni.events import Append, Appender, EventStore, NewEvent
 from omni.projections.completions import fold_chat
@@ -25,6 +28,8 @@ from omni.service.streams import (
     is_kind,
     request_stream,
 )
+
+UNANSWERED = (ERROR, CANCELLED)
 
 
 class StoredCompletions:
@@ -50,6 +55,9 @@ class StoredCompletions:
             or not visible(request, owner)
             or any(r.type == COMPLETION_DELETED for r in rows)
         ):
+            raise missing
+        last = await self.store.last(cid)
+        if last is not None and last.type in UNANSWERED:
             raise missing
         metadata = request["body"].get("metadata") or {}
         for row in rows:
@@ -84,6 +92,8 @@ class StoredCompletions:
             e for e in await self.store.by_type(ACCEPTED) if e.stream_id.startswith("chatcmpl-")
         ]
         gone = {e.stream_id for e in await self.store.by_type(COMPLETION_DELETED)}
+        for kind in UNANSWERED:
+            gone |= {f"{e.stream_id}/request" for e in await self.store.by_type(kind)}
         current: dict[str, dict[str, str]] = {}
         for e in await self.store.by_type(METADATA_UPDATED):
             current[e.stream_id] = json.loads(e.data)["metadata"]

@@ -89,7 +89,8 @@ def main() -> None:
             f"load: {args.clients} clients x {args.requests}: {burst['requests']} requests, "
             f"{burst['errors']} errors, {burst['hangs']} hangs"
         )
-        crash = kill_rounds(model, root / "crash.db", args.rounds)
+        rounds = kill_rounds(model, root / "crash.db", args.rounds)
+        crash = rounds.tally
         print(
             f"kill -9: {crash['kill -9 rounds']} rounds, {crash['events seen']} events seen "
             f"by clients, {crash['events lost']} lost; {crash['streams checked']} streams, "

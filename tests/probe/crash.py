@@ -90,6 +90,7 @@ def client(base: str, kind: str, seen: Seen, stop: threading.Event) -> None:
 class Rounds:
     tally: Counter[str] = field(default_factory=Counter)
     streams: list[Seen] = field(default_factory=list)
+    unended: list[str] = field(default_factory=list)  # what each stream left open answered
 
     def check_log(self, db: Path) -> None:
         """Events lost: seen by a client, yet not in the log (or not byte for byte)."""
@@ -126,15 +127,18 @@ class Rounds:
                 final = httpx.get(f"{base}/v1/responses/{seen.stream_id}", timeout=30)
                 assert b"event: response." in replay
             body = final.json()
-            if seen.chat:
-                ended = body.get("choices", [{}])[0].get("finish_reason") is not None
+            if seen.chat:  # a cut-off completion is no answer: not stored, a 404
+                choice = body.get("choices", [{}])[0]
+                ended = final.status_code == 404 or choice.get("finish_reason") is not None
             else:
                 ended = body.get("status") in ("completed", "incomplete", "failed", "cancelled")
             self.tally["streams checked"] += 1
             self.tally["streams left unended"] += not ended
+            if not ended:
+                self.unended.append(f"{seen.stream_id}: {json.dumps(body)[:600]}")
 
 
-def kill_rounds(model: Path, db: Path, rounds: int, seed: int = 0) -> Counter[str]:
+def kill_rounds(model: Path, db: Path, rounds: int, seed: int = 0) -> Rounds:
     """`rounds` kills, each with four clients (two background, one foreground, one chat)."""
     random.seed(seed)
     probe = Rounds()
@@ -161,4 +165,4 @@ def kill_rounds(model: Path, db: Path, rounds: int, seed: int = 0) -> Counter[st
         probe.check_log(db)
     with serving(model, db) as (base, _):
         probe.check_ended(base)
-    return probe.tally
+    return probe

@@ -12,12 +12,13 @@ from tests.test_cli import serving
 def test_kill_9_rounds_lose_no_event_and_leave_no_stream_open(
     tiny_model_dir: Path, tmp_path: Path
 ) -> None:
-    tally = kill_rounds(tiny_model_dir, tmp_path / "omni.db", rounds=3)
+    probe = kill_rounds(tiny_model_dir, tmp_path / "omni.db", rounds=3)
+    tally = probe.tally
     assert tally["kill -9 rounds"] == 3
     assert tally["events seen"] > 0
     assert tally["events lost"] == 0, tally
     assert tally["streams checked"] > 0
-    assert tally["streams left unended"] == 0, tally
+    assert tally["streams left unended"] == 0, probe.unended
 
 
 def test_a_burst_of_clients_gets_only_good_answers(tiny_model_dir: Path, tmp_path: Path) -> None:
