@@ -148,6 +148,31 @@ def one_at_a_time(server) -> Iterator[None]:  # type: ignore[no-untyped-def]
         engine.max_batch = before
 
 
+@contextmanager
+def holding(server) -> Iterator[Callable[[], None]]:  # type: ignore[no-untyped-def]
+    """Jobs submitted in the block wait, queued, until `release()` (or the block's end)
+    hands them to the engine: a queue that lasts as long as the test wants, however fast
+    the engine decodes whatever it would otherwise wait behind."""
+    engine = server.state.engine
+    held: list[Any] = []
+    engine.submit = held.append  # the instance's, over the class's
+
+    async def hand_over() -> None:  # on the server's loop, as the engine expects
+        vars(engine).pop("submit", None)
+        for job in held:
+            engine.submit(job)
+        held.clear()
+
+    def release() -> None:
+        server.call(hand_over())
+
+    try:
+        yield release
+    finally:
+        if "submit" in vars(engine):
+            release()
+
+
 # Long runs: greedy decoding of this prompt is deterministic and (checked) never meets EOS
 # within LONG tokens, while sampling at temperature 1 meets it within a few hundred tokens
 # about one time in three; so long runs are greedy, and every one is cancelled by its test.
