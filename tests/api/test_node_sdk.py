@@ -50,7 +50,7 @@ def test_the_node_sdk_streams_a_waiting_response_through_keepalives(node: str, s
     then the rest, read by the SDK to the end without an error."""
     body = {"model": MODEL, "input": "waiting", "max_output_tokens": 5}
     script = NODE_DIR / "stream_responses.mjs"
-    with holding(server) as release:
+    with holding(server) as held:
         proc = subprocess.Popen(
             [node, str(script), f"{server.base_url}/v1", json.dumps(body)],
             stdout=subprocess.PIPE,
@@ -65,7 +65,7 @@ def test_the_node_sdk_streams_a_waiting_response_through_keepalives(node: str, s
             # A follower that came after the SDK's has had keep-alives: so has the SDK's.
             later = resume(server, rid, 1)
             assert wait_for(lambda: bytes(later.buf).count(KEEPALIVE) >= 3, timeout=15)
-            release()  # the engine takes it now
+            held.release()  # the engine takes it now
             out, err = proc.communicate(timeout=60)
         finally:
             proc.kill()

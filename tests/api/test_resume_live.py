@@ -157,7 +157,7 @@ def test_resume_running_at_several_points(server, cleanup) -> None:  # type: ign
 def test_resume_queued_sends_keepalives_first(client: OpenAI, server, cleanup) -> None:  # type: ignore[no-untyped-def]
     """A resume of a queued response waits, sending `: keep-alive` comments (keepalive is
     1 s here), until the engine reaches it; then the events follow, none missing."""
-    with holding(server) as release:
+    with holding(server) as held:
         queued = client.responses.create(
             model=MODEL, input="waiting", background=True, max_output_tokens=20
         ).id
@@ -172,7 +172,7 @@ def test_resume_queued_sends_keepalives_first(client: OpenAI, server, cleanup) -
         followers = (after_queued, from_start, by_header)
         assert wait_for(lambda: all(f.buf.count(KEEPALIVE) >= 2 for f in followers), 10)
         assert client.responses.retrieve(queued).status == "queued"
-        release()
+        held.release()
         assert wait_for(lambda: is_finished(server, queued), timeout=5)
         waited = time.monotonic() - waited
         replay = full_replay(server, queued)
@@ -205,7 +205,7 @@ def test_the_sdk_follows_a_stream_through_keepalives(client: OpenAI, server, cle
     """Keep-alives after frames with an `id:` (a queued or slow response followed live) must
     not reach the SDK as an event: its decoder remembers the id and would hand an empty event
     to json.loads."""
-    with holding(server) as release:
+    with holding(server) as held:
         queued = client.responses.create(
             model=MODEL, input="waiting", background=True, max_output_tokens=5
         ).id
@@ -222,7 +222,7 @@ def test_the_sdk_follows_a_stream_through_keepalives(client: OpenAI, server, cle
         # A follower that came after the SDK's has had keep-alives: so has the SDK's.
         live = resume(server, queued)
         assert wait_for(lambda: bytes(live.buf).count(KEEPALIVE) >= 2, timeout=10)
-        release()
+        held.release()
         follower.join(timeout=30)
     assert not follower.is_alive()
     assert seen[:3] == ["response.created", "response.queued", "response.in_progress"]
