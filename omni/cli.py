@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("omni")
 BIG = 2**63 - 1  # SQLite's largest integer
+# After a stop's endings are committed: for the connections that follow them to send them.
+DELIVERY_S = 5.0
 
 
 def _env(name: str, default: str | None) -> str | None:
@@ -213,6 +215,16 @@ def parser() -> argparse.ArgumentParser:
         help="purge responses and completions that ended longer ago (30d, 12h): at start-up,"
         " then hourly (default: keep everything)",
     )
+    _add_number(
+        serve,
+        "--shutdown-grace",
+        float,
+        0,
+        1e6,
+        "10",
+        "seconds running generations get to finish on SIGTERM/SIGINT; then foreground ones"
+        " end (their clients told) and background ones continue at the next start",
+    )
 
     _add_access(serve)
     _add_defaults(serve)
@@ -397,7 +409,7 @@ def _serve(args: argparse.Namespace) -> None:
     from hypercorn.asyncio import serve as hypercorn_serve
     from hypercorn.config import Config
 
-    from omni.api.app import Settings, create_app
+    from omni.api.app import Settings, create_app, shut_down
     from omni.engine.mlx_engine import MLXEngine
     from omni.engine.model_source import resolve_model
     from omni.service.defaults import Defaults
@@ -432,6 +444,7 @@ def _serve(args: argparse.Namespace) -> None:
         access=gate,
         defaults=Defaults(args.temp, args.top_p, args.max_tokens),
         retention_s=args.retention,
+        shutdown_grace_s=args.shutdown_grace,
     )
     app = create_app(settings, engine)
     # Runs after the app's own start-up hooks (Quart runs them in order), recovery included.
@@ -443,19 +456,37 @@ def _serve(args: argparse.Namespace) -> None:
     config.bind = [f"[{args.host}]:{args.port}" if ":" in args.host else f"{args.host}:{args.port}"]
     config.accesslog = None  # omni.access writes one line per request instead
     config.errorlog = logging.getLogger("hypercorn.error")  # through our handlers, once
+    # Hypercorn's wait for open connections begins once the grace is over (see `stopped`).
+    config.graceful_timeout = DELIVERY_S
 
     async def run() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
+        loop.set_exception_handler(_quiet_cancels)
+
+        async def stopped() -> None:
+            """Still listening through the grace (creates answer 503), then Hypercorn stops."""
+            await stop.wait()
+            log.info("stopping: up to %gs for running generations", args.shutdown_grace)
+            await shut_down(app)
+
         progress(f"serving {source.model_id} on http://{args.host}:{args.port}/v1 (log: {args.db})")
-        await hypercorn_serve(app, config, shutdown_trigger=stop.wait)  # type: ignore[arg-type]
+        await hypercorn_serve(app, config, shutdown_trigger=stopped)  # type: ignore[arg-type]
 
     try:
         asyncio.run(run())
     finally:
         engine.close()
+
+
+def _quiet_cancels(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """Hypercorn cuts the connections still open after its wait (followers of background
+    responses, which go on at the next start): asyncio would log each as a traceback."""
+    if isinstance(context.get("exception"), asyncio.CancelledError):
+        return
+    loop.default_exception_handler(context)
 
 
 async def _set_aside_heap() -> None:

@@ -93,6 +93,15 @@ class Overloaded(OmniError):
     retry_after = 1
 
 
+class ShuttingDown(OmniError):
+    """The server is stopping: it takes no new work (503; another server may, or this one
+    once restarted)."""
+
+    status = 503
+    code: str | None = "server_shutting_down"
+    retry_after = 1
+
+
 class Unauthorized(OmniError):
     """No API key, or one this server does not know (401, as OpenAI answers it)."""
 

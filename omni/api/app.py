@@ -44,6 +44,7 @@ class Settings:
     defaults: Defaults = field(default_factory=Defaults)  # sampling a request leaves out
     retention_s: float | None = None  # purge what ended longer ago than this (None: keep all)
     retention_every_s: float = HOURLY
+    shutdown_grace_s: float = 10.0  # for running generations to end, once a stop is asked
 
 
 @dataclass
@@ -58,6 +59,20 @@ class State:
     started_at: int
     metrics: Metrics
     retention: Retention | None = None
+    shutdown_grace_s: float = 10.0
+    stopping: asyncio.Task[None] | None = None  # the graceful stop, once begun
+
+
+def shut_down(app: Quart) -> asyncio.Task[None]:
+    """Begin (or join) the graceful stop: new work is refused at once, running generations
+    get the grace to end, then foreground ones are ended and background ones left for the
+    next start (Runs.drain). Done when every ending is committed; the connections that
+    follow them may then close."""
+    state: State = app.config["OMNI"]
+    if state.stopping is None:
+        drain = state.responses.runs.drain(state.shutdown_grace_s)
+        state.stopping = asyncio.create_task(drain, name="omni-shutdown")
+    return state.stopping
 
 
 def create_app(settings: Settings, engine: Engine) -> Quart:
@@ -81,10 +96,12 @@ def create_app(settings: Settings, engine: Engine) -> Quart:
 
     @app.get("/health")
     @app.get("/v1/health")
-    async def health() -> dict[str, str]:
+    async def health() -> Any:
         state: State | None = app.config.get("OMNI")
         if state is not None:
             state.store.check_file()  # a 503 once the log's file is deleted or replaced
+        if state is not None and state.responses.runs.closing:  # so balancers look elsewhere
+            return {"status": "shutting_down"}, 503
         return {"status": "ok"}
 
     @app.before_serving
@@ -143,6 +160,7 @@ def create_app(settings: Settings, engine: Engine) -> Quart:
             StoredCompletions(store, appender),
             int(time.time()),
             figures,
+            shutdown_grace_s=settings.shutdown_grace_s,
         )
         if settings.retention_s is not None:  # after recovery: it ends what a crash left open
             retention = Retention(store, settings.retention_s, settings.retention_every_s)
@@ -153,6 +171,8 @@ def create_app(settings: Settings, engine: Engine) -> Quart:
     async def close_resources() -> None:
         state: State = app.config["OMNI"]
         try:
+            if state.stopping is not None:  # begun by a signal: let it end
+                await state.stopping
             if state.retention is not None:
                 await state.retention.close()
             await state.completions.close()

@@ -15,9 +15,10 @@ log = logging.getLogger(__name__)
 def error_response(exc: OmniError) -> Response:
     response = jsonify(exc.body())
     response.status_code = exc.status
-    if exc.status == 429:
-        response.headers["retry-after"] = str(getattr(exc, "retry_after", 1))
-    if exc.status >= 500:
+    retry_after = getattr(exc, "retry_after", None)
+    if retry_after is not None:  # nothing was started: a retry is safe
+        response.headers["retry-after"] = str(retry_after)
+    elif exc.status >= 500:
         # The SDK retries 5xx twice; a failed generation must not run three times.
         response.headers["x-should-retry"] = "false"
     return response

@@ -16,13 +16,15 @@ from typing import Any
 from omni.engine.chat_recorder import USAGE, ChunkRecorder
 from omni.engine.recorder import ResponseRecorder
 from omni.engine.types import Delta, Engine, Failed, Finished, Job, Output
-from omni.errors import Overloaded, StoreError
+from omni.errors import Overloaded, ShuttingDown, StoreError
 from omni.events import Append, Appender, CacheEntry, EventStore, NewEvent, Notifier, StoredEvent
 from omni.metrics import UNREAD, Metrics
 from omni.service.streams import TOKENS, dumps, request_stream, tokens_stream
 from omni.service.unwritten import end_unwritten
 
 log = logging.getLogger(__name__)
+
+SHUT_DOWN = "The server shut down before this {} finished."
 
 
 @dataclass(eq=False)
@@ -45,6 +47,10 @@ class Run:
     submitted_at: float = field(default_factory=time.perf_counter)  # for /metrics
     first_token_at: float | None = None
     unwritten: BaseException | None = None  # why an append of its events failed
+    # A stop of the server: the output that wakes the recorder to end (or leave) the run.
+    interruption: Failed | None = None
+    detached: bool = False  # a background run left unfinished, for the next start
+    recorded: asyncio.Event = field(default_factory=asyncio.Event)  # its recording is over
 
     def __post_init__(self) -> None:
         self.next_seq = self.recorder.next_seq
@@ -74,9 +80,14 @@ class Runs:
         self._tasks: set[asyncio.Task[None]] = set()
         self._closing = asyncio.Event()  # set by close(): endings stop waiting for the disk
         self.metrics: Metrics = UNREAD  # the app's, once it serves
+        self.closing = False  # the server is stopping: no new work
+        self._interrupted = False  # ... and what runs now is ended or left at once
 
     def check_capacity(self) -> None:
-        """Refuse new work (429) while too many jobs already wait for the engine."""
+        """Refuse new work: all of it (503) once the server is stopping, else (429) while too
+        many jobs already wait for the engine."""
+        if self.closing:
+            raise ShuttingDown("The server is shutting down; retry shortly.")
         waiting = int(getattr(self.engine, "queued", 0))
         if waiting >= self.max_queued:
             raise Overloaded(
@@ -108,6 +119,8 @@ class Runs:
         task = asyncio.create_task(self._record(run), name=f"record-{run.response_id}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        if self._interrupted:  # opened while the server stopped
+            self._interrupt(run)
 
     def get(self, response_id: str) -> Run | None:
         return self._runs.get(response_id)
@@ -128,10 +141,47 @@ class Runs:
         if run is not None:
             run.released.set()
 
+    async def drain(self, grace: float) -> None:
+        """A graceful stop, which keeps at least what a crash keeps: refuse new work, give the
+        running generations `grace` seconds to end, then end each foreground one with a
+        recorded `SHUT_DOWN` (its client receives it) and leave each background one
+        unfinished, as a crash does: the next start continues it from its recorded tokens."""
+        self.closing = True
+        await self._recorded(grace)
+        self._interrupted = True
+        running = [r for r in self._runs.values() if not r.recorder.done]
+        for run in running:
+            self._interrupt(run)
+        await self._recorded(10)  # a commit each; bounded, should writes fail
+        if running:
+            left = sum(r.background for r in running)
+            log.warning(
+                "stop: %d running generations cut short (%d ended for their clients, "
+                "%d background ones go on at the next start)",
+                len(running),
+                len(running) - left,
+                left,
+            )
+
+    async def _recorded(self, timeout: float) -> None:
+        waits = [asyncio.ensure_future(r.recorded.wait()) for r in self._runs.values()]
+        if waits:
+            _, pending = await asyncio.wait(waits, timeout=timeout)
+            for wait in pending:
+                wait.cancel()
+
+    def _interrupt(self, run: Run) -> None:
+        if run.recorder.done or run.interruption is not None:
+            return
+        kind = "response" if isinstance(run.recorder, ResponseRecorder) else "completion"
+        run.interruption = Failed(SHUT_DOWN.format(kind))
+        run.job.outputs.put_nowait(run.interruption)  # after what the engine sent so far
+        run.job.cancel()
+
     async def close(self) -> None:
+        await self.drain(0)
         self._closing.set()
         for run in self._runs.values():
-            run.job.cancel()
             run.released.set()
         if self._tasks:
             await asyncio.wait(self._tasks, timeout=10)
@@ -140,7 +190,7 @@ class Runs:
         """Drain what the engine has sent into one append (group commit with the others)."""
         recorder = run.recorder
         try:
-            while not recorder.done:
+            while not recorder.done and not run.detached:
                 outputs = [await run.job.outputs.get()]
                 while not run.job.outputs.empty():
                     outputs.append(run.job.outputs.get_nowait())
@@ -153,6 +203,8 @@ class Runs:
                     self._observe(run, outputs)
                     self._ended(run)
                     await self.appender.append(*appends, cache=cache)
+                elif run.detached and appends:  # committed before the server stops
+                    await self.appender.append(*appends)
                 elif appends:
                     written = self.appender.submit(*appends)
                     written.add_done_callback(lambda done: self._check_written(run, done))
@@ -163,6 +215,7 @@ class Runs:
         finally:
             if not recorder.done:
                 run.job.cancel()
+            run.recorded.set()
         if run.unwritten is not None:
             await self._end_unwritten(run)
         if not run.store:
@@ -213,8 +266,14 @@ class Runs:
         events: list[Any] = []
         tokens: list[int] = []
         for out in outputs:
-            if run.recorder.done:
+            if run.recorder.done or run.detached:
                 break  # e.g. the engine's own end after a cancel already recorded
+            if out is run.interruption and run.background:
+                run.detached = True  # no ending: the next start continues it
+                break
+            if out is run.interruption and isinstance(run.recorder, ResponseRecorder):
+                events += run.recorder.on_abandoned(out.message)  # incomplete, what it said kept
+                break
             if isinstance(out, Delta) and out.token is not None:
                 tokens.append(out.token)
             events += run.recorder.on_output(out)

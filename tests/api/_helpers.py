@@ -157,6 +157,40 @@ def one_at_a_time(server) -> Iterator[None]:  # type: ignore[no-untyped-def]
         engine.max_batch = before
 
 
+class Held:
+    """The jobs `holding` keeps from the engine, and the way to hand them over."""
+
+    def __init__(self, server: Any):
+        self.server = server
+        self.jobs: list[Any] = []
+
+    def release(self) -> None:
+        self.server.call(self._hand_over())
+
+    async def _hand_over(self) -> None:  # on the server's loop, as the engine expects
+        engine = self.server.state.engine
+        vars(engine).pop("submit", None)
+        for job in self.jobs:
+            engine.submit(job)
+        self.jobs.clear()
+
+
+@contextmanager
+def holding(server) -> Iterator[Held]:  # type: ignore[no-untyped-def]
+    """Jobs submitted in the block wait, queued, until `release()` (or the block's end)
+    hands them to the engine: a queue that lasts as long as the test wants, however fast
+    the engine decodes whatever it would otherwise wait behind; and jobs that reach the
+    engine together, however the threads that sent them were scheduled."""
+    held = Held(server)
+    engine = server.state.engine
+    engine.submit = held.jobs.append  # the instance's, over the class's
+    try:
+        yield held
+    finally:
+        if "submit" in vars(engine):
+            held.release()
+
+
 # Long runs: greedy decoding of this prompt is deterministic and (checked) never meets EOS
 # within LONG tokens, while sampling at temperature 1 meets it within a few hundred tokens
 # about one time in three; so long runs are greedy, and every one is cancelled by its test.

@@ -4,15 +4,15 @@ running batch, and each job keeps its own sampling (greedy, seeded, top_k, min_p
 logit_bias).
 
 Every comparison uses its own prompt_cache_key, so an output is really generated again and
-not helped by a prefix-cache entry of the run it is compared with. Overlap is checked from
-the client side: every request of a batch had streamed text before any of them ended.
+not helped by a prefix-cache entry of the run it is compared with. Overlap is checked in the
+order of the recorded events (their log positions), never on the clock of the client threads:
+every request of a batch had its first text recorded before any of them ended.
 """
 
 from __future__ import annotations
 
 import json
 import threading
-import time
 import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from openai import OpenAI
 
-from tests.api._helpers import MODEL, one_at_a_time, read_log
+from tests.api._helpers import MODEL, holding, one_at_a_time, read_log, wait_for
 from tests.server import ServerThread
 
 EOS = 2  # <|im_end|> of the tiny tokenizer (omni.engine.tiny): biased away to keep runs long
@@ -35,9 +35,6 @@ class Ran:
     text: str
     output_tokens: int
     status: str
-    start: float
-    first: float  # first text delta
-    done: float  # terminal event
 
 
 def key(tag: str) -> str:
@@ -45,52 +42,55 @@ def key(tag: str) -> str:
 
 
 def stream(
-    client: OpenAI,
-    started: threading.Event | None = None,
-    after_deltas: int = 0,
-    barrier: threading.Barrier | None = None,
-    **body: Any,
+    client: OpenAI, started: threading.Event | None = None, after_deltas: int = 0, **body: Any
 ) -> Ran:
     """One streamed response; `started` is set once `after_deltas` text deltas arrived."""
-    if barrier is not None:
-        barrier.wait(timeout=10)
-    start = time.monotonic()
-    first: float | None = None
     deltas = 0
     final: Any = None
     with client.responses.create(model=MODEL, stream=True, **body) as events:
         for event in events:
             if event.type == "response.output_text.delta":
                 deltas += 1
-                if first is None:
-                    first = time.monotonic()
                 if started is not None and deltas >= after_deltas:
                     started.set()
             elif event.type in TERMINAL:
                 final = event.response
-                done = time.monotonic()
     assert final is not None, "the stream ended without a terminal event"
     assert final.status != "failed", final.error
-    assert first is not None, "no text was streamed"
+    assert deltas, "no text was streamed"
     assert final.usage is not None
-    return Ran(
-        final.id, final.output_text, final.usage.output_tokens, final.status, start, first, done
-    )
+    return Ran(final.id, final.output_text, final.usage.output_tokens, final.status)
 
 
-def concurrently(client: OpenAI, bodies: list[dict[str, Any]]) -> list[Ran]:
-    """All requests at once (one thread each, released together)."""
-    barrier = threading.Barrier(len(bodies))
-    with ThreadPoolExecutor(len(bodies)) as pool:
-        futures = [pool.submit(stream, client, barrier=barrier, **b) for b in bodies]
+def concurrently(client: OpenAI, server: ServerThread, bodies: list[dict[str, Any]]) -> list[Ran]:
+    """All requests at once: their jobs are held until every one is submitted, then reach the
+    engine together, however the client threads were scheduled."""
+    with ThreadPoolExecutor(len(bodies)) as pool, holding(server) as held:
+        futures = [pool.submit(stream, client, **b) for b in bodies]
+        assert wait_for(lambda: len(held.jobs) == len(bodies), timeout=30)
+        held.release()
         return [f.result(timeout=60) for f in futures]
 
 
-def assert_overlapped(runs: list[Ran]) -> None:
-    """Every run was producing text before any run ended: they were decoded together."""
-    assert max(r.first for r in runs) < min(r.done for r in runs), [
-        (round(r.first - runs[0].start, 3), round(r.done - runs[0].start, 3)) for r in runs
-    ]
+def positions(server: ServerThread, rid: str, type_: str) -> list[int]:
+    """Where the response's events of one type are in the log (its global order)."""
+    return [e.position for e in read_log(server, rid) if e.type == type_]
+
+
+def first_text(server: ServerThread, run: Ran) -> int:
+    return positions(server, run.id, "response.output_text.delta")[0]
+
+
+def ending(server: ServerThread, run: Ran) -> int:
+    (end,) = [e.position for e in read_log(server, run.id) if e.type in TERMINAL]
+    return end
+
+
+def assert_overlapped(server: ServerThread, runs: list[Ran]) -> None:
+    """Every run's first text was recorded before any run ended: decoded together."""
+    firsts = [first_text(server, r) for r in runs]
+    ends = [ending(server, r) for r in runs]
+    assert max(firsts) < min(ends), (firsts, ends)
 
 
 def recorded_tokens(server: ServerThread, rid: str) -> list[int]:
@@ -133,8 +133,10 @@ def test_greedy_tokens_are_the_same_alone_and_in_a_batch(
     alone_again = stream(client, **target, prompt_cache_key=key("alone2"))
     assert (alone_again.text, alone_again.output_tokens) == (alone.text, alone.output_tokens)
 
-    runs = concurrently(client, [{**target, "prompt_cache_key": key("batch")}, *others("b1", 6)])
-    assert_overlapped(runs)
+    runs = concurrently(
+        client, server, [{**target, "prompt_cache_key": key("batch")}, *others("b1", 6)]
+    )
+    assert_overlapped(server, runs)
     batched = runs[0]
     assert batched.text == alone.text
     assert batched.output_tokens == alone.output_tokens
@@ -158,8 +160,10 @@ def test_greedy_with_penalties_is_the_same_alone_and_in_a_batch(
     }
     with one_at_a_time(server):
         alone = stream(client, **target, prompt_cache_key=key("pen-alone"))
-    runs = concurrently(client, [{**target, "prompt_cache_key": key("pen-batch")}, *others("b2")])
-    assert_overlapped(runs)
+    runs = concurrently(
+        client, server, [{**target, "prompt_cache_key": key("pen-batch")}, *others("b2")]
+    )
+    assert_overlapped(server, runs)
     assert (runs[0].text, runs[0].output_tokens) == (alone.text, alone.output_tokens)
 
 
@@ -180,7 +184,6 @@ def test_jobs_join_and_leave_a_running_batch(client: OpenAI, server: ServerThrea
             stream, client, started, 30, **long, prompt_cache_key=key("long-batch")
         )
         assert started.wait(timeout=20), "the long request never streamed"
-        joined_at = time.monotonic()
         shorts = [
             {**short, "prompt_cache_key": key("short-batch")},
             *[{**b, "max_output_tokens": 10 + 5 * i} for i, b in enumerate(others("b3", 4))],
@@ -190,13 +193,12 @@ def test_jobs_join_and_leave_a_running_batch(client: OpenAI, server: ServerThrea
                 f.result(timeout=30)
                 for f in [short_pool.submit(stream, client, **b) for b in shorts]
             ]
-        all_short_done = time.monotonic()
-        assert not running.done(), "the long request ended before the short ones finished"
         long_run = running.result(timeout=60)
 
-    assert all(r.start >= joined_at for r in finished)
-    assert all(r.done < long_run.done for r in finished)
-    assert all_short_done < long_run.done
+    # In the log: the short ones began after the long one's 30th token and ended before it.
+    joined = positions(server, long_run.id, "response.output_text.delta")[29]
+    assert all(positions(server, r.id, "response.created")[0] > joined for r in finished)
+    assert max(ending(server, r) for r in finished) < ending(server, long_run)
     # They joined and left mid-run without disturbing it (nor it them).
     assert (long_run.text, long_run.output_tokens) == (alone_long.text, alone_long.output_tokens)
     assert (finished[0].text, finished[0].output_tokens) == (alone_short.text, 15)
@@ -228,6 +230,7 @@ def test_each_job_keeps_its_own_sampling(client: OpenAI, server: ServerThread) -
     }
     runs = concurrently(
         client,
+        server,
         [
             {**greedy, "prompt_cache_key": key("iso-greedy-b")},
             {**seeded, "prompt_cache_key": key("iso-seeded-b")},
@@ -252,7 +255,7 @@ def test_each_job_keeps_its_own_sampling(client: OpenAI, server: ServerThread) -
             },
         ],
     )
-    assert_overlapped(runs)
+    assert_overlapped(server, runs)
     greedy_b, seeded_b, biased_b, *_ = runs
     assert (greedy_b.text, greedy_b.output_tokens) == (greedy_alone.text, 200)
     assert (seeded_b.text, seeded_b.output_tokens) == (seeded_alone.text, 200)
@@ -271,14 +274,14 @@ def test_batch_size_limits_how_many_decode_together(
     before, engine.max_batch = engine.max_batch, batch
     try:
         body = {"input": "batching: limited", "temperature": 0.0, "max_output_tokens": 150}
-        runs = concurrently(
-            client, [{**body, "prompt_cache_key": key(f"lim{i}")} for i in range(batch + 1)]
-        )
+        bodies = [{**body, "prompt_cache_key": key(f"lim{i}")} for i in range(batch + 1)]
+        runs = concurrently(client, server, bodies)
     finally:
         engine.max_batch = before
     texts = {r.text for r in runs}
     assert len(texts) == 1 and all(r.output_tokens == 150 for r in runs)
-    # At most `batch` streamed at once: the last to start began after one had ended.
-    firsts = sorted(r.first for r in runs)
-    dones = sorted(r.done for r in runs)
-    assert firsts[batch] > dones[0]
+    # At most `batch` decoded at once: in the log, the last to start began after one ended,
+    # and the first `batch` all began before any ended.
+    firsts = sorted(first_text(server, r) for r in runs)
+    ends = sorted(ending(server, r) for r in runs)
+    assert firsts[batch - 1] < ends[0] < firsts[batch], (firsts, ends)
