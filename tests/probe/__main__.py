@@ -8,6 +8,9 @@ A tiny random-weight model is built in a temporary folder; each part runs a real
 from __future__ import annotations
 
 import argparse
+import re
+import subprocess
+import sys
 import tempfile
 from collections import Counter
 from pathlib import Path
@@ -49,6 +52,27 @@ def fuzz(base: str, examples: int) -> tuple[Counter[str], list[tuple[Request, st
     run()
     probe.client.close()
     return probe.tally, problems
+
+
+# The fault scenarios' own tests, each through real `omni serve` processes or a real server.
+SCENARIOS = {
+    "a full disk under running streams": "tests/api/test_write_faults.py",
+    "the database deleted or replaced under the server": "tests/api/test_lost_database.py",
+    "a newer, damaged or foreign database at start": "tests/test_cli_database.py",
+    "SIGTERM mid-stream, with background work": "tests/test_shutdown.py tests/api/test_shutdown.py",
+    "kill -9 mid-generation, then a restart": "tests/test_crash.py",
+}
+
+
+def scenarios() -> None:
+    for name, tests in SCENARIOS.items():
+        run = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests.split()],
+            capture_output=True,
+            text=True,
+        )
+        summary = re.findall(r"\d+ (?:passed|failed|error)", run.stdout)
+        print(f"scenario: {name}: {', '.join(summary) or run.stdout[-200:]}")
 
 
 def main() -> None:
