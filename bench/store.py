@@ -5,10 +5,10 @@
 A real EventStore on a temp file (WAL, synchronous NORMAL, as `omni serve`), --appends awaited
 appends per case, each to a stream of its own:
 - a step's delta: 1 row; a step of 64 streams: 64 rows (committed on the event loop);
-- a chat completion's last append (3 rows) with its replay-cache row, the index bounded at
-  1,024 entries (the default) and full, on the event loop and on the writer's thread (where
-  such appends went before: the thread's hand-over plus the old trim, `key NOT IN (newest)`);
-- the same with the index bounded at 100,000 and full (the most that still commits on the loop).
+- a stored deterministic chat completion's last append (3 rows), which the database's trigger
+  indexes in the replay cache, the index bounded at 1,024 entries (the default) and full, on
+  the event loop and on the writer's thread;
+- the same with the index bounded at 100,000 and full (the most still trimmed on the loop).
 For scale, raw mlx_lm.stream_generate's time per token on --model (default SmolLM2), in the
 same run: each cost is printed as a share of it. Prints p50/p99 µs per case and writes
 bench/out/store.json and .png.
@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import sqlite3
 import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -33,7 +34,7 @@ from _plot import Bars, write_results  # noqa: E402
 from pipeline import raw_tps  # noqa: E402
 
 from omni.db import upgrade  # noqa: E402
-from omni.events import Append, CacheEntry, EventStore, NewEvent  # noqa: E402
+from omni.events import Append, EventStore, NewEvent  # noqa: E402
 from omni.events import store as store_module  # noqa: E402
 
 DELTA = NewEvent("response.output_text.delta", '{"type":"response.output_text.delta","delta":"x"}')
@@ -41,30 +42,40 @@ DELTA = NewEvent("response.output_text.delta", '{"type":"response.output_text.de
 
 def finishing(stream: str) -> Append:
     """A chat completion's last append: its final chunk, usage chunk and end."""
-    return Append(stream, 0, [DELTA, DELTA, NewEvent("done", "[DONE]")])
+    return Append(stream, 0, [DELTA, NewEvent("chat.completion.usage", "{}"), DELTA])
 
 
-async def timed(
-    store: EventStore, n: int, make: Callable[[int], tuple[list[Append], list[CacheEntry]]]
-) -> list[float]:
+def opening(stream: str) -> Append:
+    """Its request, appended beforehand (untimed): stored, deterministic, so replayable."""
+    request = {"kind": "chat", "body": {"store": True}, "key": f"key-{stream}"}
+    return Append(f"{stream}/request", 0, [NewEvent("omni.request.accepted", json.dumps(request))])
+
+
+Case = Callable[[int], tuple[list[Append], list[Append]]]  # (untimed first, timed)
+
+
+async def timed(store: EventStore, n: int, make: Case) -> list[float]:
     seconds = []
     for i in range(n):
-        appends, cache = make(i)
+        before, appends = make(i)
+        if before:
+            await store.append(before)
         start = time.perf_counter()
-        await store.append(appends, cache=cache)
+        await store.append(appends)
         seconds.append(time.perf_counter() - start)
     return seconds
 
 
-async def fill(store: EventStore, entries: int) -> None:
+def fill(store: EventStore, entries: int) -> None:
     """The replay-cache index full: `entries` rows, older than what the cases add."""
     old = int(time.time() * 1000) - 60_000
-    await store.cache_rebuild(
-        [
-            CacheEntry(f"fill{i}", f"chatcmpl-fill{i}", created_at=old + i // 100)
-            for i in range(entries)
-        ]
-    )
+    with sqlite3.connect(store.path) as conn:
+        conn.execute("DELETE FROM chat_cache")
+        conn.executemany(
+            "INSERT INTO chat_cache VALUES (?,?,?)",
+            [(f"fill{i}", f"chatcmpl-fill{i}", old + i // 100) for i in range(entries)],
+        )
+    conn.close()
 
 
 async def cases(path: str, n: int) -> dict[str, list[float]]:
@@ -74,73 +85,29 @@ async def cases(path: str, n: int) -> dict[str, list[float]]:
     try:
         tag = iter(range(1 << 30))
         out["1 row (a step's delta), loop"] = await timed(
-            store, n, lambda i: ([Append(f"d{next(tag)}", 0, [DELTA])], [])
+            store, n, lambda i: ([], [Append(f"d{next(tag)}", 0, [DELTA])])
         )
         out["64 rows (a step of 64 streams), loop"] = await timed(
-            store, n, lambda i: ([Append(f"s{next(tag)}.{k}", 0, [DELTA]) for k in range(64)], [])
+            store, n, lambda i: ([], [Append(f"s{next(tag)}.{k}", 0, [DELTA]) for k in range(64)])
         )
 
-        def last(i: int) -> tuple[list[Append], list[CacheEntry]]:
+        def last(i: int) -> tuple[list[Append], list[Append]]:
             stream = f"chatcmpl-{next(tag)}"
-            return [finishing(stream)], [CacheEntry(f"key-{stream}", stream)]
+            return [opening(stream)], [finishing(stream)]
 
-        await fill(store, store.cache_max_entries)
-        out["last append + cache row, 1,024 entries, loop"] = await timed(store, n, last)
+        fill(store, store.cache_max_entries)
+        out["last append, indexed, 1,024 entries, loop"] = await timed(store, n, last)
         direct, store._direct = store._direct, None  # the writer's thread, as before
         try:
-            out["last append + cache row, 1,024 entries, thread"] = await timed(store, n, last)
+            out["last append, indexed, 1,024 entries, thread"] = await timed(store, n, last)
         finally:
             store._direct = direct
         store.cache_max_entries = store_module.DIRECT_CACHE_ENTRIES
-        await fill(store, store.cache_max_entries)
-        out["last append + cache row, 100,000 entries, loop"] = await timed(store, n, last)
+        fill(store, store.cache_max_entries)
+        out["last append, indexed, 100,000 entries, loop"] = await timed(store, n, last)
         return out
     finally:
         await store.close()
-
-
-def old_trim_run(path: str, n: int) -> list[float]:
-    """The index upkeep as it was (`key NOT IN (the newest 1,024)`), on the writer's thread:
-    patched in for this case only, to show what the change saved."""
-    from sqlalchemy import select
-
-    from omni.events.schema import chat_cache
-
-    async def run() -> list[float]:
-        store = EventStore(path)
-        await store.open()
-        store._direct = None
-        write = store._write
-
-        async def with_old_trim(fn: Any, then: Any = None) -> Any:
-            def both(conn: Any) -> Any:
-                result = fn(conn)
-                newest = (
-                    select(chat_cache.c.key)
-                    .order_by(chat_cache.c.created_at.desc())
-                    .limit(store.cache_max_entries)
-                )
-                conn.execute(chat_cache.delete().where(chat_cache.c.key.not_in(newest)))
-                return result
-
-            return await write(both, then=then)
-
-        index = store._index  # its insert and expiry, without the new trim
-        store._index = lambda cache, now, most=-1: index(cache, now, most)[:2]  # type: ignore[method-assign]
-        store._write = with_old_trim  # type: ignore[method-assign]
-        try:
-            await fill(store, store.cache_max_entries)
-            k = iter(range(1 << 30))
-
-            def last(i: int) -> tuple[list[Append], list[CacheEntry]]:
-                stream = f"chatcmpl-old{next(k)}"
-                return [finishing(stream)], [CacheEntry(f"key-{stream}", stream)]
-
-            return await timed(store, n, last)
-        finally:
-            await store.close()
-
-    return asyncio.run(run())
 
 
 def main() -> None:
@@ -148,11 +115,6 @@ def main() -> None:
         path = f"{tmp}/store.db"
         upgrade(path)
         results = asyncio.run(cases(path, ARGS.appends))
-        path2 = f"{tmp}/old.db"
-        upgrade(path2)
-        results["last append + cache row, 1,024 entries, thread, old trim"] = old_trim_run(
-            path2, ARGS.appends
-        )
     model_id, tps = raw_tps(ARGS.model)
     token_us = 1e6 / tps
     rows = {}

@@ -1,7 +1,7 @@
 """The replay cache: a deterministic chat completion asked again is answered from the log.
 
 A chat request with temperature 0, or with a seed, and the same body as one already answered
-comes back at once as a copy of that answer under a new id, with the header
+and stored (`store=True`: an unstored answer is not kept, so not replayed) comes back at once as a copy of that answer under a new id, with the header
 `x-omni-cache: hit` (`with_raw_response` lets the SDK show headers). `Cache-Control: no-cache`
 generates afresh. (Against a server that answered these requests before, the first call is
 a hit too.)
@@ -17,7 +17,7 @@ MESSAGES = [{"role": "user", "content": "What is the capital of France?"}]
 def ask(label: str, **kwargs):
     start = time.perf_counter()
     raw = client.chat.completions.with_raw_response.create(
-        model=MODEL, messages=MESSAGES, max_tokens=24, **kwargs
+        model=MODEL, messages=MESSAGES, max_tokens=24, store=True, **kwargs
     )
     ms = (time.perf_counter() - start) * 1000
     completion = raw.parse()

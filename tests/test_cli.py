@@ -335,6 +335,42 @@ def test_kill_9_mid_chat_completion_ends_it_at_the_next_start(
     assert dry.returncode == 0 and cid in dry.stdout
 
 
+def test_kill_9_mid_unstored_completion_purges_it_at_the_next_start(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    """Nobody can read an unstored completion a crash cut off (its client went with the
+    process): the next start purges it, bytes and all, instead of ending it."""
+    db = tmp_path / "omni.db"
+    marker = "unstored-left-behind-7f3a"
+    body = {
+        "messages": [{"role": "user", "content": marker}],
+        "max_tokens": 100000,
+        "stream": True,
+    }
+    with serving(tiny_model_dir, db) as (base, proc):
+        with httpx.stream("POST", f"{base}/v1/chat/completions", json=body, timeout=60) as res:
+            for line in res.iter_lines():
+                if line.startswith("data: ") and '"content":"' in line:
+                    break
+            os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    with sqlite3.connect(db) as conn:
+        (cid,) = conn.execute(
+            "SELECT stream_id FROM events WHERE seq = 0 AND type = 'chat.completion.chunk'"
+        ).fetchone()
+    conn.close()
+    with serving(tiny_model_dir, db):
+        pass
+    with sqlite3.connect(db) as conn:
+        left = conn.execute(
+            "SELECT count(*) FROM events WHERE stream_id IN (?, ?)", (cid, f"{cid}/request")
+        ).fetchone()
+    conn.close()
+    assert left == (0,)
+    files = [p for p in (db, db.with_name(db.name + "-wal")) if p.exists()]
+    assert not [p.name for p in files if marker.encode() in p.read_bytes()]
+
+
 def test_the_server_process_keeps_off_the_accelerator() -> None:
     """What `omni serve` runs first: after it, mlx-lm's generation stream (made at import) is on
     the CPU, so only the engine process opens the GPU."""

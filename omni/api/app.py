@@ -21,6 +21,7 @@ from omni.ids import new_id
 from omni.metrics import Metrics
 from omni.service.completions import CompletionsService
 from omni.service.defaults import Defaults
+from omni.service.leftovers import purge_unstored
 from omni.service.responses import ResponsesService
 from omni.service.retention import HOURLY, Retention
 from omni.service.sealing import Sealer
@@ -111,10 +112,12 @@ def create_app(settings: Settings, engine: Engine) -> Quart:
         store = EventStore(
             settings.db_path,
             synchronous=settings.synchronous,
-            cache_max_entries=settings.cache_max_entries,
+            # The database indexes what may be replayed; a cache that is off keeps nothing.
+            cache_max_entries=settings.cache_max_entries if _cache_on(settings) else 0,
             cache_max_age_s=settings.cache_max_age_s,
         )
         await store.open()
+        await purge_unstored(store)  # what an earlier process left of unstored requests
         notifier = Notifier()
         appender = Appender(store, notifier, metrics=figures)
         appender.start()
@@ -129,8 +132,7 @@ def create_app(settings: Settings, engine: Engine) -> Quart:
             Sealer.from_home(Path(settings.home)) if settings.home else Sealer(os.urandom(32)),
             settings.defaults,
         )
-        # A bound of 0 entries or 0 seconds keeps nothing: the cache is off, single flight too.
-        cache = settings.cache and settings.cache_max_entries != 0 and settings.cache_max_age_s > 0
+        cache = _cache_on(settings)
         completions = CompletionsService(
             store,
             appender,
@@ -149,7 +151,7 @@ def create_app(settings: Settings, engine: Engine) -> Quart:
         await service.recover()
         await completions.recover()
         if cache and await store.cache_size() == 0:
-            await completions.rebuild_cache()  # the index is a projection of the log
+            await store.cache_rebuild()  # the index is a projection of the log: lost, made again
         app.config["OMNI"] = State(
             engine,
             store,
@@ -182,3 +184,8 @@ def create_app(settings: Settings, engine: Engine) -> Quart:
             await state.store.close()
 
     return app
+
+
+def _cache_on(settings: Settings) -> bool:
+    """A bound of 0 entries or 0 seconds keeps nothing: the cache is off, single flight too."""
+    return settings.cache and settings.cache_max_entries != 0 and settings.cache_max_age_s > 0

@@ -60,6 +60,7 @@ def _stream(service: CompletionsService, cid: str, include_usage: bool) -> Respo
         finally:
             if not finished:  # the client went away: stop generating for it
                 service.cancel_running(cid)
+            service.release(cid)  # an unstored completion may go now
 
     response = Response(body(), content_type="text/event-stream")
     response.headers["cache-control"] = "no-cache"
@@ -75,6 +76,7 @@ async def _complete(service: CompletionsService, kind: str, cid: str) -> dict[st
     finally:
         if not finished:
             service.cancel_running(cid)
+        service.release(cid)  # an unstored completion may go now
     if events[-1].type == ERROR:
         raise OmniError(json.loads(events[-1].data)["error"]["message"])
     folded = service.fold(kind, events)

@@ -3,13 +3,12 @@
 from omni.events.appender import Appender
 from omni.events.follow import KEEPALIVE, follow, follow_pages
 from omni.events.notifier import Notifier
-from omni.events.store import Append, CacheEntry, EventStore, NewEvent, StoredEvent
+from omni.events.store import Append, EventStore, NewEvent, StoredEvent
 
 __all__ = [
     "KEEPALIVE",
     "Append",
     "Appender",
-    "CacheEntry",
     "EventStore",
     "NewEvent",
     "Notifier",

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from omni.errors import SeqConflict, StoreError, StoreUnavailable
 from omni.events.notifier import Notifier
-from omni.events.store import Append, CacheEntry, EventStore, StoredEvent
+from omni.events.store import Append, EventStore, StoredEvent
 from omni.metrics import UNREAD, Metrics
 
 log = logging.getLogger(__name__)
@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 MAX_GAPS = 4096
 
 # Appends that must commit together, and the future their producer may await.
-_Item = tuple[tuple[Append, ...], tuple[CacheEntry, ...], "asyncio.Future[list[StoredEvent]]"]
+_Item = tuple[tuple[Append, ...], "asyncio.Future[list[StoredEvent]]"]
 
 
 class Appender:
@@ -62,21 +62,17 @@ class Appender:
             pass
         self._task = None
 
-    def submit(
-        self, *appends: Append, cache: tuple[CacheEntry, ...] = ()
-    ) -> asyncio.Future[list[StoredEvent]]:
+    def submit(self, *appends: Append) -> asyncio.Future[list[StoredEvent]]:
         """Queue appends that commit together; the future resolves after the commit (or
         carries the error)."""
         future: asyncio.Future[list[StoredEvent]] = asyncio.get_running_loop().create_future()
         # Fire-and-forget producers must not trigger "exception was never retrieved".
         future.add_done_callback(lambda f: f.cancelled() or f.exception())
-        self._queue.put_nowait((appends, cache, future))
+        self._queue.put_nowait((appends, future))
         return future
 
-    async def append(
-        self, *appends: Append, cache: tuple[CacheEntry, ...] = ()
-    ) -> list[StoredEvent]:
-        return await self.submit(*appends, cache=cache)
+    async def append(self, *appends: Append) -> list[StoredEvent]:
+        return await self.submit(*appends)
 
     async def _run(self) -> None:
         while True:
@@ -94,8 +90,7 @@ class Appender:
         started = time.perf_counter()
         try:
             stored = await self.store.append(
-                [a for appends, _, _ in batch for a in appends],
-                [c for _, cache, _ in batch for c in cache],
+                [a for appends, _ in batch for a in appends],
             )
         except Exception as exc:  # one bad append must not sink the others: retry singly
             if len(batch) > 1:
@@ -107,7 +102,7 @@ class Appender:
         if self.failing:
             log.info("appends to the log work again (%d failed meanwhile)", self.failing)
             self.failing = 0
-        for appends, _, _ in batch if self._gaps else ():
+        for appends, _ in batch if self._gaps else ():
             for a in appends:  # a stream continued where it failed has no gap any more
                 if self._gaps.get(a.stream_id, a.first_seq) >= a.first_seq:
                     self._gaps.pop(a.stream_id, None)
@@ -119,7 +114,7 @@ class Appender:
         except Exception:  # a wake-up must never stop the writer; readers re-read anyway
             log.exception("notify failed")
         by_key = {(e.stream_id, e.seq): e for e in stored}
-        for appends, _, future in batch:
+        for appends, future in batch:
             if not future.done():
                 future.set_result(
                     [
@@ -132,7 +127,7 @@ class Appender:
     def _after_gap(self, item: _Item) -> bool:
         """Refuse (fail, unwritten) an append past a failed one of its stream: committed, it
         would leave the stream a gap that no reader could tell from a lost event."""
-        appends, _, future = item
+        appends, future = item
         failed = next(
             (a for a in appends if self._gaps.get(a.stream_id, a.first_seq) < a.first_seq), None
         )
@@ -147,7 +142,7 @@ class Appender:
 
     def _failed(self, item: _Item, exc: Exception) -> None:
         """One line for an outage (the disk full, the file read-only), not one per append."""
-        appends, _, future = item
+        appends, future = item
         if isinstance(exc, SeqConflict):  # the seq is taken: no gap, no outage
             log.warning("append refused: %s", exc)
         else:

@@ -76,6 +76,7 @@ def connect(path: str) -> sqlite3.Connection:
     try:
         conn = sqlite3.connect(path, isolation_level=None)
         conn.execute("PRAGMA busy_timeout=5000")
+        conn.execute("PRAGMA secure_delete=ON")  # what a purge deletes is zeroed, not left
     except sqlite3.Error as exc:
         raise StoreError(f"cannot open database {path}: {exc}") from exc
     return conn
@@ -206,15 +207,12 @@ def count_events(conn: sqlite3.Connection, ids: Sequence[str]) -> int:
 
 
 def delete(conn: sqlite3.Connection, ids: Sequence[str]) -> int:
-    """Remove the objects `ids` whole (their streams and replay-cache rows) in the caller's
-    transaction; returns the events removed."""
+    """Remove the objects `ids` whole in the caller's transaction (their replay-cache rows go
+    with their events: the database's triggers); returns the events removed."""
     removed = 0
     for batch in _batches(streams_of(ids)):
         sql = f"DELETE FROM events WHERE stream_id IN ({','.join('?' * len(batch))})"
         removed += conn.execute(sql, batch).rowcount
-    for batch in _batches(list(ids)):
-        sql = f"DELETE FROM chat_cache WHERE completion_id IN ({','.join('?' * len(batch))})"
-        conn.execute(sql, batch)
     return removed
 
 

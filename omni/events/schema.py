@@ -22,15 +22,17 @@ events = Table(
 # Recovery and listings scan by type ("which streams were accepted / ended").
 Index("ix_events_type", events.c.type)
 
-# The chat replay cache: a projection of the log (rebuildable from it), written in the same
-# transaction as the completion's last event, bounded by entries and age.
+# The chat replay cache: a projection of the log that the database itself keeps (migration
+# 0004's triggers on `events`), one row per replayable completion; the store only bounds it
+# by entries and age.
 chat_cache = Table(
     "chat_cache",
     metadata,
-    Column("key", Text, primary_key=True),
-    Column("completion_id", Text, nullable=False),
+    Column("key", Text, nullable=False),
+    Column("completion_id", Text, primary_key=True),
     Column("created_at", Integer, nullable=False),
 )
+Index("ix_chat_cache_key", chat_cache.c.key, chat_cache.c.created_at)
 Index("ix_chat_cache_created_at", chat_cache.c.created_at)
 
 # Which responses hold an item (an input or an output item): a projection of the log that

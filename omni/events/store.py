@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Engine, create_engine, func, select
+from sqlalchemy import Connection, Engine, create_engine, func, literal_column, or_, select
 from sqlalchemy import event as sa_event
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -53,15 +53,6 @@ class Append:
     stream_id: str
     first_seq: int
     events: Sequence[NewEvent]
-
-
-@dataclass(frozen=True, slots=True)
-class CacheEntry:
-    """A replay-cache index row: this request key is answered by that finished completion."""
-
-    key: str
-    completion_id: str
-    created_at: int | None = None  # unix ms it finished; None: now
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,27 +92,58 @@ DIRECT_ROWS = 1024
 # connection never checkpoints itself). 8 streams of small deltas: the WAL levels off at ~6 MB
 # (256: ~15 MB; SQLite's own default, 1,000 pages, is ~4 MB).
 CHECKPOINT_EVERY = 100
-# An append with replay-cache rows commits directly only while the index's bound is at most
-# this: its trim walks the index (on this project's CPU 0.14 ms at 1,024 entries, 0.2 ms at
-# 10,000, 0.9 ms at 100,000); a bigger cache is kept up on the writer's thread.
+# The replay-cache index is kept by the database (migration 0004's triggers: a completion's
+# last event adds its row, a tombstone or a purge removes it); the store only bounds it. An
+# append that changed it trims it in its own transaction while the bound is at most this: the
+# trim walks the index (on this project's CPU 0.14 ms at 1,024 entries, 0.2 ms at 10,000,
+# 0.9 ms at 100,000); a bigger cache is trimmed on the writer's thread just after.
 DIRECT_CACHE_ENTRIES = 100_000
+# After a purge the deleted bytes leave the file: every connection zeroes what it deletes
+# (secure_delete), and a TRUNCATE checkpoint copies the zeroed pages into the database and
+# empties the WAL, which still holds the pages as they were. One at most every SCRUB_EVERY_S
+# (doubling, up to SCRUB_EVERY_MAX_S, while it cannot finish); each waits SCRUB_WAIT_MS at
+# most for readers of an older snapshot (appends queue behind it meanwhile), then gives way.
+SCRUB_EVERY_S = 1.0
+SCRUB_EVERY_MAX_S = 32.0
+SCRUB_WAIT_MS = 50
 _INSERT = "INSERT INTO events (stream_id, seq, type, data, created_at) VALUES "
 _RETURNING = " RETURNING position, stream_id, seq"
-# Replay-cache index upkeep, on either path, in the append's transaction: the new rows, then
-# what is past its age, then all but the newest cache_max_entries. The trim walks the
-# created_at index from the newest and deletes what lies past the limit: ~0.1 ms at 1,024
-# entries, where `key NOT IN (the newest 1,024)` took ~1 ms (a temporary b-tree each time).
-# An append's upkeep deletes at most CACHE_UPKEEP_ROWS of each (it adds a row or two): a day's
+# Replay-cache index upkeep, on either path, in the append's transaction: what is past its
+# age, then all but the newest cache_max_entries. The trim walks the created_at index from the
+# newest and deletes what lies past the limit: ~0.1 ms at 1,024 entries, where `key NOT IN
+# (the newest 1,024)` took ~1 ms (a temporary b-tree each time). An append's upkeep deletes at
+# most CACHE_UPKEEP_ROWS of each (the triggers add a row or two): a day's
 # worth of entries expiring at once, or a bound lowered since the last start, must not be
 # deleted in one go on the event loop (100,000 rows: ~100 ms). The rest goes with the next
 # appends (lookups skip expired entries anyway); open() and cache_rebuild() delete all at once,
 # on the writer's thread.
 CACHE_UPKEEP_ROWS = 64
-# A lookup by key (the primary key) on the loop's connection: ~10 µs, where the reader's
-# thread and SQLAlchemy took ~1 ms of the loop's time a request, and a burst's lookups queued
-# behind each other there before any of them reached the engine.
-_CACHE_LOOKUP = "SELECT completion_id FROM chat_cache WHERE key = ? AND created_at >= ?"
-_CACHE_INSERT = "INSERT OR REPLACE INTO chat_cache (key, completion_id, created_at) VALUES (?,?,?)"
+# A lookup by key (its index) on the loop's connection: ~10 µs, where the reader's thread and
+# SQLAlchemy took ~1 ms of the loop's time a request, and a burst's lookups queued behind each
+# other there before any of them reached the engine.
+# A key answered more than once (a no-cache request, a race) has a row for each: the newest
+# answers, and the next one once that is deleted.
+_CACHE_LOOKUP = (
+    "SELECT completion_id FROM chat_cache WHERE key = ? AND created_at >= ?"
+    " ORDER BY created_at DESC, rowid DESC LIMIT 1"
+)
+# The index made from the whole log: what migration 0004's trigger chat_cache_on_end adds at
+# each completion's end, less what its other triggers remove (a tombstone, a purge). The one
+# place the store names event types: the schema's own triggers name them too
+# (tests/events/test_cache_index.py holds a rebuild equal to their work).
+_CACHE_REBUILD = """
+    INSERT OR IGNORE INTO chat_cache (key, completion_id, created_at)
+    SELECT json_extract(r.data, '$.key'), u.stream_id, u.created_at FROM events u, events r
+    WHERE u.type = 'chat.completion.usage'
+      AND r.stream_id = u.stream_id || '/request' AND r.seq = 0
+      AND r.type = 'omni.request.accepted'
+      AND json_extract(r.data, '$.key') IS NOT NULL
+      AND json_extract(r.data, '$.mirror_of') IS NULL
+      AND json_extract(r.data, '$.body.store') = 1
+      AND NOT EXISTS (SELECT 1 FROM events d
+                      WHERE d.stream_id = r.stream_id AND +d.type = 'omni.completion.deleted')
+    ORDER BY u.position
+"""
 _CACHE_EXPIRE = (
     "DELETE FROM chat_cache WHERE rowid IN (SELECT rowid FROM chat_cache"
     " WHERE created_at < ? ORDER BY created_at LIMIT ?)"
@@ -139,6 +161,18 @@ def _execute(conn: Connection, statements: Sequence[_Sql]) -> None:
     """Run `statements` in the writer's transaction (the loop's path runs the same SQL)."""
     for sql, params in statements:
         conn.exec_driver_sql(sql, params)
+
+
+def _run(conn: sqlite3.Connection, statements: Sequence[_Sql]) -> None:
+    """`statements` in one transaction of their own, on a driver connection."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for sql, params in statements:
+            conn.executemany(sql, params)
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
 
 
 class _Busy(Exception):
@@ -172,6 +206,10 @@ class EventStore:
         self._queued = 0  # writes handed to the writer's thread and not yet done
         self._direct_commits = 0
         self._file: FileIdentity | None = None  # the file opened, once open
+        self._scrub_due: asyncio.TimerHandle | None = None
+        self._scrub_every = SCRUB_EVERY_S
+        self._scrubbed_at = -SCRUB_EVERY_MAX_S  # loop time of the last scrub's start
+        self.scrubs = 0  # scrubs that emptied the WAL (tests wait on it)
 
     async def open(self) -> None:
         # One connection for the writes, used by one thread: SQLite has one writer anyway, and
@@ -235,6 +273,7 @@ class EventStore:
             conn.execute("PRAGMA busy_timeout=0")  # never wait on the loop: the thread waits
             conn.execute(f"PRAGMA synchronous={self._synchronous}")
             conn.execute("PRAGMA wal_autocheckpoint=0")  # the writer's thread checkpoints
+            conn.execute("PRAGMA secure_delete=ON")  # its triggers delete index rows
             if str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
                 raise sqlite3.OperationalError("the log is not in WAL mode")
         except sqlite3.Error as exc:
@@ -255,6 +294,7 @@ class EventStore:
             cur.execute("PRAGMA journal_mode=WAL")
             cur.execute(f"PRAGMA synchronous={synchronous}")
             cur.execute("PRAGMA busy_timeout=5000")
+            cur.execute("PRAGMA secure_delete=ON")  # what a purge deletes is zeroed, not left
             cur.close()
 
         @sa_event.listens_for(sync_engine, "begin")
@@ -297,13 +337,19 @@ class EventStore:
     async def pragmas(self) -> dict[str, object]:
         """The write connection's durability settings, for operators and tests."""
 
-        def read(conn: Connection) -> tuple[Any, Any]:
-            journal = conn.exec_driver_sql("PRAGMA journal_mode").scalar()
-            return journal, conn.exec_driver_sql("PRAGMA synchronous").scalar()
+        def read(conn: Connection) -> tuple[Any, ...]:
+            return tuple(
+                conn.exec_driver_sql(f"PRAGMA {name}").scalar()
+                for name in ("journal_mode", "synchronous", "secure_delete")
+            )
 
-        journal, synchronous = await self._write(read)
+        journal, synchronous, secure = await self._write(read)
         names = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
-        return {"journal_mode": journal, "synchronous": names.get(int(synchronous or 0))}
+        return {
+            "journal_mode": journal,
+            "synchronous": names.get(int(synchronous or 0)),
+            "secure_delete": bool(secure),
+        }
 
     @staticmethod
     def _open(engine: T | None) -> T:
@@ -315,6 +361,9 @@ class EventStore:
         writer, thread, reader = self._writer, self._write_thread, self._reader
         self._writer = self._write_thread = self._reader = None
         direct, self._direct = self._direct, None
+        if self._scrub_due is not None:  # the last connection's close checkpoints anyway
+            self._scrub_due.cancel()
+            self._scrub_due = None
         try:
             if direct is not None:
                 direct.close()
@@ -327,12 +376,10 @@ class EventStore:
             if reader is not None:
                 await asyncio.shield(reader.dispose())
 
-    async def append(
-        self, appends: Iterable[Append], cache: Sequence[CacheEntry] = ()
-    ) -> list[StoredEvent]:
-        """Append to one or more streams in ONE transaction; all or nothing. Replay-cache
-        index rows go in the same transaction, so an entry never points at an unfinished
-        stream."""
+    async def append(self, appends: Iterable[Append]) -> list[StoredEvent]:
+        """Append to one or more streams in ONE transaction; all or nothing. What the events
+        change in the replay-cache index changes in the same transaction (the database's
+        triggers), so an entry never points at an unfinished or deleted stream."""
         self.check_file()
         now = _now_ms()
         rows: list[dict[str, Any]] = [
@@ -348,27 +395,25 @@ class EventStore:
         ]
         if not rows:
             return []
-        index = self._index(cache, now)
+        upkeep = self._upkeep(now, CACHE_UPKEEP_ROWS)
         direct = self._direct
-        if (
-            direct is not None
-            and self._queued == 0
-            and len(rows) <= DIRECT_ROWS
-            and (not cache or self.cache_max_entries <= DIRECT_CACHE_ENTRIES)
-        ):
+        if direct is not None and self._queued == 0 and len(rows) <= DIRECT_ROWS:
             try:
-                return self._append_direct(direct, rows, index)
+                return self._append_direct(direct, rows, upkeep)
             except _Busy:
                 pass  # another process writes: wait for it on the writer's thread
 
         def insert(conn: Connection) -> list[StoredEvent]:
+            driver = conn.connection.driver_connection
+            before = driver.total_changes  # type: ignore[union-attr]
             result = conn.execute(
                 events.insert().returning(events.c.position, events.c.stream_id, events.c.seq),
                 rows,
                 execution_options={"preserve_rowcount": False},
             )
             positions = {(r.stream_id, r.seq): r.position for r in result}
-            _execute(conn, index)
+            if driver.total_changes - before > len(rows):  # type: ignore[union-attr]
+                _execute(conn, upkeep)  # the triggers changed the index: keep it bounded
             return _stored(rows, positions)
 
         def remember(done: asyncio.Future[list[StoredEvent]]) -> None:
@@ -389,11 +434,11 @@ class EventStore:
             raise StoreError(f"append failed: {exc}") from exc
 
     def _append_direct(
-        self, conn: sqlite3.Connection, rows: list[dict[str, Any]], index: Sequence[_Sql] = ()
+        self, conn: sqlite3.Connection, rows: list[dict[str, Any]], upkeep: Sequence[_Sql] = ()
     ) -> list[StoredEvent]:
-        """Commit `rows` (and the replay-cache `index` statements) at once on the loop's
-        connection (no await: nothing can cut it); _Busy if another connection holds the write
-        lock (nothing was written)."""
+        """Commit `rows` at once on the loop's connection (no await: nothing can cut it), with
+        the replay cache's `upkeep` if their triggers changed the index; _Busy if another
+        connection holds the write lock (nothing was written)."""
         try:
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
@@ -401,7 +446,9 @@ class EventStore:
             if code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
                 raise _Busy from exc
             raise StoreError(f"append failed: {exc}") from exc
+        indexed = False
         try:
+            before = conn.total_changes  # counts what the triggers changed too
             sql = _INSERT + ",".join(["(?,?,?,?,?)"] * len(rows)) + _RETURNING
             values = [
                 v
@@ -409,8 +456,11 @@ class EventStore:
                 for v in (r["stream_id"], r["seq"], r["type"], r["data"], r["created_at"])
             ]
             positions = {(sid, seq): pos for pos, sid, seq in conn.execute(sql, values).fetchall()}
-            for statement, params in index:
-                conn.executemany(statement, params)
+            indexed = conn.total_changes - before > len(rows)
+            if indexed and self.cache_max_entries <= DIRECT_CACHE_ENTRIES:
+                indexed = False
+                for statement, params in upkeep:
+                    conn.executemany(statement, params)
             stored = _stored(rows, positions)
             conn.execute("COMMIT")
         except BaseException as exc:  # whatever it is (a string SQLite cannot take too)
@@ -422,6 +472,8 @@ class EventStore:
             raise
         self._recent.add(stored)  # remembered before anything else can fail
         self._direct_commits += 1
+        if indexed:  # a bound too big to trim on the loop
+            self._hand_over(lambda raw: _run(raw, upkeep), "cache upkeep")
         if self._direct_commits % CHECKPOINT_EVERY == 0:
             self._checkpoint()
         return stored
@@ -440,44 +492,82 @@ class EventStore:
             conn.close()
 
     def _checkpoint(self) -> None:
-        """A passive checkpoint on the writer's thread. It counts as a queued write: appends
-        meanwhile go to the thread too, behind it. SQLite starts the WAL over only when a
+        """A passive checkpoint on the writer's thread. SQLite starts the WAL over only when a
         write finds it wholly checkpointed; direct commits landing during a checkpoint kept
         that from happening, and the WAL grew without bound (150 MB in 30 s of 8 streams)."""
+        self._hand_over(
+            lambda raw: raw.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall(), "checkpoint"
+        )
+
+    def _hand_over(
+        self,
+        work: Callable[[sqlite3.Connection], object],
+        what: str,
+        then: Callable[[asyncio.Future[Any]], object] | None = None,
+    ) -> None:
+        """Run `work` on the writer's thread, on its own driver connection, outside any
+        transaction of ours. It counts as a queued write: appends meanwhile go to the thread
+        too, behind it. Not waited for; a failure is logged. `work` reads what it runs to
+        the end: a statement left running on the writer's connection fails its next commit."""
         writer, thread = self._writer, self._write_thread
         if writer is None or thread is None:
             return
 
-        def checkpoint() -> None:
+        def run() -> object:
             raw = writer.raw_connection()
             try:
-                raw.driver_connection.execute("PRAGMA wal_checkpoint(PASSIVE)")  # type: ignore[union-attr]
+                return work(raw.driver_connection)  # type: ignore[arg-type]
             finally:
                 raw.close()
 
-        def done(future: asyncio.Future[None]) -> None:
+        def done(future: asyncio.Future[Any]) -> None:
             if not future.cancelled() and (exc := future.exception()) is not None:
-                log.warning("checkpoint failed: %s", exc)
+                log.warning("%s failed: %s", what, exc)
 
         try:
-            handed = asyncio.wrap_future(thread.submit(checkpoint))
+            handed = asyncio.wrap_future(thread.submit(run))
         except RuntimeError as exc:  # the thread is shutting down: the close checkpoints
-            log.warning("checkpoint not handed over: %s", exc)
+            log.warning("%s not handed over: %s", what, exc)
             return
         self._queued += 1
         handed.add_done_callback(self._write_done)
         handed.add_done_callback(done)
+        if then is not None:
+            handed.add_done_callback(then)
 
-    def _index(
-        self, cache: Sequence[CacheEntry], now: int, most: int = CACHE_UPKEEP_ROWS
-    ) -> list[_Sql]:
-        """The statements that index `cache` in the replay cache and keep it within its age
-        and size, deleting at most `most` rows of each (-1: all); none for no entries. The
-        same SQL on the loop's connection and the thread's."""
-        if not cache:
-            return []
-        rows = [(c.key, c.completion_id, c.created_at or now) for c in cache]
-        return [(_CACHE_INSERT, rows), *self._upkeep(now, most)]
+    def _scrub_soon(self) -> None:
+        """Purged bytes out of the WAL too, soon (see SCRUB_EVERY_S): one scrub covers every
+        purge before it."""
+        if self._scrub_due is not None or self._writer is None:
+            return
+        loop = asyncio.get_running_loop()
+        wait = max(0.0, self._scrubbed_at + self._scrub_every - loop.time())
+        self._scrub_due = loop.call_later(wait, self._scrub)
+
+    def _scrub(self) -> None:
+        self._scrub_due = None
+        self._scrubbed_at = asyncio.get_running_loop().time()
+
+        def truncate(raw: sqlite3.Connection) -> bool:
+            # Each read whole: a statement left running would make the next commit fail.
+            raw.execute(f"PRAGMA busy_timeout={SCRUB_WAIT_MS}").fetchall()
+            try:
+                (busy, _, _), *_ = raw.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            finally:
+                raw.execute("PRAGMA busy_timeout=5000").fetchall()
+            return not busy
+
+        def then(done: asyncio.Future[Any]) -> None:
+            if not done.cancelled() and done.exception() is None and done.result():
+                self.scrubs += 1
+                self._scrub_every = SCRUB_EVERY_S
+                return
+            # A reader of an older snapshot (a backup, a long scan) kept the WAL: try again.
+            log.debug("the WAL could not be emptied yet: another try soon")
+            self._scrub_every = min(self._scrub_every * 2, SCRUB_EVERY_MAX_S)
+            self._scrub_soon()
+
+        self._hand_over(truncate, "scrub", then)
 
     def _upkeep(self, now: int, most: int) -> list[_Sql]:
         expire = (_CACHE_EXPIRE, [(now - self.cache_max_age_ms, most)])
@@ -497,38 +587,32 @@ class EventStore:
                 log.debug("direct cache lookup failed: %s", exc)
             else:
                 return str(found[0]) if found else None
-        query = select(chat_cache.c.completion_id).where(
-            chat_cache.c.key == key, chat_cache.c.created_at >= cutoff
+        query = (
+            select(chat_cache.c.completion_id)
+            .where(chat_cache.c.key == key, chat_cache.c.created_at >= cutoff)
+            .order_by(chat_cache.c.created_at.desc(), literal_column("rowid").desc())
+            .limit(1)
         )
         rows = await self._fetch(query)
         return str(rows[0][0]) if rows else None
 
-    async def cache_forget(self, completion_id: str) -> None:
-        try:
-            await self._write(
-                lambda conn: conn.execute(
-                    chat_cache.delete().where(chat_cache.c.completion_id == completion_id)
-                )
-            )
-        except SQLAlchemyError as exc:
-            raise StoreError(f"cache update failed: {_reason(exc)}") from exc
-
     async def cache_size(self) -> int:
         return int((await self._fetch(select(func.count()).select_from(chat_cache)))[0][0])
 
-    async def cache_rebuild(self, cache: Sequence[CacheEntry]) -> None:
-        """Replace the whole index (it is a projection: the log can always rebuild it)."""
-
-        index = self._index(cache, _now_ms(), most=-1)
+    async def cache_rebuild(self) -> int:
+        """Make the index again from the log, within its bounds; returns its entries."""
+        upkeep = self._upkeep(_now_ms(), -1)
 
         def rebuild(conn: Connection) -> None:
             conn.execute(chat_cache.delete())
-            _execute(conn, index)
+            conn.exec_driver_sql(_CACHE_REBUILD)
+            _execute(conn, upkeep)
 
         try:
             await self._write(rebuild)
         except SQLAlchemyError as exc:
             raise StoreError(f"cache rebuild failed: {_reason(exc)}") from exc
+        return await self.cache_size()
 
     async def read(
         self, stream_id: str, after: int = -1, limit: int | None = None
@@ -595,6 +679,19 @@ class EventStore:
         )
         return [row[0] for row in await self._fetch(query)]
 
+    async def streams_with(self, type_: str, facts: Sequence[tuple[str, object]]) -> list[str]:
+        """Streams with an event of `type_` whose JSON data holds one of `facts` (a JSON path
+        and its value; true and false read as 1 and 0), in log order."""
+        if not facts:
+            return []
+        held = or_(*(func.json_extract(events.c.data, path) == value for path, value in facts))
+        query = (
+            select(events.c.stream_id)
+            .where(events.c.type == type_, held)
+            .order_by(events.c.position)
+        )
+        return [row[0] for row in await self._fetch(query)]
+
     async def purge(self, stream_ids: Sequence[str]) -> int:
         """Remove whole streams on purpose (store:false streams once nobody reads them)."""
         doomed = list(stream_ids)
@@ -607,13 +704,15 @@ class EventStore:
         try:
             # Appends to these streams queued before the delete put their rows in memory when
             # they committed: forget them again once the delete has.
-            return await self._write(delete, then=lambda _: self._recent.forget(doomed))
+            removed = await self._write(delete, then=lambda _: self._recent.forget(doomed))
         except SQLAlchemyError as exc:
             raise StoreError(f"purge failed: {_reason(exc)}") from exc
+        self._scrub_soon()
+        return removed
 
     async def purge_objects(self, ids: Sequence[str]) -> int:
-        """Remove finished objects whole (their streams and replay-cache rows) on purpose, in
-        one transaction: retention. Returns the events removed."""
+        """Remove finished objects whole (their streams, and so their replay-cache rows) on
+        purpose, in one transaction: retention. Returns the events removed."""
         doomed = maintenance.streams_of(ids)
         self._recent.forget(doomed)
 
@@ -621,9 +720,11 @@ class EventStore:
             return maintenance.delete(conn.connection.driver_connection, ids)  # type: ignore[arg-type]
 
         try:
-            return await self._write(delete, then=lambda _: self._recent.forget(doomed))
+            removed = await self._write(delete, then=lambda _: self._recent.forget(doomed))
         except (SQLAlchemyError, sqlite3.Error) as exc:
             raise StoreError(f"purge failed: {exc}") from exc
+        self._scrub_soon()
+        return removed
 
     async def _fetch(self, query: Any) -> list[Any]:
         self.check_file()  # before a pooled connection opens the file now at the path

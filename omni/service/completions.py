@@ -13,7 +13,7 @@ import time
 from collections.abc import AsyncGenerator
 from typing import Any
 
-from omni.engine.chat_recorder import CHUNK, ERROR, TERMINAL_TYPES, USAGE, ChunkRecorder
+from omni.engine.chat_recorder import CHUNK, ERROR, TERMINAL_TYPES, ChunkRecorder
 from omni.engine.thinking import ThinkSplitter
 from omni.engine.tool_calls import CallSplitter
 from omni.engine.types import Engine, Job, Sampling
@@ -21,7 +21,6 @@ from omni.errors import InvalidRequest, NotFound, StoreError
 from omni.events import (
     Append,
     Appender,
-    CacheEntry,
     EventStore,
     NewEvent,
     Notifier,
@@ -40,7 +39,7 @@ from omni.service.prompting import Prompter, refuse_unfittable, text_bytes
 from omni.service.reasoning import thinker, thinking_plan
 from omni.service.requests import rendered
 from omni.service.runs import Run, Runs
-from omni.service.streams import ACCEPTED, COMPLETION_DELETED, dumps, request_stream
+from omni.service.streams import ACCEPTED, dumps, request_stream
 from omni.service.structured import decoding_constraint
 from omni.service.tools import splitter, tool_policy
 from omni.service.unwritten import end_unwritten
@@ -95,6 +94,8 @@ class CompletionsService:
         self.keepalive = keepalive
         self.cache = cache
         self._inflight: dict[str, str] = {}  # cache key -> completion generating it
+        # Unstored copies (mirrors) -> set once their client has read them: then purged.
+        self._copies: dict[str, asyncio.Event] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self.metrics: Metrics = UNREAD  # the app's, once it serves
 
@@ -145,7 +146,7 @@ class CompletionsService:
             self.metrics.replay_cache.labels("miss").inc()
             return cid, False
         except BaseException:
-            self._release(cid)
+            self._stop_leading(cid)
             raise
 
     def _leader(self, key: str) -> str | None:
@@ -156,7 +157,7 @@ class CompletionsService:
             return None
         return cid
 
-    def _release(self, cid: str) -> None:
+    def _stop_leading(self, cid: str) -> None:
         """Twins must no longer follow `cid` (it ended, or will not end well)."""
         for key in [k for k, v in self._inflight.items() if v == cid]:
             del self._inflight[key]
@@ -257,8 +258,10 @@ class CompletionsService:
         }
         opening = [NewEvent(t, dumps(d)) for t, d in recorder.opening()]
         job = Job(prompt, sampling, cache_namespace=namespace, constraint=constraint)
-        run = Run(cid, recorder, job, cache_key=key)
-        run.on_done = lambda: self._release(cid)  # failed or cancelled ones must not be followed
+        # Not stored (store false, a chat's default; a legacy completion always): purged once
+        # read. Only stored completions are replayed (the index's source says so).
+        run = Run(cid, recorder, job, store=kind == "chat" and bool(body.store))
+        run.on_done = lambda: self._stop_leading(cid)  # failed or cancelled: not to be followed
         await self.runs.open(
             run,
             Append(request_stream(cid), 0, [NewEvent(ACCEPTED, dumps(request))]),
@@ -270,6 +273,9 @@ class CompletionsService:
     ) -> None:
         """Completion `cid` gets the original's chunks under its own id: at once for a
         finished original (a cache hit), live for one still generating (single flight)."""
+        self.runs.hold(original)  # before any await: an unstored original waits for us
+        if not body.store:
+            self._copies[cid] = asyncio.Event()
         request = {
             "kind": "chat",
             "body": body.model_dump(mode="json"),
@@ -277,15 +283,17 @@ class CompletionsService:
             "owner": owner,
             "mirror_of": original,
         }
-        await self.appender.append(
-            Append(request_stream(cid), 0, [NewEvent(ACCEPTED, dumps(request))])
-        )
-        run = self.runs.get(original)
-        if run is not None:
-            run.mirrors += 1  # its own client leaving must not cut us off
-        self._track(self._copy(original, cid, run))
+        try:
+            await self.appender.append(
+                Append(request_stream(cid), 0, [NewEvent(ACCEPTED, dumps(request))])
+            )
+        except BaseException:
+            self.runs.let_go(original)
+            self._copies.pop(cid, None)
+            raise
+        self._track(self._copy(original, cid))
 
-    async def _copy(self, original: str, cid: str, run: Run | None) -> None:
+    async def _copy(self, original: str, cid: str) -> None:
         old, new = f'"id":"{original}"', f'"id":"{cid}"'
         seq = 0
         unwritten: list[BaseException] = []
@@ -312,38 +320,32 @@ class CompletionsService:
         except StoreError:
             await end_unwritten(self.store, self.appender, cid, False)
         finally:
-            if run is not None:
-                run.mirrors -= 1
-            self._release(cid)
+            self.runs.let_go(original)
+            self._stop_leading(cid)
+        read = self._copies.get(cid)
+        if read is not None:  # unstored: kept until its client has read it, then purged
+            try:
+                await read.wait()
+                await self.notifier.wait_idle(cid)
+                await self.store.purge([cid, request_stream(cid)])
+            finally:
+                self._copies.pop(cid, None)
+
+    def release(self, cid: str) -> None:
+        """The client of `cid` is done with it (read to the end, or gone)."""
+        self.runs.release(cid)
+        if (read := self._copies.get(cid)) is not None:
+            read.set()
 
     def _track(self, coro: Any) -> None:
         task = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def rebuild_cache(self) -> int:
-        """Rebuild the replay-cache index from the log: every finished, generated (not copied)
-        deterministic completion, the newest per key. Returns the number of entries."""
-        newest: dict[str, CacheEntry] = {}
-        deleted = {e.stream_id for e in await self.store.by_type(COMPLETION_DELETED)}
-        for event in await self.store.by_type(ACCEPTED):
-            if not event.stream_id.startswith("chatcmpl-"):
-                continue
-            request = json.loads(event.data)
-            if request.get("key") is None or "mirror_of" in request or event.stream_id in deleted:
-                continue
-            cid = event.stream_id.removesuffix("/request")
-            last = await self.store.last(cid)
-            if last is not None and last.type == USAGE["chat"]:
-                # Stamped when it finished, so entries past the age bound stay expired.
-                newest[request["key"]] = CacheEntry(request["key"], cid, last.created_at)
-        await self.store.cache_rebuild(list(newest.values()))
-        return await self.store.cache_size()
-
     async def recover(self) -> int:
-        """End every completion a crash left open (its client is gone with the old process),
-        as a foreground response is ended: an error event, so its stream ends and purge can
-        take it. Returns how many."""
+        """End every stored completion a crash left open (its client is gone with the old
+        process), as a foreground response is ended: an error event, so its stream ends and
+        purge can take it (an unstored one was purged at start-up). Returns how many."""
         ended = 0
         for chunk in CHUNK.values():
             for cid in await self.store.unfinished(chunk, sorted(TERMINAL_TYPES)):
@@ -359,7 +361,7 @@ class CompletionsService:
         self.runs.cancel(cid, unless_mirrored=True)
         run = self.runs.get(cid)
         if run is None or run.job.stop.is_set():
-            self._release(cid)
+            self._stop_leading(cid)
 
     async def close(self) -> None:
         for task in self._tasks:

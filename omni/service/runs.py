@@ -13,11 +13,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from omni.engine.chat_recorder import USAGE, ChunkRecorder
+from omni.engine.chat_recorder import ChunkRecorder
 from omni.engine.recorder import ResponseRecorder
 from omni.engine.types import Delta, Engine, Failed, Finished, Job, Output
 from omni.errors import Overloaded, ShuttingDown, StoreError
-from omni.events import Append, Appender, CacheEntry, EventStore, NewEvent, Notifier, StoredEvent
+from omni.events import Append, Appender, EventStore, NewEvent, Notifier, StoredEvent
 from omni.metrics import UNREAD, Metrics
 from omni.service.streams import TOKENS, dumps, request_stream, tokens_stream
 from omni.service.unwritten import end_unwritten
@@ -38,10 +38,12 @@ class Run:
     store: bool = True
     background: bool = False
     tokens_seq: int = 0  # next seq of <stream>/tokens (background runs record their tokens)
-    cache_key: str | None = None  # index the completion in the replay cache if it ends well
-    mirrors: int = 0  # single-flight followers: while any, a disconnect does not cancel
+    # Single-flight followers copying this stream: while any, a disconnect does not cancel,
+    # and an unstored stream is not purged.
+    mirrors: int = 0
     on_done: Callable[[], None] | None = None  # called once the recorder has ended it
-    # store:false runs: set once the creating client has read all it wanted.
+    read: bool = False  # the creating client has read all it wanted
+    # Unstored runs: set once nobody reads the stream any more (read, and no mirror).
     released: asyncio.Event = field(default_factory=asyncio.Event)
     next_seq: int = field(init=False)
     submitted_at: float = field(default_factory=time.perf_counter)  # for /metrics
@@ -54,6 +56,10 @@ class Run:
 
     def __post_init__(self) -> None:
         self.next_seq = self.recorder.next_seq
+
+    def settle(self) -> None:
+        if self.read and self.mirrors <= 0:
+            self.released.set()
 
     @property
     def response_id(self) -> str:
@@ -77,6 +83,7 @@ class Runs:
         self.appender = appender
         self.notifier = notifier
         self._runs: dict[str, Run] = {}
+        self._early: dict[str, int] = {}  # mirrors of runs not listed yet (still opening)
         self._tasks: set[asyncio.Task[None]] = set()
         self._closing = asyncio.Event()  # set by close(): endings stop waiting for the disk
         self.metrics: Metrics = UNREAD  # the app's, once it serves
@@ -116,6 +123,7 @@ class Runs:
     def _track(self, run: Run) -> None:
         """List the run and record what its job sends, in a task of its own."""
         self._runs[run.stream_id] = run
+        run.mirrors += self._early.pop(run.stream_id, 0)
         task = asyncio.create_task(self._record(run), name=f"record-{run.response_id}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -139,7 +147,25 @@ class Runs:
         """The creating client is done with the stream (read to the end, or gone)."""
         run = self._runs.get(response_id)
         if run is not None:
-            run.released.set()
+            run.read = True
+            run.settle()
+
+    def hold(self, stream_id: str) -> None:
+        """A mirror starts copying `stream_id` (listed yet or still opening)."""
+        run = self._runs.get(stream_id)
+        if run is None:
+            self._early[stream_id] = self._early.get(stream_id, 0) + 1
+        else:
+            run.mirrors += 1
+
+    def let_go(self, stream_id: str) -> None:
+        """A mirror of `stream_id` is done with it."""
+        run = self._runs.get(stream_id)
+        if run is not None:
+            run.mirrors -= 1
+            run.settle()
+        elif (left := self._early.pop(stream_id, 0) - 1) > 0:
+            self._early[stream_id] = left
 
     async def drain(self, grace: float) -> None:
         """A graceful stop, which keeps at least what a crash keeps: refuse new work, give the
@@ -196,14 +222,13 @@ class Runs:
                     outputs.append(run.job.outputs.get_nowait())
                 if run.unwritten is not None:
                     break  # nothing after a failed append may be recorded
-                appends, cache = self._appends(run, outputs)
+                appends = self._appends(run, outputs)
                 if getattr(recorder, "wants_stop", False):
                     run.job.cancel()  # a stop sequence: no need to generate further
                 if recorder.done:
                     self._observe(run, outputs)
                     self._ended(run)
-                    await self.appender.append(*appends, cache=cache)
-                elif run.detached and appends:  # committed before the server stops
+                if recorder.done or (run.detached and appends):  # committed before we go on
                     await self.appender.append(*appends)
                 elif appends:
                     written = self.appender.submit(*appends)
@@ -219,7 +244,7 @@ class Runs:
         if run.unwritten is not None:
             await self._end_unwritten(run)
         if not run.store:
-            # Keep the rows until the creating client has read them, then purge on purpose.
+            # Keep the rows until their readers have read them, then purge on purpose.
             await run.released.wait()
             await self.notifier.wait_idle(run.stream_id)
             try:
@@ -260,9 +285,7 @@ class Runs:
             self.notifier.notify([run.stream_id])
             run.released.set()
 
-    def _appends(
-        self, run: Run, outputs: list[Output]
-    ) -> tuple[list[Append], tuple[CacheEntry, ...]]:
+    def _appends(self, run: Run, outputs: list[Output]) -> list[Append]:
         events: list[Any] = []
         tokens: list[int] = []
         for out in outputs:
@@ -284,18 +307,15 @@ class Runs:
             for e in events
         ]
         appends: list[Append] = []
-        cache: tuple[CacheEntry, ...] = ()
         if rows:
             appends.append(Append(run.stream_id, run.next_seq, rows))
             run.next_seq += len(rows)
-            if run.cache_key and rows[-1].type in USAGE.values():
-                cache = (CacheEntry(run.cache_key, run.stream_id),)  # ended well: replayable
         if run.background and tokens:
             # Same transaction as the deltas: recorded tokens and recorded text never disagree.
             token_rows = [NewEvent(TOKENS, dumps(tokens))]
             appends.append(Append(tokens_stream(run.stream_id), run.tokens_seq, token_rows))
             run.tokens_seq += 1
-        return appends, cache
+        return appends
 
     def _observe(self, run: Run, outputs: list[Output]) -> None:
         """A generation's figures for /metrics, once, at its end."""

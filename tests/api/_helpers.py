@@ -137,6 +137,26 @@ def read_log(server: Any, stream_id: str) -> list[Any]:
     return list(server.call(server.state.store.read(stream_id)))
 
 
+@contextmanager
+def purged_rows(server: Any) -> Iterator[dict[str, list[Any]]]:
+    """The rows of each stream the server purges meanwhile (an unstored response or
+    completion, once read), as the log held them just before."""
+    store = server.state.store
+    purge = store.purge
+    seen: dict[str, list[Any]] = {}
+
+    async def reading_first(stream_ids: Any) -> int:
+        for sid in stream_ids:
+            seen[sid] = await store.read(sid)
+        return int(await purge(stream_ids))
+
+    store.purge = reading_first
+    try:
+        yield seen
+    finally:
+        del store.purge  # the class's again
+
+
 def wait_for(predicate: Callable[[], bool], timeout: float = 5.0, interval: float = 0.02) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

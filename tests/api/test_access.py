@@ -196,6 +196,7 @@ def test_the_replay_cache_does_not_cross_keys(alice: OpenAI, bob: OpenAI) -> Non
         "messages": [{"role": "user", "content": f"cache {uuid.uuid4().hex}"}],
         "temperature": 0,
         "max_tokens": 3,
+        "store": True,  # replayable
     }
 
     def served(client: OpenAI) -> str:

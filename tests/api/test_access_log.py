@@ -38,7 +38,11 @@ def test_one_line_per_request_with_its_fields(
     streamed = events[-1].response
     chats = [
         client.chat.completions.with_raw_response.create(
-            model=MODEL, messages=[{"role": "user", "content": "log"}], max_tokens=3, temperature=0
+            model=MODEL,
+            messages=[{"role": "user", "content": "log"}],
+            max_tokens=3,
+            temperature=0,
+            store=True,  # replayable
         ).parse()
         for _ in range(2)
     ]

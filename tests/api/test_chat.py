@@ -425,7 +425,14 @@ def test_completion_is_a_stream_in_the_log_and_the_answer_is_its_fold(
 ) -> None:
     res = http.post(
         "/v1/chat/completions",
-        json={"model": MODEL, "messages": HI, "max_tokens": 6, "logprobs": True, "top_logprobs": 1},
+        json={
+            "model": MODEL,
+            "messages": HI,
+            "max_tokens": 6,
+            "logprobs": True,
+            "top_logprobs": 1,
+            "store": True,  # kept: an unstored one leaves the log once read
+        },
     )
     assert res.status_code == 200, res.text
     body = res.json()

@@ -1,8 +1,9 @@
 """The replay cache: a deterministic chat request (temperature 0, or a seed) with the same
-model and normalized request is answered from the log (the stored chunks, under a new
-completion id, header `x-omni-cache: hit`, no generation); identical requests arriving while
-the first generates follow its stream (single flight). Errors, cancelled and truncated
-completions are never cached; bounds evict; the index survives restarts and is rebuilt from
+model and normalized request as a stored one (`store: true`) is answered from the log (the
+stored chunks, under a new completion id, header `x-omni-cache: hit`, no generation);
+identical requests arriving while the first generates follow its stream (single flight).
+Errors, cancelled and truncated completions are never cached (nor unstored ones:
+tests/api/test_privacy.py); bounds evict; the index survives restarts and is rebuilt from
 the log when lost."""
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ def body_for(text: str, **extra: Any) -> dict[str, Any]:
         "messages": [{"role": "user", "content": text}],
         "max_tokens": 12,
         "temperature": 0,
+        "store": True,  # only what the client asked to store is replayed
         **extra,
     }
 

@@ -122,7 +122,7 @@ def test_include_usage_false_has_no_usage_chunk(client: OpenAI) -> None:
 
 @pytest.mark.parametrize("include_usage", [True, False])
 def test_raw_frames_equal_the_stored_rows(http: httpx.Client, server, include_usage: bool) -> None:
-    body: dict[str, Any] = {"messages": HI, "max_tokens": 10}
+    body: dict[str, Any] = {"messages": HI, "max_tokens": 10, "store": True}  # kept to compare
     if include_usage:
         body["stream_options"] = {"include_usage": True}
     res, raw = post_stream(http, body)
@@ -146,7 +146,13 @@ def test_unprefixed_streaming_path(http: httpx.Client) -> None:
 
 def test_stream_and_fold_agree(http: httpx.Client, server) -> None:
     _, raw = post_stream(
-        http, {"messages": HI, "max_tokens": 10, "stream_options": {"include_usage": True}}
+        http,
+        {
+            "messages": HI,
+            "max_tokens": 10,
+            "store": True,  # kept to compare
+            "stream_options": {"include_usage": True},
+        },
     )
     chunks = [json.loads(p) for p in sse_payloads(raw)]
     joined = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
@@ -245,6 +251,7 @@ def test_deterministic_stream_header(http: httpx.Client) -> None:
         "messages": [{"role": "user", "content": "stream header"}],
         "max_tokens": 4,
         "temperature": 0,
+        "store": True,  # only a stored answer is replayed
     }
     first, raw1 = post_stream(http, body)
     second, raw2 = post_stream(http, body)

@@ -13,7 +13,15 @@ import pytest
 from openai import OpenAI
 
 from omni.projections.completions import fold_text
-from tests.api._helpers import KEEPALIVE, MODEL, assert_error, capture, read_log
+from tests.api._helpers import (
+    KEEPALIVE,
+    MODEL,
+    assert_error,
+    capture,
+    purged_rows,
+    read_log,
+    wait_for,
+)
 
 PROMPT = "The quick brown fox"
 DONE = b"data: [DONE]\n\n"
@@ -181,19 +189,24 @@ def test_prompt_list_of_one(client: OpenAI) -> None:
 
 
 def test_stream_raw_frames_and_log(http: httpx.Client, server, client: OpenAI) -> None:
-    res, raw = capture(
-        http,
-        "POST",
-        "/v1/completions",
-        json={
-            "model": MODEL,
-            "prompt": PROMPT,
-            "max_tokens": 12,
-            "temperature": 0,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        },
-    )
+    """The frames are the log's rows; never stored, they leave the log once read."""
+    with purged_rows(server) as purged:
+        res, raw = capture(
+            http,
+            "POST",
+            "/v1/completions",
+            json={
+                "model": MODEL,
+                "prompt": PROMPT,
+                "max_tokens": 12,
+                "temperature": 0,
+                "stream": True,
+                "stream_options": {"include_usage": True},
+            },
+        )
+        cid = payloads(raw)[0]["id"]
+        assert wait_for(lambda: cid in purged)
+    assert read_log(server, cid) == []
     assert res.status_code == 200
     assert res.headers["content-type"].startswith("text/event-stream")
     chunks = payloads(raw)
@@ -209,7 +222,7 @@ def test_stream_raw_frames_and_log(http: httpx.Client, server, client: OpenAI) -
     text = "".join(c["choices"][0]["text"] for c in body)
     # Greedy: the same text as the non-streamed answer.
     assert text == greedy(client, max_tokens=12).choices[0].text
-    rows = read_log(server, cid)
+    rows = purged[cid]
     assert [r.data for r in rows] == [
         json.dumps(c, ensure_ascii=False, separators=(",", ":")) for c in chunks
     ]
@@ -247,12 +260,14 @@ def test_stream_with_sdk(loose: OpenAI) -> None:
 
 
 def test_non_stream_is_the_fold_of_the_log(http: httpx.Client, server) -> None:
-    res = http.post(
-        "/v1/completions",
-        json={"model": MODEL, "prompt": PROMPT, "max_tokens": 5, "logprobs": 2, "echo": True},
-    )
-    assert res.status_code == 200
-    body = res.json()
-    rows = read_log(server, body["id"])
+    with purged_rows(server) as purged:
+        res = http.post(
+            "/v1/completions",
+            json={"model": MODEL, "prompt": PROMPT, "max_tokens": 5, "logprobs": 2, "echo": True},
+        )
+        assert res.status_code == 200
+        body = res.json()
+        assert wait_for(lambda: body["id"] in purged)
+    rows = purged[body["id"]]
     assert body == fold_text([(r.type, r.data) for r in rows])
     assert body["usage"]["prompt_tokens"] == prompt_len(server, PROMPT)

@@ -42,6 +42,7 @@ def test_metrics_follow_the_requests(server: ServerThread, client: Any) -> None:
             messages=[{"role": "user", "content": "metrics"}],
             max_tokens=5,
             temperature=0,
+            store=True,  # replayable, and kept: the log's rows are what was appended
         )
         for _ in range(2)
     ]

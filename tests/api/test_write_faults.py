@@ -111,7 +111,10 @@ def test_a_chat_stream_whose_chunks_cannot_be_written_ends_with_an_error(
     with running(engine, tmp_path / "omni.db") as (srv, client):
         reader = Reader(
             lambda: client.chat.completions.create(
-                model="scripted", messages=[{"role": "user", "content": "hi"}], stream=True
+                model="scripted",
+                messages=[{"role": "user", "content": "hi"}],
+                stream=True,
+                store=True,  # kept, to read its ending (an unstored one leaves once read)
             ),
             lambda chunk: bool(chunk.choices and chunk.choices[0].delta.content),
         )

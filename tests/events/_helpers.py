@@ -45,3 +45,21 @@ def raw_rows(db_path: Path | str, stream_id: str | None = None) -> list[tuple]:
         rows = cur.fetchall()
     conn.close()
     return rows
+
+
+USAGE = "chat.completion.usage"
+ACCEPTED = "omni.request.accepted"
+
+
+def finished_chat(
+    cid: str, key: str | None, *, store: bool = True, mirror_of: str | None = None
+) -> list[Append]:
+    """A chat completion's request and its whole stream (a chunk, the usage chunk), as the
+    service writes them: the replay-cache index's triggers read exactly these fields."""
+    request: dict[str, object] = {"kind": "chat", "body": {"store": store}, "key": key}
+    if mirror_of is not None:
+        request["mirror_of"] = mirror_of
+    return [
+        Append(f"{cid}/request", 0, [NewEvent(ACCEPTED, json.dumps(request))]),
+        Append(cid, 0, [ev("chat.completion.chunk", id=cid), ev(USAGE, id=cid)]),
+    ]

@@ -15,7 +15,7 @@ import pytest
 from omni.errors import OmniError, SeqConflict, StoreError
 from omni.events import Append, EventStore, NewEvent, StoredEvent
 
-from ._helpers import deltas, ev, raw_rows
+from ._helpers import deltas, ev, finished_chat, raw_rows
 
 
 async def test_append_new_stream_reads_back_in_seq_order(store: EventStore) -> None:
@@ -265,7 +265,11 @@ async def test_unfinished_lists_streams_without_an_end(store: EventStore) -> Non
 
 
 async def test_pragmas_report_wal_and_synchronous(store: EventStore) -> None:
-    assert await store.pragmas() == {"journal_mode": "wal", "synchronous": "NORMAL"}
+    assert await store.pragmas() == {
+        "journal_mode": "wal",
+        "synchronous": "NORMAL",
+        "secure_delete": True,  # a purge leaves zeros, not the bytes it removed
+    }
 
 
 def test_wal_mode_is_on(db_path: Path) -> None:
@@ -367,7 +371,8 @@ async def test_writes_begin_immediate_reads_begin_deferred(store: EventStore) ->
     await store.append([deltas("s", 0, 1)])
     await store.purge(["nothing"])
     await store.read("s")
-    # Each trigger on `events` (the item index's) runs under the INSERT and is traced as it.
+    # Each trigger on `events` (the item index's, the replay cache's) runs under the INSERT
+    # and is traced as it.
     assert [kind for kind, _ in itertools.groupby(direct)] == ["BEGIN", "INSERT", "COMMIT"]
     assert seen["writer"] == ["BEGIN IMMEDIATE"]  # the purge
     assert seen["reader"] == ["BEGIN"]
@@ -558,16 +563,23 @@ async def test_close_commits_the_writes_already_handed_over(db_path: Path) -> No
 async def test_appends_wait_behind_a_long_cache_rebuild_and_all_commit(store: EventStore) -> None:
     """Writes share one queue (an append goes direct only when it is empty): a long rebuild of
     the replay-cache index delays appends but never makes them fail on SQLite's busy timeout."""
-    from omni.events import CacheEntry
-
+    chats = [a for i in range(20_000) for a in finished_chat(f"chatcmpl-{i}", f"key{i}")]
+    with sqlite3.connect(store.path) as conn:
+        conn.executemany(
+            "INSERT INTO events (stream_id, seq, type, data, created_at) VALUES (?,?,?,?,?)",
+            [
+                (a.stream_id, a.first_seq + n, e.type, e.data, int(time.time() * 1000))
+                for a in chats
+                for n, e in enumerate(a.events)
+            ],
+        )
+    conn.close()
     store.cache_max_entries = 200_000
-    entries = [CacheEntry(f"key{i}", f"chatcmpl-{i}", 1_000 + i) for i in range(60_000)]
-    store.cache_max_age_ms = 10**15
-    rebuild = asyncio.ensure_future(store.cache_rebuild(entries))
+    rebuild = asyncio.ensure_future(store.cache_rebuild())
     appends = [asyncio.ensure_future(store.append([deltas("s", i, 1)])) for i in range(30)]
     await asyncio.gather(rebuild, *appends)
     assert [r[2] for r in raw_rows(store.path, "s")] == list(range(30))
-    assert await store.cache_size() == 60_000
+    assert rebuild.result() == await store.cache_size() == 20_000
 
 
 def test_a_process_that_never_closes_its_store_still_exits(db_path: Path) -> None:
@@ -758,17 +770,16 @@ async def test_with_synchronous_full_every_append_goes_through_the_writers_threa
 async def test_a_finishing_append_indexes_the_cache_on_the_loop_within_its_bound(
     db_path: Path,
 ) -> None:
-    """A completion's last append carries its replay-cache row: it commits directly like any
-    other (handed to the writer's thread it waited ~1 ms for the thread and the old trim, and
-    8 completions ending in one step queued behind one another), and the index keeps the newest
-    entries only, the latest insert winning a tie on the millisecond."""
-    from omni.events import CacheEntry
-
+    """A completion's last append indexes it in the replay cache (the database's trigger): it
+    commits directly like any other (handed to the writer's thread it waited ~1 ms for the
+    thread and the old trim, and 8 completions ending in one step queued behind one another),
+    and the index keeps the newest entries only, the latest insert winning a tie on the
+    millisecond."""
     store = EventStore(str(db_path), cache_max_entries=3)
     await store.open()
     try:
         for i in range(5):
-            await store.append([deltas(f"c{i}", 0, 2)], cache=[CacheEntry(f"k{i}", f"c{i}")])
+            await store.append(finished_chat(f"c{i}", f"k{i}"))
         assert store._direct_commits == 5 and store._queued == 0
         assert await store.cache_size() == 3
         assert [await store.cache_lookup(f"k{i}") for i in range(5)] == [
@@ -778,8 +789,8 @@ async def test_a_finishing_append_indexes_the_cache_on_the_loop_within_its_bound
             "c3",
             "c4",
         ]
-        # A key indexed again points at its newest completion and counts once.
-        await store.append([deltas("c5", 0, 1)], cache=[CacheEntry("k2", "c5")])
+        # A key answered again is answered by its newest completion.
+        await store.append(finished_chat("c5", "k2"))
         assert await store.cache_size() == 3
         assert [await store.cache_lookup(k) for k in ("k2", "k3", "k4")] == ["c5", "c3", "c4"]
     finally:
@@ -789,11 +800,9 @@ async def test_a_finishing_append_indexes_the_cache_on_the_loop_within_its_bound
 async def test_the_cache_row_and_the_events_commit_together_or_not_at_all(
     store: EventStore, db_path: Path
 ) -> None:
-    from omni.events import CacheEntry
-
     await store.append([deltas("c", 0, 1)])
     with pytest.raises(SeqConflict):  # seq 0 of c is taken: nothing of this append commits
-        await store.append([deltas("c", 0, 2)], cache=[CacheEntry("k", "c")])
+        await store.append(finished_chat("c", "k"))
     assert await store.cache_lookup("k") is None
     assert len(raw_rows(db_path, "c")) == 1
 
@@ -801,19 +810,17 @@ async def test_the_cache_row_and_the_events_commit_together_or_not_at_all(
 async def test_an_entry_past_its_age_leaves_the_index_on_the_next_append(
     db_path: Path,
 ) -> None:
-    from omni.events import CacheEntry
-
     store = EventStore(str(db_path), cache_max_age_s=60)
     await store.open()
     try:
         old = int(time.time() * 1000) - 61_000
-        await store.cache_rebuild([CacheEntry("old", "a", created_at=old)])
-        assert await store.cache_size() == 0  # a rebuild keeps only what is fresh
-        await store.append([deltas("a", 0, 1)])  # the old row, put back as from an older server
-        with sqlite3.connect(str(db_path)) as conn:
-            conn.execute("INSERT INTO chat_cache VALUES ('old', 'a', ?)", (old,))
+        await store.append(finished_chat("a", "old"))
+        with sqlite3.connect(str(db_path)) as conn:  # as if indexed 61 s ago
+            conn.execute("UPDATE chat_cache SET created_at = ?", (old,))
+        conn.close()
         assert await store.cache_size() == 1
-        await store.append([deltas("b", 0, 1)], cache=[CacheEntry("new", "b")])
+        assert await store.cache_lookup("old") is None  # never answered meanwhile
+        await store.append(finished_chat("b", "new"))
         assert [await store.cache_lookup(k) for k in ("old", "new")] == [None, "b"]
         assert await store.cache_size() == 1
     finally:
@@ -821,18 +828,24 @@ async def test_an_entry_past_its_age_leaves_the_index_on_the_next_append(
 
 
 async def test_a_cache_bound_too_big_to_trim_on_the_loop_is_kept_up_on_the_thread(
-    db_path: Path,
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from omni.events import CacheEntry
     from omni.events import store as store_module
 
-    store = EventStore(str(db_path), cache_max_entries=store_module.DIRECT_CACHE_ENTRIES + 1)
+    monkeypatch.setattr(store_module, "DIRECT_CACHE_ENTRIES", 2)
+    store = EventStore(str(db_path), cache_max_entries=3)
     await store.open()
+    handed: list[str] = []
+    hand_over = store._hand_over
+    monkeypatch.setattr(store, "_hand_over", lambda *a: handed.append(a[1]) or hand_over(*a))
     try:
-        await store.append([deltas("a", 0, 1)], cache=[CacheEntry("k", "a")])
-        await store.append([deltas("b", 0, 1)])
-        assert store._direct_commits == 1  # b's only: a's went through the writer's thread
-        assert await store.cache_lookup("k") == "a"
+        for i in range(5):
+            await store.append(finished_chat(f"c{i}", f"k{i}"))
+            await store.pragmas()  # a write queued behind any trim: the next append is direct
+        assert store._direct_commits == 5  # committed on the loop, trimmed on the thread
+        assert handed == ["cache upkeep"] * 5
+        assert await store.cache_size() == 3
+        assert [await store.cache_lookup(f"k{i}") for i in (1, 2, 4)] == [None, "c2", "c4"]
     finally:
         await store.close()
 
@@ -843,14 +856,14 @@ async def test_a_bound_lowered_since_the_last_start_is_applied_at_open_not_on_th
     """Thousands of index rows over the bound (or past their age) are deleted by open() on the
     writer's thread; an append's own upkeep deletes a few at most, so it never holds the event
     loop for a mass delete."""
-    from omni.events import CacheEntry
     from omni.events import store as store_module
 
     now = int(time.time() * 1000)
     with sqlite3.connect(str(db_path)) as conn:
         rows = [(f"k{i}", f"c{i}", now - 1000 + i // 10) for i in range(5000)]
-        rows += [(f"old{i}", "x", now - 10**9) for i in range(3000)]  # past the age below
+        rows += [(f"old{i}", f"x{i}", now - 10**9) for i in range(3000)]  # past the age below
         conn.executemany("INSERT INTO chat_cache VALUES (?,?,?)", rows)
+    conn.close()
     store = EventStore(str(db_path), cache_max_entries=100, cache_max_age_s=3600)
     await store.open()
     try:
@@ -858,12 +871,13 @@ async def test_a_bound_lowered_since_the_last_start_is_applied_at_open_not_on_th
         assert await store.cache_lookup("k4999") == "c4999"
         store.cache_max_entries = 10  # lowered at run time: the appends trim a few at a time
         for i in range(2):
-            await store.append([deltas(f"a{i}", 0, 1)], cache=[CacheEntry(f"n{i}", f"a{i}")])
+            await store.append(finished_chat(f"a{i}", f"n{i}"))
         assert store._direct_commits == 2
         assert await store.cache_size() == 10
         with sqlite3.connect(str(db_path)) as conn:
             conn.executemany("INSERT INTO chat_cache VALUES (?,?,?)", rows[5000:])
-        await store.append([deltas("b", 0, 1)], cache=[CacheEntry("nb", "b")])
+        conn.close()
+        await store.append(finished_chat("b", "nb"))
         left = await store.cache_size()
         # b's row in; at most CACHE_UPKEEP_ROWS expired and as many over the bound out: the
         # rest goes with the next appends.
@@ -893,11 +907,10 @@ async def test_a_cache_lookup_reads_on_the_loops_connection(
     """A lookup by key runs on the loop's own connection (the reader's thread cost ~1 ms of
     the loop a request, and a burst's lookups queued there); it sees what the writer's thread
     committed, and the reader answers when that connection cannot."""
-    from omni.events import CacheEntry
     from omni.events import store as store_module
 
     monkeypatch.setattr(store_module, "DIRECT_ROWS", 0)  # indexed on the writer's thread
-    await store.append([deltas("c", 0, 1)], cache=[CacheEntry("k", "c")])
+    await store.append(finished_chat("c", "k"))
     fetched: list[object] = []
     fetch = store._fetch
 

@@ -1,0 +1,30 @@
+"""Start-up: what clients asked not to store and an earlier process left in the log goes.
+
+A running server purges an unstored response or completion once its client has read it; one
+that stopped first (a crash, a stop mid-stream, a client that never came back for its
+stream) leaves it behind. Nobody can read it any more: its client went with that process.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from omni.events import EventStore
+from omni.events.maintenance import PER_TRANSACTION
+from omni.service.streams import ACCEPTED
+
+log = logging.getLogger(__name__)
+
+# What the accepted request of an unstored object says: `store: false` (a response's or a
+# chat completion's, the chat default), or a legacy completion, never stored.
+UNSTORED = (("$.body.store", False), ("$.kind", "text"))
+
+
+async def purge_unstored(store: EventStore) -> int:
+    """Purge every unstored object in the log (and so its bytes); returns how many."""
+    doomed = [s.removesuffix("/request") for s in await store.streams_with(ACCEPTED, UNSTORED)]
+    for start in range(0, len(doomed), PER_TRANSACTION):
+        await store.purge_objects(doomed[start : start + PER_TRANSACTION])
+    if doomed:
+        log.info("purged %d unstored responses and completions left by a stop", len(doomed))
+    return len(doomed)
