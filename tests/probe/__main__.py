@@ -117,9 +117,13 @@ def main() -> None:
         crash = rounds.tally
         print(
             f"kill -9: {crash['kill -9 rounds']} rounds, {crash['events seen']} events seen "
-            f"by clients, {crash['events lost']} lost; {crash['streams checked']} streams, "
+            f"by clients, {crash['events lost']} lost; {len(rounds.streams)} streams read to their "
+            f"end after each restart ({crash['stream checks']} reads), "
             f"{crash['streams left unended']} left unended"
         )
+        for line in rounds.unended:
+            print(f"  {line}")
+    scenarios()
 
 
 if __name__ == "__main__":

@@ -132,7 +132,7 @@ class Rounds:
                 ended = final.status_code == 404 or choice.get("finish_reason") is not None
             else:
                 ended = body.get("status") in ("completed", "incomplete", "failed", "cancelled")
-            self.tally["streams checked"] += 1
+            self.tally["stream checks"] += 1
             self.tally["streams left unended"] += not ended
             if not ended:
                 self.unended.append(f"{seen.stream_id}: {json.dumps(body)[:600]}")

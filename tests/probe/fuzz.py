@@ -251,6 +251,7 @@ class Probe:
 
     client: httpx.Client
     tally: Counter[str] = field(default_factory=Counter)
+    last: Request | None = None  # the request before, which a dropped connection may owe to
 
     def send(self, request: Request) -> str | None:
         """The first broken rule, or None."""
@@ -267,6 +268,11 @@ class Probe:
         except httpx.TimeoutException:
             self.tally["hangs"] += 1
             return "no answer within the timeout"
+        except httpx.RemoteProtocolError as exc:
+            self.tally["dropped connections"] += 1
+            return f"{exc} (the request before: {self.last!r})"
+        finally:
+            self.last = request
         self.tally[f"{answer.status_code // 100}xx"] += 1
         problem = check(answer, raw)
         if problem is not None:
