@@ -69,6 +69,8 @@ def _checked_params(tool: dict[str, Any]) -> dict[str, Any]:
 def output_constraint(fmt: dict[str, Any] | None, param: str) -> dict[str, Any] | None:
     """Responses' `text.format` or Chat's `response_format` → a constraint (or None: text).
     Chat nests the schema under `json_schema`; Responses keeps it flat."""
+    if fmt is not None and not isinstance(fmt, dict):
+        raise InvalidRequest(f"'{param}' must be an object.", param=param)
     kind = (fmt or {}).get("type", "text")
     if kind == "text":
         return None

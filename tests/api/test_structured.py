@@ -230,3 +230,12 @@ def test_a_strict_tool_in_auto_mode_gets_valid_arguments_or_text(
     )
     assert plain.output[0].type == "message"  # free text: the random model opens no object
     assert not plain.output_text.lstrip().startswith("{")
+
+
+@pytest.mark.parametrize("fmt", [[1, None], "json", 3])
+def test_a_format_that_is_not_an_object_is_a_400(http: Any, fmt: Any) -> None:
+    """Found by the probe's fuzzer: a list here was a 500."""
+    body = {"model": MODEL, "input": "hi", "text": {"format": fmt}}
+    r = http.post("/v1/responses", json=body)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == "text.format"
