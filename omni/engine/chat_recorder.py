@@ -25,6 +25,12 @@ CANCELLED = "completion.cancelled"
 TERMINAL_TYPES = frozenset({*USAGE.values(), ERROR, CANCELLED})
 
 
+def error_event(message: str) -> ChunkEvent:
+    """The event that ends a completion failed (a chunk stream has no failed chunk)."""
+    error = {"message": message, "type": "server_error", "param": None}
+    return (ERROR, {"error": {**error, "code": "server_error"}})
+
+
 class ChunkRecorder:
     """Builds the chunk events of one chat (or legacy text) completion."""
 
@@ -86,8 +92,7 @@ class ChunkRecorder:
             return events
         if isinstance(out, Failed):
             self.done = True
-            error = {"message": out.message, "type": "server_error", "param": None}
-            return [(ERROR, {"error": {**error, "code": "server_error"}})]
+            return [error_event(out.message)]
         return self._finish(out)
 
     def _text(self, text: str, final: bool = False, token: bool = False) -> list[ChunkEvent]:

@@ -13,7 +13,7 @@ import time
 from collections.abc import AsyncGenerator
 from typing import Any
 
-from omni.engine.chat_recorder import CHUNK, ERROR, TERMINAL_TYPES, ChunkRecorder
+from omni.engine.chat_recorder import CHUNK, TERMINAL_TYPES, ChunkRecorder, error_event
 from omni.engine.thinking import ThinkSplitter
 from omni.engine.tool_calls import CallSplitter
 from omni.engine.types import Engine, Job, Sampling
@@ -349,8 +349,8 @@ class CompletionsService:
         ended = 0
         for chunk in CHUNK.values():
             for cid in await self.store.unfinished(chunk, sorted(TERMINAL_TYPES)):
-                error = {"message": RESTARTED, "type": "server_error", "param": None}
-                event = NewEvent(ERROR, dumps({"error": {**error, "code": "server_error"}}))
+                type_, data = error_event(RESTARTED)
+                event = NewEvent(type_, dumps(data))
                 await self.appender.append(Append(cid, await self.store.next_seq(cid), [event]))
                 ended += 1
         if ended:

@@ -65,6 +65,16 @@ class Run:
     def response_id(self) -> str:
         return self.stream_id
 
+    @property
+    def is_response(self) -> bool:
+        return isinstance(self.recorder, ResponseRecorder)
+
+    @property
+    def api(self) -> str:
+        """Its API, as /metrics labels it: responses, chat or text."""
+        recorder = self.recorder
+        return recorder.kind if isinstance(recorder, ChunkRecorder) else "responses"
+
 
 class Runs:
     """The generations in flight in this process, by response id."""
@@ -199,7 +209,7 @@ class Runs:
     def _interrupt(self, run: Run) -> None:
         if run.recorder.done or run.interruption is not None:
             return
-        kind = "response" if isinstance(run.recorder, ResponseRecorder) else "completion"
+        kind = "response" if run.is_response else "completion"
         run.interruption = Failed(SHUT_DOWN.format(kind))
         run.job.outputs.put_nowait(run.interruption)  # after what the engine sent so far
         run.job.cancel()
@@ -274,12 +284,10 @@ class Runs:
     async def _end_unwritten(self, run: Run) -> None:
         """End the run failed once appends work again; its followers read that ending."""
         if not run.recorder.done:
-            api = run.recorder.kind if isinstance(run.recorder, ChunkRecorder) else "responses"
-            self.metrics.generations.labels(api, "failed").inc()
+            self.metrics.generations.labels(run.api, "failed").inc()
         self._ended(run)
-        response = isinstance(run.recorder, ResponseRecorder)
         if not await end_unwritten(
-            self.store, self.appender, run.stream_id, response, self._closing
+            self.store, self.appender, run.stream_id, run.is_response, self._closing
         ):
             # The log is gone (or the server stops): followers must find that out now.
             self.notifier.notify([run.stream_id])
@@ -321,7 +329,7 @@ class Runs:
         """A generation's figures for /metrics, once, at its end."""
         end = next((o for o in reversed(outputs) if isinstance(o, Finished | Failed)), None)
         recorder = run.recorder
-        api = recorder.kind if isinstance(recorder, ChunkRecorder) else "responses"
+        api = run.api
         m = self.metrics
         if not isinstance(end, Finished):
             m.generations.labels(api, "failed").inc()

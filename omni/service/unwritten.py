@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from omni.engine.chat_recorder import ERROR
 from omni.engine.chat_recorder import TERMINAL_TYPES as CHAT_ENDS
+from omni.engine.chat_recorder import error_event
 from omni.engine.recorder import ResponseRecorder
 from omni.engine.types import Failed
 from omni.errors import SeqConflict, StoreError, StoreUnavailable
@@ -35,8 +35,8 @@ def ending(rows: list[StoredEvent], response: bool) -> list[NewEvent]:
     if rows and rows[-1].type in (TERMINAL_TYPES if response else CHAT_ENDS):
         return []
     if not response:
-        error = {"message": UNWRITTEN, "type": "server_error", "param": None}
-        return [NewEvent(ERROR, dumps({"error": {**error, "code": "server_error"}}))]
+        type_, data = error_event(UNWRITTEN)
+        return [NewEvent(type_, dumps(data))]
     if not rows:
         return []  # no opening in the log: nothing anyone could follow
     folded = fold_response([(r.type, r.data) for r in rows])
