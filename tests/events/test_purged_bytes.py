@@ -58,8 +58,8 @@ async def test_purged_bytes_leave_the_database_and_the_wal(store: EventStore) ->
     await store.append([deltas("kept", 0, 3)])
     marker = await secret(store, "chatcmpl-x")
     assert await store.purge(["chatcmpl-x", "chatcmpl-x/request"]) == 2
-    assert await until(lambda: not holding(store.path, marker)), holding(store.path, marker)
-    assert store.scrubs >= 1
+    assert await until(lambda: store.scrubs >= 1)  # counted after the checkpoint returns
+    assert not holding(store.path, marker), holding(store.path, marker)
     assert [e.seq for e in await store.read("kept")] == [0, 1, 2]
 
 
@@ -83,6 +83,7 @@ async def test_a_reader_of_an_older_snapshot_delays_the_scrub_not_the_appends(
         reader.execute("ROLLBACK")
     finally:
         reader.close()
-    assert await until(lambda: not holding(store.path, marker)), holding(store.path, marker)
-    assert store.scrubs >= 1
+    # The count moves once the checkpoint's result reaches the loop, after the file changed.
+    assert await until(lambda: store.scrubs >= 1)
+    assert not holding(store.path, marker)
     assert [e.seq for e in await store.read("s")] == list(range(20))
