@@ -7,6 +7,11 @@ BatchGenerator's speed at batch 1); when another job arrives, it moves into the 
 KV cache and carries on there. The outputs of one step leave in one message to the
 server process (omni.engine.mlx_engine), which detokenizes them: this process does nothing but
 decode, so the server's Python work never holds up a step.
+
+A long prompt (more than one chunk of tokens to feed) is prefilled here, one chunk a step on a
+KV cache of its own, with a decode step of the running streams between two chunks: it holds them
+for one chunk at most, nobody is padded out to its length, and a cancel or a close is heard
+between chunks. Once only its last tokens are left it joins the others like a short prompt.
 """
 
 from __future__ import annotations
@@ -43,6 +48,11 @@ FAILED: Final = 3  # (FAILED, id, message)
 GENERATION_FAILED: Final = "generation failed: the engine had an error (see the server's log)"
 
 PREFILL_GROUP: Final = 8  # prompts prefilled together by default (mlx-lm's prefill batch)
+PREFILL_CHUNK: Final = 512  # prompt tokens a step feeds one prompt by default (worker: per device)
+# A step that takes this many times the usual (and this long at least) is logged with what it
+# was doing: a stall shows in the log while it happens, not only as clients' silence.
+SLOW_STEP_FACTOR: Final = 20
+SLOW_STEP_S: Final = 2.0
 # Tokens a job hands BatchGenerator at least, even when its cache holds all but the last one.
 # A job of one token goes to decoding at once, yet it has taken a place in a prefill group:
 # the rest of its group is prefilled a step before the others join, and every group after it
@@ -93,6 +103,21 @@ class Solo:
     steps: Generator[tuple[Any, Any], None, None]
 
 
+@dataclass(eq=False, slots=True)
+class Start:
+    """A job taken off the queue: its slot, the KV cache of what it has fed so far and the
+    tokens still to feed."""
+
+    slot: Slot
+    cache: list[Any]
+    rest: list[int]
+    told: bool = False  # whether the server has heard it started (a long prompt: at once)
+
+    @property
+    def id(self) -> int:
+        return self.slot.spec.id
+
+
 class BatchScheduler:
     """Owns a BatchGenerator; `run` serves one connection until CLOSE or until it closes."""
 
@@ -106,9 +131,12 @@ class BatchScheduler:
         time_prefill: bool = False,
         trace: bool = False,
         prefill_group: int = PREFILL_GROUP,
+        prefill_chunk: int = PREFILL_CHUNK,
     ):
         if prefill_group < 1:  # BatchGenerator would never start a prompt: jobs hang
             raise ValueError(f"a prefill group holds at least one prompt, not {prefill_group}")
+        if prefill_chunk < 1:
+            raise ValueError(f"a prefill chunk holds at least one token, not {prefill_chunk}")
         self.model = model
         self.tokenizer = tokenizer
         self._constraints: Any = None  # grammars (omni.engine.grammar), built on first use
@@ -120,7 +148,11 @@ class BatchScheduler:
             stop_tokens=[[t] for t in eos],
             completion_batch_size=max_batch,
             prefill_batch_size=min(prefill_group, max_batch),
+            # What it is given is a chunk at most (longer prompts are fed apart, see
+            # _take_long): a step of it, next_generated, feeds at most one chunk a prompt.
+            prefill_step_size=prefill_chunk,
         )
+        self.chunk = prefill_chunk
         self.max_batch = max_batch
         self.gather_s = gather_s
         self._oldest_wait = 0.0  # when the oldest waiting job arrived
@@ -131,6 +163,8 @@ class BatchScheduler:
         self._step_prefill = (0.0, 0)  # the last step's prefill: seconds, tokens
         self.slots: dict[int, Slot] = {}  # by BatchGenerator uid
         self.waiting: deque[Spec] = deque()
+        self.prefills: deque[Start] = deque()  # long prompts, fed a chunk a step, oldest first
+        self.ready: deque[Start] = deque()  # taken off the queue, to start as short prompts
         self.solo: Solo | None = None
         self.eos = set(eos)
         self.stopping: set[int] = set()  # job ids asked to stop
@@ -142,10 +176,11 @@ class BatchScheduler:
         self._samplers: dict[tuple[float, float, float, int], Any] = {}
         self._jobs = 0
         self._arrivals = 0  # jobs received since the last step
+        self._usual_s = 0.0  # a step's usual length (a moving average), for the slow-step log
 
     @property
     def busy(self) -> bool:
-        return bool(self.slots or self.waiting or self.solo)
+        return bool(self.slots or self.waiting or self.solo or self.prefills or self.ready)
 
     def run(self, conn: Connection) -> None:
         inside = None
@@ -171,32 +206,37 @@ class BatchScheduler:
             stats["idle_s"] += now - mark
             mark = now
             # Jobs beyond the batch size wait here, still queued (and cancellable as such).
-            self._drop_cancelled_waiting()
+            self._drop_cancelled()
+            self._take_long()
             hold = self._gathering(now, arrived)
+            startable = len(self.ready) + len(self.waiting)
             if self.solo is not None and (
-                (self.waiting and not hold) or self.solo.slot.spec.id in self.stopping
+                (startable and not hold) or self.solo.slot.spec.id in self.stopping
             ):
                 self._end_solo()
+            if startable == 1 and not self.slots and self.solo is None:
+                if self.ready and _solo_ok(self.ready[0].slot.spec):
+                    self._begin(self._start_solo, self.ready.popleft())
+                elif self.waiting and _solo_ok(self.waiting[0]):
+                    self._begin_spec(self._start_solo, self.waiting.popleft())
             if (
-                len(self.waiting) == 1
-                and not self.slots
-                and self.solo is None
-                and _solo_ok(self.waiting[0])
-            ):
-                self._begin(self._start_solo, self.waiting.popleft())
-            if (
-                self.waiting
+                (self.ready or self.waiting)
                 and not hold
                 and len(self.slots) < self.max_batch
                 and self._groups_align()
             ):
                 stats["admit_groups"] += 1
-                while self.waiting and len(self.slots) < self.max_batch:
-                    self._begin(self._admit, self.waiting.popleft())
+                while self.ready and len(self.slots) < self.max_batch:
+                    self._begin(self._admit, self.ready.popleft())
+                while self.waiting and len(self.slots) + len(self.prefills) < self.max_batch:
+                    self._begin_spec(self._admit, self.waiting.popleft())
             self._cancel_stopped()
             now = clock()
             stats["admit_s"] += now - mark
             mark = now
+            doing = self._doing() if self._usual_s else ""
+            if self.prefills:
+                self._prefill_chunk()
             if (solo := self.solo) is not None:
                 try:
                     self._solo_step(solo)
@@ -213,6 +253,7 @@ class BatchScheduler:
             now = clock()
             if self.trace is not None:
                 self._trace(now, now - mark, arrived)
+            self._watch(now - mark, doing)
             stats["step_s"] += now - mark
             stats["steps"] += 1
             stats["batch_tokens"] += len(self.slots) + (self.solo is not None)
@@ -226,13 +267,99 @@ class BatchScheduler:
             stats["send_s"] += now - mark
             mark = now
 
-    def _begin(self, start: Callable[[Spec], None], spec: Spec) -> None:
+    def _begin(self, begin: Callable[[Start], None], start: Start) -> None:
         """Start a job (alone or in the batch); one that cannot start fails, the engine goes on."""
         try:
-            start(spec)
+            begin(start)
+        except Exception:  # one bad request must not stop the engine
+            log.exception("could not start a generation")
+            self.out.append((FAILED, start.id, GENERATION_FAILED))
+
+    def _begin_spec(self, begin: Callable[[Start], None], spec: Spec) -> None:
+        """Take a job off the queue and start it (None from _slot: it had nothing to do)."""
+        try:
+            start = self._slot(spec)
         except Exception:  # one bad request must not stop the engine
             log.exception("could not start a generation")
             self.out.append((FAILED, spec.id, GENERATION_FAILED))
+            return
+        if start is not None:
+            self._begin(begin, start)
+
+    def _take_long(self) -> None:
+        """Queued jobs with more than a chunk to feed leave the queue for the prefill, where
+        none waits for a group and a chunk a step is fed (one whose prefix is cached turns out
+        short: it starts with the others). A running job counts against the batch size."""
+        if not self.waiting or all(_fed(w) <= self.chunk for w in self.waiting):
+            return
+        kept: deque[Spec] = deque()
+        for spec in self.waiting:
+            running = len(self.slots) + (self.solo is not None) + len(self.prefills)
+            if _fed(spec) <= self.chunk or running + len(self.ready) >= self.max_batch:
+                kept.append(spec)
+                continue
+            try:
+                start = self._slot(spec)
+            except Exception:  # one bad request must not stop the engine
+                log.exception("could not start a generation")
+                self.out.append((FAILED, spec.id, GENERATION_FAILED))
+                continue
+            if start is None:  # nothing to generate: already ended
+                continue
+            self._started(start)
+            (self.prefills if len(start.rest) > self.chunk else self.ready).append(start)
+        self.waiting = kept
+
+    def _prefill_chunk(self) -> None:
+        """Feed the oldest long prompt one chunk, leaving the last tokens for the batch (or
+        the solo path) to feed with the others."""
+        start = self.prefills[0]
+        n = min(self.chunk, len(start.rest) - FEED_AT_LEAST)
+        clock = time.perf_counter
+        began = clock()
+        try:
+            with mx.stream(self.batch.stream):
+                self.model(mx.array(start.rest[:n])[None], cache=start.cache)
+                mx.eval([c.state for c in start.cache])
+            mx.clear_cache()  # as BatchGenerator does after each chunk: memory stays flat
+        except Exception:  # errors travel as values (their text: the log)
+            log.exception("prefill step failed")
+            self.prefills.popleft()
+            self.out.append((FAILED, start.id, GENERATION_FAILED))
+            return
+        seconds = clock() - began
+        self.stats["chunk_prefill_s"] += seconds
+        self.stats["chunk_prefill_tokens"] += n
+        if self.time_prefill:
+            self._count_prefill(seconds, n)
+            s, t = self._step_prefill
+            self._step_prefill = (s + seconds, t + n)
+        start.rest = start.rest[n:]
+        if len(start.rest) <= FEED_AT_LEAST:
+            self.ready.append(self.prefills.popleft())
+
+    def _doing(self) -> str:
+        """What the next step does, in words (for the slow-step log)."""
+        parts = []
+        if self.prefills:
+            p = self.prefills[0]
+            fed = len(p.slot.fed) - len(p.rest)
+            n = min(self.chunk, len(p.rest) - FEED_AT_LEAST)
+            total = len(p.slot.fed)
+            parts.append(f"a chunk of {n} tokens of job {p.id}'s prompt ({fed} of {total} fed)")
+        if self.solo is not None:
+            parts.append(f"decoding job {self.solo.slot.spec.id} alone")
+        elif self.slots:
+            n = len(getattr(self.batch, "_currently_processing", None) or ())
+            parts.append(f"decoding {len(self.slots)} jobs in the batch ({n} prompts prefilling)")
+        return "; ".join(parts) or "nothing"
+
+    def _watch(self, seconds: float, doing: str) -> None:
+        """Log a step far longer than usual, with what it did."""
+        usual = self._usual_s
+        if usual and seconds > max(SLOW_STEP_S, SLOW_STEP_FACTOR * usual):
+            log.warning("an engine step took %.1f s (usually %.3f s): %s", seconds, usual, doing)
+        self._usual_s = seconds if not usual else 0.9 * usual + 0.1 * seconds
 
     def _receive(self, conn: Connection, block: bool) -> bool:
         """Take in what the server sent; False once it asks to close (or is gone)."""
@@ -288,16 +415,28 @@ class BatchScheduler:
         handed = min(len(self.waiting), self.max_batch - len(self.slots))
         return handed <= self.batch.prefill_batch_size - len(processing)
 
-    def _drop_cancelled_waiting(self) -> None:
-        """A job cancelled while it waited leaves the queue at once (its place frees)."""
-        if not self.stopping or not self.waiting:
+    def _drop_cancelled(self) -> None:
+        """A job cancelled while it waited, or while its prompt is fed, leaves at once (its
+        place frees): within one chunk of a long prompt."""
+        if not self.stopping:
             return
-        dropped = {w.id for w in self.waiting if w.id in self.stopping}
-        for spec in [w for w in self.waiting if w.id in dropped]:
+        stopping = self.stopping
+        for spec in [w for w in self.waiting if w.id in stopping]:
             done = len(spec.resume_tokens)
             self.out.append((FINISHED, spec.id, "cancelled", len(spec.prompt), done, 0))
-        self.waiting = deque(w for w in self.waiting if w.id not in dropped)
-        self.stopping -= dropped
+        self.waiting = deque(w for w in self.waiting if w.id not in stopping)
+        for queue in (self.prefills, self.ready):
+            for start in [s for s in queue if s.id in stopping]:
+                spec, done = start.slot.spec, start.slot.done
+                self.out.append((FINISHED, spec.id, "cancelled", len(spec.prompt), done, 0))
+            kept = [s for s in queue if s.id not in stopping]
+            queue.clear()
+            queue.extend(kept)
+        # Those still running stay, for _cancel_stopped or _end_solo.
+        running = {slot.spec.id for slot in self.slots.values()}
+        if self.solo is not None:
+            running.add(self.solo.slot.spec.id)
+        self.stopping = stopping & running
 
     def _out_of_tokens(self, spec: Spec) -> bool:
         done = len(spec.resume_tokens)
@@ -307,7 +446,7 @@ class BatchScheduler:
         self.out.append((FINISHED, spec.id, "length", len(spec.prompt), done, 0))
         return True
 
-    def _slot(self, spec: Spec) -> tuple[Slot, list[Any], list[int]] | None:
+    def _slot(self, spec: Spec) -> Start | None:
         """The job's slot, the KV cache of its longest cached prefix and the tokens still to
         feed; None if it has no tokens left to generate (then it is already ended)."""
         if self._out_of_tokens(spec):
@@ -315,13 +454,17 @@ class BatchScheduler:
         fed = spec.prompt + spec.resume_tokens
         cache, rest = self.cache.nearest(spec.cache_namespace, fed, FEED_AT_LEAST)
         cached, done = len(fed) - len(rest), len(spec.resume_tokens)
-        return Slot(spec, fed, cached, done, self._processors(spec)), cache, rest
+        return Start(Slot(spec, fed, cached, done, self._processors(spec)), cache, rest)
 
-    def _admit(self, spec: Spec) -> None:
-        if (start := self._slot(spec)) is None:
-            return
-        self._insert(*start)
-        self.out.append((STARTED, spec.id, True))
+    def _admit(self, start: Start) -> None:
+        self._insert(start.slot, start.cache, start.rest)
+        self._started(start)
+
+    def _started(self, start: Start) -> None:
+        """Tell the server a job has started (a long prompt did when its prefill began)."""
+        if not start.told:
+            start.told = True
+            self.out.append((STARTED, start.id, True))
 
     def _insert(self, slot: Slot, cache: list[Any], rest: list[int]) -> None:
         s = slot.spec.sampling
@@ -336,10 +479,8 @@ class BatchScheduler:
         )
         self.slots[uid] = slot
 
-    def _start_solo(self, spec: Spec) -> None:
-        if (start := self._slot(spec)) is None:
-            return
-        slot, cache, rest = start
+    def _start_solo(self, start: Start) -> None:
+        slot, cache, rest, spec = start.slot, start.cache, start.rest, start.slot.spec
         s = spec.sampling
         held = mx.array(slot.fed[: slot.cached])
         steps = generate_step(
@@ -350,12 +491,12 @@ class BatchScheduler:
             # generate_step shows processors only the tokens it was given: add what the cache holds.
             logits_processors=[_with_history(p, held) for p in slot.processors],
             prompt_cache=cache,
-            # A long prompt is fed in chunks, and a cancel is heard between them.
-            prefill_step_size=SOLO_PREFILL_CHUNK,
+            # Never more than a chunk (a longer prompt was fed before); a cancel is heard.
+            prefill_step_size=self.chunk,
             prompt_progress_callback=lambda done, total: self._heard_stop(spec.id),
         )
         self.solo = Solo(slot, cache, steps)
-        self.out.append((STARTED, spec.id, True))
+        self._started(start)
 
     def _solo_step(self, solo: Solo) -> None:
         slot = solo.slot
@@ -411,16 +552,23 @@ class BatchScheduler:
             self.out.append(done)
             return
         # The batch must see a token to predict the next: hand it the last ones again (the
-        # cache holds every token so far: generate_step feeds each one it yields).
+        # cache holds every token so far: generate_step feeds each one it yields). It is fed
+        # them with the short prompts it joins (FEED_AT_LEAST: one token alone would split
+        # every prefill group after it), never with a long one: those are fed apart.
         if can_trim_prompt_cache(cache):
             back = min(FEED_AT_LEAST, len(slot.fed))  # the cache holds all of slot.fed
             trim_prompt_cache(cache, back)
             self._insert(slot, cache, slot.fed[len(slot.fed) - back :])
             return
         # A cache that cannot be cut back (a sliding window past its size, a recurrent
-        # state): the batch starts again from the longest cached prefix of what it has seen.
-        namespace = slot.spec.cache_namespace
-        self._insert(slot, *self.cache.nearest(namespace, slot.fed, FEED_AT_LEAST))
+        # state): it starts again from the longest cached prefix of what it has seen, fed a
+        # chunk a step if that is long.
+        cache, rest = self.cache.nearest(slot.spec.cache_namespace, slot.fed, FEED_AT_LEAST)
+        start = Start(slot, cache, rest, told=True)
+        if len(rest) > self.chunk:
+            self.prefills.append(start)
+        else:
+            self._insert(slot, cache, rest)
 
     def _processors(self, spec: Spec) -> list[Any]:
         processors = logits_processors(spec.sampling)
@@ -536,11 +684,13 @@ class BatchScheduler:
             self.out.append((FAILED, slot.spec.id, message))
 
 
-SOLO_PREFILL_CHUNK = 512  # prompt tokens per forward pass on the solo path
-
-
 class _Stopped(Exception):
     """A solo job's prompt was cancelled between two chunks."""
+
+
+def _fed(spec: Spec) -> int:
+    """The tokens a job feeds the model before its first new one, at most (none cached)."""
+    return len(spec.prompt) + len(spec.resume_tokens)
 
 
 def _solo_ok(spec: Spec) -> bool:

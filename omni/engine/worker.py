@@ -74,6 +74,25 @@ def prefill_group(env: Mapping[str, str] = os.environ) -> int:
     return int(value)
 
 
+# Prompt tokens fed to one prompt a step: a long prompt holds the running streams for one
+# chunk at most, and a cancel is heard between two. Measured (bench/README.md, prefill chunks):
+# on this project's 2-core CPU (SmolLM2-135M, float32 weights, OpenBLAS) CPU_CHUNK_FIGURES;
+# on an H200 GPU_CHUNK_FIGURES.
+CPU_PREFILL_CHUNK = 256
+GPU_PREFILL_CHUNK = 2048
+
+
+def prefill_chunk(env: Mapping[str, str] = os.environ) -> int:
+    """Prompt tokens a step feeds one prompt on this machine's default device;
+    OMNI_PREFILL_CHUNK in `env` sets it (tests, benchmarks)."""
+    value = env.get("OMNI_PREFILL_CHUNK", "").strip()
+    if not value:
+        return GPU_PREFILL_CHUNK if on_gpu() else CPU_PREFILL_CHUNK
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"OMNI_PREFILL_CHUNK must be a positive integer, not {value!r}")
+    return int(value)
+
+
 def use_mlx_settings() -> None:
     """The engine's MLX settings, where the environment leaves them unset (the benchmarks'
     raw mlx-lm baselines call this too: both sides of a ratio run the same kernels)."""
@@ -98,7 +117,15 @@ def main(conn: Connection, path: str, cache_entries: int, cache_bytes: int, max_
         timed = bool(os.environ.get("OMNI_ENGINE_STATS"))
         trace = os.environ.get("OMNI_ENGINE_TRACE")  # for benchmarks: a file for the step trace
         scheduler = BatchScheduler(
-            model, tokenizer, cache, max_batch, gather, timed, bool(trace), prefill_group()
+            model,
+            tokenizer,
+            cache,
+            max_batch,
+            gather,
+            timed,
+            bool(trace),
+            prefill_group(),
+            prefill_chunk(),
         )
         set_aside("engine")  # the model and the tokenizer: no full collection walks them again
     except BaseException as exc:  # noqa: BLE001 - reported to the server as a value
