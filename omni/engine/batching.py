@@ -177,6 +177,7 @@ class BatchScheduler:
         self._jobs = 0
         self._arrivals = 0  # jobs received since the last step
         self._usual_s = 0.0  # a step's usual length (a moving average), for the slow-step log
+        self._chunked: tuple[int, int, int, int] | None = None  # the step's chunk: id, n, fed, of
 
     @property
     def busy(self) -> bool:
@@ -234,7 +235,7 @@ class BatchScheduler:
             now = clock()
             stats["admit_s"] += now - mark
             mark = now
-            doing = self._doing() if self._usual_s else ""
+            self._chunked = None
             if self.prefills:
                 self._prefill_chunk()
             if (solo := self.solo) is not None:
@@ -253,7 +254,7 @@ class BatchScheduler:
             now = clock()
             if self.trace is not None:
                 self._trace(now, now - mark, arrived)
-            self._watch(now - mark, doing)
+            self._watch(now - mark)
             stats["step_s"] += now - mark
             stats["steps"] += 1
             stats["batch_tokens"] += len(self.slots) + (self.solo is not None)
@@ -334,32 +335,33 @@ class BatchScheduler:
             self._count_prefill(seconds, n)
             s, t = self._step_prefill
             self._step_prefill = (s + seconds, t + n)
+        fed = len(start.slot.fed) - len(start.rest)
+        self._chunked = (start.id, n, fed, len(start.slot.fed))
         start.rest = start.rest[n:]
         if len(start.rest) <= FEED_AT_LEAST:
             self.ready.append(self.prefills.popleft())
 
-    def _doing(self) -> str:
-        """What the next step does, in words (for the slow-step log)."""
+    def _watch(self, seconds: float) -> None:
+        """Log a step far longer than usual, with what it did."""
+        usual = self._usual_s
+        if usual and seconds > max(SLOW_STEP_S, SLOW_STEP_FACTOR * usual):
+            log.warning(
+                "an engine step took %.1f s (usually %.3f s): %s", seconds, usual, self._did()
+            )
+        self._usual_s = seconds if not usual else 0.9 * usual + 0.1 * seconds
+
+    def _did(self) -> str:
+        """What the step just ended did, in words."""
         parts = []
-        if self.prefills:
-            p = self.prefills[0]
-            fed = len(p.slot.fed) - len(p.rest)
-            n = min(self.chunk, len(p.rest) - FEED_AT_LEAST)
-            total = len(p.slot.fed)
-            parts.append(f"a chunk of {n} tokens of job {p.id}'s prompt ({fed} of {total} fed)")
+        if self._chunked is not None:
+            job, n, fed, total = self._chunked
+            parts.append(f"a chunk of {n} tokens of job {job}'s prompt ({fed} of {total} fed)")
         if self.solo is not None:
             parts.append(f"decoding job {self.solo.slot.spec.id} alone")
         elif self.slots:
             n = len(getattr(self.batch, "_currently_processing", None) or ())
             parts.append(f"decoding {len(self.slots)} jobs in the batch ({n} prompts prefilling)")
         return "; ".join(parts) or "nothing"
-
-    def _watch(self, seconds: float, doing: str) -> None:
-        """Log a step far longer than usual, with what it did."""
-        usual = self._usual_s
-        if usual and seconds > max(SLOW_STEP_S, SLOW_STEP_FACTOR * usual):
-            log.warning("an engine step took %.1f s (usually %.3f s): %s", seconds, usual, doing)
-        self._usual_s = seconds if not usual else 0.9 * usual + 0.1 * seconds
 
     def _receive(self, conn: Connection, block: bool) -> bool:
         """Take in what the server sent; False once it asks to close (or is gone)."""
