@@ -17,6 +17,7 @@ between chunks. Once only its last tokens are left it joins the others like a sh
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Generator
@@ -53,6 +54,7 @@ PREFILL_CHUNK: Final = 512  # prompt tokens a step feeds one prompt by default (
 # was doing: a stall shows in the log while it happens, not only as clients' silence.
 SLOW_STEP_FACTOR: Final = 20
 SLOW_STEP_S: Final = 2.0
+WATCH_EVERY_S: Final = 0.5  # how often the watchdog looks at the step in progress
 # Tokens a job hands BatchGenerator at least, even when its cache holds all but the last one.
 # A job of one token goes to decoding at once, yet it has taken a place in a prefill group:
 # the rest of its group is prefilled a step before the others join, and every group after it
@@ -178,6 +180,7 @@ class BatchScheduler:
         self._arrivals = 0  # jobs received since the last step
         self._usual_s = 0.0  # a step's usual length (a moving average), for the slow-step log
         self._chunked: tuple[int, int, int, int] | None = None  # the step's chunk: id, n, fed, of
+        self._step_began: float | None = None  # when the step in progress began (the watchdog)
 
     @property
     def busy(self) -> bool:
@@ -185,10 +188,15 @@ class BatchScheduler:
 
     def run(self, conn: Connection) -> None:
         inside = None
+        # MLX lets go of the interpreter while it computes: a thread sees a step in progress.
+        stop = threading.Event()
+        watchdog = threading.Thread(target=self._watchdog, args=(stop,), daemon=True)
+        watchdog.start()
         try:
             with self.batch.stats() as inside:  # BatchGenerator's own split: prefill, decode
                 self._run(conn)
         finally:
+            stop.set()
             self.stats["jobs"] = self._jobs
             if inside is not None:
                 self.stats["bg_prompt_s"] += inside.prompt_time
@@ -235,7 +243,7 @@ class BatchScheduler:
             now = clock()
             stats["admit_s"] += now - mark
             mark = now
-            self._chunked = None
+            self._chunked, self._step_began = None, now
             if self.prefills:
                 self._prefill_chunk()
             if (solo := self.solo) is not None:
@@ -254,6 +262,7 @@ class BatchScheduler:
             now = clock()
             if self.trace is not None:
                 self._trace(now, now - mark, arrived)
+            self._step_began = None
             self._watch(now - mark)
             stats["step_s"] += now - mark
             stats["steps"] += 1
@@ -349,6 +358,37 @@ class BatchScheduler:
                 "an engine step took %.1f s (usually %.3f s): %s", seconds, usual, self._did()
             )
         self._usual_s = seconds if not usual else 0.9 * usual + 0.1 * seconds
+
+    def _watchdog(self, stop: threading.Event) -> None:
+        """Log a step still running far longer than usual, once, with what it is doing: a
+        stall shows in the log while it lasts."""
+        warned = None
+        while not stop.wait(WATCH_EVERY_S):
+            began, usual = self._step_began, self._usual_s
+            if began is None or not usual or began == warned:
+                continue
+            lasted = time.perf_counter() - began
+            if lasted > max(SLOW_STEP_S, SLOW_STEP_FACTOR * usual):
+                warned = began
+                log.warning(
+                    "an engine step has run for %.1f s (usually %.3f s): %s",
+                    *(lasted, usual, self._doing()),
+                )
+
+    def _doing(self) -> str:
+        """What the step in progress is doing, in words (read from the watchdog's thread: a
+        snapshot, for the log)."""
+        parts = []
+        if prefills := list(self.prefills):
+            p = prefills[0]
+            fed, total = len(p.slot.fed) - len(p.rest), len(p.slot.fed)
+            parts.append(f"feeding job {p.id}'s prompt ({fed} of {total} tokens fed)")
+        if (solo := self.solo) is not None:
+            parts.append(f"decoding job {solo.slot.spec.id} alone")
+        elif slots := len(self.slots):
+            n = len(getattr(self.batch, "_currently_processing", None) or ())
+            parts.append(f"decoding {slots} jobs in the batch ({n} prompts prefilling)")
+        return "; ".join(parts) or "nothing"
 
     def _did(self) -> str:
         """What the step just ended did, in words."""

@@ -136,10 +136,11 @@ def test_a_slow_step_is_logged_with_what_it_was_doing(
         nonlocal calls
         calls += 1
         if calls == 10:  # one chunk of the long prompt takes far longer than the rest
-            time.sleep(0.5)
+            time.sleep(1.5)
         return model(*args, **kwargs)
 
     monkeypatch.setattr(batching, "SLOW_STEP_S", 0.2)
+    monkeypatch.setattr(batching, "WATCH_EVERY_S", 0.05)
     scheduler = BatchScheduler(
         slow_model, tokenizer, PrefixCache(model, 0, 0), 8, 0.0, prefill_chunk=CHUNK
     )
@@ -147,6 +148,12 @@ def test_a_slow_step_is_logged_with_what_it_was_doing(
     script = Script([[job(0, long_prompt(6), 2)], *([[]] * 100), [(CLOSE,)]])
     with caplog.at_level(logging.WARNING, logger="omni.engine.batching"):
         scheduler.run(script)  # type: ignore[arg-type]
-    slow = [r.getMessage() for r in caplog.records if "engine step took" in r.getMessage()]
-    assert len(slow) == 1, slow
-    assert "a chunk of 16 tokens of job 0's prompt (144 of 640 fed)" in slow[0]
+    said = [r.getMessage() for r in caplog.records]
+    # While it ran (the watchdog), then once it ended, each said once.
+    running = [m for m in said if "engine step has run for" in m]
+    assert running == [m for m in said if "feeding job 0's prompt (144 of 640 tokens fed)" in m]
+    assert len(running) == 1, said
+    ended = [m for m in said if "engine step took" in m]
+    assert len(ended) == 1, said
+    assert "a chunk of 16 tokens of job 0's prompt (144 of 640 fed)" in ended[0]
+    assert said.index(running[0]) < said.index(ended[0])
