@@ -6,7 +6,9 @@ mlx, mlx-cuda-13 and mlx-lm there). It builds a random-weight bf16 model of Llam
 where matplotlib exists) to $OUT (a device call returns 8 files at most). Settings:
 
 - GPU_RUNS, comma-separated (default attention,overhead,concurrency):
-  - attention, overhead, concurrency: those scripts (concurrency at GPU_LEVELS, default 1..64).
+  - attention, overhead, concurrency: those scripts (concurrency at GPU_LEVELS, default 1..64;
+    GPU_ROUNDS: overhead's runs and concurrency's rounds, default 3).
+  - chunks: bench/chunks.py, prefill chunk sizes 128-4096 for a prompt of 4,096 tokens.
   - scheduler: bench/scheduler.py at 64 streams, prompts that share only the template,
     arriving at once, 1 and 16 a step.
   - finish: bench/finish.py at 64 streams, 4 rounds.
@@ -92,10 +94,16 @@ def main() -> None:
     runs = os.environ.get("GPU_RUNS", "attention,overhead,concurrency").split(",")
     if "attention" in runs:
         run("attention.py", "--model", str(model), timeout=240)
+    if "chunks" in runs:
+        sizes = ["--sizes", "128,256,512,1024,2048,4096", "--prompt-tokens", "4096"]
+        run("chunks.py", "--model", str(model), *sizes, "--rounds", "5", timeout=240)
+    rounds = os.environ.get("GPU_ROUNDS", "3")  # overhead's runs, concurrency's rounds
     if "overhead" in runs:
-        run("overhead.py", "--model", str(model), "--tokens", "128", "--runs", "3", timeout=240)
+        args = ["--model", str(model), "--tokens", "128", "--runs", rounds]
+        run("overhead.py", *args, timeout=400)
     extra = os.environ.get("GPU_CONCURRENCY_ARGS", "").split()  # e.g. --skip-peer
-    args = ["--model", str(model), "--levels", levels, "--tokens", "128", "--rounds", "3", *extra]
+    args = ["--model", str(model), "--levels", levels, "--tokens", "128", "--rounds", rounds]
+    args += extra
     if "concurrency" in runs:
         run("concurrency.py", *args, timeout=420)
     if "finish" in runs:
@@ -105,7 +113,7 @@ def main() -> None:
     if "scheduler" in runs:
         sched = ["--streams", "64", "--tokens", "128", "--prompts", "distinct", "--arrive", "1,16"]
         run("scheduler.py", "--model", str(model), *sched, timeout=300)
-    for name in ("attention", "overhead", "concurrency", "scheduler", "finish"):
+    for name in ("attention", "chunks", "overhead", "concurrency", "scheduler", "finish"):
         for ext in ("json", "png"):
             src = HERE / "out" / f"{name}.{ext}"
             if src.exists():
