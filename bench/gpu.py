@@ -12,6 +12,8 @@ where matplotlib exists) to $OUT (a device call returns 8 files at most). Settin
   - scheduler: bench/scheduler.py at 64 streams, prompts that share only the template,
     arriving at once, 1 and 16 a step.
   - finish: bench/finish.py at 64 streams, 4 rounds.
+  - longprompt: bench/longprompt.py, 8 streams and a 2,000-token prompt, 16 rounds after one
+    warm-up (GPU_LONGPROMPT_ARGS: more flags for it, a later flag wins).
   - groups: prints the engine's prefill group on this device, then runs concurrency.py at 64
     streams for each GPU_GROUP_ARMS entry OMNI/RAW, Omni's prefill group / raw's, in that order
     (default 16/8,8/8,16/8,8/8,16/16; 8 rounds each), copied as gpu_groups_<i>_<omni>_<raw>.json.
@@ -110,10 +112,14 @@ def main() -> None:
         run("finish.py", "--model", str(model), "--rounds", "4", timeout=300)
     if "groups" in runs:
         groups(model, out, extra)
+    if "longprompt" in runs:
+        more = os.environ.get("GPU_LONGPROMPT_ARGS", "").split()
+        run("longprompt.py", "--model", str(model), "--rounds", "16", *more, timeout=420)
     if "scheduler" in runs:
         sched = ["--streams", "64", "--tokens", "128", "--prompts", "distinct", "--arrive", "1,16"]
         run("scheduler.py", "--model", str(model), *sched, timeout=300)
-    for name in ("attention", "chunks", "overhead", "concurrency", "scheduler", "finish"):
+    names = ("attention", "chunks", "overhead", "concurrency", "scheduler", "finish", "longprompt")
+    for name in names:
         for ext in ("json", "png"):
             src = HERE / "out" / f"{name}.{ext}"
             if src.exists():
