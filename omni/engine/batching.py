@@ -643,7 +643,8 @@ class BatchScheduler:
             with self.batch.stats() as step:
                 generated = self.batch.next_generated()
             self._count_prefill(step.prompt_time, step.prompt_tokens)
-            self._step_prefill = (step.prompt_time, step.prompt_tokens)
+            s, t = self._step_prefill  # the step's own chunk, if it fed one, and BatchGenerator's
+            self._step_prefill = (s + step.prompt_time, t + step.prompt_tokens)
         else:
             generated = self.batch.next_generated()
         for r in generated:
