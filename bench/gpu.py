@@ -8,7 +8,8 @@ where matplotlib exists) to $OUT (a device call returns 8 files at most). Settin
 - GPU_RUNS, comma-separated (default attention,overhead,concurrency):
   - attention, overhead, concurrency: those scripts (concurrency at GPU_LEVELS, default 1..64;
     GPU_ROUNDS: overhead's runs and concurrency's rounds, default 3).
-  - chunks: bench/chunks.py, prefill chunk sizes 128-4096 for a prompt of 4,096 tokens.
+  - chunks: bench/chunks.py, prefill chunk sizes 128-4096 for a prompt of 4,096 tokens; the
+    runs after it give Omni's engine the chunk it picks (unless BENCH_OMNI_ENV sets one).
   - scheduler: bench/scheduler.py at 64 streams, prompts that share only the template,
     arriving at once, 1 and 16 a step.
   - finish: bench/finish.py at 64 streams, 4 rounds.
@@ -97,8 +98,24 @@ def main() -> None:
     if "attention" in runs:
         run("attention.py", "--model", str(model), timeout=240)
     if "chunks" in runs:
-        sizes = ["--sizes", "128,256,512,1024,2048,4096", "--prompt-tokens", "4096"]
+        sizes = [
+            "--sizes",
+            "128,256,512,1024,2048,4096",
+            "--prompt-tokens",
+            "4096",
+            "--within",
+            "0.95",
+        ]
         run("chunks.py", "--model", str(model), *sizes, "--rounds", "5", timeout=240)
+        # The runs after it use the chunk it picks (OMNI_PREFILL_CHUNK for Omni's engine).
+        picked = HERE / "out" / "chunks.json"
+        if picked.exists() and "OMNI_PREFILL_CHUNK" not in os.environ.get("BENCH_OMNI_ENV", ""):
+            pick = json.loads(picked.read_text())["pick"]
+            env = ",".join(
+                e for e in (os.environ.get("BENCH_OMNI_ENV"), f"OMNI_PREFILL_CHUNK={pick}") if e
+            )
+            os.environ["BENCH_OMNI_ENV"] = env
+            print(f"== the engine's chunk from here on: {pick}", flush=True)
     rounds = os.environ.get("GPU_ROUNDS", "3")  # overhead's runs, concurrency's rounds
     if "overhead" in runs:
         args = ["--model", str(model), "--tokens", "128", "--runs", rounds]
