@@ -428,16 +428,20 @@ class BatchScheduler:
         one forward pass for a group, as when they come at once, not one pass (and one new
         batch shape) for each job of a trickle. They wait while others keep coming, until a
         prefill group's worth are there, and only if one more step keeps the oldest within
-        `gather_s` (so where a step takes longer than that, as on a CPU, nobody waits).
+        `gather_s` (so where a step takes longer than that, as on a CPU, nobody waits), and
+        only jobs of which a group's worth is a chunk of work at most: a longer prompt gains
+        nothing from company (a group is padded out to its longest).
         `arrived`: jobs received since the last step."""
         step, self._checked = now - self._checked, now
         running = len(self.slots) + (self.solo is not None)
+        group = self.batch.prefill_batch_size
         return (
             arrived > 0
             and running > 0
-            and len(self.waiting) < self.batch.prefill_batch_size
+            and len(self.waiting) < group
             and running + len(self.waiting) < self.max_batch
             and now - self._oldest_wait + step < self.gather_s
+            and all(_fed(w) * group <= self.chunk for w in self.waiting)
         )
 
     def _groups_align(self) -> bool:

@@ -42,10 +42,11 @@ def run(
     steps: list[list[tuple[Any, ...]]],
     chunk: int = CHUNK,
     idle: int = 300,
+    gather_s: float = 0.0,
 ) -> tuple[Script, BatchScheduler]:
     model, tokenizer = loaded
     scheduler = BatchScheduler(
-        model, tokenizer, PrefixCache(model, 0, 0), 8, 0.0, prefill_chunk=chunk
+        model, tokenizer, PrefixCache(model, 0, 0), 8, gather_s, prefill_chunk=chunk
     )
     script = Script([*steps, *([[]] * idle), [(CLOSE,)]])
     scheduler.run(script)  # type: ignore[arg-type]
@@ -157,3 +158,15 @@ def test_a_slow_step_is_logged_with_what_it_was_doing(
     assert len(ended) == 1, said
     assert "a chunk of 16 tokens of job 0's prompt (144 of 640 fed)" in ended[0]
     assert said.index(running[0]) < said.index(ended[0])
+
+
+def test_only_short_prompts_wait_for_company(loaded: tuple[Any, Any]) -> None:
+    # While job 0 decodes, jobs come a step apart. Short ones (a group of eight of them is a
+    # chunk's work at most) wait to be prefilled together; one of 12 tokens (a group of eight
+    # would be three chunks) starts in the step it comes, however long gathering may last.
+    short = [1, 2, 3, 4]
+    steps = [[job(0, [1, 2, 3])], [], [job(1, short)], [job(2, short)], [], [], []]
+    steps += [[job(3, [1, *range(5, 16)])], [], [], []]
+    script, _ = run(loaded, steps, chunk=32, gather_s=60.0)
+    assert step_of(script, STARTED, 1) == step_of(script, STARTED, 2) == 4
+    assert step_of(script, STARTED, 3) == 7
