@@ -165,7 +165,7 @@ class BatchScheduler:
         self._step_prefill = (0.0, 0)  # the last step's prefill: seconds, tokens
         self.slots: dict[int, Slot] = {}  # by BatchGenerator uid
         self.waiting: deque[Spec] = deque()
-        self.prefills: deque[Start] = deque()  # long prompts, fed a chunk a step, oldest first
+        self.prefills: deque[Start] = deque()  # long prompts, fed a chunk a step, in turn
         self.ready: deque[Start] = deque()  # taken off the queue, to start as short prompts
         self.solo: Solo | None = None
         self.eos = set(eos)
@@ -236,7 +236,7 @@ class BatchScheduler:
             ):
                 stats["admit_groups"] += 1
                 while self.ready and len(self.slots) < self.max_batch:
-                    self._begin(self._admit, self.ready.popleft())
+                    self._begin(self._lead, self.ready.popleft())
                 while self.waiting and len(self.slots) + len(self.prefills) < self.max_batch:
                     self._begin_spec(self._admit, self.waiting.popleft())
             self._cancel_stopped()
@@ -296,16 +296,22 @@ class BatchScheduler:
         if start is not None:
             self._begin(begin, start)
 
+    def _long(self, tokens: int) -> bool:
+        """Whether a prompt of `tokens` to feed is long: a prefill group of such prompts
+        would be more than a chunk of work (BatchGenerator pads a group out to its longest),
+        so it is fed here, alone, a chunk a step."""
+        return tokens * self.batch.prefill_batch_size > self.chunk and tokens > FEED_AT_LEAST
+
     def _take_long(self) -> None:
-        """Queued jobs with more than a chunk to feed leave the queue for the prefill, where
-        none waits for a group and a chunk a step is fed (one whose prefix is cached turns out
-        short: it starts with the others). A running job counts against the batch size."""
-        if not self.waiting or all(_fed(w) <= self.chunk for w in self.waiting):
+        """Long queued jobs leave the queue for the prefill, where none waits for a group and
+        a chunk a step is fed (one whose prefix is cached may turn out short: it starts apart
+        all the same). A running job counts against the batch size."""
+        if not self.waiting or not any(self._long(_fed(w)) for w in self.waiting):
             return
         kept: deque[Spec] = deque()
         for spec in self.waiting:
             running = len(self.slots) + (self.solo is not None) + len(self.prefills)
-            if _fed(spec) <= self.chunk or running + len(self.ready) >= self.max_batch:
+            if not self._long(_fed(spec)) or running + len(self.ready) >= self.max_batch:
                 kept.append(spec)
                 continue
             try:
@@ -317,12 +323,13 @@ class BatchScheduler:
             if start is None:  # nothing to generate: already ended
                 continue
             self._started(start)
-            (self.prefills if len(start.rest) > self.chunk else self.ready).append(start)
+            (self.prefills if self._long(len(start.rest)) else self.ready).append(start)
         self.waiting = kept
 
     def _prefill_chunk(self) -> None:
-        """Feed the oldest long prompt one chunk, leaving the last tokens for the batch (or
-        the solo path) to feed with the others."""
+        """Feed a long prompt one chunk, leaving its last tokens to feed as it starts. The
+        prompts take turns, a chunk each: a short one behind a long one waits a chunk, not the
+        whole of it."""
         start = self.prefills[0]
         n = min(self.chunk, len(start.rest) - FEED_AT_LEAST)
         clock = time.perf_counter
@@ -349,6 +356,8 @@ class BatchScheduler:
         start.rest = start.rest[n:]
         if len(start.rest) <= FEED_AT_LEAST:
             self.ready.append(self.prefills.popleft())
+        else:
+            self.prefills.rotate(-1)
 
     def _watch(self, seconds: float) -> None:
         """Log a step far longer than usual, with what it did."""
@@ -441,7 +450,7 @@ class BatchScheduler:
             and len(self.waiting) < group
             and running + len(self.waiting) < self.max_batch
             and now - self._oldest_wait + step < self.gather_s
-            and all(_fed(w) * group <= self.chunk for w in self.waiting)
+            and not any(self._long(_fed(w)) for w in self.waiting)
         )
 
     def _groups_align(self) -> bool:
@@ -505,6 +514,22 @@ class BatchScheduler:
     def _admit(self, start: Start) -> None:
         self._insert(start.slot, start.cache, start.rest)
         self._started(start)
+
+    def _lead(self, start: Start) -> None:
+        """A job fed apart (a long prompt) joins the batch after its first token, which it
+        takes alone from its own cache (a step of the solo path): not after a prefill pass in
+        BatchGenerator and the two steps it takes to move a prompt to decoding. A seeded job
+        joins as it is (its random stream must not depend on how it started)."""
+        if not _solo_ok(start.slot.spec) or self.solo is not None:
+            self._admit(start)
+            return
+        self._start_solo(start)
+        try:
+            self._solo_step(self.solo)  # type: ignore[arg-type]
+            if self.solo is not None:
+                self._end_solo()  # on into the batch, from its cache
+        finally:
+            self.solo = None
 
     def _started(self, start: Start) -> None:
         """Tell the server a job has started (a long prompt did when its prefill began)."""
@@ -611,7 +636,7 @@ class BatchScheduler:
         # chunk a step if that is long.
         cache, rest = self.cache.nearest(slot.spec.cache_namespace, slot.fed, FEED_AT_LEAST)
         start = Start(slot, cache, rest, told=True)
-        if len(rest) > self.chunk:
+        if self._long(len(rest)):
             self.prefills.append(start)
         else:
             self._insert(slot, cache, rest)
