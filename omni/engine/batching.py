@@ -246,6 +246,9 @@ class BatchScheduler:
             self._chunked, self._step_began = None, now
             if self.prefills:
                 self._prefill_chunk()
+                # A prompt just fed takes its first token in this step, beside the batch's.
+                while self.ready and self.solo is None and 0 < len(self.slots) < self.max_batch:
+                    self._begin(self._lead, self.ready.popleft())
             if (solo := self.solo) is not None:
                 try:
                     self._solo_step(solo)

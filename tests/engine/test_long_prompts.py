@@ -80,8 +80,8 @@ def test_running_streams_get_a_token_between_every_two_chunks(
     started, first = step_of(script, STARTED, 2), step_of(script, TOKEN, 2)
     between = script.sent[started:first]
     # Forty chunks (the last one short: two tokens are left to feed as it starts), one a step;
-    # its first token the step after, taken alone, before it joins the batch.
-    assert first - started == LONG // CHUNK
+    # its first token in the step of the last, taken alone, before it joins the batch.
+    assert first - started == LONG // CHUNK - 1
     for out in between:  # each of those steps gave both running jobs a token
         assert {o[1] for o in out if o[0] == TOKEN} >= {0, 1}, out
     # BatchGenerator never fed more than a chunk a prompt: the long one was fed apart, and
