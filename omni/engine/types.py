@@ -73,6 +73,21 @@ class Failed:
 Output = Started | Delta | Finished | Failed
 
 
+@dataclass(frozen=True, slots=True)
+class Runtime:
+    """What the engine process found itself running the model with, once it was loaded."""
+
+    blas: str | None  # the file whose cblas_sgemm MLX calls (None: on a GPU, or none)
+    weights: str  # "float32", "4/8-bit quantized", ...
+    weights_setting: str  # what --weights asked for (auto, stored, float32)
+
+    def __str__(self) -> str:
+        from omni.engine.blas import describe
+
+        blas = "" if self.blas is None else f"BLAS {describe(self.blas)}, "
+        return f"{blas}weights {self.weights} (--weights {self.weights_setting})"
+
+
 @dataclass(eq=False)
 class Job:
     """One generation. The engine pushes outputs; Finished or Failed always ends it."""

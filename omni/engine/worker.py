@@ -12,7 +12,9 @@ from collections.abc import Mapping
 from multiprocessing.connection import Connection
 from typing import Any
 
+from omni.engine import blas, weights
 from omni.engine.quiet import no_torch_advice
+from omni.engine.types import Runtime
 from omni.heap import set_aside
 
 # MLX settings the engine runs with unless the environment sets them (MLX reads each at first
@@ -100,7 +102,14 @@ def use_mlx_settings() -> None:
         os.environ.setdefault(name, value)
 
 
-def main(conn: Connection, path: str, cache_entries: int, cache_bytes: int, max_batch: int) -> None:
+def main(
+    conn: Connection,
+    path: str,
+    cache_entries: int,
+    cache_bytes: int,
+    max_batch: int,
+    weights_setting: str = weights.AUTO,
+) -> None:
     _die_with_parent()
     use_mlx_settings()
     no_torch_advice()
@@ -111,6 +120,10 @@ def main(conn: Connection, path: str, cache_entries: int, cache_bytes: int, max_
         from omni.engine.generation import PrefixCache
 
         model, tokenizer = load(path)[:2]
+        library = None if on_gpu() else blas.in_use()
+        if weights.choose(weights_setting, model, blas.optimized(library)) == weights.FLOAT32:
+            model = weights.to_float32(model)
+        runtime = Runtime(library, weights.describe(model), weights_setting)
         cache = PrefixCache(model, cache_entries, cache_bytes, min_reuse())
         # OMNI_GATHER_MS: for benchmarks, how long a job may wait to be prefilled with others.
         gather = float(os.environ.get("OMNI_GATHER_MS", GATHER_S * 1000)) / 1000
@@ -131,7 +144,7 @@ def main(conn: Connection, path: str, cache_entries: int, cache_bytes: int, max_
     except BaseException as exc:  # noqa: BLE001 - reported to the server as a value
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
         return
-    conn.send(("loaded", context_length(model), sorted(tokenizer.eos_token_ids)))
+    conn.send(("loaded", context_length(model), sorted(tokenizer.eos_token_ids), runtime))
     try:
         scheduler.run(conn)
     except (EOFError, OSError):  # the server is gone: nobody is left to decode for
