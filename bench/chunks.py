@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -47,7 +48,15 @@ def main() -> None:
 
     from mlx_lm import load
 
+    from omni.engine import blas, weights
     from omni.engine.worker import on_gpu, prefill_chunk, use_mlx_settings
+
+    # The engine's own BLAS (preloaded, so this script runs again in a process that has it).
+    library = blas.preload(blas.AUTO)
+    if library and os.environ.get("LD_PRELOAD") != library:
+        os.execve(
+            sys.executable, [sys.executable, *sys.argv], {**os.environ, "LD_PRELOAD": library}
+        )
 
     use_mlx_settings()
     path = args.model
@@ -57,6 +66,10 @@ def main() -> None:
 
         path = str(ensure_default_model(omni_home(), print))
     model = load(path)[0]
+    library = None if on_gpu() else blas.in_use()
+    if weights.choose(weights.AUTO, model, blas.optimized(library)) == weights.FLOAT32:
+        model = weights.to_float32(model)  # the engine's weights, as `--weights auto` picks
+    print(f"BLAS {blas.describe(library)}, weights {weights.describe(model)}")
     sizes = [int(s) for s in args.sizes.split(",")]
     vocab = int(model.args.vocab_size) - 8  # a token past the vocabulary crashes the model
     prompt = [1 + (k * 7919) % vocab for k in range(args.prompt_tokens)]

@@ -77,10 +77,12 @@ def prefill_group(env: Mapping[str, str] = os.environ) -> int:
 
 
 # Prompt tokens fed to one prompt a step: a long prompt holds the running streams for one
-# chunk at most, and a cancel is heard between two. Measured (bench/README.md, prefill chunks):
-# on this project's 2-core CPU (SmolLM2-135M, float32 weights, OpenBLAS) CPU_CHUNK_FIGURES;
-# on an H200 GPU_CHUNK_FIGURES.
-CPU_PREFILL_CHUNK = 256
+# chunk at most, and a cancel is heard between two. The fastest prefill measured, which is
+# also the shortest hold within 10% of it (python bench/chunks.py; bench/README.md): on this
+# project's 2-core CPU (SmolLM2-135M in float32 on OpenBLAS, 1,024 tokens) 128 tokens, 182
+# tokens/s, a chunk 0.70 s (64: 0.87x; 256: 0.98x, 1.43 s; 512: 0.87x); on an H200 (a 1.24 B
+# llama, bf16, 4,096 tokens) 2,048, 74,547 tokens/s, a chunk 27.5 ms (1,024: 0.88x).
+CPU_PREFILL_CHUNK = 128
 GPU_PREFILL_CHUNK = 2048
 
 
