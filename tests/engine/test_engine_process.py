@@ -202,6 +202,28 @@ def test_a_prefill_group_that_is_no_positive_integer_stops_the_engine_with_its_n
         MLXEngine(ModelSource(str(tiny_model_dir), "tiny")).start()
 
 
+def test_the_prefill_chunk_is_the_devices(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Prompt tokens a step feeds one prompt: 128 on a CPU, 2,048 on a GPU (bench/chunks.py);
+    OMNI_PREFILL_CHUNK sets it (tests, benchmarks)."""
+    from omni.engine import worker
+
+    monkeypatch.delenv("OMNI_PREFILL_CHUNK", raising=False)
+    monkeypatch.setattr(worker, "on_gpu", lambda: False)
+    assert worker.prefill_chunk() == worker.CPU_PREFILL_CHUNK == 128
+    monkeypatch.setattr(worker, "on_gpu", lambda: True)
+    assert worker.prefill_chunk() == worker.GPU_PREFILL_CHUNK == 2048
+    assert worker.prefill_chunk({"OMNI_PREFILL_CHUNK": "16"}) == 16
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "many"])
+def test_a_prefill_chunk_that_is_no_positive_integer_stops_the_engine_with_its_name(
+    tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv("OMNI_PREFILL_CHUNK", value)
+    with pytest.raises(ModelLoadError, match="OMNI_PREFILL_CHUNK must be a positive integer"):
+        MLXEngine(ModelSource(str(tiny_model_dir), "tiny")).start()
+
+
 def test_close_returns_after_the_reader_is_done_with_the_pipe(tiny_model_dir: Path) -> None:
     """close() closes the pipe only once the reader thread has left it (it used to close it
     under a recv in progress now and then: TypeError in the reader at shutdown)."""
