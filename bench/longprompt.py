@@ -103,17 +103,20 @@ async def follow(client: httpx.AsyncClient, body: dict[str, Any], into: Stream) 
 
 
 def long_prompt(tokenizer: Any, n: int, tag: str) -> tuple[str, int]:
-    """A user message of `tag` and random words that renders to `n` prompt tokens (or close:
-    its text and its prompt's tokens)."""
+    """A user message of `tag`, sentences in a random order and a request to retell them that
+    renders to `n` prompt tokens (or close: its text and its prompt's tokens). Sentences, not
+    random words: fed 2,000 random words, SmolLM2 ends its answer at once."""
     rng = random.Random(tag)
-    words = tokenizer.encode(
-        " ".join(rng.choice(WORDS) for _ in range(n)), add_special_tokens=False
+    story = " ".join(
+        f"The {rng.choice(WORDS)} and the {rng.choice(WORDS)} met by the {rng.choice(WORDS)}."
+        for _ in range(n // 8 + 1)
     )
-    head = f"{tag}: summarize this in one line.\n"
+    words = tokenizer.encode(story, add_special_tokens=False)
+    head, tail = f"{tag}: here is a story.\n", "\nRetell this story in your own words."
     keep, got = n, 0
     text = head
     for _ in range(6):  # decoding and encoding again may merge tokens: adjust, try again
-        text = head + tokenizer.decode(words[: max(0, keep)])
+        text = head + tokenizer.decode(words[: max(0, keep)]) + tail
         got = len(chat_ids(tokenizer, [{"role": "user", "content": text}]))
         if got == n:
             break
