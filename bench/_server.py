@@ -53,16 +53,21 @@ def bench_omni_env() -> dict[str, str]:
 
 
 def start_omni(
-    model_path: str, db_path: Path, *flags: str, env: dict[str, str] | None = None
+    model_path: str,
+    db_path: Path,
+    *flags: str,
+    env: dict[str, str] | None = None,
+    stderr: Any = None,
 ) -> tuple[subprocess.Popen[bytes], str]:
-    """`omni serve` on `model_path` with its log at `db_path` (`env`: more settings for it);
-    returns the process and base URL."""
+    """`omni serve` on `model_path` with its log at `db_path` (`env`: more settings for it;
+    `stderr`: where its own stderr goes, a file, else this process's); returns the process and
+    base URL."""
     port = free_port()
     cmd = [sys.executable, "-m", "omni", "serve", "--model", model_path, "--port", str(port)]
     cmd += ["--db", str(db_path), "--log-level", "warning", *flags]
     extra = bench_omni_env()
     proc = OmniProcess(
-        cmd, env={**os.environ, "OMNI_ENGINE_STATS": "1", **extra, **(env or {})}
+        cmd, env={**os.environ, "OMNI_ENGINE_STATS": "1", **extra, **(env or {})}, stderr=stderr
     )
     proc.base_url = base_url = f"http://127.0.0.1:{port}"
     wait_up(proc, f"{base_url}/health", "omni serve")

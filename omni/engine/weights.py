@@ -12,9 +12,15 @@ CHOICES = (AUTO, STORED, FLOAT32)
 
 # `auto` takes float32 on a CPU with an optimized BLAS for models up to this size in float32
 # (and a quarter of the machine's memory). There MLX's float32 matrix products are the BLAS's,
-# while its quantized and half-precision ones are its own loops: SmolLM2-135M (0.54 GB in
-# float32) prefilled ~330 tokens/s in float32 against ~13 4-bit and ~20 bfloat16, and decoded
-# ~13 tokens/s against ~8 and ~3.5 (2 cores, OpenBLAS 0.3.21; bench/README.md).
+# while its quantized and half-precision ones are its own loops. SmolLM2-135M (0.54 GB in
+# float32), 256-token prefill and decode in tokens/s, 2 cores: float32 306 / 12.9 with OpenBLAS
+# 0.3.21 (15.7 / 5.1 with MLX's bundled BLAS), 4-bit as stored 15.0 / 8.2, bfloat16 28.4 / 6.3,
+# float16 17.4 / 3.1. Decode reads every weight once a token, at ~10 GB/s here: a random llama of
+# SmolLM2-360M's shape (1.45 GB) decoded 6.7 tokens/s in float32, prefilled 159. 4-bit decode
+# is bound by its kernels (~0.9 ns a weight here against float32's ~0.6), not by memory, so it
+# should stay behind as models grow (measured on SmolLM2-135M only). The bound is memory's:
+# float32 takes 8x a 4-bit model's, and past ~2 GB it would crowd out the prefix cache (4 GB by
+# default) on the machines that run such a model on a CPU.
 FLOAT32_MAX_BYTES = 2 << 30
 
 

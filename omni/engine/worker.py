@@ -13,6 +13,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from omni.engine import blas, weights
+from omni.engine.cpu_attention import use_exp2_attention
 from omni.engine.quiet import no_torch_advice
 from omni.engine.types import Runtime
 from omni.heap import set_aside
@@ -125,6 +126,8 @@ def main(
         library = None if on_gpu() else blas.in_use()
         if weights.choose(weights_setting, model, blas.optimized(library)) == weights.FLOAT32:
             model = weights.to_float32(model)
+        if not on_gpu():
+            use_exp2_attention(model)
         runtime = Runtime(library, weights.describe(model), weights_setting)
         cache = PrefixCache(model, cache_entries, cache_bytes, min_reuse())
         # OMNI_GATHER_MS: for benchmarks, how long a job may wait to be prefilled with others.
