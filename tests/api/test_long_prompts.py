@@ -80,9 +80,7 @@ def test_a_running_stream_gets_tokens_while_a_long_prompt_is_fed(
     assert deltas_between(server, a, began, first) > chunks // 2
 
 
-def test_a_cancel_during_a_long_prefill_ends_it_within_a_chunk(
-    client: OpenAI, server: Any
-) -> None:
+def test_a_cancel_during_a_long_prefill_ends_it_within_a_chunk(client: OpenAI, server: Any) -> None:
     a = running(client, server)
     try:
         b = client.responses.create(
