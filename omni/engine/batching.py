@@ -556,7 +556,7 @@ class BatchScheduler:
     def _start_solo(self, start: Start) -> None:
         slot, cache, rest, spec = start.slot, start.cache, start.rest, start.slot.spec
         s = spec.sampling
-        held = mx.array(slot.fed[: slot.cached])
+        held = mx.array(slot.fed[: len(slot.fed) - len(rest)])  # all the cache holds
         steps = generate_step(
             mx.array(rest),
             self.model,
