@@ -289,15 +289,19 @@ class BatchScheduler:
             self.out.append((FAILED, start.id, GENERATION_FAILED))
 
     def _begin_spec(self, begin: Callable[[Start], None], spec: Spec) -> None:
-        """Take a job off the queue and start it (None from _slot: it had nothing to do)."""
+        """Take a job off the queue and start it."""
+        if (start := self._taken(spec)) is not None:
+            self._begin(begin, start)
+
+    def _taken(self, spec: Spec) -> Start | None:
+        """A job taken off the queue; None if it had nothing to do (it is ended) or could not
+        start (it failed, the engine goes on)."""
         try:
-            start = self._slot(spec)
+            return self._slot(spec)
         except Exception:  # one bad request must not stop the engine
             log.exception("could not start a generation")
             self.out.append((FAILED, spec.id, GENERATION_FAILED))
-            return
-        if start is not None:
-            self._begin(begin, start)
+            return None
 
     def _long(self, tokens: int) -> bool:
         """Whether a prompt of `tokens` to feed is long: a prefill group of such prompts
@@ -317,13 +321,7 @@ class BatchScheduler:
             if not self._long(_fed(spec)) or running + len(self.ready) >= self.max_batch:
                 kept.append(spec)
                 continue
-            try:
-                start = self._slot(spec)
-            except Exception:  # one bad request must not stop the engine
-                log.exception("could not start a generation")
-                self.out.append((FAILED, spec.id, GENERATION_FAILED))
-                continue
-            if start is None:  # nothing to generate: already ended
+            if (start := self._taken(spec)) is None:
                 continue
             self._started(start)
             (self.prefills if self._long(len(start.rest)) else self.ready).append(start)

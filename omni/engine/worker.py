@@ -69,12 +69,9 @@ def prefill_group(env: Mapping[str, str] = os.environ) -> int:
     sets it (benchmarks)."""
     from omni.engine.batching import PREFILL_GROUP
 
-    value = env.get("OMNI_PREFILL_GROUP", "").strip()
-    if not value:
-        return CUDA_PREFILL_GROUP if on_cuda() else PREFILL_GROUP
-    if not value.isdigit() or int(value) < 1:
-        raise ValueError(f"OMNI_PREFILL_GROUP must be a positive integer, not {value!r}")
-    return int(value)
+    return _positive(env, "OMNI_PREFILL_GROUP") or (
+        CUDA_PREFILL_GROUP if on_cuda() else PREFILL_GROUP
+    )
 
 
 # Prompt tokens fed to one prompt a step: a long prompt holds the running streams for one
@@ -90,11 +87,18 @@ GPU_PREFILL_CHUNK = 2048
 def prefill_chunk(env: Mapping[str, str] = os.environ) -> int:
     """Prompt tokens a step feeds one prompt on this machine's default device;
     OMNI_PREFILL_CHUNK in `env` sets it (tests, benchmarks)."""
-    value = env.get("OMNI_PREFILL_CHUNK", "").strip()
+    return _positive(env, "OMNI_PREFILL_CHUNK") or (
+        GPU_PREFILL_CHUNK if on_gpu() else CPU_PREFILL_CHUNK
+    )
+
+
+def _positive(env: Mapping[str, str], name: str) -> int | None:
+    """A positive integer setting of `env`; None where unset (or set but empty)."""
+    value = env.get(name, "").strip()
     if not value:
-        return GPU_PREFILL_CHUNK if on_gpu() else CPU_PREFILL_CHUNK
+        return None
     if not value.isdigit() or int(value) < 1:
-        raise ValueError(f"OMNI_PREFILL_CHUNK must be a positive integer, not {value!r}")
+        raise ValueError(f"{name} must be a positive integer, not {value!r}")
     return int(value)
 
 
