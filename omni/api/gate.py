@@ -14,6 +14,7 @@ import socket
 from dataclasses import dataclass, field
 
 from quart import Quart, Response, g, request
+from werkzeug.exceptions import HTTPException
 
 from omni.api.access import OPEN_PATHS, note
 from omni.api.keys import KeyRing
@@ -119,6 +120,8 @@ def install(app: Quart, access: Access) -> None:
             response.headers.add("vary", "Origin")
         if response.status_code == 401:
             response.headers["www-authenticate"] = "Bearer"
+        if response.status_code >= 400:
+            await _finish_body(response, access.max_body_bytes)
         return response
 
 
@@ -126,6 +129,24 @@ def _same_origin(origin: str) -> bool:
     """A page this server served itself (its Origin names the Host the request names)."""
     host = request.headers.get("host", "")
     return bool(host) and origin.lower().partition("://")[2].rstrip("/") == host.lower()
+
+
+async def _finish_body(response: Response, limit: int) -> None:
+    """A request refused before its body was read: read the rest, so the connection can carry
+    the client's next request (HTTP/1.1 cannot start one with a body half-sent; Hypercorn
+    would drop the connection under it), or, for a body too large to read, say the
+    connection closes."""
+    if request.method not in ("POST", "PUT", "PATCH") or not _has_body():
+        return
+    length = request.content_length
+    if length is not None and length <= limit and response.status_code != 413:
+        try:
+            await request.get_data(cache=True)
+            return
+        except HTTPException:  # it will not come (a timeout, or longer than it said)
+            pass
+    if request.http_version.startswith("1"):  # HTTP/2 ends the stream alone
+        response.headers["connection"] = "close"
 
 
 def _has_body() -> bool:

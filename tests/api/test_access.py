@@ -6,7 +6,10 @@ size limit."""
 from __future__ import annotations
 
 import logging
+import re
+import socket
 import sqlite3
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -387,3 +390,29 @@ def test_refusals_are_logged_and_counted_by_route_with_the_key(
     ]
     assert None in keys and "alice" in keys
     assert not any(KEY_A in r.getMessage() for r in caplog.records)
+
+
+def test_a_refused_body_keeps_the_connection(keyed: ServerThread) -> None:
+    """A request refused before its body arrived (here a 415 on headers alone): the server
+    reads the body anyway, so the client's next request on the same connection is answered."""
+    host, port = keyed.base_url.removeprefix("http://").split(":")
+    body = b'{"model": "tiny-llama", "input": "hi", "max_output_tokens": 2}'
+    head = (
+        f"POST /v1/responses HTTP/1.1\r\nhost: {host}\r\nauthorization: Bearer {KEY_A}\r\n"
+        f"content-type: text/plain\r\ncontent-length: {len(body)}\r\n\r\n"
+    ).encode()
+    second = (
+        f"GET /v1/models HTTP/1.1\r\nhost: {host}\r\nauthorization: Bearer {KEY_A}\r\n\r\n"
+    ).encode()
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(head)
+        time.sleep(0.3)  # the server has refused it by now, with the body still to come
+        sock.sendall(body + second)
+        got = b""
+        while got.count(b"HTTP/1.1 ") < 2 or not got.rstrip().endswith(b"}"):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            got += chunk
+    statuses = re.findall(rb"HTTP/1\.1 (\d{3}) ", got)
+    assert statuses == [b"415", b"200"]
