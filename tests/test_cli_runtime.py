@@ -94,4 +94,7 @@ def test_the_engine_reports_the_blas_it_maps_and_generates_with_it(
     assert done["usage"]["output_tokens"] == 4  # it generated: as many as it was allowed
     line = engine_line(log)
     assert f"BLAS {mapped} (" in line and expected in line and described in line, line
+    # With an optimized BLAS, one-row products go to its sgemv (CI has a C compiler: .ci/run).
+    assert ("with one-row products as sgemv" in line) == preloads, line
     assert not preloads or expected not in server_maps  # the server's own process never loads it
+    assert "omni-gemv" not in server_maps

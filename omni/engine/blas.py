@@ -114,14 +114,16 @@ def cpu_build() -> bool:
 
 
 @contextmanager
-def preloaded(path: str | None) -> Iterator[None]:
-    """LD_PRELOAD names `path` while a process is started (a spawned one execs with this
-    environment), then is as it was: the server's own environment keeps no trace of it."""
-    if path is None:
+def preloaded(*paths: str | None) -> Iterator[None]:
+    """LD_PRELOAD names `paths` (the first searched first) while a process is started (a
+    spawned one execs with this environment), then is as it was: the server's own environment
+    keeps no trace of them."""
+    names = [p for p in paths if p is not None]
+    if not names:
         yield
         return
     before = os.environ.get("LD_PRELOAD")
-    os.environ["LD_PRELOAD"] = f"{path}:{before}" if before else path
+    os.environ["LD_PRELOAD"] = ":".join([*names, before] if before else names)
     try:
         yield
     finally:
@@ -132,16 +134,23 @@ def preloaded(path: str | None) -> Iterator[None]:
 
 
 def in_use() -> str | None:
-    """The file holding the cblas_sgemm that MLX's matrix products call, found in this
-    process's memory map: a preloaded one is in the global scope, which the dynamic linker
-    searches before libmlx's own libraries; without one it is libmlx's. None: MLX calls none."""
+    """The BLAS library MLX's matrix products run on: the file holding the cblas_sgemv this
+    process finds (omni.engine.gemv's forwarder, preloaded in front, defines cblas_sgemm
+    alone)."""
+    return holder("cblas_sgemv")
+
+
+def holder(symbol: str) -> str | None:
+    """The file holding the `symbol` MLX calls, found in this process's memory map: a
+    preloaded one is in the global scope, which the dynamic linker searches before libmlx's
+    own libraries; without one it is libmlx's. None: MLX calls none."""
     import mlx.core as mx
 
     try:
-        function = ctypes.CDLL(None).cblas_sgemm
+        function = getattr(ctypes.CDLL(None), symbol)
     except AttributeError:
         try:
-            function = ctypes.CDLL(mx.__file__).cblas_sgemm  # its libraries, in load order
+            function = getattr(ctypes.CDLL(mx.__file__), symbol)  # its libraries, in load order
         except (AttributeError, OSError):
             return None
     address = ctypes.cast(function, ctypes.c_void_p).value or 0

@@ -14,6 +14,7 @@ import asyncio
 import itertools
 import logging
 import multiprocessing
+import shutil
 import threading
 import time
 from collections import defaultdict
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, Final
 
-from omni.engine import blas, weights, worker
+from omni.engine import blas, gemv, weights, worker
 from omni.engine.batching import (
     CANCEL,
     CLOSE,
@@ -119,7 +120,9 @@ class MLXEngine:
         self._process = ctx.Process(
             target=worker.main, args=(child, self.source.path, *limits), name="omni-engine"
         )
-        with blas.preloaded(blas.preload(blas_setting)):
+        library = blas.preload(blas_setting)
+        forwarder = gemv.build() if library is not None and gemv.wanted() else None
+        with blas.preloaded(None if forwarder is None else str(forwarder), library):
             self._process.start()
         child.close()
         try:
@@ -127,6 +130,9 @@ class MLXEngine:
         except EOFError:
             self._process.join()
             message = ("error", f"the engine process exited ({self._process.exitcode})")
+        finally:  # loaded (or gone) by now: its mapping outlives the file
+            if forwarder is not None:
+                shutil.rmtree(forwarder.parent, ignore_errors=True)
         if message[0] != "loaded":
             conn.close()
             raise ModelLoadError(f"cannot load model {self.source.path}: {message[1]}")

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from multiprocessing.connection import Connection
 from typing import Any
 
-from omni.engine import blas, weights
+from omni.engine import blas, gemv, weights
 from omni.engine.cpu_attention import use_exp2_attention
 from omni.engine.quiet import no_torch_advice
 from omni.engine.types import Runtime
@@ -132,7 +132,8 @@ def main(
             model = weights.to_float32(model)
         if not on_gpu():
             use_exp2_attention(model)
-        runtime = Runtime(library, weights.describe(model), weights_setting)
+        forwarded = not on_gpu() and gemv.forwarding(blas.holder("cblas_sgemm"))
+        runtime = Runtime(library, weights.describe(model), weights_setting, forwarded)
         cache = PrefixCache(model, cache_entries, cache_bytes, min_reuse())
         # OMNI_GATHER_MS: for benchmarks, how long a job may wait to be prefilled with others.
         gather = float(os.environ.get("OMNI_GATHER_MS", GATHER_S * 1000)) / 1000
