@@ -98,4 +98,3 @@ def test_omni_gemv_0_turns_it_off(monkeypatch: pytest.MonkeyPatch) -> None:
     assert gemv.wanted()
     monkeypatch.setenv("OMNI_GEMV", "0")
     assert not gemv.wanted()
-
