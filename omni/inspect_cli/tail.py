@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 from omni.engine.chat_recorder import TERMINAL_TYPES as COMPLETION_ENDS
@@ -29,6 +30,8 @@ def _follow(path: str, object_id: str | None, interval: float, out: Out) -> int:
             raise unknown(object_id, path)
         # One object: from its start, until it ends. Everything: from now on.
         position = 0 if object_id is not None else ins.last_position()
+    what = object_id or "every stream"
+    print(f"omni: following {what} in {path} (Ctrl-C ends)", file=sys.stderr, flush=True)
     engine = open_log(path)
     try:
         while True:
