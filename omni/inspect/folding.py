@@ -1,0 +1,126 @@
+"""Pure reads of stored documents: a request summarized, an object's output, its rates."""
+
+from __future__ import annotations
+
+from typing import Any
+
+PREVIEW_WORDS = 12
+_TEXT = 80  # characters of an input item's text kept in a request summary
+# The sampling settings a completion's body may carry (a response's request stores its own).
+_COMPLETION_SAMPLING = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "max_tokens",
+    "max_completion_tokens",
+    "seed",
+    "stop",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+    "logprobs",
+    "top_logprobs",
+)
+
+
+def preview(text: str, words: int = PREVIEW_WORDS) -> str:
+    """The first words of a text, on one line."""
+    parts = text.split()
+    return " ".join(parts[:words]) + (" …" if len(parts) > words else "")
+
+
+def decode_rate(
+    output_tokens: int | None, first_ms: int | None, end_ms: int | None
+) -> float | None:
+    """Tokens/s after the first token (the views' `tokens_per_s`): None until it can be told."""
+    if output_tokens is None or first_ms is None or end_ms is None:
+        return None
+    if output_tokens < 2 or end_ms <= first_ms:
+        return None
+    return round((output_tokens - 1) * 1000.0 / (end_ms - first_ms), 1)
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = (p.get("text") or "" for p in content if isinstance(p, dict))
+        return " ".join(t for t in texts if t)
+    return ""
+
+
+def _item(item: dict[str, Any]) -> dict[str, Any]:
+    """An input item as {type, role, text}: the text cut to a preview."""
+    type_ = str(item.get("type") or "message")
+    if type_ == "function_call":
+        text = f"{item.get('name')}({item.get('arguments') or ''})"
+    elif type_ == "function_call_output":
+        text = str(item.get("output") or "")
+    else:
+        text = _content_text(item.get("content"))
+    text = " ".join(text.split())
+    return {
+        "type": type_,
+        "role": item.get("role"),
+        "text": text[:_TEXT] + ("…" if len(text) > _TEXT else ""),
+    }
+
+
+def request_summary(kind: str, doc: dict[str, Any]) -> dict[str, Any]:
+    """An accepted request ({kind, body, ...}) as {model, sampling, instructions, input}."""
+    body = doc.get("body") or {}
+    if kind == "response":
+        sampling = dict(doc.get("sampling") or {})
+        items = [_item(i) for i in doc.get("input") or [] if isinstance(i, dict)]
+    else:
+        sampling = {k: body[k] for k in _COMPLETION_SAMPLING if body.get(k) is not None}
+        if kind == "chat.completion":
+            items = [_item({"type": "message", **m}) for m in body.get("messages") or []]
+        else:
+            prompt = body.get("prompt")
+            prompts = prompt if isinstance(prompt, list) else [prompt]
+            items = [_item({"type": "prompt", "content": str(p)}) for p in prompts]
+    return {
+        "model": body.get("model"),
+        "sampling": sampling,
+        "instructions": body.get("instructions"),
+        "input": items,
+        "stream": bool(body.get("stream")),
+    }
+
+
+def response_output(response: dict[str, Any]) -> tuple[str, list[dict[str, Any]], str]:
+    """A response's (output text, tool calls, reasoning text)."""
+    text, calls, reasoning = [], [], []
+    for item in response.get("output") or []:
+        if item.get("type") == "message":
+            text += [p.get("text") or "" for p in item.get("content") or []]
+        elif item.get("type") == "function_call":
+            calls.append(
+                {
+                    "name": item.get("name"),
+                    "arguments": item.get("arguments") or "",
+                    "call_id": item.get("call_id"),
+                }
+            )
+        elif item.get("type") == "reasoning":
+            reasoning += [p.get("text") or "" for p in item.get("content") or []]
+    return "".join(text), calls, "".join(reasoning)
+
+
+def completion_output(kind: str, folded: dict[str, Any]) -> tuple[str, list[dict[str, Any]], str]:
+    """A folded chat or text completion's (output text, tool calls, reasoning text)."""
+    choice = (folded.get("choices") or [{}])[0]
+    if kind != "chat.completion":
+        return str(choice.get("text") or ""), [], ""
+    message = choice.get("message") or {}
+    calls = [
+        {
+            "name": (c.get("function") or {}).get("name"),
+            "arguments": (c.get("function") or {}).get("arguments") or "",
+            "call_id": c.get("id"),
+        }
+        for c in message.get("tool_calls") or []
+    ]
+    return str(message.get("content") or ""), calls, str(message.get("reasoning_content") or "")

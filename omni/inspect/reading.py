@@ -1,0 +1,278 @@
+"""The inspector's queries: recent objects, one object whole, its timeline, statistics.
+
+Over a sync SQLAlchemy Connection (the CLI's read-only file, or the server's engine through
+`run_sync`), reading the `summaries` projection and the views of migration 0005.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.engine import Connection, RowMapping
+
+from omni.inspect.folding import (
+    completion_output,
+    decode_rate,
+    preview,
+    request_summary,
+    response_output,
+)
+from omni.inspect.records import Detail, Stats, Summary, TimelineRow
+from omni.inspect.stats import percentile
+from omni.projections.completions import fold_chat, fold_text
+from omni.projections.response import fold_response
+
+_SUMMARY = (
+    "SELECT s.*, t.data AS end_data FROM summaries s"
+    " LEFT JOIN events t ON t.position = s.end_position"
+)
+_TIMELINE_COLUMNS = "stream_id, seq, type, time, created_ms, ms_since_previous, text"
+
+
+class Inspector:
+    """Reads of the log for people: every read keeps to `owner`'s objects when one is given."""
+
+    def __init__(self, conn: Connection):
+        self.conn = conn
+
+    def recent(
+        self,
+        status: str | None = None,
+        model: str | None = None,
+        since_ms: int | None = None,
+        limit: int = 50,
+        owner: str | None = None,
+        before_position: int | None = None,
+        kind: str | None = None,
+    ) -> list[Summary]:
+        """Newest first: responses and completions, `limit` of them."""
+        where, args = _filters(
+            status=status,
+            model=model,
+            owner=owner,
+            kind=kind,
+            since_ms=since_ms,
+            before_position=before_position,
+        )
+        query = f"{_SUMMARY} {where} ORDER BY s.position DESC LIMIT :limit"
+        rows = self.conn.execute(text(query), {**args, "limit": limit}).mappings().all()
+        return [self._summary(row) for row in rows]
+
+    def detail(self, object_id: str, owner: str | None = None) -> Detail | None:
+        row = self._row(object_id, owner)
+        if row is None:
+            return None
+        kind = row["kind"]
+        events = self.events(object_id)
+        request = self.request(object_id) or {}
+        if kind == "response":
+            folded = fold_response([(t, d) for _, t, d in events])
+            output, calls, reasoning = response_output(folded)
+        else:
+            fold = fold_chat if kind == "chat.completion" else fold_text
+            pairs = [(t, d) for _, t, d in events if t.endswith(".chunk") or t.endswith(".usage")]
+            output, calls, reasoning = completion_output(kind, fold(pairs))
+        error = None
+        if row["error_code"] is not None or row["error_message"] is not None:
+            error = {"code": row["error_code"], "message": row["error_message"]}
+        return Detail(
+            summary=self._summary(row, output),
+            request=request_summary(kind, request),
+            usage={
+                "input_tokens": row["input_tokens"],
+                "output_tokens": row["output_tokens"],
+                "cached_tokens": row["cached_tokens"],
+                "reasoning_tokens": row["reasoning_tokens"],
+            },
+            timings=_timings(row),
+            output_text=output,
+            tool_calls=calls,
+            reasoning=reasoning,
+            error=error,
+            last_seq=events[-1][0] if events else -1,
+            finish_reason=row["finish_reason"] or row["incomplete_reason"],
+            previous_response_id=row["previous_response_id"],
+            store=bool(row["store"]),
+            replay_of=row["mirror_of"],
+        )
+
+    def timeline(
+        self, object_id: str, after_seq: int = -1, owner: str | None = None
+    ) -> list[TimelineRow]:
+        """The object's public stream after `after_seq`, in seq order ([] for an unknown id)."""
+        if self._row(object_id, owner) is None:
+            return []
+        query = f"SELECT {_TIMELINE_COLUMNS} FROM timeline"
+        query += " WHERE stream_id = :id AND seq > :after ORDER BY seq"
+        rows = self.conn.execute(text(query), {"id": object_id, "after": after_seq}).mappings()
+        return [TimelineRow(**row) for row in rows]
+
+    def stats(self, since_ms: int | None = None, owner: str | None = None) -> Stats:
+        where, args = _filters(owner=owner, since_ms=since_ms)
+        query = (
+            "SELECT kind, status, model, input_tokens, output_tokens, created_at,"
+            f" first_token_at, finished_at FROM summaries s {where}"
+        )
+        rows = self.conn.execute(text(query), args).mappings().all()
+        by_status: dict[str, int] = {}
+        by_model: dict[str, int] = {}
+        by_kind: dict[str, int] = {}
+        ttfts: list[float] = []
+        rates: list[float] = []
+        for r in rows:
+            by_status[r["status"]] = by_status.get(r["status"], 0) + 1
+            by_model[r["model"] or "?"] = by_model.get(r["model"] or "?", 0) + 1
+            by_kind[r["kind"]] = by_kind.get(r["kind"], 0) + 1
+            if r["first_token_at"] is not None:
+                ttfts.append(r["first_token_at"] - r["created_at"])
+            rate = decode_rate(r["output_tokens"], r["first_token_at"], r["finished_at"])
+            if rate is not None:
+                rates.append(rate)
+        return Stats(
+            since_ms=since_ms,
+            total=len(rows),
+            by_status=by_status,
+            by_model=by_model,
+            by_kind=by_kind,
+            input_tokens=sum(r["input_tokens"] or 0 for r in rows),
+            output_tokens=sum(r["output_tokens"] or 0 for r in rows),
+            ttft_ms_p50=percentile(ttfts, 50),
+            ttft_ms_p95=percentile(ttfts, 95),
+            tokens_per_s_p50=percentile(rates, 50),
+            tokens_per_s_p95=percentile(rates, 95),
+        )
+
+    # Raw reads, for `omni replay` and `omni tail`.
+
+    def events(self, stream_id: str) -> list[tuple[int, str, str]]:
+        """A stream's (seq, type, data), in seq order."""
+        rows = self.conn.execute(
+            text("SELECT seq, type, data FROM events WHERE stream_id = :s ORDER BY seq"),
+            {"s": stream_id},
+        )
+        return [(int(seq), str(type_), str(data)) for seq, type_, data in rows]
+
+    def request(self, object_id: str) -> dict[str, Any] | None:
+        """The object's accepted request, as stored."""
+        row = self.conn.execute(
+            text(
+                "SELECT data FROM events WHERE stream_id = :s AND seq = 0"
+                " AND type = 'omni.request.accepted'"
+            ),
+            {"s": f"{object_id}/request"},
+        ).first()
+        return _json(row[0]) if row is not None else None
+
+    def kind(self, object_id: str, owner: str | None = None) -> str | None:
+        row = self._row(object_id, owner)
+        return None if row is None else str(row["kind"])
+
+    def since(
+        self, position: int, object_id: str | None = None, limit: int = 500
+    ) -> list[tuple[int, TimelineRow]]:
+        """Events committed after `position` (of one object's streams, or all), in order."""
+        where = "position > :p"
+        if object_id is not None:
+            where += " AND stream_id IN (:id, :id || '/request')"
+        query = f"SELECT position, {_TIMELINE_COLUMNS} FROM timeline WHERE {where}"
+        query += " ORDER BY position LIMIT :n"
+        rows = self.conn.execute(text(query), {"p": position, "id": object_id, "n": limit})
+        return [
+            (int(r["position"]), TimelineRow(**{k: r[k] for k in r.keys() if k != "position"}))
+            for r in rows.mappings()
+        ]
+
+    def last_position(self) -> int:
+        return int(
+            self.conn.execute(text("SELECT coalesce(max(position), 0) FROM events")).scalar_one()
+        )
+
+    def _row(self, object_id: str, owner: str | None) -> RowMapping | None:
+        where, args = _filters(owner=owner)
+        where = f"{where} AND s.id = :id" if where else "WHERE s.id = :id"
+        return (
+            self.conn.execute(text(f"{_SUMMARY} {where}"), {**args, "id": object_id})
+            .mappings()
+            .first()
+        )
+
+    def _summary(self, row: RowMapping, output: str | None = None) -> Summary:
+        if output is None:
+            output = self._output_text(row)
+        shown = output
+        if not shown.strip():
+            request = self.request(row["id"]) or {}
+            items = request_summary(row["kind"], request)["input"]
+            shown = " ".join(i["text"] for i in items if i["role"] in (None, "user"))
+        first, created = row["first_token_at"], row["created_at"]
+        return Summary(
+            id=row["id"],
+            kind=row["kind"],
+            created=row["created"],
+            created_ms=created,
+            status=row["status"],
+            model=row["model"],
+            input_tokens=row["input_tokens"],
+            output_tokens=row["output_tokens"],
+            ttft_ms=None if first is None else first - created,
+            tokens_per_s=decode_rate(row["output_tokens"], first, row["finished_at"]),
+            preview=preview(shown),
+            background=bool(row["background"]),
+            owner=row["owner"],
+            deleted=bool(row["deleted"]),
+            position=row["position"],
+        )
+
+    def _output_text(self, row: RowMapping) -> str:
+        """The output so far: a finished response's from its terminal event, else the deltas."""
+        if row["kind"] == "response" and row["end_data"] is not None:
+            return response_output(_json(row["end_data"]).get("response") or {})[0]
+        if row["kind"] == "response":
+            query = (
+                "SELECT group_concat(json_extract(data, '$.delta'), '') FROM events"
+                " WHERE stream_id = :s AND +type = 'response.output_text.delta'"
+            )
+        else:
+            query = (
+                "SELECT group_concat(coalesce(json_extract(data, '$.choices[0].delta.content'),"
+                " json_extract(data, '$.choices[0].text')), '') FROM events"
+                " WHERE stream_id = :s"
+                " AND +type IN ('chat.completion.chunk', 'text_completion.chunk')"
+            )
+        return str(self.conn.execute(text(query), {"s": row["id"]}).scalar() or "")
+
+
+def _filters(**given: Any) -> tuple[str, dict[str, Any]]:
+    """A WHERE clause over `summaries s` for the filters given (None: no filter)."""
+    clauses = {
+        "status": "s.status = :status",
+        "model": "s.model = :model",
+        "owner": "s.owner = :owner",
+        "kind": "s.kind = :kind",
+        "since_ms": "s.created_at >= :since_ms",
+        "before_position": "s.position < :before_position",
+    }
+    args = {k: v for k, v in given.items() if v is not None}
+    where = " AND ".join(clauses[k] for k in args)
+    return (f"WHERE {where}" if where else ""), args
+
+
+def _timings(row: RowMapping) -> dict[str, Any]:
+    created, started = row["created_at"], row["started_at"]
+    first, end = row["first_token_at"], row["finished_at"]
+    return {
+        "queued_ms": None if started is None else started - created,
+        "ttft_ms": None if first is None else first - created,
+        "decode_tokens_per_s": decode_rate(row["output_tokens"], first, end),
+        "total_ms": None if end is None else end - created,
+    }
+
+
+def _json(data: str) -> dict[str, Any]:
+    try:
+        value = json.loads(data)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
