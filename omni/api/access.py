@@ -30,6 +30,7 @@ def open_path(path: str) -> bool:
         return True
     return path.startswith(INSPECTOR_PAGES + "/") and not path.startswith(INSPECTOR_DATA)
 
+
 FIELDS = "omni.access"  # the ASGI scope's key for this request's fields
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 ORDER = ("id", "input_tokens", "output_tokens", "cache", "request_id")  # then any other

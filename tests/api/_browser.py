@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import sqlite3
 from collections import deque
 from collections.abc import Iterator
@@ -18,7 +19,8 @@ from omni.api.keys import KeyRing, api_key
 from omni.engine.types import Delta, Job
 from tests.server import ServerThread
 
-CHROMIUM = "/usr/bin/chromium"
+# Debian's package (.ci/run installs it); elsewhere (macOS) point OMNI_TEST_CHROMIUM at one.
+CHROMIUM = os.environ.get("OMNI_TEST_CHROMIUM", "/usr/bin/chromium")
 ARGS = ["--no-sandbox", "--disable-background-networking"]
 WAIT_MS = 60_000  # a loaded 2-core machine: conditions, never durations, decide
 

@@ -1,5 +1,7 @@
 // A small inline-SVG chart: output tokens (delta events) against ms since the first event.
 
+import { ms } from "./common.js";
+
 const NS = "http://www.w3.org/2000/svg";
 const W = 560, H = 180, PAD = { left: 44, right: 12, top: 12, bottom: 28 };
 
@@ -22,7 +24,7 @@ export function drawChart(holder, points) {
     svg("line", { x1: x(0), y1: y(0), x2: x(maxT), y2: y(0), class: "axis" }),
     svg("line", { x1: x(0), y1: y(0), x2: x(0), y2: y(maxN), class: "axis" }),
     svg("text", { x: x(0), y: H - 8, class: "tick" }, "0"),
-    svg("text", { x: x(maxT), y: H - 8, class: "tick end" }, `${Math.round(maxT)} ms`),
+    svg("text", { x: x(maxT), y: H - 8, class: "tick end" }, ms(maxT)),
     svg("text", { x: PAD.left - 6, y: y(maxN) + 4, class: "tick end" }, String(maxN)),
     svg("text", { x: PAD.left - 6, y: y(0) + 4, class: "tick end" }, "0"),
   );

@@ -19,7 +19,7 @@ function cells(row) {
     el("td", { class: "n out", text: num(row.output_tokens) }),
     el("td", { class: "n", text: ms(row.ttft_ms) }),
     el("td", { class: "n", text: rate(row.tokens_per_s) }),
-    el("td", { class: "preview", text: row.preview ?? "" }),
+    el("td", { class: "preview" }, el("span", { text: row.preview ?? "" })),
   ];
 }
 

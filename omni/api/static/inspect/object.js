@@ -51,11 +51,16 @@ function renderDetail(detail) {
   ]);
   fill($("#usage"), flat(detail.usage));
   const request = detail.request ?? {};
-  const { input_items: items, ...settings } = request;
-  fill($("#request"), flat(settings));
+  const { input: items, ...settings } = request;
+  fill($("#request"), [
+    ...flat(settings), ["finish reason", detail.finish_reason],
+    ["previous response", detail.previous_response_id], ["replay of", detail.replay_of],
+    ["stored", detail.store === false ? "no" : null], ["background", summary.background ? "yes" : null],
+    ["key", summary.owner], ["deleted", summary.deleted ? "yes" : null],
+  ]);
   $("#input-items").replaceChildren(...(items ?? []).map((item) => el(
     "li", {}, el("span", { class: "kind", text: [item.type, item.role].filter(Boolean).join(" · ") }),
-    " ", el("span", { class: "text", text: item.text ?? item.text_preview ?? "" }),
+    " ", el("span", { class: "text", text: item.text ?? "" }),
   )));
   $("#output-text").textContent = detail.output_text ?? "";
   const reasoning = detail.reasoning ?? "";
@@ -71,21 +76,22 @@ function renderDetail(detail) {
   $("#failure").textContent = failure ? `${failure.code ?? "error"}: ${failure.message}` : "";
 }
 
-function rowElement(row) {
+function rowElement(row, start) {
   return el(
     "tr", { "data-stream": row.stream_id, "data-seq": row.seq, "data-type": row.type },
-    el("td", { class: "stream", text: row.stream_id === id ? "public" : row.stream_id.slice(id.length + 1) || row.stream_id }),
     el("td", { class: "n", text: row.seq }),
     el("td", { class: "type", text: row.type }),
-    el("td", { title: row.time, text: row.time ? new Date(row.time).toLocaleTimeString() : "–" }),
+    el("td", { class: "n", title: row.time, text: num(row.created_ms - start) }),
     el("td", { class: "n", text: num(row.ms_since_previous) }),
-    el("td", { class: "text", text: row.text ?? "" }),
+    el("td", { class: "text" }, el("span", { text: row.text ?? "" })),
   );
 }
 
+const startOf = () => (rows.length ? rows[0].created_ms : 0);
+
 function redrawChart() {
   const own = rows.filter((row) => row.stream_id === id);
-  const start = own.length ? own[0].created_ms : 0;
+  const start = startOf();
   let n = 0;
   const points = [];
   for (const row of own) if (row.text !== null && row.text !== undefined) points.push({ t: row.created_ms - start, n: ++n });
@@ -95,7 +101,7 @@ function redrawChart() {
 
 function setTimeline(data) {
   rows.splice(0, rows.length, ...data);
-  timeline.replaceChildren(...rows.map(rowElement));
+  timeline.replaceChildren(...rows.map((row) => rowElement(row, startOf())));
   redrawChart();
 }
 
@@ -110,7 +116,7 @@ function addEvent(frame) {
     created_ms: now, ms_since_previous: previous ? now - previous.created_ms : null, text: delta,
   };
   rows.push(row);
-  timeline.append(rowElement(row));
+  timeline.append(rowElement(row, startOf()));
   if (frame.type === "response.output_text.delta") $("#output-text").append(delta);
   const status = frame.data.response?.status;
   if (status) setStatus(status);
