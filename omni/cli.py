@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from omni import __version__, db, db_commands, logs
+from omni import __version__, db, db_commands, inspect_cli, logs
 from omni.api.keys import KeyRing, api_key, read_key_file
 from omni.errors import OmniError
 from omni.heap import set_aside
@@ -257,6 +257,7 @@ def parser() -> argparse.ArgumentParser:
     up = dbsub.add_parser("upgrade", help="apply the schema migrations")
     up.add_argument("--db", default=_env("DB", "omni.db"), help="SQLite file (the event log)")
     db_commands.add_parsers(dbsub, _env("DB", "omni.db") or "omni.db")
+    inspect_cli.add_parsers(sub, _env("DB", "omni.db") or "omni.db")
     return p
 
 
@@ -553,6 +554,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "serve":
             serve(args)
+        elif args.command in inspect_cli.COMMANDS:
+            return inspect_cli.run(args)
         elif args.command == "db" and args.db_command != "upgrade":
             return db_commands.run(args)
         elif args.command == "db":

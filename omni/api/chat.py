@@ -12,16 +12,14 @@ from quart import Blueprint, Response, current_app, request
 from omni.api import access
 from omni.api.gate import owner
 from omni.api.query import page_args
-from omni.api.sse import KEEPALIVE_FRAME
-from omni.engine.chat_recorder import CANCELLED, ERROR, USAGE
+from omni.api.sse import DONE_FRAME, KEEPALIVE_FRAME, chunk_frames
+from omni.engine.chat_recorder import ERROR
 from omni.errors import OmniError, StoreError
 from omni.schemas.chat import ChatCompletionCreate, CompletionCreate
 from omni.schemas.responses import load_json, parse_body
 from omni.service.completions import CompletionsService, is_end
 
 bp = Blueprint("chat", __name__)
-
-DONE_FRAME = b"data: [DONE]\n\n"
 
 
 def _state() -> Any:
@@ -41,11 +39,7 @@ def _stream(service: CompletionsService, cid: str, include_usage: bool) -> Respo
                     if rows is None:
                         yield KEEPALIVE_FRAME
                         continue
-                    chunk = b"".join(
-                        b"data: " + e.data.encode() + b"\n\n"
-                        for e in rows
-                        if e.type != CANCELLED and (include_usage or e.type not in USAGE.values())
-                    )
+                    chunk = chunk_frames(((e.type, e.data) for e in rows), include_usage)
                     if is_end(rows[-1]):  # generation is over: nothing left to stop
                         chunk, finished = chunk + DONE_FRAME, True
                         line.update(access.terminal_note(rows[-1].data))

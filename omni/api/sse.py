@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 
+from omni.engine.chat_recorder import CANCELLED, USAGE
 from omni.errors import OmniError
 
 # A comment line with no blank line after it: a blank line would end an event, and the OpenAI
 # SDK hands an ended event with no data but a remembered `id:` to json.loads, which fails.
 KEEPALIVE_FRAME = b": keep-alive\n"
+DONE_FRAME = b"data: [DONE]\n\n"  # a completion's stream ends with it, after its last chunk
+_UNSENT_USAGE = frozenset(USAGE.values())
 
 
 def frame(type_: str, data: str, seq: int) -> bytes:
@@ -27,3 +31,13 @@ def error_frame(exc: OmniError, seq: int) -> bytes:
         "sequence_number": seq,
     }
     return frame("error", json.dumps(data, separators=(",", ":")), seq)
+
+
+def chunk_frames(events: Iterable[tuple[str, str]], include_usage: bool) -> bytes:
+    """A completion's (type, data) events as its stream sends them: `data:` lines, without
+    the cancel event (never sent) and, unless the client asked for it, the usage chunk."""
+    return b"".join(
+        b"data: " + data.encode() + b"\n\n"
+        for type_, data in events
+        if type_ != CANCELLED and (include_usage or type_ not in _UNSENT_USAGE)
+    )

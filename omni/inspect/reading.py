@@ -111,33 +111,41 @@ class Inspector:
 
     def stats(self, since_ms: int | None = None, owner: str | None = None) -> Stats:
         where, args = _filters(owner=owner, since_ms=since_ms)
-        query = (
-            "SELECT kind, status, model, input_tokens, output_tokens, created_at,"
-            f" first_token_at, finished_at FROM summaries s {where}"
-        )
-        rows = self.conn.execute(text(query), args).mappings().all()
+        counts = self.conn.execute(
+            text(
+                "SELECT kind, status, coalesce(model, '?'), count(*), sum(input_tokens),"
+                f" sum(output_tokens) FROM summaries s {where} GROUP BY 1, 2, 3"
+            ),
+            args,
+        ).all()
         by_status: dict[str, int] = {}
         by_model: dict[str, int] = {}
         by_kind: dict[str, int] = {}
-        ttfts: list[float] = []
-        rates: list[float] = []
-        for r in rows:
-            by_status[r["status"]] = by_status.get(r["status"], 0) + 1
-            by_model[r["model"] or "?"] = by_model.get(r["model"] or "?", 0) + 1
-            by_kind[r["kind"]] = by_kind.get(r["kind"], 0) + 1
-            if r["first_token_at"] is not None:
-                ttfts.append(r["first_token_at"] - r["created_at"])
-            rate = decode_rate(r["output_tokens"], r["first_token_at"], r["finished_at"])
-            if rate is not None:
-                rates.append(rate)
+        for kind, status, model, n, _, _ in counts:
+            by_status[status] = by_status.get(status, 0) + n
+            by_model[model] = by_model.get(model, 0) + n
+            by_kind[kind] = by_kind.get(kind, 0) + n
+        # The decode rate as decode_rate() and the views' tokens_per_s compute it.
+        timed = self.conn.execute(
+            text(
+                "SELECT first_token_at - created_at, CASE WHEN output_tokens > 1"
+                " AND finished_at > first_token_at THEN round((output_tokens - 1) * 1000.0"
+                " / (finished_at - first_token_at), 1) END"
+                f" FROM summaries s {where} {'AND' if where else 'WHERE'}"
+                " first_token_at IS NOT NULL"
+            ),
+            args,
+        ).all()
+        ttfts = [float(t) for t, _ in timed]
+        rates = [float(r) for _, r in timed if r is not None]
         return Stats(
             since_ms=since_ms,
-            total=len(rows),
+            total=sum(n for *_, n, _, _ in counts),
             by_status=by_status,
             by_model=by_model,
             by_kind=by_kind,
-            input_tokens=sum(r["input_tokens"] or 0 for r in rows),
-            output_tokens=sum(r["output_tokens"] or 0 for r in rows),
+            input_tokens=sum(i or 0 for *_, i, _ in counts),
+            output_tokens=sum(o or 0 for *_, o in counts),
             ttft_ms_p50=percentile(ttfts, 50),
             ttft_ms_p95=percentile(ttfts, 95),
             tokens_per_s_p50=percentile(rates, 50),

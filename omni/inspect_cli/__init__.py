@@ -1,0 +1,70 @@
+"""`omni ls | show | tail | replay | stats`: the log read for people, straight from the file
+(with the server up, stopped or killed), never written."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from omni.events.maintenance import parse_duration
+from omni.inspect_cli.commands import ls, replay, show, stats
+from omni.inspect_cli.tail import tail
+
+COMMANDS = {"ls": ls, "show": show, "tail": tail, "replay": replay, "stats": stats}
+
+
+def add_parsers(sub: Any, default_db: str) -> None:
+    """The commands, on `omni`'s subparsers."""
+
+    def command(name: str, help_: str) -> argparse.ArgumentParser:
+        p: argparse.ArgumentParser = sub.add_parser(name, help=help_)
+        p.add_argument("--db", default=default_db, help="SQLite file (the event log)")
+        return p
+
+    p = command("ls", "recent responses and chat completions, one line each")
+    p.add_argument("--status", help="only this status (completed, failed, in_progress, ...)")
+    p.add_argument("--model", help="only this model")
+    p.add_argument(
+        "--since", type=_duration, metavar="DURATION", help="created within: 30m, 2h, 1d"
+    )
+    p.add_argument("--limit", type=_positive, default=20, help="at most this many")
+
+    p = command("show", "one response or completion: request, usage, timings, output")
+    p.add_argument("id")
+    p.add_argument("--events", action="store_true", help="with its full event timeline")
+    p.add_argument("--json", action="store_true", help="as JSON, for machines")
+
+    p = command("tail", "follow new events live as the server commits them (Ctrl-C ends)")
+    p.add_argument("id", nargs="?", help="one response or completion (from its start)")
+    p.add_argument("--interval", type=float, default=0.2, help="seconds between looks at the log")
+
+    p = command("replay", "print the exact SSE bytes a streaming client got")
+    p.add_argument("id")
+
+    p = command("stats", "counts by status and model, tokens, TTFT and tokens/s percentiles")
+    p.add_argument(
+        "--since", type=_duration, metavar="DURATION", help="created within: 30m, 2h, 1d"
+    )
+    p.add_argument("--json", action="store_true", help="as JSON, for machines")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run one inspection command; its exit status."""
+    return COMMANDS[args.command](args)
+
+
+def _duration(text: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a positive integer")
+    return value

@@ -1,0 +1,113 @@
+"""Where the inspection commands write: `rich` tables and colours on a terminal, plain
+tab-separated text when piped (for grep, cut, awk)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+STATUS_STYLE = {
+    "completed": "green",
+    "in_progress": "cyan",
+    "queued": "blue",
+    "incomplete": "yellow",
+    "cancelled": "magenta",
+    "failed": "bold red",
+}
+
+
+def ms(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.0f} ms" if value < 10_000 else f"{value / 1000:.1f} s"
+
+
+def rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def text(value: Any) -> str:
+    return "-" if value is None else str(value)
+
+
+class Out:
+    """One command's output: a terminal's (rich) or a pipe's (plain)."""
+
+    def __init__(self, stream: TextIO | None = None, pretty: bool | None = None):
+        self.stream = stream or sys.stdout
+        self.pretty = self.stream.isatty() if pretty is None else pretty
+        self.console = Console(file=self.stream, highlight=False, soft_wrap=not self.pretty)
+
+    def table(
+        self, title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]]
+    ) -> None:
+        """Rows under a header; the column named STATUS coloured on a terminal."""
+        if not self.pretty:
+            if title:
+                self.line(f"# {title}")
+            self.line("\t".join(columns))
+            for row in rows:
+                self.line("\t".join(_one_line(text(v)) for v in row))
+            return
+        table = Table(title=title, title_justify="left", header_style="bold")
+        for name in columns:
+            table.add_column(name, overflow="fold", no_wrap=name != "PREVIEW")
+        for row in rows:
+            table.add_row(*(self._cell(c, v) for c, v in zip(columns, row, strict=True)))
+        self.console.print(table)
+
+    def pairs(self, title: str, pairs: Sequence[tuple[str, Any]]) -> None:
+        """`name: value` lines under a title."""
+        if self.pretty:
+            self.console.print(Text(title, style="bold underline"))
+        else:
+            self.line(f"# {title}")
+        width = max((len(k) for k, _ in pairs), default=0)
+        for key, value in pairs:
+            shown = text(value)
+            if self.pretty:
+                line = Text(f"  {key:<{width}}  ", style="dim")
+                line.append(shown, style=STATUS_STYLE.get(shown, "") if key == "status" else "")
+                self.console.print(line)
+            else:
+                self.line(f"{key}\t{_one_line(shown)}")
+
+    def block(self, title: str, body: str) -> None:
+        """A text as it is (an output, a reasoning), under a title."""
+        if self.pretty:
+            self.console.print(Text(title, style="bold underline"))
+            self.console.print(Text(body or "(none)"))
+        else:
+            self.line(f"# {title}")
+            self.line(body)
+
+    def event(self, time: str, stream: str, seq: int, type_: str, shown: str | None) -> None:
+        """One event, as `omni tail` prints it."""
+        if not self.pretty:
+            self.line(f"{time}\t{stream}\t{seq}\t{type_}\t{_one_line(shown or '')}")
+            return
+        line = Text(f"{time[11:23]} ", style="dim")
+        line.append(f"{stream} ", style="cyan")
+        line.append(f"{seq:>4} ", style="dim")
+        style = "bold" if type_.endswith(("completed", "failed", "incomplete", "usage")) else ""
+        line.append(type_, style=style)
+        if shown:
+            line.append(f" {shown!r}", style="green")
+        self.console.print(line)
+
+    def line(self, value: str) -> None:
+        self.stream.write(value + "\n")
+        self.stream.flush()
+
+    def _cell(self, column: str, value: Any) -> Text:
+        shown = text(value)
+        return Text(shown, style=STATUS_STYLE.get(shown, "") if column == "STATUS" else "")
+
+
+def _one_line(value: str) -> str:
+    return value.replace("\t", " ").replace("\r", " ").replace("\n", " ")

@@ -1,0 +1,36 @@
+"""The log opened for the inspection commands: refused with one line when it is not an Omni
+log, or one whose schema predates the inspector's views (the CLI never migrates a log)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from omni import db
+from omni.errors import NotFound, StoreError
+from omni.inspect import Inspector, missing, open_log
+
+
+@contextmanager
+def inspector(path: str) -> Iterator[Inspector]:
+    """An Inspector on the log at `path`, read-only."""
+    revision = db.inspect(path, verify=False)  # not SQLite, not ours, too new: refused here
+    if revision is None:
+        raise StoreError(f"{path} holds no Omni log (give --db the server's log)")
+    engine = open_log(path)
+    try:
+        with engine.connect() as conn:
+            lacking = missing(conn)
+            if lacking:
+                raise StoreError(
+                    f"{path} is at schema {revision}, older than the inspector's views"
+                    f" ({', '.join(lacking)}); run `omni db upgrade --db {path}`, or start"
+                    " the server on it, which upgrades it"
+                )
+            yield Inspector(conn)
+    finally:
+        engine.dispose()
+
+
+def unknown(object_id: str, path: str) -> NotFound:
+    return NotFound(f"no response or completion {object_id!r} in {path}")

@@ -1,0 +1,276 @@
+"""`omni ls | show | tail | replay | stats` as a person runs them, in a subprocess, on the log
+of a real `omni serve`: while it runs, after it stopped, and after a `kill -9`."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from alembic import command
+
+from omni.db import alembic_config
+from omni.schemas.stream import TERMINAL_TYPES
+from tests.test_cli import assert_one_line_error, omni, serving
+
+MODEL = "tiny-llama"
+
+
+def strip(raw: bytes) -> bytes:
+    return raw.replace(b": keep-alive\n", b"")
+
+
+def streamed(base: str, path: str, body: dict[str, object]) -> bytes:
+    with httpx.stream("POST", f"{base}{path}", json={**body, "stream": True}, timeout=60) as res:
+        assert res.status_code == 200
+        return strip(b"".join(res.iter_bytes()))
+
+
+def first_id(raw: bytes) -> str:
+    data = next(line for line in raw.split(b"\n") if line.startswith(b"data: "))
+    doc = json.loads(data[6:])
+    return str(doc["response"]["id"] if "response" in doc else doc["id"])
+
+
+@dataclass
+class Served:
+    base: str
+    db: Path
+    response: bytes  # a streamed response's bytes
+    chat: bytes  # a streamed chat completion's (usage asked for)
+    chat_plain: bytes  # one streamed without asking for usage
+    plain: dict[str, object]  # a non-streamed response's body
+
+
+@pytest.fixture(scope="module")
+def served(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    db = tmp_path_factory.mktemp("served") / "omni.db"
+    with serving(tiny_model_dir, db) as (base, _):
+        response = streamed(
+            base, "/v1/responses", {"model": MODEL, "input": "Hi there", "max_output_tokens": 24}
+        )
+        messages = [{"role": "user", "content": "Say hi"}]
+        chat = {"model": MODEL, "messages": messages, "max_tokens": 6, "store": True}
+        usage = {**chat, "stream_options": {"include_usage": True}}
+        chat_usage = streamed(base, "/v1/chat/completions", usage)
+        chat_plain = streamed(base, "/v1/chat/completions", chat)
+        body = {"model": MODEL, "input": "Plain one", "max_output_tokens": 5}
+        plain = httpx.post(f"{base}/v1/responses", json=body, timeout=60).json()
+        yield Served(base, db, response, chat_usage, chat_plain, plain)
+
+
+def test_ls_lists_what_was_made_newest_first(served: Served) -> None:
+    result = omni("ls", "--db", str(served.db))
+    assert result.returncode == 0, result.stderr
+    assert "\x1b[" not in result.stdout  # piped: plain text, no colours
+    header, *lines = result.stdout.splitlines()
+    assert header.split("\t") == ["ID", "CREATED", "STATUS", "MODEL", "TOKENS", "TTFT", "TOK/S",
+                                  "PREVIEW"]  # fmt: skip
+    ids = [line.split("\t")[0] for line in lines]
+    made = [first_id(served.response), first_id(served.chat), first_id(served.chat_plain)]
+    assert ids == [served.plain["id"], *reversed(made)]
+    plain = lines[0].split("\t")
+    usage = served.plain["usage"]
+    assert isinstance(usage, dict)
+    assert plain[2] == served.plain["status"] == "incomplete"
+    assert plain[4] == f"{usage['input_tokens']}→{usage['output_tokens']}"
+    one = omni("ls", "--db", str(served.db), "--limit", "1", "--status", "completed")
+    assert [line.split("\t")[2] for line in one.stdout.splitlines()[1:]] == ["completed"]
+    assert omni("ls", "--db", str(served.db), "--since", "1h").stdout == result.stdout
+    bad = omni("ls", "--db", str(served.db), "--since", "soon")
+    assert bad.returncode == 2 and "expected a duration" in bad.stderr
+
+
+def test_show_json_has_the_apis_usage_and_output(served: Served) -> None:
+    rid = str(served.plain["id"])
+    result = omni("show", rid, "--db", str(served.db), "--json", "--events")
+    assert result.returncode == 0, result.stderr
+    shown = json.loads(result.stdout)
+    usage = served.plain["usage"]
+    assert isinstance(usage, dict)
+    assert shown["usage"]["input_tokens"] == usage["input_tokens"]
+    assert shown["usage"]["output_tokens"] == usage["output_tokens"]
+    output = served.plain["output"]
+    assert isinstance(output, list)
+    assert shown["output_text"] == output[0]["content"][0]["text"]
+    assert shown["request"]["input"][0]["text"] == "Plain one"
+    assert [e["seq"] for e in shown["events"]] == list(range(len(shown["events"])))
+    assert shown["events"][-1]["type"] == "response.incomplete"
+    text = omni("show", rid, "--db", str(served.db)).stdout
+    assert "status\tincomplete" in text and "time to first token\t" in text
+
+
+def test_replay_prints_the_bytes_the_client_got(served: Served) -> None:
+    for raw in (served.response, served.chat, served.chat_plain):
+        result = subprocess.run(
+            [sys.executable, "-m", "omni", "replay", first_id(raw), "--db", str(served.db)],
+            capture_output=True,
+            timeout=60,
+        )
+        assert result.returncode == 0, result.stderr
+        assert result.stdout == raw
+    assert b"chat.completion.usage" not in served.chat_plain  # (stored, but never sent)
+
+
+def test_stats_counts_what_ls_lists(served: Served) -> None:
+    result = omni("stats", "--db", str(served.db), "--json")
+    assert result.returncode == 0, result.stderr
+    st = json.loads(result.stdout)
+    assert st["total"] == 4 and st["by_kind"] == {"response": 2, "chat.completion": 2}
+    assert st["ttft_ms_p50"] <= st["ttft_ms_p95"]
+    assert "TTFT p95" in omni("stats", "--db", str(served.db), "--since", "2h").stdout
+
+
+def test_an_unknown_id_is_one_line_and_status_1(served: Served) -> None:
+    for cmd in ("show", "replay", "tail"):
+        assert_one_line_error(omni(cmd, "resp_nope", "--db", str(served.db)), "resp_nope")
+
+
+def test_tail_follows_new_events_and_ctrl_c_ends_it(served: Served) -> None:
+    tail = subprocess.Popen(
+        [sys.executable, "-m", "omni", "tail", "--db", str(served.db)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert tail.stderr is not None and tail.stdout is not None
+        assert "following every stream" in tail.stderr.readline()
+        raw = streamed(
+            served.base,
+            "/v1/responses",
+            {"model": MODEL, "input": "Tail me", "max_output_tokens": 24},
+        )
+        rid, lines = first_id(raw), []
+        while not lines or lines[-1].split("\t")[3] not in TERMINAL_TYPES:
+            line = tail.stdout.readline()
+            assert line, "tail ended"
+            if line.split("\t")[1] == rid:
+                lines.append(line)
+        frames = [f for f in raw.split(b"\n\n") if f]
+        assert [int(line.split("\t")[2]) for line in lines] == list(range(len(frames)))
+        tail.send_signal(signal.SIGINT)
+        assert tail.wait(timeout=30) == 0
+        assert "Traceback" not in tail.stderr.read()
+    finally:
+        if tail.poll() is None:
+            tail.kill()
+
+
+def test_tail_of_one_object_ends_with_it(served: Served) -> None:
+    rid = first_id(served.response)
+    result = omni("tail", rid, "--db", str(served.db), timeout=60)
+    assert result.returncode == 0, result.stderr
+    rows = [line.split("\t") for line in result.stdout.splitlines()]
+    public = [r for r in rows if r[1] == rid]
+    assert [int(r[2]) for r in public] == list(
+        range(len([f for f in served.response.split(b"\n\n") if f]))
+    )
+    assert rows[0][1] == f"{rid}/request" and rows[0][3] == "omni.request.accepted"
+
+
+def test_a_terminal_gets_tables_and_colours(served: Served) -> None:
+    import pty
+
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "omni", "ls", "--db", str(served.db)],
+        stdout=follower,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "COLUMNS": "160"},
+    )
+    os.close(follower)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the pty's other end closed
+            break
+        if not chunk:
+            break
+        out += chunk
+    assert proc.wait(timeout=60) == 0
+    os.close(leader)
+    assert "┏".encode() in out and b"\x1b[" in out and b"PREVIEW" in out
+
+
+def _digest(db: Path) -> dict[str, str]:
+    """The log's files, but -shm: SQLite's shared-memory index of the WAL, which any reader
+    may rebuild (after a kill -9, the first one does); it holds no data."""
+    return {
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(db.parent.iterdir())
+        if p.name.startswith(db.name) and not p.name.endswith("-shm")
+    }
+
+
+def test_the_cli_reads_a_log_left_by_kill_9(tiny_model_dir: Path, tmp_path: Path) -> None:
+    db = tmp_path / "omni.db"
+    with serving(tiny_model_dir, db) as (base, proc):
+        body = {"model": MODEL, "input": "long", "background": True, "max_output_tokens": 1500,
+                "temperature": 0}  # fmt: skip
+        rid = httpx.post(f"{base}/v1/responses", json=body, timeout=60).json()["id"]
+        with httpx.stream("GET", f"{base}/v1/responses/{rid}?stream=true", timeout=60) as s:
+            seen = b""
+            for chunk in s.iter_bytes():
+                seen += chunk
+                if seen.count(b"event: response.output_text.delta") >= 20:
+                    os.kill(proc.pid, signal.SIGKILL)
+                    break
+        proc.wait()
+    seen = strip(seen).rsplit(b"\n\n", 1)[0] + b"\n\n"  # whole frames only
+    assert (tmp_path / "omni.db-wal").exists()
+    before = _digest(db)
+
+    listed = omni("ls", "--db", str(db))
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.splitlines()[1].split("\t")[:3][::2] == [rid, "in_progress"]
+    shown = json.loads(omni("show", rid, "--db", str(db), "--json").stdout)
+    assert shown["summary"]["status"] == "in_progress" and shown["timings"]["total_ms"] is None
+    replayed = subprocess.run(
+        [sys.executable, "-m", "omni", "replay", rid, "--db", str(db)], capture_output=True
+    ).stdout
+    assert replayed.startswith(seen) and len(replayed) >= len(seen)
+    assert json.loads(omni("stats", "--db", str(db), "--json").stdout)["by_status"] == {
+        "in_progress": 1
+    }
+    assert _digest(db) == before  # read, never written
+
+
+def test_a_stopped_servers_log_is_read_without_leaving_files(
+    served: Served, tmp_path: Path
+) -> None:
+    copy = tmp_path / "omni.db"
+    with sqlite3.connect(served.db) as src, sqlite3.connect(copy) as dst:
+        src.backup(dst)
+    dst = sqlite3.connect(copy)
+    dst.execute("PRAGMA journal_mode=DELETE")  # as a server leaves it when it stops: no WAL
+    dst.close()
+    before = _digest(copy)
+    assert set(before) == {"omni.db"} and not (tmp_path / "omni.db-shm").exists()
+    assert omni("ls", "--db", str(copy)).returncode == 0
+    assert omni("replay", first_id(served.response), "--db", str(copy)).returncode == 0
+    assert _digest(copy) == before and not (tmp_path / "omni.db-shm").exists()
+
+
+def test_a_log_older_than_the_views_is_not_migrated(tmp_path: Path) -> None:
+    db = tmp_path / "old.db"
+    command.upgrade(alembic_config(str(db)), "0004")
+    with sqlite3.connect(db) as conn:
+        conn.execute("PRAGMA journal_mode=DELETE")
+    before = _digest(db)
+    result = omni("ls", "--db", str(db))
+    assert_one_line_error(result, "omni db upgrade")
+    assert _digest(db) == before
+    missing = omni("ls", "--db", str(tmp_path / "none.db"))
+    assert_one_line_error(missing, "none.db")
+    assert not (tmp_path / "none.db").exists()
