@@ -38,7 +38,7 @@ with sync_playwright() as p:
     browser = p.chromium.launch(
         executable_path=CHROMIUM, args=["--no-sandbox", "--disable-background-networking"]
     )
-    page = browser.new_page(viewport={"width": 1280, "height": 420}, device_scale_factor=1)
+    page = browser.new_page(viewport={"width": 1440, "height": 400}, device_scale_factor=1)
     expect.set_options(timeout=120_000)
     page.goto(f"{SITE}/inspect")
     row = page.locator(f'tr[data-id="{story.id}"]')
