@@ -1,6 +1,7 @@
 """CI's wheel smoke test: run by the python of a fresh venv where the wheel (and openai) are
 installed, not editable. `omni serve` on a tiny model, one Responses create and its streamed
-replay through the OpenAI SDK, then SIGTERM: exit code 0, no traceback, no PyTorch advice."""
+replay through the OpenAI SDK, the web inspector's pages (files of the package) and its JSON,
+then SIGTERM: exit code 0, no traceback, no PyTorch advice."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import json
 import time
 import urllib.request
 from pathlib import Path
@@ -42,6 +44,26 @@ def wait_healthy(base: str, proc: subprocess.Popen[bytes]) -> None:
         time.sleep(0.2)
 
 
+def get(url: str) -> tuple[str, bytes]:
+    with urllib.request.urlopen(url, timeout=10) as reply:
+        assert reply.status == 200, (url, reply.status)
+        return reply.headers.get("content-type", ""), reply.read()
+
+
+def check_inspector(base: str, response_id: str) -> None:
+    """The pages come from the installed package's files; the JSON lists the response."""
+    for path, kind in [
+        ("/inspect", "text/html"),
+        (f"/inspect/{response_id}", "text/html"),
+        ("/inspect/static/object.js", "text/javascript"),
+        ("/inspect/static/inspect.css", "text/css"),
+    ]:
+        content_type, body = get(base + path)
+        assert content_type.startswith(kind) and body, (path, content_type)
+    _, body = get(f"{base}/inspect/api/recent")
+    assert json.loads(body)["data"][0]["id"] == response_id, body[:300]
+
+
 def main() -> None:
     venv = Path(sys.prefix)
     assert Path(omni.__file__).is_relative_to(venv), f"omni comes from {omni.__file__}"
@@ -66,6 +88,7 @@ def main() -> None:
             assert [e.sequence_number for e in events] == list(range(len(events)))
             replayed = events[-1].response  # type: ignore[union-attr]
             assert replayed.output_text == created.output_text
+            check_inspector(base, created.id)
         finally:
             proc.send_signal(signal.SIGTERM)
             code = proc.wait(timeout=60)

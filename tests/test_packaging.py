@@ -18,6 +18,9 @@ MIGRATIONS = sorted(
     for p in (ROOT / "omni" / "migrations").rglob("*")
     if p.is_file() and "__pycache__" not in p.parts
 )
+INSPECTOR = sorted(
+    str(p.relative_to(ROOT)) for p in (ROOT / "omni" / "api" / "static").rglob("*") if p.is_file()
+)
 
 
 @pytest.fixture(scope="module")
@@ -36,10 +39,11 @@ def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_the_sdist_and_the_wheel_carry_the_migrations(dist: Path) -> None:
     assert "omni/migrations/script.py.mako" in MIGRATIONS and len(MIGRATIONS) >= 4
+    assert "omni/api/static/inspect/index.html" in INSPECTOR  # and the inspector's pages
     (sdist,) = dist.glob("omni_mlx-*.tar.gz")
     with tarfile.open(sdist) as tar:
         names = {name.split("/", 1)[1] for name in tar.getnames() if "/" in name}
-    assert set(MIGRATIONS) <= names
+    assert set(MIGRATIONS) <= names and set(INSPECTOR) <= names
     (wheel,) = dist.glob("omni_mlx-*.whl")
     with zipfile.ZipFile(wheel) as whl:
         names = set(whl.namelist())
@@ -47,7 +51,7 @@ def test_the_sdist_and_the_wheel_carry_the_migrations(dist: Path) -> None:
         entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
         assert "Name: omni-mlx\n" in whl.read(meta).decode()
         assert "omni = omni.cli:main" in whl.read(entry_points).decode()
-    assert set(MIGRATIONS) <= names
+    assert set(MIGRATIONS) <= names and set(INSPECTOR) <= names
     assert not {n for n in names if n.split("/")[0] in ("migrations", "tests", "bench")}
 
 

@@ -18,6 +18,18 @@ log = logging.getLogger("omni.access")
 # Probes and scrapes: open whatever keys are set (counts and timings only, never a prompt, an id
 # or a key, as vLLM has it), and logged at debug: they come every few seconds.
 OPEN_PATHS = frozenset({"/health", "/v1/health", "/metrics"})
+# The web inspector's pages and scripts: static, no data (that is under /inspect/api/, behind
+# the key), so a browser can load them before it has been given the key.
+INSPECTOR_PAGES = "/inspect"
+INSPECTOR_DATA = "/inspect/api/"
+
+
+def open_path(path: str) -> bool:
+    """Reachable without an API key (the Host and Origin checks still apply)."""
+    if path in OPEN_PATHS or path == INSPECTOR_PAGES:
+        return True
+    return path.startswith(INSPECTOR_PAGES + "/") and not path.startswith(INSPECTOR_DATA)
+
 
 FIELDS = "omni.access"  # the ASGI scope's key for this request's fields
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})

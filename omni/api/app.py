@@ -13,7 +13,7 @@ from typing import Any, cast
 from quart import Quart, Response
 
 from omni import db
-from omni.api import access, chat, errors, gate, metrics, models, responses
+from omni.api import access, chat, errors, gate, inspector, metrics, models, responses
 from omni.api.gate import Access
 from omni.engine.types import Engine
 from omni.events import Appender, EventStore, Notifier
@@ -88,6 +88,7 @@ def create_app(settings: Settings, engine: Engine) -> Quart:
         app.register_blueprint(models.bp, url_prefix=prefix, name=f"models{prefix}")
         app.register_blueprint(chat.bp, url_prefix=prefix, name=f"chat{prefix}")
     app.register_blueprint(metrics.bp)
+    app.register_blueprint(inspector.bp)
 
     @app.after_request
     async def request_id(response: Response) -> Response:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from quart import Quart, Response, g, request
 from werkzeug.exceptions import HTTPException
 
-from omni.api.access import OPEN_PATHS, note
+from omni.api.access import note, open_path
 from omni.api.keys import KeyRing
 from omni.errors import Forbidden, PayloadTooLarge, UnsupportedMediaType
 
@@ -93,7 +93,7 @@ def install(app: Quart, access: Access) -> None:
         if request.method == "OPTIONS" and "access-control-request-method" in request.headers:
             return _preflight()
         g.owner = None
-        if request.path in OPEN_PATHS:
+        if open_path(request.path):
             return None
         g.owner = access.keys.owner(request.headers.get("authorization"))
         if g.owner is not None:

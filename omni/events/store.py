@@ -726,6 +726,17 @@ class EventStore:
         self._scrub_soon()
         return removed
 
+    async def run_read(self, query: Callable[[Connection], T]) -> T:
+        """Run a sync function over one read connection (the inspector's queries, written
+        once for the CLI's sync engine and this async one)."""
+        self.check_file()
+        reader = self._open(self._reader)
+        try:
+            async with reader.connect() as conn:
+                return await conn.run_sync(query)
+        except SQLAlchemyError as exc:
+            raise StoreError(f"read failed: {_reason(exc)}") from exc
+
     async def _fetch(self, query: Any) -> list[Any]:
         self.check_file()  # before a pooled connection opens the file now at the path
         reader = self._open(self._reader)

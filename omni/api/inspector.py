@@ -1,0 +1,122 @@
+"""The web inspector: `GET /inspect` (recent responses and chat completions, live) and
+`GET /inspect/<id>` (one of them), static pages that read the JSON under /inspect/api/.
+
+The pages and their scripts carry no data, so they are served open (a browser navigating
+cannot send a bearer header); the JSON is behind the API key like every other read, and
+shows a key only what it created. The page asks for the key on a 401 and sends it as
+`Authorization: Bearer` on every fetch (omni/api/static/inspect/common.js).
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from quart import Blueprint, Response, current_app, jsonify, request
+
+from omni.api.gate import owner
+from omni.api.query import int_arg
+from omni.errors import NotFound
+from omni.events import EventStore
+from omni.inspect import Inspector
+
+bp = Blueprint("inspector", __name__)
+
+STATIC = Path(__file__).resolve().parent / "static" / "inspect"
+TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+}
+# Everything the pages load comes from here; the model's text is only ever set as text, and
+# the policy keeps any markup that slipped in from running scripts or loading anything.
+POLICY = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+    "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+
+
+@cache
+def _file(name: str) -> bytes | None:
+    """A file of the package's static folder (by bare name: no path reaches elsewhere)."""
+    if "/" in name or "\\" in name or name.startswith(".") or Path(name).suffix not in TYPES:
+        return None
+    path = STATIC / name
+    return path.read_bytes() if path.is_file() else None
+
+
+def _static(name: str) -> Response:
+    body = _file(name)
+    if body is None:
+        raise NotFound(f"No inspector file '{name}'.")
+    response = Response(body, content_type=TYPES[Path(name).suffix])
+    response.headers["content-security-policy"] = POLICY
+    response.headers["x-content-type-options"] = "nosniff"
+    response.headers["cache-control"] = "no-cache"
+    return response
+
+
+def _store() -> EventStore:
+    return current_app.config["OMNI"].store  # type: ignore[no-any-return]
+
+
+def _fresh(body: dict[str, Any]) -> Response:
+    response = jsonify(body)
+    response.headers["cache-control"] = "no-store"  # live: each poll reads the log again
+    return response
+
+
+@bp.get("/inspect")
+@bp.get("/inspect/")
+async def list_page() -> Response:
+    return _static("index.html")
+
+
+@bp.get("/inspect/<object_id>")
+async def object_page(object_id: str) -> Response:
+    return _static("object.html")
+
+
+@bp.get("/inspect/static/<name>")
+async def static_file(name: str) -> Response:
+    return _static(name)
+
+
+@bp.get("/inspect/api/recent")
+async def recent() -> Response:
+    who = owner()
+    limit = int_arg("limit", 50, low=1, high=500)
+    status = request.args.get("status") or None
+    model = request.args.get("model") or None
+    rows = await _store().run_read(
+        lambda c: Inspector(c).recent(status=status, model=model, limit=limit, owner=who)
+    )
+    return _fresh({"object": "list", "data": [row.to_json() for row in rows]})
+
+
+@bp.get("/inspect/api/<object_id>")
+async def detail(object_id: str) -> Response:
+    who = owner()
+    found = await _store().run_read(lambda c: Inspector(c).detail(object_id, owner=who))
+    if found is None:
+        raise NotFound(f"No response or completion with id '{object_id}' found.")
+    return _fresh(found.to_json())
+
+
+@bp.get("/inspect/api/<object_id>/timeline")
+async def timeline(object_id: str) -> Response:
+    who = owner()
+    after = int_arg("after_seq", -1, low=-1)
+
+    def read(conn: Any) -> list[dict[str, Any]] | None:
+        ins = Inspector(conn)
+        rows = ins.timeline(object_id, after_seq=after, owner=who)
+        if not rows and ins.detail(object_id, owner=who) is None:  # another key's, or none
+            return None
+        return [row.to_json() for row in rows]
+
+    rows = await _store().run_read(read)
+    if rows is None:
+        raise NotFound(f"No response or completion with id '{object_id}' found.")
+    return _fresh({"object": "list", "data": rows})

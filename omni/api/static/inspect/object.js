@@ -1,0 +1,192 @@
+// One response's (or chat completion's) page: what the log holds about it, and, while it
+// runs, its events as they are committed (a response: its SSE stream; others: polling).
+
+import { HttpError, RUNNING, api, el, ms, num, rate, showError, statusBadge, when } from "./common.js";
+import { drawChart } from "./chart.js";
+import { follow } from "./follow.js";
+
+const id = decodeURIComponent(location.pathname.replace(/\/+$/, "").split("/").pop());
+const path = `/inspect/api/${encodeURIComponent(id)}`;
+const $ = (selector) => document.querySelector(selector);
+const timeline = $("#timeline tbody");
+const rows = [];  // the timeline as shown, in order
+
+const summaryOf = (detail) => detail.summary ?? detail;
+
+function fill(dl, pairs) {
+  dl.replaceChildren();
+  for (const [name, value] of pairs) {
+    if (value === null || value === undefined || value === "") continue;
+    const text = typeof value === "object" ? JSON.stringify(value) : String(value);
+    dl.append(el("dt", { text: name }), el("dd", { "data-name": name, text }));
+  }
+}
+
+function flat(object, prefix = "") {
+  const pairs = [];
+  for (const [name, value] of Object.entries(object ?? {})) {
+    if (value && typeof value === "object" && !Array.isArray(value)) pairs.push(...flat(value, `${prefix}${name}.`));
+    else pairs.push([`${prefix}${name}`, value]);
+  }
+  return pairs;
+}
+
+function setStatus(status) {
+  $("#status").replaceChildren(statusBadge(status));
+  document.body.dataset.status = status ?? "";
+}
+
+function renderDetail(detail) {
+  const summary = summaryOf(detail);
+  document.title = `${summary.id} · Omni inspector`;
+  $("#object-id").textContent = summary.id;
+  $("#kind").textContent = summary.kind;
+  $("#model").textContent = summary.model ?? "";
+  $("#created").textContent = when(summary.created);
+  setStatus(summary.status);
+  const t = detail.timings ?? {};
+  fill($("#timings"), [
+    ["queued", ms(t.queued_ms)], ["time to first token", ms(t.ttft_ms)],
+    ["decode", rate(t.decode_tokens_per_s)], ["total", ms(t.total_ms)],
+  ]);
+  fill($("#usage"), flat(detail.usage));
+  const request = detail.request ?? {};
+  const { input: items, ...settings } = request;
+  fill($("#request"), [
+    ...flat(settings), ["finish reason", detail.finish_reason],
+    ["previous response", detail.previous_response_id], ["replay of", detail.replay_of],
+    ["stored", detail.store === false ? "no" : null], ["background", summary.background ? "yes" : null],
+    ["key", summary.owner], ["deleted", summary.deleted ? "yes" : null],
+  ]);
+  $("#input-items").replaceChildren(...(items ?? []).map((item) => el(
+    "li", {}, el("span", { class: "kind", text: [item.type, item.role].filter(Boolean).join(" · ") }),
+    " ", el("span", { class: "text", text: item.text ?? "" }),
+  )));
+  $("#output-text").textContent = detail.output_text ?? "";
+  const reasoning = detail.reasoning ?? "";
+  $("#reasoning").hidden = !reasoning;
+  $("#reasoning pre").textContent = reasoning;
+  const calls = detail.tool_calls ?? [];
+  $("#tool-calls").hidden = !calls.length;
+  $("#tool-calls ol").replaceChildren(...calls.map((call) => el(
+    "li", {}, el("code", { text: `${call.name}(${call.arguments})` }), ` ${call.call_id ?? ""}`,
+  )));
+  const failure = detail.error;
+  $("#failure").hidden = !failure;
+  $("#failure").textContent = failure ? `${failure.code ?? "error"}: ${failure.message}` : "";
+}
+
+function rowElement(row, start) {
+  return el(
+    "tr", { "data-stream": row.stream_id, "data-seq": row.seq, "data-type": row.type },
+    el("td", { class: "n", text: row.seq }),
+    el("td", { class: "type", text: row.type }),
+    el("td", { class: "n", title: row.time, text: num(row.created_ms - start) }),
+    el("td", { class: "n", text: num(row.ms_since_previous) }),
+    el("td", { class: "text" }, el("span", { text: row.text ?? "" })),
+  );
+}
+
+const startOf = () => (rows.length ? rows[0].created_ms : 0);
+
+function redrawChart() {
+  const own = rows.filter((row) => row.stream_id === id);
+  const start = startOf();
+  let n = 0;
+  const points = [];
+  for (const row of own) if (row.text !== null && row.text !== undefined) points.push({ t: row.created_ms - start, n: ++n });
+  drawChart($("#chart"), points);
+  $("#event-count").textContent = `${rows.length} events`;
+}
+
+function setTimeline(data) {
+  rows.splice(0, rows.length, ...data);
+  timeline.replaceChildren(...rows.map((row) => rowElement(row, startOf())));
+  redrawChart();
+}
+
+// A live event off the SSE stream; its time is when it arrived here (the log's own times
+// replace it once the response has ended).
+function addEvent(frame) {
+  const now = Date.now();
+  const previous = rows.findLast((row) => row.stream_id === id);
+  const delta = typeof frame.data.delta === "string" ? frame.data.delta : null;
+  const row = {
+    stream_id: id, seq: frame.seq, type: frame.type, time: new Date(now).toISOString(),
+    created_ms: now, ms_since_previous: previous ? now - previous.created_ms : null, text: delta,
+  };
+  rows.push(row);
+  timeline.append(rowElement(row, startOf()));
+  if (frame.type === "response.output_text.delta") $("#output-text").append(delta);
+  const status = frame.data.response?.status;
+  if (status) setStatus(status);
+  redrawChart();
+}
+
+async function load() {
+  const [detail, events] = await Promise.all([api(path), api(`${path}/timeline`)]);
+  renderDetail(detail);
+  setTimeline(events.data);
+  return detail;
+}
+
+function liveState(state) {
+  const live = $("#live");
+  live.textContent = { live: "live", reconnecting: "reconnecting…", ended: "ended", gone: "gone" }[state] ?? state;
+  live.className = `live ${state === "live" ? "on" : "off"}`;
+  document.body.dataset.live = state;
+}
+
+const sleep = (wait) => new Promise((resolve) => setTimeout(resolve, wait));
+
+async function loadUntilDone() {
+  for (;;) {
+    try {
+      const detail = await load();
+      showError(null);
+      return detail;
+    } catch (error) {
+      if (error instanceof HttpError && error.status === 404) throw error;
+      showError(error);
+      await sleep(1000);
+    }
+  }
+}
+
+async function main() {
+  let detail;
+  try {
+    detail = await loadUntilDone();
+  } catch (error) {
+    showError(error);
+    $("#object").hidden = true;
+    document.body.dataset.state = "missing";
+    return;
+  }
+  try {
+    await followUntilDone(detail);
+  } catch (error) {
+    showError(error);  // deleted meanwhile: what was shown stays
+  }
+}
+
+async function followUntilDone(detail) {
+  while (RUNNING.has(summaryOf(detail).status)) {
+    if (summaryOf(detail).kind === "response") {
+      const own = rows.filter((row) => row.stream_id === id);
+      const after = own.length ? Math.max(...own.map((row) => row.seq)) : -1;
+      // The text so far from the log's deltas, so the live ones carry on exactly after it.
+      $("#output-text").textContent = own
+        .filter((row) => row.type === "response.output_text.delta").map((row) => row.text).join("");
+      await follow(id, after, addEvent, liveState);
+    } else {
+      liveState("polling");
+      await sleep(1000);
+    }
+    detail = await loadUntilDone();
+  }
+  liveState("ended");
+  document.body.dataset.state = "final";
+}
+
+main();

@@ -1,0 +1,99 @@
+"""The web inspector's HTTP side (omni/api/inspector.py): open static pages, JSON behind the
+key and per key, the Host check in front of both. The browser tests are in
+test_inspector_browser.py."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from openai import OpenAI
+
+from tests.api._browser import keyed_server, logged
+from tests.api._helpers import MODEL
+from tests.server import ServerThread
+
+KEY_A = "sk-alice-" + "a" * 24
+KEY_B = "sk-bob-" + "b" * 24
+PAGES = ["/inspect", "/inspect/", "/inspect/resp_anything"]
+STATIC = ["index.html", "object.html", "common.js", "list.js", "object.js", "follow.js"]
+STATIC += ["chart.js", "inspect.css"]
+
+
+@pytest.fixture(scope="module")
+def keyed(tiny_engine: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
+    db = tmp_path_factory.mktemp("inspect-keyed") / "omni.db"
+    srv = keyed_server(tiny_engine, db, {"alice": KEY_A, "bob": KEY_B})
+    yield srv
+    srv.stop()
+
+
+def sdk(srv: ServerThread, key: str) -> OpenAI:
+    return OpenAI(
+        base_url=f"{srv.base_url}/v1", api_key=key, max_retries=0, _strict_response_validation=True
+    )
+
+
+def test_pages_and_their_files_are_served_with_a_strict_policy(http: httpx.Client) -> None:
+    for path in PAGES:
+        page = http.get(path, headers={"authorization": ""})
+        assert page.status_code == 200, path
+        assert page.headers["content-type"].startswith("text/html")
+        assert "script-src 'self'" in page.headers["content-security-policy"]
+        assert "<script" in page.text
+    for name in STATIC:
+        got = http.get(f"/inspect/static/{name}")
+        assert got.status_code == 200, name
+        assert got.headers["x-content-type-options"] == "nosniff"
+    assert http.get("/inspect/static/inspector.py").status_code == 404
+    assert http.get("/inspect/static/..%2Finspector.py").status_code == 404
+    assert http.get("/inspect/static/missing.js").status_code == 404
+
+
+def test_the_json_is_the_log_read_by_the_inspector(
+    server: ServerThread, client: OpenAI, http: httpx.Client
+) -> None:
+    made = client.responses.create(model=MODEL, input="hello", max_output_tokens=12)
+    recent = http.get("/inspect/api/recent").json()["data"]
+    assert recent[0]["id"] == made.id and recent[0]["kind"] == "response"
+    assert recent[0]["status"] == made.status
+    detail = http.get(f"/inspect/api/{made.id}")
+    assert detail.status_code == 200 and detail.headers["cache-control"] == "no-store"
+    assert detail.json()["output_text"] == made.output_text
+    rows = http.get(f"/inspect/api/{made.id}/timeline").json()["data"]
+    public = [(r["stream_id"], r["seq"], r["type"]) for r in rows if r["stream_id"] == made.id]
+    assert public == logged(server.state.store.path, made.id)
+    after = http.get(f"/inspect/api/{made.id}/timeline", params={"after_seq": 2}).json()["data"]
+    assert [r["seq"] for r in after if r["stream_id"] == made.id] == [s for _, s, _ in public[3:]]
+    assert http.get("/inspect/api/resp_missing").status_code == 404
+    assert http.get("/inspect/api/resp_missing/timeline").status_code == 404
+    assert http.get("/inspect/api/recent", params={"limit": 0}).status_code == 400
+
+
+def test_a_key_sees_only_its_own(keyed: ServerThread) -> None:
+    with sdk(keyed, KEY_A) as alice, sdk(keyed, KEY_B) as bob:
+        mine = alice.responses.create(model=MODEL, input="mine", max_output_tokens=4)
+        theirs = bob.responses.create(model=MODEL, input="theirs", max_output_tokens=4)
+    with httpx.Client(base_url=keyed.base_url, timeout=30) as raw:
+        for path in PAGES + ["/inspect/static/object.js"]:
+            assert raw.get(path).status_code == 200, path  # no key: the pages hold no data
+        for path in ["/inspect/api/recent", f"/inspect/api/{mine.id}"]:
+            refused = raw.get(path)
+            assert refused.status_code == 401 and refused.headers["www-authenticate"] == "Bearer"
+        wrong = raw.get("/inspect/api/recent", headers={"authorization": "Bearer nope"})
+        assert wrong.status_code == 401
+        as_alice = {"authorization": f"Bearer {KEY_A}"}
+        ids = [r["id"] for r in raw.get("/inspect/api/recent", headers=as_alice).json()["data"]]
+        assert ids == [mine.id]
+        assert raw.get(f"/inspect/api/{mine.id}", headers=as_alice).status_code == 200
+        for path in [f"/inspect/api/{theirs.id}", f"/inspect/api/{theirs.id}/timeline"]:
+            assert raw.get(path, headers=as_alice).status_code == 404, path
+
+
+def test_the_host_check_guards_the_pages_too(http: httpx.Client) -> None:
+    for path in ["/inspect", "/inspect/static/list.js", "/inspect/api/recent"]:
+        refused = http.get(path, headers={"host": "evil.example"})
+        assert refused.status_code == 403, path
+        assert refused.json()["error"]["code"] == "host_not_allowed"
