@@ -106,12 +106,29 @@ def check(conn: sqlite3.Connection, vocabulary: Vocabulary) -> list[Problem]:
     try:
         sqlite = [str(row[0]) for row in conn.execute("PRAGMA integrity_check")]
         found += [Problem("", what) for what in sqlite if sqlite != ["ok"]]
+        if sqlite == ["ok"] and (unused := _unused_pages(conn)):
+            found.append(Problem("", f"{unused} pages of the file are never used"))
         found += _invariants(conn, vocabulary)
     except sqlite3.DatabaseError as exc:  # a page too damaged to read at all
         found.append(Problem("", f"unreadable: {exc}"))
     finally:
         conn.execute("ROLLBACK")
     return found
+
+
+def _unused_pages(conn: sqlite3.Connection) -> int:
+    """Pages no table, index or the free list holds. SQLite 3.40's integrity_check leaves this
+    out once the schema has a view (its list of roots then starts with a view's 0, which it
+    reads as "a partial check"), so it is counted here from dbstat; 0 without dbstat."""
+    try:
+        row = conn.execute(
+            "SELECT (SELECT page_count FROM pragma_page_count)"
+            " - (SELECT freelist_count FROM pragma_freelist_count)"
+            " - (SELECT count(DISTINCT pageno) FROM dbstat)"
+        ).fetchone()
+    except sqlite3.OperationalError:  # built without SQLITE_ENABLE_DBSTAT_VTAB
+        return 0
+    return int(row[0])
 
 
 def _invariants(conn: sqlite3.Connection, vocabulary: Vocabulary) -> list[Problem]:
