@@ -34,6 +34,20 @@ def assert_one_line_error(result: subprocess.CompletedProcess[str], fragment: st
     assert len(errors) == 1 and fragment in errors[0], result.stderr
 
 
+def kill_mid_stream(base: str, response_id: str, proc: subprocess.Popen[str], deltas: int) -> bytes:
+    """Follow a response live and `kill -9` the server once `deltas` text deltas came; the
+    bytes read by then."""
+    with httpx.stream("GET", f"{base}/v1/responses/{response_id}?stream=true", timeout=60) as s:
+        seen = b""
+        for chunk in s.iter_bytes():
+            seen += chunk
+            if seen.count(b"event: response.output_text.delta") >= deltas:
+                os.kill(proc.pid, signal.SIGKILL)
+                break
+    proc.wait()
+    return seen
+
+
 @contextmanager
 def serving(
     model: Path, db: Path, log_level: str = "warning", log: Path | None = None, *extra: str

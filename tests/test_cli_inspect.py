@@ -20,7 +20,7 @@ from alembic import command
 
 from omni.db import alembic_config
 from omni.schemas.stream import TERMINAL_TYPES
-from tests.test_cli import assert_one_line_error, omni, serving
+from tests.test_cli import assert_one_line_error, kill_mid_stream, omni, serving
 
 MODEL = "tiny-llama"
 
@@ -219,14 +219,7 @@ def test_the_cli_reads_a_log_left_by_kill_9(tiny_model_dir: Path, tmp_path: Path
         body = {"model": MODEL, "input": "long", "background": True, "max_output_tokens": 1500,
                 "temperature": 0}  # fmt: skip
         rid = httpx.post(f"{base}/v1/responses", json=body, timeout=60).json()["id"]
-        with httpx.stream("GET", f"{base}/v1/responses/{rid}?stream=true", timeout=60) as s:
-            seen = b""
-            for chunk in s.iter_bytes():
-                seen += chunk
-                if seen.count(b"event: response.output_text.delta") >= 20:
-                    os.kill(proc.pid, signal.SIGKILL)
-                    break
-        proc.wait()
+        seen = kill_mid_stream(base, rid, proc, 20)
     seen = strip(seen).rsplit(b"\n\n", 1)[0] + b"\n\n"  # whole frames only
     assert (tmp_path / "omni.db-wal").exists()
     before = _digest(db)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.test_cli import serving
+from tests.test_cli import kill_mid_stream, serving
 
 BODY = {"model": "tiny-llama", "input": "Tell me a long story.", "background": True}
 
@@ -45,15 +45,7 @@ def test_kill_9_then_restart_continues_background_work(
         body = {**BODY, "temperature": 0, "max_output_tokens": max_tokens}
         ids = [httpx.post(f"{base}/v1/responses", json=body).json()["id"] for _ in range(3)]
         # Follow the running one live, and kill the server in the middle of it.
-        url = f"{base}/v1/responses/{ids[0]}?stream=true"
-        with httpx.stream("GET", url, timeout=60) as stream:
-            buffer = b""
-            for chunk in stream.iter_bytes():
-                buffer += chunk
-                if buffer.count(b"event: response.output_text.delta") >= 40:
-                    os.kill(proc.pid, signal.SIGKILL)
-                    break
-        proc.wait()
+        buffer = kill_mid_stream(base, ids[0], proc, 40)
         seen = frames(buffer.rsplit(b"\n\n", 1)[0] + b"\n\n")  # whole frames only
 
     with sqlite3.connect(db) as conn:
