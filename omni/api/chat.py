@@ -85,10 +85,11 @@ def _no_cache() -> bool:
 @bp.post("/chat/completions")
 async def create_chat() -> Any:
     state = _state()
-    body = parse_body(await request.get_data(), ChatCompletionCreate)
-    state.responses.check_model(body.model)
     service: CompletionsService = state.completions
-    cid, hit = await service.create_chat(body, bypass_cache=_no_cache(), owner=owner())
+    with state.responses.runs.intake.request():
+        body = parse_body(await request.get_data(), ChatCompletionCreate)
+        state.responses.check_model(body.model)
+        cid, hit = await service.create_chat(body, bypass_cache=_no_cache(), owner=owner())
     if body.stream:
         response = _stream(service, cid, body.include_usage)
     else:
@@ -103,10 +104,11 @@ async def create_chat() -> Any:
 @bp.post("/completions")
 async def create_text() -> Any:
     state = _state()
-    body = parse_body(await request.get_data(), CompletionCreate)
-    state.responses.check_model(body.model)
     service: CompletionsService = state.completions
-    cid = await service.create_text(body, owner())
+    with state.responses.runs.intake.request():
+        body = parse_body(await request.get_data(), CompletionCreate)
+        state.responses.check_model(body.model)
+        cid = await service.create_text(body, owner())
     if body.stream:
         return _stream(service, cid, body.include_usage)
     return await _complete(service, "text", cid)

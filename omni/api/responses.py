@@ -64,8 +64,9 @@ def _sse(
 @bp.post("/responses")
 async def create() -> Any:
     service = _service()
-    body = parse_body(await request.get_data(), ResponseCreate)
-    created = await service.create(body, owner())
+    with service.runs.intake.request():
+        body = parse_body(await request.get_data(), ResponseCreate)
+        created = await service.create(body, owner())
     response_id = created["id"]
     access.note(id=response_id)
     if body.stream:

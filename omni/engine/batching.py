@@ -36,7 +36,8 @@ from omni.engine.types import Sampling
 log = logging.getLogger(__name__)
 
 # Messages to the engine process.
-JOB: Final = "job"  # (JOB, id, prompt, resume_tokens, cache_namespace, sampling, constraint)
+# (JOB, id, prompt, resume_tokens, cache_namespace, sampling, constraint, behind)
+JOB: Final = "job"
 CANCEL: Final = "cancel"  # (CANCEL, id)
 MAX_BATCH: Final = "max_batch"  # (MAX_BATCH, n)
 CLOSE: Final = "close"  # (CLOSE,)
@@ -85,6 +86,9 @@ class Spec:
     cache_namespace: str
     sampling: Sampling
     constraint: dict[str, Any] | None = None  # a grammar the output must follow
+    # Other requests the server was still taking in when it sent this one (they are on their
+    # way here): an idle engine waits a little for them rather than start this one alone.
+    behind: int = 0
 
 
 @dataclass(eq=False, slots=True)
@@ -158,6 +162,7 @@ class BatchScheduler:
         self.max_batch = max_batch
         self.gather_s = gather_s
         self._oldest_wait = 0.0  # when the oldest waiting job arrived
+        self._behind = 0  # what the last job to arrive said of the requests behind it
         self._checked = 0.0  # when the scheduler last decided whether to gather
         self.time_prefill = time_prefill or trace  # stats of each step's prefill (benchmarks)
         # For benchmarks: one row per step (TRACE_FIELDS), to see when jobs came and went.
@@ -209,7 +214,7 @@ class BatchScheduler:
         stats, clock = self.stats, time.perf_counter
         mark = clock()
         self._conn = conn
-        while not self._closing and self._receive(conn, block=not self.busy):
+        while not self._closing and self._receive(conn, self._wait_s()):
             arrived, self._arrivals = self._arrivals, 0
             now = clock()
             stats["idle_s"] += now - mark
@@ -217,13 +222,14 @@ class BatchScheduler:
             # Jobs beyond the batch size wait here, still queued (and cancellable as such).
             self._drop_cancelled()
             self._take_long()
-            hold = self._gathering(now, arrived)
+            expecting = self._expecting(now)
+            hold = expecting or self._gathering(now, arrived)
             startable = len(self.ready) + len(self.waiting)
             if self.solo is not None and (
                 (startable and not hold) or self.solo.slot.spec.id in self.stopping
             ):
                 self._end_solo()
-            if startable == 1 and not self.slots and self.solo is None:
+            if startable == 1 and not self.slots and self.solo is None and not expecting:
                 if self.ready and _solo_ok(self.ready[0].slot.spec):
                     self._begin(self._start_solo, self.ready.popleft())
                 elif self.waiting and _solo_ok(self.waiting[0]):
@@ -413,16 +419,19 @@ class BatchScheduler:
             parts.append(f"decoding {len(self.slots)} jobs in the batch ({n} prompts prefilling)")
         return "; ".join(parts) or "nothing"
 
-    def _receive(self, conn: Connection, block: bool) -> bool:
-        """Take in what the server sent; False once it asks to close (or is gone)."""
-        while conn.poll(None if block else 0):
-            block = False
+    def _receive(self, conn: Connection, wait_s: float | None) -> bool:
+        """Take in what the server sent, waiting up to `wait_s` for the first message (None:
+        for as long as it takes); False once it asks to close (or is gone)."""
+        while conn.poll(wait_s):
+            wait_s = 0
             message = conn.recv()
             kind = message[0]
             if kind == JOB:
                 if not self.waiting:
                     self._oldest_wait = time.perf_counter()
-                self.waiting.append(Spec(*message[1:]))
+                spec = Spec(*message[1:])
+                self.waiting.append(spec)
+                self._behind = spec.behind
                 self._arrivals += 1
                 self._jobs += 1
             elif kind == CANCEL:
@@ -432,6 +441,32 @@ class BatchScheduler:
             elif kind == CLOSE:
                 return False
         return True
+
+    def _wait_s(self) -> float | None:
+        """How long the next look at the pipe may wait: for ever when there is nothing to do,
+        not at all when there is, and what is left of the gathering window while an idle
+        engine expects more jobs (_expecting)."""
+        if not self.busy:
+            return None
+        if self._expecting(time.perf_counter()):
+            return max(0.0, self._oldest_wait + self.gather_s - time.perf_counter())
+        return 0
+
+    def _expecting(self, now: float) -> bool:
+        """Whether an idle engine waits for jobs the server said are on their way. Requests
+        sent at once cross the server one after another (HTTP, the template, the records:
+        ~1 ms each), so their jobs come here a little apart: started as they came, the first
+        would run alone while the rest arrive, then move into the batch beside them, and
+        they would wait for that. Held until the server has taken in the last of them (its
+        job says nobody is behind it), a prefill group's worth is here, or `gather_s` has
+        passed since the first, they are prefilled together, as if they had come at once.
+        A job that comes alone says nobody is behind it and starts at once."""
+        return (
+            self._behind > 0
+            and not (self.slots or self.solo is not None or self.prefills or self.ready)
+            and 0 < len(self.waiting) < self.batch.prefill_batch_size
+            and now - self._oldest_wait < self.gather_s
+        )
 
     def _gathering(self, now: float, arrived: int) -> bool:
         """Jobs still arriving while others decode wait a little to be prefilled together:
@@ -594,7 +629,7 @@ class BatchScheduler:
 
     def _heard_stop(self, job_id: int) -> None:
         """Between prompt chunks: take in what the server sent; stop if this job is cancelled."""
-        if self._conn is not None and not self._receive(self._conn, block=False):
+        if self._conn is not None and not self._receive(self._conn, 0):
             self._closing = True
         if self._closing or job_id in self.stopping:
             raise _Stopped

@@ -257,6 +257,7 @@ class MLXEngine:
             job.cache_namespace,
             job.sampling,
             job.constraint,
+            job.behind,
         )
         self._send(spec)
         # Sent after the job itself, so the engine always knows the id it is asked to stop.

@@ -104,6 +104,8 @@ class Job:
     # A grammar the output must follow: {"type": "json_schema", "schema": {...}} or
     # {"type": "json_object"} (omni.engine.grammar).
     constraint: dict[str, Any] | None = None
+    # Other requests the server was still taking in as this one's job left for the engine.
+    behind: int = 0
     outputs: asyncio.Queue[Output] = field(default_factory=asyncio.Queue)
     stop: threading.Event = field(default_factory=threading.Event)
     _claimed: bool = False

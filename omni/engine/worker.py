@@ -118,6 +118,10 @@ def main(
     weights_setting: str = weights.AUTO,
 ) -> None:
     _die_with_parent()
+    # What the server preloaded (omni.engine.blas, gemv) is in this process since its start;
+    # a process this one starts must not look for it: the forwarder's file is removed once
+    # the model is loaded (the dynamic linker said so on stderr for every such process).
+    os.environ.pop("LD_PRELOAD", None)
     use_mlx_settings()
     no_torch_advice()
     try:

@@ -19,6 +19,7 @@ from omni.engine.types import Delta, Engine, Failed, Finished, Job, Output
 from omni.errors import Overloaded, ShuttingDown, StoreError
 from omni.events import Append, Appender, EventStore, NewEvent, Notifier, StoredEvent
 from omni.metrics import UNREAD, Metrics
+from omni.service.intake import Intake
 from omni.service.streams import TOKENS, dumps, request_stream, tokens_stream
 from omni.service.unwritten import end_unwritten
 
@@ -99,6 +100,7 @@ class Runs:
         self.metrics: Metrics = UNREAD  # the app's, once it serves
         self.closing = False  # the server is stopping: no new work
         self._interrupted = False  # ... and what runs now is ended or left at once
+        self.intake = Intake()  # requests on their way to open a run
 
     def check_capacity(self) -> None:
         """Refuse new work: all of it (503) once the server is stopping, else (429) while too
@@ -117,6 +119,7 @@ class Runs:
         they commit (its outputs wait in the job's queue, recorded once the opening is in the
         log): the first token is not held up by the first commit. If the commit fails, the
         job is cancelled and the error raised."""
+        run.job.behind = self.intake.handed()
         self.engine.submit(run.job)
         try:
             await self.appender.append(*opening)

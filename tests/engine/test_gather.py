@@ -45,6 +45,9 @@ class Script:
         while timeout is None and (now := self._now()) is not None and not now:
             self.skipped += 1  # blocked: time passes until something comes
         now = self._now()
+        if timeout and now is not None and not now:  # a wait with a bound: a step passes
+            self.skipped += 1
+            now = self._now()
         return now is None or bool(now)
 
     def recv(self) -> tuple[Any, ...]:
@@ -61,8 +64,9 @@ class Script:
         return [g for g in groups if g]
 
 
-def job(i: int, tokens: int = 40) -> tuple[Any, ...]:
-    return (JOB, i, [1, 2, 3, 10 + i], [], "", Sampling(temperature=0.0, max_tokens=tokens))
+def job(i: int, tokens: int = 40, behind: int = 0) -> tuple[Any, ...]:
+    sampling = Sampling(temperature=0.0, max_tokens=tokens)
+    return (JOB, i, [1, 2, 3, 10 + i], [], "", sampling, None, behind)
 
 
 @pytest.fixture(scope="module")
@@ -341,3 +345,32 @@ def test_batches_no_bigger_than_a_group_never_hold_a_job_back(
         running = [j for j in range(i) if ended[j] >= i]  # still in the batch when i came
         if len(running) < max_batch:
             assert started[i] == i, (i, started, ended)
+
+
+def test_an_idle_engine_waits_for_the_jobs_on_their_way(loaded: tuple[Any, Any]) -> None:
+    # Three requests taken in at once: each job says how many are still behind it. The
+    # first does not start alone: the three are prefilled together once the last is here.
+    steps = [[job(0, behind=2)], [job(1, behind=1)], [], [job(2)], []]
+    script = run(loaded, steps, gather_s=60.0)
+    assert script.started_together() == [[0, 1, 2]]
+    # Told of nobody behind it, a job starts alone at once; the others join it later.
+    steps = [[job(0)], [job(1)], [job(2)]]
+    assert run(loaded, steps, gather_s=60.0).started_together()[0] == [0]
+
+
+def test_an_idle_engine_waits_for_a_group_at_most(loaded: tuple[Any, Any]) -> None:
+    # Many on their way: a prefill group's worth starts together, the rest after.
+    n = PREFILL_GROUP + 2
+    steps = [[job(i, behind=n - 1 - i)] for i in range(n)]
+    gathered = run(loaded, steps, gather_s=60.0).started_together()
+    assert gathered[0] == list(range(PREFILL_GROUP))
+    assert sorted(i for g in gathered[1:] for i in g) == [PREFILL_GROUP, PREFILL_GROUP + 1]
+
+
+def test_an_idle_engine_waits_no_longer_than_gather_s(loaded: tuple[Any, Any]) -> None:
+    # The job said one more was coming, and none came: it starts once gather_s has passed.
+    steps = [[job(0, behind=1)], *([[]] * 5), [job(1)]]
+    script = run(loaded, steps, gather_s=0.0)
+    assert script.started_together()[0] == [0]
+    script = run(loaded, steps, gather_s=60.0)  # waited for: 1 came, both start together
+    assert script.started_together() == [[0, 1]]

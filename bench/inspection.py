@@ -1,7 +1,7 @@
 """The inspector's reads on a big log: 10,000 responses and 1,000 chat completions in
 1,000,000 events.
 
-    python bench/inspect.py [--responses 10000] [--deltas 90] [--repeat 20] [--db PATH]
+    python bench/inspection.py [--responses 10000] [--deltas 90] [--repeat 20] [--db PATH]
 
 Builds the log through the real migrations (so the `summaries` triggers run on every row,
 as they do under the server), in one transaction with executemany; each response is its
