@@ -19,7 +19,7 @@ from pathlib import Path
 from openai import OpenAI
 
 import omni
-from omni.engine.tiny import build_tiny_llama
+from omni.runtime.tiny import build_tiny_llama
 
 
 def free_port() -> int:

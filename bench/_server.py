@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from omni.engine.worker import use_mlx_settings  # noqa: E402
+from omni.runtime.worker import use_mlx_settings  # noqa: E402
 
 # The raw mlx-lm baselines of every benchmark that imports this run with the MLX settings
 # Omni's engine uses (bench/attention.py compares them with MLX's defaults). Set in this
@@ -93,8 +93,8 @@ def model_or_tiny(model: str | None, folder: Path) -> tuple[str, str]:
     """(path, id) of --model, resolved as `omni serve` does; without one, a tiny random-weight
     llama (4 layers, 256 wide) built in `folder`."""
     from omni.cli import omni_home
-    from omni.engine.model_source import resolve_model
-    from omni.engine.tiny import build_tiny_llama
+    from omni.runtime.model_source import resolve_model
+    from omni.runtime.tiny import build_tiny_llama
 
     if model is None:
         return str(build_tiny_llama(folder / "tiny", layers=4, hidden=256)), "tiny"

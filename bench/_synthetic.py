@@ -8,7 +8,7 @@ import threading
 import time
 from typing import Any
 
-from omni.engine.types import Delta, Finished, Job, Started
+from omni.jobs import Delta, Finished, Job, Started
 
 
 class SyntheticEngine:

@@ -92,7 +92,7 @@ def child(model_path: str) -> dict[str, Any]:
 
 def main() -> None:
     from omni.cli import omni_home
-    from omni.engine.model_source import resolve_model
+    from omni.runtime.model_source import resolve_model
 
     source = resolve_model(ARGS.model, omni_home(), lambda m: print(m, file=sys.stderr))
     results: dict[str, dict[str, Any]] = {}

@@ -414,7 +414,7 @@ def raw_worker(
     finally:
         gen.close()
     if trace is not None and trace_path:
-        from omni.engine.worker import write_trace
+        from omni.runtime.worker import write_trace
 
         write_trace(trace_path, trace)
 
@@ -464,14 +464,14 @@ class RawBatch:
 def omni_prefill_group() -> int:
     """The prompts Omni's engine prefills at a time in this run: BENCH_OMNI_ENV's
     OMNI_PREFILL_GROUP, else the engine's own on this device."""
-    from omni.engine.worker import prefill_group
+    from omni.runtime.worker import prefill_group
 
     return prefill_group({**os.environ, **bench_omni_env()})  # the environment start_omni gives
 
 
 def main() -> None:
     from omni.cli import omni_home
-    from omni.engine.model_source import resolve_model
+    from omni.runtime.model_source import resolve_model
 
     source = resolve_model(ARGS.model, omni_home(), lambda m: print(m, file=sys.stderr))
     if SPLIT is not None:  # the servers and raw (started from here) inherit these CPUs

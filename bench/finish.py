@@ -3,7 +3,7 @@ server): N prompts at once, greedy, all finishing by length, so groups prefilled
 together. Each finishing step is timed beside its parts: BatchGenerator taking the finished rows
 out of its batched KV cache (`GenerationBatch.filter`), cutting each finished job's cache out
 (`extract_cache`), and, in the `keep` arm, Omni's engine keeping those caches for prefix reuse
-(`omni.engine.generation.PrefixCache.insert`, as `omni.engine.batching` does); the `raw` arm
+(`omni.runtime.generation.PrefixCache.insert`, as `omni.runtime.batching` does); the `raw` arm
 drops them, as bench/concurrency.py's raw BatchGenerator does.
 
     python bench/finish.py [--model PATH] [--streams 64] [--tokens 128] [--rounds 3]
@@ -74,7 +74,7 @@ class Timed:
 def one_round(model: Any, tokenizer: Any, arm: str, rnd: int, timed: Timed) -> dict[str, Any]:
     from mlx_lm.generate import BatchGenerator
 
-    from omni.engine.generation import PrefixCache
+    from omni.runtime.generation import PrefixCache
 
     eos = sorted(tokenizer.eos_token_ids)
     gen = BatchGenerator(
@@ -205,7 +205,7 @@ def cell(value: float | None, width: int) -> str:
 
 
 def parse() -> argparse.Namespace:
-    from omni.engine.worker import prefill_group
+    from omni.runtime.worker import prefill_group
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument(
@@ -231,7 +231,7 @@ def parse() -> argparse.Namespace:
     if args.model is None:  # a quick check of the script itself
         import tempfile
 
-        from omni.engine.tiny import build_tiny_llama
+        from omni.runtime.tiny import build_tiny_llama
 
         args.model = str(build_tiny_llama(Path(tempfile.mkdtemp()) / "tiny-llama"))
     return args

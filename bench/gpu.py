@@ -58,7 +58,7 @@ def build(folder: Path) -> Path:
     from mlx.utils import tree_flatten
     from mlx_lm.models import llama
 
-    from omni.engine.tiny import build_tokenizer
+    from omni.runtime.tiny import build_tokenizer
 
     folder.mkdir(parents=True, exist_ok=True)
     build_tokenizer(folder)
@@ -145,7 +145,7 @@ def main() -> None:
 
 def groups(model: Path, out: Path, extra: list[str]) -> None:
     """Omni's prefill group against raw's, alternating, at 64 streams (bench/README.md)."""
-    from omni.engine.worker import prefill_group
+    from omni.runtime.worker import prefill_group
 
     print(f"the engine's prefill group here: {prefill_group()}", flush=True)
     arms = os.environ.get("GPU_GROUP_ARMS", "16/8,8/8,16/8,8/8,16/16").split(",")

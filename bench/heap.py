@@ -5,7 +5,7 @@ life set aside (omni.heap, gc.freeze) and without, against raw mlx-lm's process.
 
 Each process shape is built in a fresh interpreter, the way it is built for serving:
 1. raw mlx-lm: `mlx_lm.load` of the model, nothing else (the baseline's pause);
-2. the engine process: omni.engine.worker.main, up to the moment it reports "loaded";
+2. the engine process: omni.runtime.worker.main, up to the moment it reports "loaded";
 3. the server process: the engine started and the Quart app through its start-up, as
    `omni serve` builds them.
 In each, a full collection (`gc.collect()`, the one a process meets every few hundred
@@ -59,8 +59,8 @@ pauses(False)
 ENGINE = """
 import threading
 from multiprocessing import Pipe
-from omni.engine import worker
-from omni.engine.batching import CLOSE
+from omni.runtime import worker
+from omni.runtime.batching import CLOSE
 ours, theirs = Pipe()
 thread = threading.Thread(target=worker.main, args=(theirs, PATH, 16, 1 << 30, 64))
 thread.start()
@@ -73,8 +73,8 @@ ours.send((CLOSE,)); thread.join()
 SERVER = """
 import asyncio, os, tempfile
 from omni.api.app import Settings, create_app
-from omni.engine.mlx_engine import MLXEngine
-from omni.engine.model_source import ModelSource
+from omni.runtime.mlx_engine import MLXEngine
+from omni.runtime.model_source import ModelSource
 from omni.heap import set_aside
 engine = MLXEngine(ModelSource(PATH, "bench"), max_batch=64)
 engine.start()

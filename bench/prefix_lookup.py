@@ -49,7 +49,7 @@ def timed(lookup: Any, query: list[int]) -> float:
 def main() -> None:
     from mlx_lm.models.cache import LRUPromptCache
 
-    from omni.engine.generation import PrefixCache
+    from omni.runtime.generation import PrefixCache
 
     rng = random.Random(0)
     shared = list(range(ARGS.shared))

@@ -7,12 +7,12 @@ samplers, the solo path, jobs arriving a few at a time) from what the server aro
 
 Runs, each with one unmeasured warm-up round, then --rounds measured ones (median):
 - raw: a BatchGenerator gets all N prompts at once, greedy (as bench/concurrency.py's raw).
-- scheduler, at once: omni.engine.batching.BatchScheduler gets all N jobs in one receive.
+- scheduler, at once: omni.runtime.batching.BatchScheduler gets all N jobs in one receive.
 - scheduler, arriving: --arrive jobs per step (as HTTP requests trickle in), with the
   scheduler gathering arrivals into prefill groups (its default) and without.
 - scheduler, arriving (the last --arrive), no prefix cache: the same with the prefix cache off.
 Both sides prefill --prefill-group prompts at a time (default: the engine's own on this device,
-omni.engine.worker.prefill_group: 16 on CUDA, else 8). Prints tokens/s and the mean decode step
+omni.runtime.worker.prefill_group: 16 on CUDA, else 8). Prints tokens/s and the mean decode step
 per run; writes bench/out/scheduler.json and .png.
 """
 
@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from _plot import Bars, write_results  # noqa: E402
 from _server import chat_ids  # noqa: E402
 
-from omni.engine.batching import GATHER_S  # noqa: E402
+from omni.runtime.batching import GATHER_S  # noqa: E402
 
 TOPICS = ["a lighthouse", "a robot", "snow", "a market", "chess", "a violin", "a train", "bees"]
 
@@ -62,7 +62,7 @@ class FakeConn:
         return self.inbox.popleft()
 
     def send(self, outputs: list[tuple[Any, ...]]) -> None:
-        from omni.engine.batching import FINISHED, TOKEN
+        from omni.runtime.batching import FINISHED, TOKEN
 
         for out in outputs:
             if out[0] == TOKEN:
@@ -81,10 +81,10 @@ def run_scheduler(
     cache_entries: int,
     gather_s: float = GATHER_S,
 ) -> tuple[list[float], dict[str, float]]:
-    from omni.engine.batching import CLOSE, JOB, BatchScheduler
-    from omni.engine.generation import PrefixCache
-    from omni.engine.types import Sampling
-    from omni.engine.worker import min_reuse
+    from omni.jobs import Sampling
+    from omni.runtime.batching import CLOSE, JOB, BatchScheduler
+    from omni.runtime.generation import PrefixCache
+    from omni.runtime.worker import min_reuse
 
     cache = PrefixCache(model, cache_entries, 8 << 30, min_reuse())  # as the engine does
     n = len(prompts(0))
@@ -271,13 +271,13 @@ if __name__ == "__main__":
     ARGS = parser.parse_args()
     ARGS.arrive = [int(n) for n in ARGS.arrive.split(",")]
     if ARGS.prefill_group is None:
-        from omni.engine.worker import prefill_group
+        from omni.runtime.worker import prefill_group
 
         ARGS.prefill_group = prefill_group()
     if ARGS.model is None:  # a quick check of the script itself: a tiny random llama
         import tempfile
 
-        from omni.engine.tiny import build_tiny_llama
+        from omni.runtime.tiny import build_tiny_llama
 
         ARGS.model = str(build_tiny_llama(Path(tempfile.mkdtemp()) / "tiny-llama"))
     main()

@@ -145,7 +145,7 @@ def raw_first_tokens(model_path: str, n: int) -> list[float]:
 
 def main() -> None:
     from omni.cli import omni_home
-    from omni.engine.model_source import resolve_model
+    from omni.runtime.model_source import resolve_model
 
     source = resolve_model(ARGS.model, omni_home(), lambda m: print(m, file=sys.stderr))
     marks: list[tuple[float, float]] = []

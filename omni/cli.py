@@ -96,7 +96,7 @@ def _log_level(text: str) -> str:
 
 def _blas(text: str) -> str:
     """An argparse type: auto, bundled, or a BLAS library a fresh process could load."""
-    from omni.engine import blas
+    from omni.runtime import blas
 
     if text in (blas.AUTO, blas.BUNDLED):
         return text
@@ -107,7 +107,7 @@ def _blas(text: str) -> str:
 
 
 def _weights(text: str) -> str:
-    from omni.engine.weights import CHOICES
+    from omni.runtime.weights import CHOICES
 
     if text not in CHOICES:
         raise argparse.ArgumentTypeError(
@@ -444,8 +444,8 @@ def serve(args: argparse.Namespace) -> None:
 
 
 def _serve(args: argparse.Namespace) -> None:
-    from omni.engine.device import keep_server_off_the_accelerator
-    from omni.engine.quiet import no_torch_advice
+    from omni.runtime.device import keep_server_off_the_accelerator
+    from omni.runtime.quiet import no_torch_advice
 
     keep_server_off_the_accelerator()  # first: before anything imports mlx-lm
     no_torch_advice()
@@ -454,8 +454,8 @@ def _serve(args: argparse.Namespace) -> None:
     from hypercorn.config import Config
 
     from omni.api.app import Settings, create_app, shut_down
-    from omni.engine.mlx_engine import MLXEngine
-    from omni.engine.model_source import resolve_model
+    from omni.runtime.mlx_engine import MLXEngine
+    from omni.runtime.model_source import resolve_model
     from omni.service.defaults import Defaults
 
     gate = access(args)

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from omni.api.app import Settings
-from omni.engine.mlx_engine import MLXEngine
-from omni.engine.model_source import ModelSource
-from omni.engine.tiny import build_tiny_llama
+from omni.runtime.mlx_engine import MLXEngine
+from omni.runtime.model_source import ModelSource
+from omni.runtime.tiny import build_tiny_llama
 from tests.server import ServerThread
 
 TINY_ID = "tiny-llama"
@@ -33,7 +33,7 @@ def tiny_engine(tiny_model_dir: Path) -> Iterator[MLXEngine]:
 @pytest.fixture(scope="session")
 def smollm_dir() -> Path:
     """The real default model, fetched and converted once per machine (OMNI_TEST_HOME)."""
-    from omni.engine.default_model import ensure_default_model
+    from omni.runtime.default_model import ensure_default_model
 
     home = Path(os.environ.get("OMNI_TEST_HOME", Path.home() / ".cache" / "omni-test"))
     return ensure_default_model(home, print)

@@ -7,8 +7,8 @@ import asyncio
 import threading
 from typing import Any
 
-from omni.engine.types import Delta, Finished, Job
 from omni.events import EventStore
+from omni.jobs import Delta, Finished, Job
 
 NO_BOUND = 4294967294  # SQLite's largest max_page_count (it clamps to its own)
 

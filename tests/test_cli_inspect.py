@@ -19,7 +19,7 @@ import pytest
 from alembic import command
 
 from omni.db import alembic_config
-from omni.schemas.stream import TERMINAL_TYPES
+from omni.vocabulary import RESPONSE_ENDS
 from tests.test_cli import assert_one_line_error, kill_mid_stream, omni, serving
 
 MODEL = "tiny-llama"
@@ -151,7 +151,7 @@ def test_tail_follows_new_events_and_ctrl_c_ends_it(served: Served) -> None:
             {"model": MODEL, "input": "Tail me", "max_output_tokens": 24},
         )
         rid, lines = first_id(raw), []
-        while not lines or lines[-1].split("\t")[3] not in TERMINAL_TYPES:
+        while not lines or lines[-1].split("\t")[3] not in RESPONSE_ENDS:
             line = tail.stdout.readline()
             assert line, "tail ended"
             if line.split("\t")[1] == rid:

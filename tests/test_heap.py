@@ -17,8 +17,8 @@ def test_the_engine_process_sets_aside_its_model_before_it_reports_loaded(
     code = f"""
 import gc, os, threading
 from multiprocessing import Pipe
-from omni.engine import worker
-from omni.engine.batching import CLOSE
+from omni.runtime import worker
+from omni.runtime.batching import CLOSE
 ours, theirs = Pipe()
 thread = threading.Thread(target=worker.main, args=(theirs, {str(tiny_model_dir)!r}, 2, 1 << 20, 2))
 thread.start()

@@ -1,6 +1,8 @@
-"""Imports point down only (api → service → projections/engine/events → schemas), MLX is
-imported only by the engine and SQLAlchemy only by the event store (and its migrations) and
-the inspector's reads."""
+"""Imports point down only (api → service → projections/protocol/events → schemas; the MLX
+runtime → protocol → schemas), MLX is imported only by the runtime and SQLAlchemy only by the
+event store (and its migrations) and the inspector's reads. The service and the API reach a
+runtime only through omni.jobs (the Engine protocol, jobs and their outputs): never its
+internals, and never for an event's name (omni.vocabulary)."""
 
 from __future__ import annotations
 
@@ -16,12 +18,13 @@ ALLOWED = {
     "schemas": set(),
     "events": set(),
     "projections": {"schemas"},
-    "engine": {"schemas"},
-    "service": {"schemas", "projections", "engine", "events"},
+    "protocol": {"schemas"},
+    "runtime": {"schemas", "protocol"},
+    "service": {"schemas", "projections", "protocol", "events"},
     "inspect": {"schemas", "projections"},  # reads for people (the CLI, /inspect)
-    "api": {"schemas", "service", "events", "engine", "db", "inspect"},
+    "api": {"schemas", "service", "events", "protocol", "db", "inspect"},
 }
-LEAVES = {"errors", "heap", "ids", "lock", "metrics"}
+LEAVES = {"errors", "heap", "ids", "jobs", "lock", "metrics", "vocabulary"}
 
 
 def imports(path: Path) -> set[str]:
@@ -59,6 +62,6 @@ def test_imports_point_down(path: Path) -> None:
 def test_mlx_and_sqlalchemy_stay_in_their_layers(path: Path) -> None:
     top = {name.split(".")[0] for name in imports(path)}
     if "mlx" in top or "mlx_lm" in top:
-        assert layer(path) == "engine", f"{path} imports MLX"
+        assert layer(path) == "runtime", f"{path} imports MLX"
     if "sqlalchemy" in top:
         assert layer(path) in ("events", "migrations", "inspect"), f"{path} imports SQLAlchemy"

@@ -15,9 +15,9 @@ from quart import Quart, Response
 from omni import db
 from omni.api import access, chat, errors, gate, inspector, metrics, models, responses
 from omni.api.gate import Access
-from omni.engine.types import Engine
 from omni.events import Appender, EventStore, Notifier
 from omni.ids import new_id
+from omni.jobs import Engine
 from omni.metrics import Metrics
 from omni.service.completions import CompletionsService
 from omni.service.defaults import Defaults

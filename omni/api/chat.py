@@ -13,11 +13,11 @@ from omni.api import access
 from omni.api.gate import owner
 from omni.api.query import page_args
 from omni.api.sse import DONE_FRAME, KEEPALIVE_FRAME, chunk_frames
-from omni.engine.chat_recorder import ERROR
 from omni.errors import OmniError, StoreError
 from omni.schemas.chat import ChatCompletionCreate, CompletionCreate
 from omni.schemas.responses import load_json, parse_body
 from omni.service.completions import CompletionsService, is_end
+from omni.vocabulary import COMPLETION_ERROR
 
 bp = Blueprint("chat", __name__)
 
@@ -71,7 +71,7 @@ async def _complete(service: CompletionsService, kind: str, cid: str) -> dict[st
         if not finished:
             service.cancel_running(cid)
         service.release(cid)  # an unstored completion may go now
-    if events[-1].type == ERROR:
+    if events[-1].type == COMPLETION_ERROR:
         raise OmniError(json.loads(events[-1].data)["error"]["message"])
     folded = service.fold(kind, events)
     access.note(id=cid, **access.usage_note(folded.get("usage")))

@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 
-from omni.engine.chat_recorder import CANCELLED, USAGE
 from omni.errors import OmniError
+from omni.vocabulary import COMPLETION_CANCELLED, COMPLETION_USAGE
 
 # A comment line with no blank line after it: a blank line would end an event, and the OpenAI
 # SDK hands an ended event with no data but a remembered `id:` to json.loads, which fails.
 KEEPALIVE_FRAME = b": keep-alive\n"
 DONE_FRAME = b"data: [DONE]\n\n"  # a completion's stream ends with it, after its last chunk
-_UNSENT_USAGE = frozenset(USAGE.values())
+_UNSENT_USAGE = frozenset(COMPLETION_USAGE.values())
 
 
 def frame(type_: str, data: str, seq: int) -> bytes:
@@ -39,5 +39,5 @@ def chunk_frames(events: Iterable[tuple[str, str]], include_usage: bool) -> byte
     return b"".join(
         b"data: " + data.encode() + b"\n\n"
         for type_, data in events
-        if type_ != CANCELLED and (include_usage or type_ not in _UNSENT_USAGE)
+        if type_ != COMPLETION_CANCELLED and (include_usage or type_ not in _UNSENT_USAGE)
     )

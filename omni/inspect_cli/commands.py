@@ -8,10 +8,10 @@ import sys
 import time
 
 from omni.api.sse import DONE_FRAME, chunk_frames, frame
-from omni.engine.chat_recorder import TERMINAL_TYPES as COMPLETION_ENDS
 from omni.inspect import Detail, Inspector, Stats, Summary, iso
 from omni.inspect_cli.output import Out, ms, rate, text
 from omni.inspect_cli.reading import inspector, unknown
+from omni.vocabulary import COMPLETION_ENDS
 
 LS_COLUMNS = ("ID", "CREATED", "STATUS", "MODEL", "TOKENS", "TTFT", "TOK/S", "PREVIEW")
 

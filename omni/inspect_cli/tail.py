@@ -7,13 +7,12 @@ import argparse
 import sys
 import time
 
-from omni.engine.chat_recorder import TERMINAL_TYPES as COMPLETION_ENDS
 from omni.inspect import Inspector, open_log
 from omni.inspect_cli.output import Out
 from omni.inspect_cli.reading import inspector, unknown
-from omni.schemas.stream import TERMINAL_TYPES
+from omni.vocabulary import COMPLETION_ENDS, RESPONSE_ENDS
 
-ENDS = TERMINAL_TYPES | COMPLETION_ENDS
+ENDS = RESPONSE_ENDS | COMPLETION_ENDS
 
 
 def tail(args: argparse.Namespace) -> int:

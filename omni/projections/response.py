@@ -6,8 +6,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from omni.schemas.stream import LIFECYCLE_TYPES as LIFECYCLE
-from omni.schemas.stream import TERMINAL_TYPES
+from omni.vocabulary import RESPONSE_ENDS, RESPONSE_LIFECYCLE
 
 
 def fold_response(events: Sequence[tuple[str, str]]) -> dict[str, Any]:
@@ -16,9 +15,9 @@ def fold_response(events: Sequence[tuple[str, str]]) -> dict[str, Any]:
     items: dict[int, dict[str, Any]] = {}
     for type_, data in events:
         event = json.loads(data)
-        if type_ in TERMINAL_TYPES:
+        if type_ in RESPONSE_ENDS:
             return dict(event["response"])
-        if type_ in LIFECYCLE:
+        if type_ in RESPONSE_LIFECYCLE:
             response = dict(event["response"])
         elif type_ in ("response.output_item.added", "response.output_item.done"):
             items[event["output_index"]] = dict(event["item"])

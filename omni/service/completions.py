@@ -13,10 +13,6 @@ import time
 from collections.abc import AsyncGenerator
 from typing import Any
 
-from omni.engine.chat_recorder import CHUNK, TERMINAL_TYPES, ChunkRecorder, error_event
-from omni.engine.thinking import ThinkSplitter
-from omni.engine.tool_calls import CallSplitter
-from omni.engine.types import Engine, Job, Sampling
 from omni.errors import InvalidRequest, NotFound, StoreError
 from omni.events import (
     Append,
@@ -29,9 +25,13 @@ from omni.events import (
     follow_pages,
 )
 from omni.ids import new_id
+from omni.jobs import Engine, Job, Sampling
 from omni.metrics import UNREAD, Metrics
 from omni.projections.completions import fold_chat, fold_text
 from omni.projections.messages import chat_for_template
+from omni.protocol.chat_recorder import ChunkRecorder, error_event
+from omni.protocol.thinking import ThinkSplitter
+from omni.protocol.tool_calls import CallSplitter
 from omni.schemas.chat import ChatCompletionCreate, CompletionCreate
 from omni.service.defaults import Defaults
 from omni.service.ownership import cache_namespace
@@ -39,10 +39,11 @@ from omni.service.prompting import Prompter, refuse_unfittable, text_bytes
 from omni.service.reasoning import thinker, thinking_plan
 from omni.service.requests import rendered
 from omni.service.runs import Run, Runs
-from omni.service.streams import ACCEPTED, dumps, request_stream
+from omni.service.streams import dumps, request_stream
 from omni.service.structured import decoding_constraint
 from omni.service.tools import splitter, tool_policy
 from omni.service.unwritten import end_unwritten
+from omni.vocabulary import ACCEPTED, COMPLETION_CHUNK, COMPLETION_ENDS
 
 MIRROR_PAGE = 512
 RESTARTED = "The server restarted before this completion finished."
@@ -50,7 +51,7 @@ log = logging.getLogger(__name__)
 
 
 def is_end(event: StoredEvent) -> bool:
-    return event.type in TERMINAL_TYPES
+    return event.type in COMPLETION_ENDS
 
 
 def cache_key(model_id: str, body: ChatCompletionCreate, owner: str | None = None) -> str | None:
@@ -347,8 +348,8 @@ class CompletionsService:
         process), as a foreground response is ended: an error event, so its stream ends and
         purge can take it (an unstored one was purged at start-up). Returns how many."""
         ended = 0
-        for chunk in CHUNK.values():
-            for cid in await self.store.unfinished(chunk, sorted(TERMINAL_TYPES)):
+        for chunk in COMPLETION_CHUNK.values():
+            for cid in await self.store.unfinished(chunk, sorted(COMPLETION_ENDS)):
                 type_, data = error_event(RESTARTED)
                 event = NewEvent(type_, dumps(data))
                 await self.appender.append(Append(cid, await self.store.next_seq(cid), [event]))

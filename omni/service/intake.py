@@ -5,7 +5,7 @@ Requests sent at once cross the event loop one after another (HTTP, validation, 
 the records: about a millisecond each), so their jobs reach the engine a little apart. Each job
 says how many others were still being taken in as it left (Job.behind): an idle engine then
 waits for them and prefills them together, as if they had come at once, instead of starting
-the first alone (omni.engine.batching, BatchScheduler._expecting).
+the first alone (omni.runtime.batching, BatchScheduler._expecting).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ import logging
 
 from omni.events import EventStore
 from omni.events.maintenance import PER_TRANSACTION
-from omni.service.streams import ACCEPTED
+from omni.vocabulary import ACCEPTED
 
 log = logging.getLogger(__name__)
 

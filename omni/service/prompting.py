@@ -14,8 +14,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from omni.engine.types import Engine
 from omni.errors import InvalidRequest
+from omni.jobs import Engine
 
 T = TypeVar("T")
 

@@ -3,8 +3,8 @@ thinking budget; and the splitter that reads the think block out of the output."
 
 from __future__ import annotations
 
-from omni.engine.thinking import ThinkSplitter
-from omni.engine.types import Engine
+from omni.jobs import Engine
+from omni.protocol.thinking import ThinkSplitter
 
 # Effort → most tokens of thinking before the block is closed for the model (None: no limit).
 EFFORT_BUDGET = {"low": 1024, "medium": 4096}

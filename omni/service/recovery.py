@@ -14,16 +14,16 @@ import json
 import logging
 from typing import TYPE_CHECKING
 
-from omni.engine.recorder import ResponseRecorder
-from omni.engine.types import Failed, Finished, Job, Sampling
 from omni.errors import NotFound
 from omni.events import Append, NewEvent
+from omni.jobs import Failed, Finished, Job, Sampling
 from omni.projections.response import fold_response
-from omni.schemas.stream import TERMINAL_TYPES
+from omni.protocol.recorder import ResponseRecorder
 from omni.service.reasoning import reasoning_tokens, thinker, thinking_plan
 from omni.service.runs import Run
-from omni.service.streams import CANCEL_REQUESTED, dumps, request_stream, tokens_stream
+from omni.service.streams import dumps, request_stream, tokens_stream
 from omni.service.tools import splitter, tool_policy
+from omni.vocabulary import CANCEL_REQUESTED, RESPONSE_ENDS
 
 if TYPE_CHECKING:
     from omni.service.responses import ResponsesService
@@ -35,7 +35,7 @@ RESTARTED = "The server restarted before this response finished."
 
 async def recover(service: ResponsesService) -> int:
     store = service.store
-    unfinished = await store.unfinished("response.created", sorted(TERMINAL_TYPES))
+    unfinished = await store.unfinished("response.created", sorted(RESPONSE_ENDS))
     for response_id in unfinished:
         rows = await store.read(response_id)
         first = rows[-1].seq + 1

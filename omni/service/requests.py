@@ -6,10 +6,10 @@ import logging
 import time
 from typing import Any
 
-from omni.engine.tool_calls import plain_tools_prompt
-from omni.engine.types import Engine, Sampling
 from omni.errors import InvalidRequest
+from omni.jobs import Engine, Sampling
 from omni.projections.messages import to_chat_messages
+from omni.protocol.tool_calls import plain_tools_prompt
 from omni.schemas.responses import ResponseCreate
 
 log = logging.getLogger(__name__)

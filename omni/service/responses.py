@@ -8,8 +8,6 @@ import os
 from collections.abc import AsyncGenerator
 from typing import Any
 
-from omni.engine.recorder import ResponseRecorder
-from omni.engine.types import Engine, Job, Sampling
 from omni.errors import InvalidRequest, ModelNotFound, NotFound
 from omni.events import (
     Append,
@@ -22,9 +20,11 @@ from omni.events import (
     follow_pages,
 )
 from omni.ids import new_id
+from omni.jobs import Engine, Job, Sampling
 from omni.projections.input_items import page_items
 from omni.projections.messages import item_text
 from omni.projections.response import fold_response
+from omni.protocol.recorder import ResponseRecorder
 from omni.schemas.items import normalize_input
 from omni.schemas.responses import ResponseCreate
 from omni.service import recovery, references
@@ -36,21 +36,17 @@ from omni.service.requests import function_tools, initial_response, render_promp
 from omni.service.runs import Run, Runs
 from omni.service.sealing import Sealer
 from omni.service.serial import ObjectLocks
-from omni.service.streams import (
+from omni.service.streams import dumps, is_kind, is_terminal, request_stream
+from omni.service.structured import decoding_constraint
+from omni.service.tools import Mode, splitter, tool_policy
+from omni.vocabulary import (
     ACCEPTED,
     CANCEL_REQUESTED,
     DELETED,
+    FINAL_STATUSES,
     ID_PREFIXES,
     RESPONSE,
-    dumps,
-    is_kind,
-    is_terminal,
-    request_stream,
 )
-from omni.service.structured import decoding_constraint
-from omni.service.tools import Mode, splitter, tool_policy
-
-FINISHED = ("completed", "incomplete", "failed", "cancelled")
 
 
 class ResponsesService:
@@ -204,7 +200,7 @@ class ResponsesService:
                     param="response_id",
                 )
             current = await self.snapshot(response_id)
-            if current.get("status") in FINISHED:
+            if current.get("status") in FINAL_STATUSES:
                 return current
             await self._append_fact(response_id, CANCEL_REQUESTED)
             return None
@@ -325,7 +321,7 @@ class ResponsesService:
                 code="previous_response_not_found",
             ) from None
         previous = await self.snapshot(previous_id)
-        if previous.get("status") not in FINISHED:
+        if previous.get("status") not in FINAL_STATUSES:
             raise InvalidRequest(
                 f"Previous response '{previous_id}' is still {previous.get('status')}.",
                 param="previous_response_id",

@@ -11,10 +11,16 @@ import logging
 import time
 from contextlib import closing
 
-from omni.engine.chat_recorder import CANCELLED, ERROR, USAGE
 from omni.events import EventStore
 from omni.events.maintenance import PER_TRANSACTION, Finished, Vocabulary, connect, finished
-from omni.service.streams import ACCEPTED, COMPLETION_DELETED, DELETED
+from omni.vocabulary import (
+    ACCEPTED,
+    COMPLETION_CANCELLED,
+    COMPLETION_DELETED,
+    COMPLETION_ERROR,
+    COMPLETION_USAGE,
+    DELETED,
+)
 
 log = logging.getLogger(__name__)
 
@@ -25,10 +31,10 @@ VOCABULARY = Vocabulary(
         "response.completed": "completed",
         "response.failed": "failed",
         "response.incomplete": "$.response.status",
-        USAGE["chat"]: "completed",
-        USAGE["text"]: "completed",
-        ERROR: "failed",
-        CANCELLED: "cancelled",
+        COMPLETION_USAGE["chat"]: "completed",
+        COMPLETION_USAGE["text"]: "completed",
+        COMPLETION_ERROR: "failed",
+        COMPLETION_CANCELLED: "cancelled",
     },
     deleted=frozenset({DELETED, COMPLETION_DELETED}),
     accepted=ACCEPTED,

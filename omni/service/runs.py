@@ -13,15 +13,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from omni.engine.chat_recorder import ChunkRecorder
-from omni.engine.recorder import ResponseRecorder
-from omni.engine.types import Delta, Engine, Failed, Finished, Job, Output
 from omni.errors import Overloaded, ShuttingDown, StoreError
 from omni.events import Append, Appender, EventStore, NewEvent, Notifier, StoredEvent
+from omni.jobs import Delta, Engine, Failed, Finished, Job, Output
 from omni.metrics import UNREAD, Metrics
+from omni.protocol.chat_recorder import ChunkRecorder
+from omni.protocol.recorder import ResponseRecorder
 from omni.service.intake import Intake
-from omni.service.streams import TOKENS, dumps, request_stream, tokens_stream
+from omni.service.streams import dumps, request_stream, tokens_stream
 from omni.service.unwritten import end_unwritten
+from omni.vocabulary import TOKENS
 
 log = logging.getLogger(__name__)
 

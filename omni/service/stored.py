@@ -11,25 +11,24 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from omni.engine.chat_recorder import CANCELLED, ERROR
 from omni.errors import InvalidRequest, NotFound
 from omni.events import Append, Appender, EventStore, NewEvent
 from omni.projections.completions import fold_chat
 from omni.projections.input_items import page_items
 from omni.service.ownership import visible
 from omni.service.serial import ObjectLocks
-from omni.service.streams import (
+from omni.service.streams import dumps, is_kind, request_stream
+from omni.vocabulary import (
     ACCEPTED,
     CHAT,
+    COMPLETION_CANCELLED,
     COMPLETION_DELETED,
+    COMPLETION_ERROR,
     ID_PREFIXES,
     METADATA_UPDATED,
-    dumps,
-    is_kind,
-    request_stream,
 )
 
-UNANSWERED = (ERROR, CANCELLED)
+UNANSWERED = (COMPLETION_ERROR, COMPLETION_CANCELLED)
 
 
 class StoredCompletions:

@@ -11,19 +11,7 @@ import json
 from typing import Any
 
 from omni.events import StoredEvent
-from omni.schemas.stream import TERMINAL_TYPES
-
-ACCEPTED = "omni.request.accepted"
-CANCEL_REQUESTED = "omni.response.cancel_requested"
-DELETED = "omni.response.deleted"
-TOKENS = "omni.tokens"
-METADATA_UPDATED = "omni.completion.metadata_updated"
-COMPLETION_DELETED = "omni.completion.deleted"
-
-# The API each object belongs to (the `kind` its accepted request records) and its id prefix.
-# Each API answers 404 for ids of another kind, before it reads or writes anything else.
-RESPONSE, CHAT, TEXT = "response", "chat", "text"
-ID_PREFIXES = {RESPONSE: "resp_", CHAT: "chatcmpl-", TEXT: "cmpl-"}
+from omni.vocabulary import ID_PREFIXES, RESPONSE, RESPONSE_ENDS
 
 
 def dumps(value: Any) -> str:
@@ -47,4 +35,4 @@ def is_kind(object_id: str, request: dict[str, Any], kind: str) -> bool:
 
 
 def is_terminal(event: StoredEvent) -> bool:
-    return event.type in TERMINAL_TYPES
+    return event.type in RESPONSE_ENDS

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from omni.engine.grammar import family_tools
-from omni.engine.tool_calls import CallSplitter, ToolFormat, chat_tools
-from omni.engine.types import Engine
 from omni.errors import InvalidRequest
+from omni.jobs import Engine
+from omni.protocol.grammar import family_tools
+from omni.protocol.tool_calls import CallSplitter, ToolFormat, chat_tools
 
 Mode = Literal["none", "auto", "required"]
 

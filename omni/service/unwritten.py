@@ -12,15 +12,14 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from omni.engine.chat_recorder import TERMINAL_TYPES as CHAT_ENDS
-from omni.engine.chat_recorder import error_event
-from omni.engine.recorder import ResponseRecorder
-from omni.engine.types import Failed
 from omni.errors import SeqConflict, StoreError, StoreUnavailable
 from omni.events import Append, Appender, EventStore, NewEvent, StoredEvent
+from omni.jobs import Failed
 from omni.projections.response import fold_response
-from omni.schemas.stream import TERMINAL_TYPES
+from omni.protocol.chat_recorder import error_event
+from omni.protocol.recorder import ResponseRecorder
 from omni.service.streams import dumps
+from omni.vocabulary import COMPLETION_ENDS, RESPONSE_ENDS
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +31,7 @@ LAST_RETRY_S = 2.0  # the longest wait between tries: an ending lands within thi
 def ending(rows: list[StoredEvent], response: bool) -> list[NewEvent]:
     """The events that end a stream failed after `rows` (its log so far): a response's (or
     else a completion's); none if it has ended."""
-    if rows and rows[-1].type in (TERMINAL_TYPES if response else CHAT_ENDS):
+    if rows and rows[-1].type in (RESPONSE_ENDS if response else COMPLETION_ENDS):
         return []
     if not response:
         type_, data = error_event(UNWRITTEN)

@@ -22,9 +22,9 @@ import jsonschema
 import pytest
 
 from omni.api.app import Settings
-from omni.engine.mlx_engine import MLXEngine
-from omni.engine.model_source import ModelSource
-from omni.engine.tiny import build_tiny_llama
+from omni.runtime.mlx_engine import MLXEngine
+from omni.runtime.model_source import ModelSource
+from omni.runtime.tiny import build_tiny_llama
 from tests.api._helpers import MODEL, parse_frames
 from tests.server import ServerThread
 

@@ -454,7 +454,7 @@ class FailingEngine:
         return list(self._engine.encode(text))
 
     def submit(self, job: Any) -> None:
-        from omni.engine.types import Delta, Failed, Started
+        from omni.jobs import Delta, Failed, Started
 
         assert job.claim()
         self.generations += 1

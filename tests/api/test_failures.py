@@ -11,7 +11,7 @@ import pytest
 from openai import OpenAI
 
 from omni.api.app import Settings
-from omni.engine.types import Delta, Failed, Job, Output
+from omni.jobs import Delta, Failed, Job, Output
 from tests.server import ServerThread
 
 
@@ -89,9 +89,9 @@ def test_mid_stream_failure_ends_with_response_failed(scripted) -> None:
 async def test_a_run_whose_opening_cannot_be_committed_is_cancelled_not_left_running() -> None:
     """The engine starts on a job while its opening events commit; if that commit fails,
     the job is cancelled (nobody would record it) and the error reaches the caller."""
-    from omni.engine.chat_recorder import ChunkRecorder
-    from omni.engine.types import Sampling
     from omni.events.store import Append, NewEvent
+    from omni.jobs import Sampling
+    from omni.protocol.chat_recorder import ChunkRecorder
     from omni.service.runs import Run, Runs
 
     class FullDisk:

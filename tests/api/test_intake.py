@@ -1,6 +1,6 @@
 """Requests that arrive together reach the engine saying how many are still behind them, so an
 idle engine prefills them together (omni.service.intake; the engine's side:
-tests/engine/test_gather.py). Through the real server, the async SDK and the tiny model; the
+tests/runtime/test_gather.py). Through the real server, the async SDK and the tiny model; the
 prompt renders are held until every request is taken in, so that all of them are."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import pytest
 from openai import AsyncOpenAI, BadRequestError, OpenAI
 
 from omni.api.app import Settings
-from omni.engine.mlx_engine import MLXEngine
-from omni.engine.types import Job
+from omni.jobs import Job
+from omni.runtime.mlx_engine import MLXEngine
 from tests.api._helpers import MODEL
 from tests.server import ServerThread
 

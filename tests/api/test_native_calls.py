@@ -15,9 +15,9 @@ import jsonschema
 import pytest
 from openai import OpenAI
 
-from omni.engine.mlx_engine import MLXEngine
-from omni.engine.model_source import ModelSource
-from omni.engine.tiny import build_tiny_llama
+from omni.runtime.mlx_engine import MLXEngine
+from omni.runtime.model_source import ModelSource
+from omni.runtime.tiny import build_tiny_llama
 from tests.server import serving
 
 MODEL = "tiny-hermes"
@@ -183,7 +183,7 @@ def test_parallel_required_calls_are_each_valid(hermes: Any) -> None:
 
 def test_strict_tools_under_auto_leave_text_free(hermes: Any) -> None:
     """The random model writes text; the grammar (text without the marker, or text then one
-    valid call) lets it. Which calls the grammar accepts: tests/engine/test_grammar_choices.py."""
+    valid call) lets it. Which calls the grammar accepts: tests/runtime/test_grammar_choices.py."""
     client, _ = hermes
     plain = client.responses.create(
         model=MODEL, input="Weather?", tools=[WEATHER], max_output_tokens=8

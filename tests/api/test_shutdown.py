@@ -13,8 +13,8 @@ import httpx
 import openai
 
 from omni.api.app import shut_down
-from omni.engine.mlx_engine import MLXEngine
-from omni.service.streams import ACCEPTED
+from omni.runtime.mlx_engine import MLXEngine
+from omni.vocabulary import ACCEPTED
 from tests.api._helpers import (
     CANCEL_REQUESTED,
     LONG_RUN,

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from omni.api.app import Settings
-from omni.engine.default_model import DEFAULT_MODEL_ID
-from omni.engine.mlx_engine import MLXEngine
-from omni.engine.model_source import ModelSource
+from omni.runtime.default_model import DEFAULT_MODEL_ID
+from omni.runtime.mlx_engine import MLXEngine
+from omni.runtime.model_source import ModelSource
 from tests.server import ServerThread
 
 pytestmark = pytest.mark.smollm

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from openai import OpenAI
 
-from omni.engine.types import Delta, Finished, Started
+from omni.jobs import Delta, Finished, Started
 from tests.api._helpers import MODEL
 from tests.server import serving
 

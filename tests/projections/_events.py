@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from omni.engine.recorder import ResponseRecorder
-from omni.engine.types import Output
+from omni.jobs import Output
+from omni.protocol.recorder import ResponseRecorder
 
 
 def base_response(response_id: str = "resp_test") -> dict[str, Any]:

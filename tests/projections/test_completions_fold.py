@@ -8,9 +8,9 @@ from typing import Any
 from openai.types import Completion
 from openai.types.chat import ChatCompletion
 
-from omni.engine.chat_recorder import ChunkRecorder
-from omni.engine.types import Delta, Failed, Finished, Logprobs, TokenLogprob
+from omni.jobs import Delta, Failed, Finished, Logprobs, TokenLogprob
 from omni.projections.completions import fold_chat, fold_text
+from omni.protocol.chat_recorder import ChunkRecorder
 
 CREATED = 1700000000
 

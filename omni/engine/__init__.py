@@ -1,1 +1,0 @@
-"""Generation: the only package that imports MLX. It knows nothing of HTTP or the database."""

@@ -1,0 +1,382 @@
+"""The MLX engine: the model lives in its own process; jobs go in as messages, and the
+outputs of each decode step come back in one message, turned into text here and handed to the
+event loop as values.
+
+Why a process and not a thread: a decode step is mostly Python (building the graph) between
+waits on the device, and the server's own Python work (HTTP, SQLite, JSON, SSE) would hold the
+interpreter lock that step needs. Apart, the two run in parallel and the server costs the
+model nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import multiprocessing
+import shutil
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any, Final
+
+from omni.errors import ModelLoadError
+from omni.jobs import Delta, Failed, Finished, Job, Output, Started
+from omni.protocol.tool_calls import ToolFormat
+from omni.runtime import blas, gemv, weights, worker
+from omni.runtime.batching import (
+    CANCEL,
+    CLOSE,
+    FAILED,
+    FINISHED,
+    JOB,
+    MAX_BATCH,
+    STARTED,
+    TOKEN,
+)
+from omni.runtime.model_source import ModelSource
+from omni.runtime.types import Runtime
+
+log = logging.getLogger(__name__)
+
+# A big batch's tokens are handed to the event loop a few steps at a time: the loop's work for
+# a stream (its recorder's append, the commit, the follower's wake-up, the SSE write) is paid
+# once for the tokens of several steps. Only for steps of HOLD_MIN outputs or more (a small
+# batch costs the loop little), never for longer than HOLD_S, and never for a job's first
+# token, its start or its end, which go at once (time to first token is not held up).
+HOLD_MIN: Final = 16
+HOLD_S: Final = 0.015
+
+
+@dataclass(eq=False, slots=True)
+class _Pending:
+    job: Job
+    loop: asyncio.AbstractEventLoop
+    detokenizer: Any
+    started: bool = False
+    spoke: bool = False  # its first text went out (the reader thread's alone)
+
+
+SLOW_TOKENIZER_TOKEN_BYTES = 256
+
+
+def longest_token(tokenizer: Any) -> int:
+    """The most UTF-8 bytes any one token decodes to (special tokens included): no text
+    of n bytes is fewer than n / this many tokens."""
+    hf = getattr(tokenizer._tokenizer, "backend_tokenizer", None)
+    if hf is None:  # a slow tokenizer: not measured, a generous guess
+        return SLOW_TOKENIZER_TOKEN_BYTES
+    size = hf.get_vocab_size(with_added_tokens=True)
+    texts = hf.decode_batch([[i] for i in range(size)], skip_special_tokens=False)
+    return max(1, *(len(t.encode()) for t in texts))
+
+
+class MLXEngine:
+    """Runs the model in an engine process (omni.runtime.worker); jobs are decoded together
+    by continuous batching (omni.runtime.batching)."""
+
+    # Told, from the reader thread, how many jobs got a token in each step (/metrics).
+    on_step: Callable[[int], None] | None = None
+
+    def __init__(
+        self,
+        source: ModelSource,
+        prompt_cache_entries: int = 16,
+        prompt_cache_bytes: int = 4 << 30,
+        max_batch: int = 32,
+        template_args: dict[str, Any] | None = None,
+        blas_setting: str = blas.AUTO,
+        weights_setting: str = weights.AUTO,
+    ):
+        self.source = source
+        # `--blas` (auto, bundled, or a path omni.runtime.blas.loadable passed) and `--weights`.
+        self._settings = (blas_setting, weights_setting)
+        self.runtime: Runtime | None = None  # what the engine process runs with, once loaded
+        # Extra arguments for every chat-template render (`--chat-template-args`).
+        self.template_args = dict(template_args or {})
+        self._max_batch = max_batch
+        self._cache_limits = (prompt_cache_entries, prompt_cache_bytes)
+        self.model_id = source.model_id
+        self.context_length = 0
+        self.max_token_bytes = 1  # the most bytes one token stands for (set once loaded)
+        self._tokenizer: Any = None
+        self._process: Any = None
+        self._conn: Connection | None = None
+        self._send_lock = threading.Lock()
+        self._ids = itertools.count()
+        self._pending: dict[int, _Pending] = {}
+        self._generations = 0
+        self._gone: str | None = None  # why the engine process is no longer there
+        self._reader = threading.Thread(target=self._read, name="omni-engine-reader", daemon=True)
+
+    def start(self) -> None:
+        """Start the engine process and load the model; raise ModelLoadError if it cannot."""
+        ctx = multiprocessing.get_context("spawn")  # never fork a process that holds threads
+        conn, child = ctx.Pipe()
+        blas_setting, weights_setting = self._settings
+        limits = (*self._cache_limits, self._max_batch, weights_setting)
+        self._process = ctx.Process(
+            target=worker.main, args=(child, self.source.path, *limits), name="omni-engine"
+        )
+        library = blas.preload(blas_setting)
+        forwarder = gemv.build() if library is not None and gemv.wanted() else None
+        with blas.preloaded(None if forwarder is None else str(forwarder), library):
+            self._process.start()
+        child.close()
+        try:
+            message = conn.recv()
+        except EOFError:
+            self._process.join()
+            message = ("error", f"the engine process exited ({self._process.exitcode})")
+        finally:  # loaded (or gone) by now: its mapping outlives the file
+            if forwarder is not None:
+                shutil.rmtree(forwarder.parent, ignore_errors=True)
+        if message[0] != "loaded":
+            conn.close()
+            raise ModelLoadError(f"cannot load model {self.source.path}: {message[1]}")
+        _, self.context_length, eos, self.runtime = message
+        from mlx_lm.utils import load_tokenizer
+
+        self._tokenizer = load_tokenizer(self.source.path, eos_token_ids=eos)
+        self.max_token_bytes = longest_token(self._tokenizer)
+        self._conn = conn
+        self._reader.start()
+
+    def render(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        thinking: bool | None = None,
+    ) -> list[int]:
+        """`thinking`: switch a reasoning template's thinking on or off (its own kwarg, e.g.
+        enable_thinking, as mlx-lm names it); None leaves the template's default (or what
+        `template_args` set)."""
+        extra = dict(self.template_args)
+        if thinking is not None:
+            extra["enable_thinking"] = thinking
+        tokens = self._tokenizer.apply_chat_template(
+            messages, tools=tools or None, add_generation_prompt=True, tokenize=True, **extra
+        )
+        # transformers 5 may hand back a BatchEncoding; mlx-lm wants a flat list of ids.
+        if isinstance(tokens, dict) or hasattr(tokens, "input_ids"):
+            tokens = tokens["input_ids"]
+        return list(tokens)
+
+    @property
+    def thinking(self) -> tuple[str, str] | None:
+        """The think block's markers, for a reasoning model (found by mlx-lm)."""
+        tok = self._tokenizer
+        if tok is None or not tok.has_thinking:
+            return None
+        return str(tok.think_start), str(tok.think_end)
+
+    def opens_thinking(self, prompt: list[int]) -> bool:
+        """The template opened the think block at the end of the prompt."""
+        marks = self.thinking
+        return marks is not None and self._tokenizer.decode(prompt[-8:]).rstrip().endswith(marks[0])
+
+    @property
+    def supports_tools(self) -> bool:
+        """The chat template renders tools (and tool calls and results) itself."""
+        template = getattr(self._tokenizer, "chat_template", None)
+        return isinstance(template, str) and "tools" in template
+
+    @property
+    def tool_format(self) -> ToolFormat:
+        """How this model writes calls: mlx-lm's markers and parser for its family, or plain
+        JSON when mlx-lm knows none."""
+        tok = self._tokenizer
+        if tok is None or not tok.has_tool_calling:
+            return ToolFormat()
+        family = str(getattr(tok.tool_parser, "__module__", "")).rsplit(".", 1)[-1]
+        template = getattr(tok, "chat_template", None) or ""
+        if family == "mistral" and "[ARGS]" not in template:
+            family = "mistral_v03"  # one JSON list of calls, not NAME[ARGS]{...}
+        return ToolFormat(tok.tool_call_start, tok.tool_call_end, tok.tool_parser, family)
+
+    def encode(self, text: str) -> list[int]:
+        """Prompt tokens for raw text (legacy completions): no chat template."""
+        return list(self._tokenizer.encode(text))
+
+    def segments(self, tokens: list[int]) -> list[str]:
+        """Each token's text as a stream delivers it (a streaming detokenizer's segments)."""
+        detokenizer = self._tokenizer.detokenizer
+        out = []
+        for token in tokens:
+            detokenizer.add_token(token)
+            out.append(detokenizer.last_segment)
+        return out
+
+    @property
+    def max_batch(self) -> int:
+        """How many jobs are decoded together; more wait, queued."""
+        return self._max_batch
+
+    @max_batch.setter
+    def max_batch(self, value: int) -> None:
+        self._max_batch = value
+        self._send((MAX_BATCH, value))
+
+    @property
+    def queued(self) -> int:
+        """Jobs submitted but not yet decoding."""
+        pending = list(self._pending.values())
+        return sum(not p.started and not p.job.stop.is_set() for p in pending)
+
+    @property
+    def running(self) -> int:
+        """Jobs the engine has taken and not yet ended (prefilling or decoding)."""
+        return sum(p.started for p in list(self._pending.values()))
+
+    @property
+    def generations(self) -> int:
+        """Jobs that reached the model (tests check single flight with it)."""
+        return self._generations
+
+    def submit(self, job: Job) -> None:
+        loop = asyncio.get_running_loop()
+        if not job.claim():  # cancelled before it got here
+            job.outputs.put_nowait(Finished("cancelled", len(job.prompt), len(job.resume_tokens)))
+            return
+        if self._gone is not None:
+            job.outputs.put_nowait(Failed(self._gone))
+            return
+        detokenizer = self._tokenizer.detokenizer
+        for token in job.resume_tokens:  # rebuild the text state of a resumed generation
+            detokenizer.add_token(token)
+        detokenizer.offset = len(detokenizer.text)
+        job_id = next(self._ids)
+        self._pending[job_id] = _Pending(job, loop, detokenizer)
+        spec = (
+            JOB,
+            job_id,
+            job.prompt,
+            job.resume_tokens,
+            job.cache_namespace,
+            job.sampling,
+            job.constraint,
+            job.behind,
+        )
+        self._send(spec)
+        # Sent after the job itself, so the engine always knows the id it is asked to stop.
+        job.on_cancel = lambda: self._send((CANCEL, job_id))
+        if job.stop.is_set():
+            self._send((CANCEL, job_id))
+
+    def close(self) -> None:
+        """Stop the engine process (running jobs end where they are)."""
+        if self._process is None:
+            return
+        self._gone = self._gone or "the server is shutting down"
+        self._send((CLOSE,))
+        self._process.join(timeout=30)
+        if self._process.is_alive():
+            self._process.terminate()
+            self._process.join(timeout=5)
+        # The reader ends at the pipe's end, which the process's exit made; the pipe closes
+        # after it (closed under a recv in progress, recv raised TypeError in that thread).
+        if self._reader.is_alive():
+            self._reader.join(timeout=5)
+        if self._conn is not None:
+            self._conn.close()
+        self._process = None
+
+    def _send(self, message: tuple[Any, ...]) -> None:
+        if self._conn is None:
+            return
+        try:
+            with self._send_lock:
+                self._conn.send(message)
+        except (OSError, ValueError):  # the engine process is gone; the reader reports it
+            pass
+
+    def _read(self) -> None:
+        """The outputs of the engine's steps, turned into values for the event loop that asked
+        (a big batch's tokens held back a little: HOLD_MIN)."""
+        conn = self._conn
+        assert conn is not None
+        held: list[tuple[Any, ...]] = []
+        oldest = last = 0.0  # when the oldest held output came; when the last step's came
+        while True:
+            try:
+                if held and not conn.poll(max(0.0, oldest + HOLD_S - time.perf_counter())):
+                    self._deliver(held)
+                    held = []
+                    continue
+                outputs = conn.recv()
+            except (EOFError, OSError):
+                break
+            if (on_step := self.on_step) is not None:
+                on_step(sum(o[0] == TOKEN for o in outputs))
+            now = time.perf_counter()
+            gap, last = now - last, now
+            if not held:
+                oldest = now
+            held += outputs
+            # Hold on only if the next step can still come within HOLD_S of the oldest.
+            if len(outputs) < HOLD_MIN or now - oldest + gap >= HOLD_S:
+                self._deliver(held)
+                held = []
+            elif urgent := self._urgent(outputs):
+                self._deliver([o for o in held if o[1] in urgent])
+                held = [o for o in held if o[1] not in urgent]
+        self._deliver(held)
+        exit_code = self._process.exitcode if self._process is not None else None
+        if self._gone is None:
+            self._gone = f"the engine process exited unexpectedly (exit code {exit_code})"
+            log.error("%s", self._gone)
+        self._deliver([(FAILED, job_id, self._gone) for job_id in list(self._pending)])
+
+    def _urgent(self, outputs: list[tuple[Any, ...]]) -> set[int]:
+        """The jobs whose outputs go at once: a start, an end, tokens until the first text."""
+        urgent = set()
+        for kind, job_id, *_ in outputs:
+            if kind != TOKEN:
+                urgent.add(job_id)
+            elif (pending := self._pending.get(job_id)) is not None and not pending.spoke:
+                urgent.add(job_id)
+        return urgent
+
+    def _deliver(self, outputs: list[tuple[Any, ...]]) -> None:
+        """One hand-off per event loop for `outputs` (a step's, or several held steps'),
+        whatever the batch size."""
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Job, Output]]] = defaultdict(list)
+        for kind, job_id, *rest in outputs:
+            pending = self._pending.get(job_id)
+            if pending is None:
+                continue
+            items = by_loop[pending.loop]
+            if kind == TOKEN:
+                token, logprobs = rest
+                pending.detokenizer.add_token(token)
+                text = pending.detokenizer.last_segment
+                pending.spoke = pending.spoke or bool(text)  # "": half a character, say
+                items.append((pending.job, Delta(text, token, logprobs)))
+            elif kind == STARTED:
+                pending.started = True
+                self._generations += rest[0]
+                items.append((pending.job, Started()))
+            elif kind == FINISHED:
+                del self._pending[job_id]
+                pending.detokenizer.finalize()
+                if tail := pending.detokenizer.last_segment:
+                    items.append((pending.job, Delta(tail, None)))
+                items.append((pending.job, Finished(*rest)))
+            elif kind == FAILED:
+                del self._pending[job_id]
+                items.append((pending.job, Failed(*rest)))
+        for loop, items in by_loop.items():
+            if not items:
+                continue
+
+            def put(items: list[tuple[Job, Output]] = items) -> None:
+                for job, out in items:
+                    job.outputs.put_nowait(out)
+
+            try:
+                loop.call_soon_threadsafe(put)
+            except RuntimeError:  # that event loop is closed: nobody is left to read it
+                pass

@@ -1,0 +1,201 @@
+"""The engine process: loads the model, then decodes what the server sends until it closes.
+
+It runs apart from the server so that the server's Python work (HTTP, SQLite, JSON) never
+holds the interpreter lock a decode step is waiting for.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from multiprocessing.connection import Connection
+from typing import Any
+
+from omni.heap import set_aside
+from omni.runtime import blas, gemv, weights
+from omni.runtime.cpu_attention import use_exp2_attention
+from omni.runtime.quiet import no_torch_advice
+from omni.runtime.types import Runtime
+
+# MLX settings the engine runs with unless the environment sets them (MLX reads each at first
+# use). cuDNN's attention builds a graph for each new shape: ~65 ms for every prompt length not
+# seen before, where serving sees a new one with nearly every request; without it, on an H200,
+# a group of 8 new prompts reaches its first tokens in 39 ms instead of 114, one stream decodes
+# 373 tokens/s instead of 294 and 64 streams through the server went 0.54x -> 0.82x raw
+# (python bench/attention.py; bench/README.md). A prompt of 4,000 new tokens prefills ~50 ms
+# slower. On a CPU (or Metal) the setting does nothing.
+MLX_SETTINGS = {"MLX_CUDA_USE_CUDNN_SDPA": "0"}
+
+
+# The shortest shared prefix the prefix cache reuses, on a GPU. There a prompt's tokens are
+# prefilled in a batch for little (8 prompts of 66 tokens: ~12 ms on an H200), while a reused
+# prefix is one more cache to merge into the batch: 64 streams sharing a chat template's first
+# 16 tokens prefilled in 115-157 ms a round with reuse, 76-108 ms without (0.84x -> 0.89x raw;
+# python bench/concurrency.py, bench/README.md). The reuses that matter (a conversation's
+# history, an agent's resent context) are thousands of tokens. On a CPU every token saved is
+# prefill time saved (SmolLM2 prefills ~15 tokens/s here): any shared prefix is reused.
+GPU_MIN_REUSE = 256
+
+
+# Prompts prefilled in one forward pass on an NVIDIA GPU (mlx-lm's default, and the engine's
+# elsewhere: 8). On an H200 a pass of 16 short prompts took 25-28 ms against 19-21 ms for 8,
+# and a burst waits for half the passes and for the decode steps that come between two
+# groups: at 64 streams, rounds of 128 tokens took 1.40 s instead of 2.00 s (medians of 16
+# rounds each, the same host, alternating), first tokens p95 378-432 ms instead of 602-622
+# (python bench/concurrency.py; bench/README.md). Not measured on Apple silicon: 8 there.
+CUDA_PREFILL_GROUP = 16
+
+
+def on_gpu() -> bool:
+    import mlx.core as mx
+
+    return bool(mx.default_device().type == mx.DeviceType.gpu)
+
+
+def on_cuda() -> bool:
+    import mlx.core as mx
+
+    return on_gpu() and bool(mx.cuda.is_available())
+
+
+def min_reuse() -> int:
+    """The shortest prefix worth reusing on this machine's default device."""
+    return GPU_MIN_REUSE if on_gpu() else 1
+
+
+def prefill_group(env: Mapping[str, str] = os.environ) -> int:
+    """Prompts prefilled together on this machine's default device; OMNI_PREFILL_GROUP in `env`
+    sets it (benchmarks)."""
+    from omni.runtime.batching import PREFILL_GROUP
+
+    return _positive(env, "OMNI_PREFILL_GROUP") or (
+        CUDA_PREFILL_GROUP if on_cuda() else PREFILL_GROUP
+    )
+
+
+# Prompt tokens fed to one prompt a step: a long prompt holds the running streams for one
+# chunk at most, and a cancel is heard between two. The fastest prefill measured, which is
+# also the shortest hold within 10% of it (python bench/chunks.py; bench/README.md): on this
+# project's 2-core CPU (SmolLM2-135M in float32 on OpenBLAS, 1,024 tokens) 128 tokens, 182
+# tokens/s, a chunk 0.70 s (64: 0.87x; 256: 0.98x, 1.43 s; 512: 0.87x); on an H200 (a 1.24 B
+# llama, bf16, 4,096 tokens) 2,048, 74,547 tokens/s, a chunk 27.5 ms (1,024: 0.88x).
+CPU_PREFILL_CHUNK = 128
+GPU_PREFILL_CHUNK = 2048
+
+
+def prefill_chunk(env: Mapping[str, str] = os.environ) -> int:
+    """Prompt tokens a step feeds one prompt on this machine's default device;
+    OMNI_PREFILL_CHUNK in `env` sets it (tests, benchmarks)."""
+    return _positive(env, "OMNI_PREFILL_CHUNK") or (
+        GPU_PREFILL_CHUNK if on_gpu() else CPU_PREFILL_CHUNK
+    )
+
+
+def _positive(env: Mapping[str, str], name: str) -> int | None:
+    """A positive integer setting of `env`; None where unset (or set but empty)."""
+    value = env.get(name, "").strip()
+    if not value:
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"{name} must be a positive integer, not {value!r}")
+    return int(value)
+
+
+def use_mlx_settings() -> None:
+    """The engine's MLX settings, where the environment leaves them unset (the benchmarks'
+    raw mlx-lm baselines call this too: both sides of a ratio run the same kernels)."""
+    for name, value in MLX_SETTINGS.items():
+        os.environ.setdefault(name, value)
+
+
+def main(
+    conn: Connection,
+    path: str,
+    cache_entries: int,
+    cache_bytes: int,
+    max_batch: int,
+    weights_setting: str = weights.AUTO,
+) -> None:
+    _die_with_parent()
+    # What the server preloaded (omni.runtime.blas, gemv) is in this process since its start;
+    # a process this one starts must not look for it: the forwarder's file is removed once
+    # the model is loaded (the dynamic linker said so on stderr for every such process).
+    os.environ.pop("LD_PRELOAD", None)
+    use_mlx_settings()
+    no_torch_advice()
+    try:
+        from mlx_lm import load
+
+        from omni.runtime.batching import GATHER_S, BatchScheduler
+        from omni.runtime.generation import PrefixCache
+
+        model, tokenizer = load(path)[:2]
+        library = None if on_gpu() else blas.in_use()
+        if weights.choose(weights_setting, model, blas.optimized(library)) == weights.FLOAT32:
+            model = weights.to_float32(model)
+        if not on_gpu():
+            use_exp2_attention(model)
+        forwarded = not on_gpu() and gemv.forwarding(blas.holder("cblas_sgemm"))
+        runtime = Runtime(library, weights.describe(model), weights_setting, forwarded)
+        cache = PrefixCache(model, cache_entries, cache_bytes, min_reuse())
+        # OMNI_GATHER_MS: for benchmarks, how long a job may wait to be prefilled with others.
+        gather = float(os.environ.get("OMNI_GATHER_MS", GATHER_S * 1000)) / 1000
+        timed = bool(os.environ.get("OMNI_ENGINE_STATS"))
+        trace = os.environ.get("OMNI_ENGINE_TRACE")  # for benchmarks: a file for the step trace
+        scheduler = BatchScheduler(
+            model,
+            tokenizer,
+            cache,
+            max_batch,
+            gather,
+            timed,
+            bool(trace),
+            prefill_group(),
+            prefill_chunk(),
+        )
+        set_aside("engine")  # the model and the tokenizer: no full collection walks them again
+    except BaseException as exc:  # noqa: BLE001 - reported to the server as a value
+        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+        return
+    conn.send(("loaded", context_length(model), sorted(tokenizer.eos_token_ids), runtime))
+    try:
+        scheduler.run(conn)
+    except (EOFError, OSError):  # the server is gone: nobody is left to decode for
+        pass
+    if timed:  # for benchmarks: where the time went
+        stats = {k: round(v, 3) for k, v in sorted(scheduler.stats.items())}
+        print(f"omni engine stats: {stats}", file=sys.stderr, flush=True)
+    if trace and scheduler.trace is not None:
+        write_trace(trace, scheduler.trace)
+
+
+def write_trace(path: str, rows: list[tuple[float, ...]]) -> None:
+    import json
+
+    from omni.runtime.batching import TRACE_FIELDS
+
+    with open(path, "w") as f:
+        json.dump({"fields": TRACE_FIELDS, "rows": rows}, f)
+
+
+def context_length(model: Any) -> int:
+    args = getattr(model, "args", None)
+    return int(getattr(args, "max_position_embeddings", None) or 4096)
+
+
+def _die_with_parent() -> None:
+    """If the server dies (even by kill -9), this process goes too, rather than finishing a
+    long step for nobody. Linux only; elsewhere it notices at its next step."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    parent = os.getppid()
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        return
+    if os.getppid() != parent:  # the parent died before the request took effect
+        os._exit(0)

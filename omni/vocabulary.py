@@ -1,0 +1,39 @@
+"""The event vocabulary: every event type the log holds, the sets that end a stream, and the
+statuses a finished response can have. Every layer names events from here.
+
+A response owns three streams (omni.service.streams): `resp_X`, exactly what the API streams
+(OpenAI's `response.*` types); `resp_X/request`, the accepted request, cancel requests and
+the delete tombstone; `resp_X/tokens`, the token ids of a background generation. A chat or
+text completion's stream holds its chunks as the API streams them, then one ending.
+"""
+
+from __future__ import annotations
+
+# --- a response's public stream (OpenAI's types) ---------------------------------------
+# Every response stream ends with exactly one of these.
+RESPONSE_ENDS = frozenset({"response.completed", "response.failed", "response.incomplete"})
+# Lifecycle events that carry the whole response while it is not finished yet.
+RESPONSE_LIFECYCLE = frozenset({"response.created", "response.queued", "response.in_progress"})
+# The statuses of a response that is over: nothing will change it again.
+FINAL_STATUSES = ("completed", "incomplete", "failed", "cancelled")
+
+# --- chat and text completions --------------------------------------------------------
+COMPLETION_CHUNK = {"chat": "chat.completion.chunk", "text": "text_completion.chunk"}
+COMPLETION_USAGE = {"chat": "chat.completion.usage", "text": "text_completion.usage"}
+COMPLETION_ERROR = "completion.error"
+COMPLETION_CANCELLED = "completion.cancelled"
+# Every completion stream ends with exactly one of these.
+COMPLETION_ENDS = frozenset({*COMPLETION_USAGE.values(), COMPLETION_ERROR, COMPLETION_CANCELLED})
+
+# --- Omni's own events (the request streams, tokens, metadata) ------------------------
+ACCEPTED = "omni.request.accepted"
+CANCEL_REQUESTED = "omni.response.cancel_requested"
+DELETED = "omni.response.deleted"
+TOKENS = "omni.tokens"
+METADATA_UPDATED = "omni.completion.metadata_updated"
+COMPLETION_DELETED = "omni.completion.deleted"
+
+# The API each object belongs to (the `kind` its accepted request records) and its id prefix.
+# Each API answers 404 for ids of another kind, before it reads or writes anything else.
+RESPONSE, CHAT, TEXT = "response", "chat", "text"
+ID_PREFIXES = {RESPONSE: "resp_", CHAT: "chatcmpl-", TEXT: "cmpl-"}
