@@ -207,9 +207,9 @@ class Inspector:
         )
 
     def _summary(self, row: RowMapping, output: str | None = None) -> Summary:
-        if output is None:
-            output = self._output_text(row)
-        shown = output
+        shown, tokens = self._progress(row)
+        if output is not None:
+            shown = output
         if not shown.strip():
             request = self.request(row["id"]) or {}
             items = request_summary(row["kind"], request)["input"]
@@ -223,7 +223,7 @@ class Inspector:
             status=row["status"],
             model=row["model"],
             input_tokens=row["input_tokens"],
-            output_tokens=row["output_tokens"],
+            output_tokens=tokens,
             ttft_ms=None if first is None else first - created,
             tokens_per_s=decode_rate(row["output_tokens"], first, row["finished_at"]),
             preview=preview(shown),
@@ -233,23 +233,32 @@ class Inspector:
             position=row["position"],
         )
 
-    def _output_text(self, row: RowMapping) -> str:
-        """The output so far: a finished response's from its terminal event, else the deltas."""
-        if row["kind"] == "response" and row["end_data"] is not None:
-            return response_output(_json(row["end_data"]).get("response") or {})[0]
-        if row["kind"] == "response":
-            query = (
-                "SELECT group_concat(json_extract(data, '$.delta'), '') FROM events"
-                " WHERE stream_id = :s AND +type = 'response.output_text.delta'"
-            )
-        else:
-            query = (
-                "SELECT group_concat(coalesce(json_extract(data, '$.choices[0].delta.content'),"
-                " json_extract(data, '$.choices[0].text')), '') FROM events"
-                " WHERE stream_id = :s"
-                " AND +type IN ('chat.completion.chunk', 'text_completion.chunk')"
-            )
-        return str(self.conn.execute(text(query), {"s": row["id"]}).scalar() or "")
+    def _progress(self, row: RowMapping) -> tuple[str, int | None]:
+        """The output and its token count. A finished object's come from its end; usage is
+        written only there, so a running one's are its deltas so far, one a token (the few
+        running streams are read here, rather than every delta's trigger keeping a count)."""
+        ended = row["end_position"] is not None
+        if row["kind"] == "response" and ended:
+            end = _json(row["end_data"] or "{}").get("response") or {}
+            return response_output(end)[0], row["output_tokens"]
+        query = _RESPONSE_SO_FAR if row["kind"] == "response" else _COMPLETION_SO_FAR
+        shown, count = self.conn.execute(text(query), {"s": row["id"]}).one()
+        return str(shown or ""), row["output_tokens"] if ended else int(count)
+
+
+# A running stream's text and tokens so far, through its own rows (`+type`: not the index of
+# every event of that type). A token's text may be held back (half a character, a tool call
+# not yet whole); it is counted once it is sent.
+_RESPONSE_SO_FAR = """SELECT group_concat(CASE WHEN type = 'response.output_text.delta'
+    THEN json_extract(data, '$.delta') END, ''), count(*) FROM events WHERE stream_id = :s
+    AND +type IN ('response.output_text.delta', 'response.reasoning_text.delta')"""
+_CONTENT = "json_extract(data, '$.choices[0].delta.content')"
+_REASONING = "json_extract(data, '$.choices[0].delta.reasoning_content')"
+_TEXT = "json_extract(data, '$.choices[0].text')"
+# The role chunk's content is "": it is no token.
+_COMPLETION_SO_FAR = f"""SELECT group_concat(coalesce({_CONTENT}, {_TEXT}), ''),
+    count(nullif(coalesce({_CONTENT}, {_REASONING}, {_TEXT}), '')) FROM events
+    WHERE stream_id = :s AND +type IN ('chat.completion.chunk', 'text_completion.chunk')"""
 
 
 def _filters(**given: Any) -> tuple[str, dict[str, Any]]:
