@@ -88,6 +88,8 @@ def test_ls_lists_what_was_made_newest_first(served: Served) -> None:
     assert omni("ls", "--db", str(served.db), "--since", "1h").stdout == result.stdout
     bad = omni("ls", "--db", str(served.db), "--since", "soon")
     assert bad.returncode == 2 and "expected a duration" in bad.stderr
+    typo = omni("ls", "--db", str(served.db), "--status", "complete")
+    assert typo.returncode == 2 and "choose from 'queued'" in typo.stderr
 
 
 def test_show_json_has_the_apis_usage_and_output(served: Served) -> None:
@@ -239,6 +241,58 @@ def test_the_cli_reads_a_log_left_by_kill_9(tiny_model_dir: Path, tmp_path: Path
     assert _digest(db) == before  # read, never written
 
 
+def _running_tokens(db: Path, rid: str) -> int | None:
+    """The output tokens `omni ls` shows for `rid` while it is still in progress."""
+    listed = omni("ls", "--db", str(db), "--status", "in_progress")
+    assert listed.returncode == 0, listed.stderr
+    rows = [line.split("\t") for line in listed.stdout.splitlines()[1:]]
+    mine = [row for row in rows if row[0] == rid]
+    return int(mine[0][4].split("→")[1]) if mine else None  # None: it has ended
+
+
+def test_ls_counts_a_running_responses_tokens_as_they_come(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    db = tmp_path / "omni.db"
+    with serving(tiny_model_dir, db) as (base, _):
+        body = {"model": MODEL, "input": "long", "background": True, "max_output_tokens": 5000,
+                "temperature": 0}  # fmt: skip
+        rid = httpx.post(f"{base}/v1/responses", json=body, timeout=60).json()["id"]
+        with httpx.stream("GET", f"{base}/v1/responses/{rid}?stream=true", timeout=60) as s:
+            for line in s.iter_lines():  # the first token is in the log
+                if line == "event: response.output_text.delta":
+                    break
+        counts = [_running_tokens(db, rid), _running_tokens(db, rid)]
+        httpx.post(f"{base}/v1/responses/{rid}/cancel", timeout=60)
+        with httpx.stream("GET", f"{base}/v1/responses/{rid}?stream=true", timeout=60) as s:
+            s.read()  # to its terminal event
+    assert counts[0] is not None and counts[1] is not None, "it ended before it was listed"
+    assert 0 < counts[0] < counts[1]
+    ended = json.loads(omni("show", rid, "--db", str(db), "--json").stdout)
+    assert ended["summary"]["output_tokens"] == ended["usage"]["output_tokens"] >= counts[1]
+
+
+def test_ls_says_why_a_response_failed(tiny_model_dir: Path, tmp_path: Path) -> None:
+    db = tmp_path / "omni.db"
+    with serving(tiny_model_dir, db) as (base, proc):
+        body = {"model": MODEL, "input": "long", "max_output_tokens": 1500, "stream": True}
+        with httpx.stream("POST", f"{base}/v1/responses", json=body, timeout=60) as s:
+            deltas = 0
+            for line in s.iter_lines():
+                deltas += line == "event: response.output_text.delta"
+                if deltas == 5:
+                    os.kill(proc.pid, signal.SIGKILL)
+                    break
+        proc.wait()
+    with serving(tiny_model_dir, db):  # its start ends the foreground response: failed
+        listed = omni("ls", "--db", str(db), "--status", "failed", "--since", "1h")
+    assert listed.returncode == 0, listed.stderr
+    (row,) = [line.split("\t") for line in listed.stdout.splitlines()[1:]]
+    prompt, sent = row[4].split("→")
+    assert int(prompt) > 0 and int(sent) >= 5  # no usage on a failure: counted from the log
+    assert row[7].startswith("server_error: The server restarted")
+
+
 def test_a_stopped_servers_log_is_read_without_leaving_files(
     served: Served, tmp_path: Path
 ) -> None:
@@ -265,5 +319,5 @@ def test_a_log_older_than_the_views_is_not_migrated(tmp_path: Path) -> None:
     assert_one_line_error(result, "omni db upgrade")
     assert _digest(db) == before
     missing = omni("ls", "--db", str(tmp_path / "none.db"))
-    assert_one_line_error(missing, "none.db")
+    assert_one_line_error(missing, "no database at")
     assert not (tmp_path / "none.db").exists()

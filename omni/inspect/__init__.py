@@ -5,6 +5,16 @@ from __future__ import annotations
 
 from omni.inspect.database import missing, open_log
 from omni.inspect.reading import Inspector
-from omni.inspect.records import Detail, Stats, Summary, TimelineRow, iso
+from omni.inspect.records import STATUSES, Detail, Stats, Summary, TimelineRow, iso
 
-__all__ = ["Detail", "Inspector", "Stats", "Summary", "TimelineRow", "iso", "missing", "open_log"]
+__all__ = [
+    "STATUSES",
+    "Detail",
+    "Inspector",
+    "Stats",
+    "Summary",
+    "TimelineRow",
+    "iso",
+    "missing",
+    "open_log",
+]

@@ -125,19 +125,19 @@ class Inspector:
             by_status[status] = by_status.get(status, 0) + n
             by_model[model] = by_model.get(model, 0) + n
             by_kind[kind] = by_kind.get(kind, 0) + n
-        # The decode rate as decode_rate() and the views' tokens_per_s compute it.
-        timed = self.conn.execute(
+        # The decode rate as decode_rate() and the views' tokens_per_s compute it. Each list
+        # comes as one text: a row object apiece would be garbage the collector walks.
+        ttfts, rates = self.conn.execute(
             text(
-                "SELECT first_token_at - created_at, CASE WHEN output_tokens > 1"
-                " AND finished_at > first_token_at THEN round((output_tokens - 1) * 1000.0"
-                " / (finished_at - first_token_at), 1) END"
+                "SELECT group_concat(first_token_at - created_at), group_concat(CASE WHEN"
+                " output_tokens > 1 AND finished_at > first_token_at THEN round((output_tokens"
+                " - 1) * 1000.0 / (finished_at - first_token_at), 1) END)"
                 f" FROM summaries s {where} {'AND' if where else 'WHERE'}"
                 " first_token_at IS NOT NULL"
             ),
             args,
-        ).all()
-        ttfts = [float(t) for t, _ in timed]
-        rates = [float(r) for _, r in timed if r is not None]
+        ).one()
+        ttft, rate = _numbers(ttfts), _numbers(rates)
         return Stats(
             since_ms=since_ms,
             total=sum(n for *_, n, _, _ in counts),
@@ -146,10 +146,10 @@ class Inspector:
             by_kind=by_kind,
             input_tokens=sum(i or 0 for *_, i, _ in counts),
             output_tokens=sum(o or 0 for *_, o in counts),
-            ttft_ms_p50=percentile(ttfts, 50),
-            ttft_ms_p95=percentile(ttfts, 95),
-            tokens_per_s_p50=percentile(rates, 50),
-            tokens_per_s_p95=percentile(rates, 95),
+            ttft_ms_p50=percentile(ttft, 50),
+            ttft_ms_p95=percentile(ttft, 95),
+            tokens_per_s_p50=percentile(rate, 50),
+            tokens_per_s_p95=percentile(rate, 95),
         )
 
     # Raw reads, for `omni replay` and `omni tail`.
@@ -207,9 +207,11 @@ class Inspector:
         )
 
     def _summary(self, row: RowMapping, output: str | None = None) -> Summary:
-        if output is None:
-            output = self._output_text(row)
-        shown = output
+        shown, input_tokens, output_tokens = self._progress(row)
+        if output is not None:
+            shown = output
+        if row["status"] == "failed" and row["error_message"] is not None:
+            shown = f"{row['error_code'] or 'error'}: {row['error_message']}"  # why, first
         if not shown.strip():
             request = self.request(row["id"]) or {}
             items = request_summary(row["kind"], request)["input"]
@@ -222,8 +224,8 @@ class Inspector:
             created_ms=created,
             status=row["status"],
             model=row["model"],
-            input_tokens=row["input_tokens"],
-            output_tokens=row["output_tokens"],
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
             ttft_ms=None if first is None else first - created,
             tokens_per_s=decode_rate(row["output_tokens"], first, row["finished_at"]),
             preview=preview(shown),
@@ -233,23 +235,38 @@ class Inspector:
             position=row["position"],
         )
 
-    def _output_text(self, row: RowMapping) -> str:
-        """The output so far: a finished response's from its terminal event, else the deltas."""
-        if row["kind"] == "response" and row["end_data"] is not None:
-            return response_output(_json(row["end_data"]).get("response") or {})[0]
-        if row["kind"] == "response":
-            query = (
-                "SELECT group_concat(json_extract(data, '$.delta'), '') FROM events"
-                " WHERE stream_id = :s AND +type = 'response.output_text.delta'"
-            )
-        else:
-            query = (
-                "SELECT group_concat(coalesce(json_extract(data, '$.choices[0].delta.content'),"
-                " json_extract(data, '$.choices[0].text')), '') FROM events"
-                " WHERE stream_id = :s"
-                " AND +type IN ('chat.completion.chunk', 'text_completion.chunk')"
-            )
-        return str(self.conn.execute(text(query), {"s": row["id"]}).scalar() or "")
+    def _progress(self, row: RowMapping) -> tuple[str, int | None, int | None]:
+        """The output and its input and output tokens. Usage is written only with the end:
+        without it (running, or ended with no usage: a failure) the prompt's tokens come from
+        the accepted request and the output's are the deltas sent, one a token (the few such
+        streams are counted here, rather than every delta's trigger keeping a count)."""
+        usage = row["input_tokens"], row["output_tokens"]
+        known = None not in usage
+        if known and row["kind"] == "response" and row["end_position"] is not None:
+            return response_output(_json(row["end_data"] or "{}").get("response") or {})[0], *usage
+        query = _RESPONSE_SO_FAR if row["kind"] == "response" else _COMPLETION_SO_FAR
+        shown, prompt, sent = self.conn.execute(text(query), {"s": row["id"]}).one()
+        if known:
+            return str(shown or ""), *usage
+        return str(shown or ""), prompt if usage[0] is None else usage[0], int(sent)
+
+
+# A stream's text and tokens so far, through its own rows (`+type`: not the index of every
+# event of that type), and its prompt's tokens. A token's text may be held back (half a
+# character, a tool call not yet whole): it is counted once it is sent.
+_PROMPT = """(SELECT json_extract(r.data, '$.prompt_tokens') FROM events r
+    WHERE r.stream_id = :s || '/request' AND r.seq = 0 AND json_valid(r.data))"""
+_RESPONSE_SO_FAR = f"""SELECT group_concat(CASE WHEN type = 'response.output_text.delta'
+    THEN json_extract(data, '$.delta') END, ''), {_PROMPT}, count(*) FROM events
+    WHERE stream_id = :s
+    AND +type IN ('response.output_text.delta', 'response.reasoning_text.delta')"""
+_CONTENT = "json_extract(data, '$.choices[0].delta.content')"
+_REASONING = "json_extract(data, '$.choices[0].delta.reasoning_content')"
+_TEXT = "json_extract(data, '$.choices[0].text')"
+# The role chunk's content is "": it is no token.
+_COMPLETION_SO_FAR = f"""SELECT group_concat(coalesce({_CONTENT}, {_TEXT}), ''), {_PROMPT},
+    count(nullif(coalesce({_CONTENT}, {_REASONING}, {_TEXT}), '')) FROM events
+    WHERE stream_id = :s AND +type IN ('chat.completion.chunk', 'text_completion.chunk')"""
 
 
 def _filters(**given: Any) -> tuple[str, dict[str, Any]]:
@@ -276,6 +293,11 @@ def _timings(row: RowMapping) -> dict[str, Any]:
         "decode_tokens_per_s": decode_rate(row["output_tokens"], first, end),
         "total_ms": None if end is None else end - created,
     }
+
+
+def _numbers(joined: str | None) -> list[float]:
+    """group_concat's comma-separated numbers (None for none)."""
+    return [float(n) for n in joined.split(",")] if joined else []
 
 
 def _json(data: str) -> dict[str, Any]:

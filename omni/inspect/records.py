@@ -14,6 +14,10 @@ def iso(ms: int) -> str:
     return f"{moment:%Y-%m-%dT%H:%M:%S}.{ms % 1000:03d}Z"
 
 
+# What `status` may be, from accepted to an end.
+STATUSES = ("queued", "in_progress", "completed", "incomplete", "failed", "cancelled")
+
+
 @dataclass(frozen=True)
 class Summary:
     """One response or completion, as a list shows it."""
@@ -22,13 +26,13 @@ class Summary:
     kind: str  # "response" | "chat.completion" | "text_completion"
     created: str  # ISO-8601 UTC
     created_ms: int
-    status: str  # queued | in_progress | completed | incomplete | failed | cancelled
+    status: str  # one of STATUSES
     model: str | None
-    input_tokens: int | None
-    output_tokens: int | None
+    input_tokens: int | None  # while running: the prompt's
+    output_tokens: int | None  # while running: the tokens sent so far
     ttft_ms: int | None  # None until the first output is committed
     tokens_per_s: float | None  # decode rate; None until it has finished
-    preview: str  # the output's first words, or the input's while there is no output
+    preview: str  # a failure's error, else the output's first words, else the input's
     background: bool
     owner: str | None  # the API key's name that created it
     deleted: bool = False

@@ -7,6 +7,7 @@ import argparse
 from typing import Any
 
 from omni.events.maintenance import parse_duration
+from omni.inspect import STATUSES
 from omni.inspect_cli.commands import ls, replay, show, stats
 from omni.inspect_cli.tail import tail
 
@@ -22,7 +23,7 @@ def add_parsers(sub: Any, default_db: str) -> None:
         return p
 
     p = command("ls", "recent responses and chat completions, one line each")
-    p.add_argument("--status", help="only this status (completed, failed, in_progress, ...)")
+    p.add_argument("--status", choices=STATUSES, help="only this status")
     p.add_argument("--model", help="only this model")
     p.add_argument(
         "--since", type=_duration, metavar="DURATION", help="created within: 30m, 2h, 1d"
@@ -36,7 +37,9 @@ def add_parsers(sub: Any, default_db: str) -> None:
 
     p = command("tail", "follow new events live as the server commits them (Ctrl-C ends)")
     p.add_argument("id", nargs="?", help="one response or completion (from its start)")
-    p.add_argument("--interval", type=float, default=0.2, help="seconds between looks at the log")
+    p.add_argument(
+        "--interval", type=_seconds, default=0.2, help="seconds between looks at the log"
+    )
 
     p = command("replay", "print the exact SSE bytes a streaming client got")
     p.add_argument("id")
@@ -67,4 +70,14 @@ def _positive(text: str) -> int:
         value = 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r}: expected a positive integer")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:  # also NaN
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a positive number of seconds")
     return value

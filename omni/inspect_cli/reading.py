@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 from omni import db
 from omni.errors import NotFound, StoreError
@@ -14,6 +15,8 @@ from omni.inspect import Inspector, missing, open_log
 @contextmanager
 def inspector(path: str) -> Iterator[Inspector]:
     """An Inspector on the log at `path`, read-only."""
+    if not Path(path).exists():
+        raise StoreError(f"no database at {path} (give --db the server's log)")
     revision = db.inspect(path, verify=False)  # not SQLite, not ours, too new: refused here
     if revision is None:
         raise StoreError(f"{path} holds no Omni log (give --db the server's log)")
