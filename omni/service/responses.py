@@ -14,7 +14,7 @@ from omni.errors import InvalidRequest, ModelNotFound, NotFound
 from omni.events import (
     Append,
     Appender,
-    EventStore,
+    EventLog,
     NewEvent,
     Notifier,
     StoredEvent,
@@ -56,7 +56,7 @@ FINISHED = ("completed", "incomplete", "failed", "cancelled")
 class ResponsesService:
     def __init__(
         self,
-        store: EventStore,
+        store: EventLog,
         appender: Appender,
         notifier: Notifier,
         engine: Engine,

@@ -17,7 +17,7 @@ from omni.engine.chat_recorder import ChunkRecorder
 from omni.engine.recorder import ResponseRecorder
 from omni.engine.types import Delta, Engine, Failed, Finished, Job, Output
 from omni.errors import Overloaded, ShuttingDown, StoreError
-from omni.events import Append, Appender, EventStore, NewEvent, Notifier, StoredEvent
+from omni.events import Append, Appender, EventLog, NewEvent, Notifier, StoredEvent
 from omni.metrics import UNREAD, Metrics
 from omni.service.intake import Intake
 from omni.service.streams import TOKENS, dumps, request_stream, tokens_stream
@@ -83,7 +83,7 @@ class Runs:
     def __init__(
         self,
         engine: Engine,
-        store: EventStore,
+        store: EventLog,
         appender: Appender,
         notifier: Notifier,
         max_queued: int = 256,

@@ -17,7 +17,7 @@ from omni.engine.chat_recorder import error_event
 from omni.engine.recorder import ResponseRecorder
 from omni.engine.types import Failed
 from omni.errors import SeqConflict, StoreError, StoreUnavailable
-from omni.events import Append, Appender, EventStore, NewEvent, StoredEvent
+from omni.events import Append, Appender, EventLog, NewEvent, StoredEvent
 from omni.projections.response import fold_response
 from omni.schemas.stream import TERMINAL_TYPES
 from omni.service.streams import dumps
@@ -45,7 +45,7 @@ def ending(rows: list[StoredEvent], response: bool) -> list[NewEvent]:
 
 
 async def end_unwritten(
-    store: EventStore,
+    store: EventLog,
     appender: Appender,
     stream_id: str,
     response: bool,

@@ -91,7 +91,7 @@ async def test_a_run_whose_opening_cannot_be_committed_is_cancelled_not_left_run
     the job is cancelled (nobody would record it) and the error reaches the caller."""
     from omni.engine.chat_recorder import ChunkRecorder
     from omni.engine.types import Sampling
-    from omni.events.store import Append, NewEvent
+    from omni.events import Append, NewEvent
     from omni.service.runs import Run, Runs
 
     class FullDisk:
