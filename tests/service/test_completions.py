@@ -20,7 +20,8 @@ async def test_a_chat_completion_is_replayed_from_the_cache_index(services: Serv
     services.completions.release(cid)
     assert not hit
     assert first["choices"][0]["message"]["content"] == "Hello"
-    assert await services.store.cache.lookup(cache_key("scripted", body)) == cid
+    key = cache_key("scripted", body)
+    assert key is not None and await services.store.cache.lookup(key) == cid
 
     later = ScriptedEngine()  # a later process over the same log: nothing in flight
     async with serving(services.store, later) as again:
