@@ -151,8 +151,8 @@ def create_app(settings: Settings, engine: Engine) -> Quart:
             cast(Any, engine).on_step = lambda n: figures.batch.observe(n) if n else None
         await service.recover()
         await completions.recover()
-        if cache and await store.cache_size() == 0:
-            await store.cache_rebuild()  # the index is a projection of the log: lost, made again
+        if cache and await store.cache.size() == 0:
+            await store.cache.rebuild()  # the index is a projection of the log: lost, made again
         app.config["OMNI"] = State(
             engine,
             store,

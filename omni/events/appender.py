@@ -8,8 +8,8 @@ import time
 from collections.abc import Sequence
 
 from omni.errors import SeqConflict, StoreError, StoreUnavailable
+from omni.events.contract import Append, EventLog, StoredEvent
 from omni.events.notifier import Notifier
-from omni.events.store import Append, EventStore, StoredEvent
 from omni.metrics import UNREAD, Metrics
 
 log = logging.getLogger(__name__)
@@ -32,7 +32,7 @@ class Appender:
 
     def __init__(
         self,
-        store: EventStore,
+        store: EventLog,
         notifier: Notifier,
         max_batch: int = 4096,
         metrics: Metrics = UNREAD,

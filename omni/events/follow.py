@@ -7,14 +7,14 @@ from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
 from typing import Final
 
+from omni.events.contract import EventLog, StoredEvent
 from omni.events.notifier import Notifier
-from omni.events.store import EventStore, StoredEvent
 
 KEEPALIVE: Final = None  # yielded when nothing arrived within the keep-alive interval
 
 
 async def follow(
-    store: EventStore,
+    store: EventLog,
     notifier: Notifier,
     stream_id: str,
     after: int,
@@ -38,7 +38,7 @@ async def follow(
 
 
 async def follow_pages(
-    store: EventStore,
+    store: EventLog,
     notifier: Notifier,
     stream_id: str,
     after: int,

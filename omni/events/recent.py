@@ -13,7 +13,7 @@ from itertools import islice
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from omni.events.store import StoredEvent
+    from omni.events.contract import StoredEvent
 
 
 class RecentRows:

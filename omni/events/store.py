@@ -1,4 +1,4 @@
-"""The event store: a writer connection on its own thread, `BEGIN IMMEDIATE` appends, many
+"""The SQLite event store: a writer connection on its own thread, `BEGIN IMMEDIATE` appends, many
 readers.
 
 Every write transaction is one function run whole on the writer's thread: a commit costs the event
@@ -21,13 +21,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
-import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Engine, create_engine, func, literal_column, or_, select
+from sqlalchemy import Connection, Engine, create_engine, func, or_, select
 from sqlalchemy import event as sa_event
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -35,43 +33,12 @@ from sqlalchemy.pool import AsyncAdaptedQueuePool, QueuePool
 
 from omni.errors import SeqConflict, StoreError
 from omni.events import maintenance
+from omni.events.contract import Append, StoredEvent
+from omni.events.driver import Sql, execute, now_ms, reason
 from omni.events.identity import FileIdentity
 from omni.events.recent import RecentRows
-from omni.events.schema import chat_cache, events, items
-
-
-@dataclass(frozen=True, slots=True)
-class NewEvent:
-    type: str
-    data: str  # JSON text, exactly the bytes a client will see
-
-
-@dataclass(frozen=True, slots=True)
-class Append:
-    """Events for one stream; `first_seq` is the seq the first of them must get."""
-
-    stream_id: str
-    first_seq: int
-    events: Sequence[NewEvent]
-
-
-@dataclass(frozen=True, slots=True)
-class StoredEvent:
-    position: int
-    stream_id: str
-    seq: int
-    type: str
-    data: str
-    created_at: int
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-def _reason(exc: SQLAlchemyError) -> object:
-    """The driver's own message where there is one (it names the real cause)."""
-    return getattr(exc, "orig", None) or exc
+from omni.events.schema import events, items
+from omni.events.sqlite_cache import CACHE_UPKEEP_ROWS, SqliteCacheIndex
 
 
 def sqlite_url(path: str) -> str:
@@ -108,62 +75,9 @@ SCRUB_EVERY_MAX_S = 32.0
 SCRUB_WAIT_MS = 50
 _INSERT = "INSERT INTO events (stream_id, seq, type, data, created_at) VALUES "
 _RETURNING = " RETURNING position, stream_id, seq"
-# Replay-cache index upkeep, on either path, in the append's transaction: what is past its
-# age, then all but the newest cache_max_entries. The trim walks the created_at index from the
-# newest and deletes what lies past the limit: ~0.1 ms at 1,024 entries, where `key NOT IN
-# (the newest 1,024)` took ~1 ms (a temporary b-tree each time). An append's upkeep deletes at
-# most CACHE_UPKEEP_ROWS of each (the triggers add a row or two): a day's
-# worth of entries expiring at once, or a bound lowered since the last start, must not be
-# deleted in one go on the event loop (100,000 rows: ~100 ms). The rest goes with the next
-# appends (lookups skip expired entries anyway); open() and cache_rebuild() delete all at once,
-# on the writer's thread.
-CACHE_UPKEEP_ROWS = 64
-# A lookup by key (its index) on the loop's connection: ~10 µs, where the reader's thread and
-# SQLAlchemy took ~1 ms of the loop's time a request, and a burst's lookups queued behind each
-# other there before any of them reached the engine.
-# A key answered more than once (a no-cache request, a race) has a row for each: the newest
-# answers, and the next one once that is deleted.
-_CACHE_LOOKUP = (
-    "SELECT completion_id FROM chat_cache WHERE key = ? AND created_at >= ?"
-    " ORDER BY created_at DESC, rowid DESC LIMIT 1"
-)
-# The index made from the whole log: what migration 0004's trigger chat_cache_on_end adds at
-# each completion's end, less what its other triggers remove (a tombstone, a purge). The one
-# place the store names event types: the schema's own triggers name them too
-# (tests/events/test_cache_index.py holds a rebuild equal to their work).
-_CACHE_REBUILD = """
-    INSERT OR IGNORE INTO chat_cache (key, completion_id, created_at)
-    SELECT json_extract(r.data, '$.key'), u.stream_id, u.created_at FROM events u, events r
-    WHERE u.type = 'chat.completion.usage'
-      AND r.stream_id = u.stream_id || '/request' AND r.seq = 0
-      AND r.type = 'omni.request.accepted'
-      AND json_extract(r.data, '$.key') IS NOT NULL
-      AND json_extract(r.data, '$.mirror_of') IS NULL
-      AND json_extract(r.data, '$.body.store') = 1
-      AND NOT EXISTS (SELECT 1 FROM events d
-                      WHERE d.stream_id = r.stream_id AND +d.type = 'omni.completion.deleted')
-    ORDER BY u.position
-"""
-_CACHE_EXPIRE = (
-    "DELETE FROM chat_cache WHERE rowid IN (SELECT rowid FROM chat_cache"
-    " WHERE created_at < ? ORDER BY created_at LIMIT ?)"
-)
-_CACHE_TRIM = (
-    "DELETE FROM chat_cache WHERE rowid IN (SELECT rowid FROM chat_cache"
-    " ORDER BY created_at DESC, rowid DESC LIMIT ? OFFSET ?)"
-)
 
 
-_Sql = tuple[str, list[tuple[Any, ...]]]  # a statement and the parameters of each execution
-
-
-def _execute(conn: Connection, statements: Sequence[_Sql]) -> None:
-    """Run `statements` in the writer's transaction (the loop's path runs the same SQL)."""
-    for sql, params in statements:
-        conn.exec_driver_sql(sql, params)
-
-
-def _run(conn: sqlite3.Connection, statements: Sequence[_Sql]) -> None:
+def _run(conn: sqlite3.Connection, statements: Sequence[Sql]) -> None:
     """`statements` in one transaction of their own, on a driver connection."""
     conn.execute("BEGIN IMMEDIATE")
     try:
@@ -180,8 +94,10 @@ class _Busy(Exception):
 
 
 class EventStore:
-    """Append and read streams of events in SQLite (WAL; writes one at a time, in call
-    order, on the writer's thread or, for appends, directly on the event loop)."""
+    """The event log and its cache index (omni/events/contract.py's Store) in SQLite (WAL;
+    writes one at a time, in call order, on the writer's thread or, for appends, directly on
+    the event loop). What only SQLite has stays off the contract: check_file, pragmas,
+    run_read (the inspector's queries), checkpoints and scrubs."""
 
     def __init__(
         self,
@@ -196,6 +112,7 @@ class EventStore:
         self._synchronous = synchronous
         self.cache_max_entries = cache_max_entries
         self.cache_max_age_ms = int(cache_max_age_s * 1000)
+        self.cache = SqliteCacheIndex(self)  # in the same file, bounded in each append
         # This store is the log's only writer, so what it committed last is what followers
         # want next; 0 turns the memory off (e.g. when something else writes the file too).
         self._recent = RecentRows(per_stream=recent_rows)
@@ -231,21 +148,21 @@ class EventStore:
             ),
             begin="BEGIN",
         )
-        upkeep = self._upkeep(_now_ms(), -1)
+        upkeep = self.cache.upkeep(now_ms(), -1)
 
         def start(conn: Connection) -> None:
             """The replay cache within its age and bound (lowered since the last start, or
             expired meanwhile), all at once here rather than on the loop's appends."""
             tables = conn.exec_driver_sql("SELECT name FROM sqlite_master WHERE type = 'table'")
             if "chat_cache" in {name for (name,) in tables}:  # a migrated log
-                _execute(conn, upkeep)
+                execute(conn, upkeep)
 
         try:
             await self._write(start)
         except BaseException as exc:  # cancelled too: no thread or engine is left behind
             await asyncio.shield(self.close())
             if isinstance(exc, SQLAlchemyError):
-                raise StoreError(f"cannot open database {self.path}: {_reason(exc)}") from exc
+                raise StoreError(f"cannot open database {self.path}: {reason(exc)}") from exc
             raise
         if self._synchronous.upper() in ("OFF", "NORMAL", "0", "1"):
             self._direct = self._connect_direct()
@@ -381,7 +298,7 @@ class EventStore:
         change in the replay-cache index changes in the same transaction (the database's
         triggers), so an entry never points at an unfinished or deleted stream."""
         self.check_file()
-        now = _now_ms()
+        now = now_ms()
         rows: list[dict[str, Any]] = [
             {
                 "stream_id": a.stream_id,
@@ -395,7 +312,7 @@ class EventStore:
         ]
         if not rows:
             return []
-        upkeep = self._upkeep(now, CACHE_UPKEEP_ROWS)
+        upkeep = self.cache.upkeep(now, CACHE_UPKEEP_ROWS)
         direct = self._direct
         if direct is not None and self._queued == 0 and len(rows) <= DIRECT_ROWS:
             try:
@@ -413,7 +330,7 @@ class EventStore:
             )
             positions = {(r.stream_id, r.seq): r.position for r in result}
             if driver.total_changes - before > len(rows):  # type: ignore[union-attr]
-                _execute(conn, upkeep)  # the triggers changed the index: keep it bounded
+                execute(conn, upkeep)  # the triggers changed the index: keep it bounded
             return _stored(rows, positions)
 
         def remember(done: asyncio.Future[list[StoredEvent]]) -> None:
@@ -427,14 +344,14 @@ class EventStore:
         except IntegrityError as exc:
             raise _refused(exc.orig) from exc
         except SQLAlchemyError as exc:
-            raise StoreError(f"append failed: {_reason(exc)}") from exc
+            raise StoreError(f"append failed: {reason(exc)}") from exc
         except StoreError:
             raise
         except Exception as exc:  # what the driver raises unwrapped (a string it cannot encode)
             raise StoreError(f"append failed: {exc}") from exc
 
     def _append_direct(
-        self, conn: sqlite3.Connection, rows: list[dict[str, Any]], upkeep: Sequence[_Sql] = ()
+        self, conn: sqlite3.Connection, rows: list[dict[str, Any]], upkeep: Sequence[Sql] = ()
     ) -> list[StoredEvent]:
         """Commit `rows` at once on the loop's connection (no await: nothing can cut it), with
         the replay cache's `upkeep` if their triggers changed the index; _Busy if another
@@ -569,51 +486,6 @@ class EventStore:
 
         self._hand_over(truncate, "scrub", then)
 
-    def _upkeep(self, now: int, most: int) -> list[_Sql]:
-        expire = (_CACHE_EXPIRE, [(now - self.cache_max_age_ms, most)])
-        if self.cache_max_entries < 0:  # no bound (SQLite's LIMIT -1, as before)
-            return [expire]
-        return [expire, (_CACHE_TRIM, [(most, self.cache_max_entries)])]
-
-    async def cache_lookup(self, key: str) -> str | None:
-        """The completion that answers this request key, if one is indexed and fresh."""
-        self.check_file()
-        cutoff = _now_ms() - self.cache_max_age_ms
-        direct = self._direct
-        if direct is not None and not direct.in_transaction:
-            try:
-                found = direct.execute(_CACHE_LOOKUP, (key, cutoff)).fetchone()
-            except sqlite3.Error as exc:  # busy, say: the reader's connection waits for it
-                log.debug("direct cache lookup failed: %s", exc)
-            else:
-                return str(found[0]) if found else None
-        query = (
-            select(chat_cache.c.completion_id)
-            .where(chat_cache.c.key == key, chat_cache.c.created_at >= cutoff)
-            .order_by(chat_cache.c.created_at.desc(), literal_column("rowid").desc())
-            .limit(1)
-        )
-        rows = await self._fetch(query)
-        return str(rows[0][0]) if rows else None
-
-    async def cache_size(self) -> int:
-        return int((await self._fetch(select(func.count()).select_from(chat_cache)))[0][0])
-
-    async def cache_rebuild(self) -> int:
-        """Make the index again from the log, within its bounds; returns its entries."""
-        upkeep = self._upkeep(_now_ms(), -1)
-
-        def rebuild(conn: Connection) -> None:
-            conn.execute(chat_cache.delete())
-            conn.exec_driver_sql(_CACHE_REBUILD)
-            _execute(conn, upkeep)
-
-        try:
-            await self._write(rebuild)
-        except SQLAlchemyError as exc:
-            raise StoreError(f"cache rebuild failed: {_reason(exc)}") from exc
-        return await self.cache_size()
-
     async def read(
         self, stream_id: str, after: int = -1, limit: int | None = None
     ) -> list[StoredEvent]:
@@ -706,7 +578,7 @@ class EventStore:
             # they committed: forget them again once the delete has.
             removed = await self._write(delete, then=lambda _: self._recent.forget(doomed))
         except SQLAlchemyError as exc:
-            raise StoreError(f"purge failed: {_reason(exc)}") from exc
+            raise StoreError(f"purge failed: {reason(exc)}") from exc
         self._scrub_soon()
         return removed
 
@@ -735,7 +607,7 @@ class EventStore:
             async with reader.connect() as conn:
                 return await conn.run_sync(query)
         except SQLAlchemyError as exc:
-            raise StoreError(f"read failed: {_reason(exc)}") from exc
+            raise StoreError(f"read failed: {reason(exc)}") from exc
 
     async def _fetch(self, query: Any) -> list[Any]:
         self.check_file()  # before a pooled connection opens the file now at the path
@@ -744,7 +616,7 @@ class EventStore:
             async with reader.connect() as conn:
                 return list((await conn.execute(query)).all())
         except SQLAlchemyError as exc:
-            raise StoreError(f"read failed: {_reason(exc)}") from exc
+            raise StoreError(f"read failed: {reason(exc)}") from exc
 
 
 def _refused(driver_error: object) -> StoreError:

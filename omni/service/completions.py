@@ -17,9 +17,9 @@ from omni.errors import InvalidRequest, NotFound, StoreError
 from omni.events import (
     Append,
     Appender,
-    EventStore,
     NewEvent,
     Notifier,
+    Store,
     StoredEvent,
     follow,
     follow_pages,
@@ -75,7 +75,7 @@ def cache_key(model_id: str, body: ChatCompletionCreate, owner: str | None = Non
 class CompletionsService:
     def __init__(
         self,
-        store: EventStore,
+        store: Store,
         appender: Appender,
         notifier: Notifier,
         engine: Engine,
@@ -137,7 +137,7 @@ class CompletionsService:
             return cid, True
         self._inflight[key] = cid  # reserved before any await: concurrent twins follow us
         try:
-            original = await self.store.cache_lookup(key)
+            original = await self.store.cache.lookup(key)
             if original is not None:
                 await self._mirror(original, cid, body, key, owner)
                 self.metrics.replay_cache.labels("hit").inc()

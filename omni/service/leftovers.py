@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 
-from omni.events import EventStore
+from omni.events import EventLog
 from omni.events.maintenance import PER_TRANSACTION
 from omni.vocabulary import ACCEPTED
 
@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 UNSTORED = (("$.body.store", False), ("$.kind", "text"))
 
 
-async def purge_unstored(store: EventStore) -> int:
+async def purge_unstored(store: EventLog) -> int:
     """Purge every unstored object in the log (and so its bytes); returns how many."""
     doomed = [s.removesuffix("/request") for s in await store.streams_with(ACCEPTED, UNSTORED)]
     for start in range(0, len(doomed), PER_TRANSACTION):

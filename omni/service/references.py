@@ -18,7 +18,7 @@ from typing import Any
 from omni.errors import InvalidRequest, NotFound
 from omni.schemas.items import ITEM_REFERENCE, normalize_item
 
-# The objects whose events hold an item id, oldest first (EventStore.item_holders).
+# The objects whose events hold an item id, oldest first (EventLog.item_holders).
 Holders = Callable[[str], Awaitable[list[str]]]
 # The items (input, then output) of a stored response the caller may see, else NotFound.
 Items = Callable[[str], Awaitable[list[dict[str, Any]]]]

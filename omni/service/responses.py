@@ -12,7 +12,7 @@ from omni.errors import InvalidRequest, ModelNotFound, NotFound
 from omni.events import (
     Append,
     Appender,
-    EventStore,
+    EventLog,
     NewEvent,
     Notifier,
     StoredEvent,
@@ -52,7 +52,7 @@ from omni.vocabulary import (
 class ResponsesService:
     def __init__(
         self,
-        store: EventStore,
+        store: EventLog,
         appender: Appender,
         notifier: Notifier,
         engine: Engine,

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from omni.errors import Overloaded, ShuttingDown, StoreError
-from omni.events import Append, Appender, EventStore, NewEvent, Notifier, StoredEvent
+from omni.events import Append, Appender, EventLog, NewEvent, Notifier, StoredEvent
 from omni.jobs import Delta, Engine, Failed, Finished, Job, Output
 from omni.metrics import UNREAD, Metrics
 from omni.protocol.chat_recorder import ChunkRecorder
@@ -84,7 +84,7 @@ class Runs:
     def __init__(
         self,
         engine: Engine,
-        store: EventStore,
+        store: EventLog,
         appender: Appender,
         notifier: Notifier,
         max_queued: int = 256,

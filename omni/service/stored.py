@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from omni.errors import InvalidRequest, NotFound
-from omni.events import Append, Appender, EventStore, NewEvent
+from omni.events import Append, Appender, EventLog, NewEvent
 from omni.projections.completions import fold_chat
 from omni.projections.input_items import page_items
 from omni.service.ownership import visible
@@ -32,7 +32,7 @@ UNANSWERED = (COMPLETION_ERROR, COMPLETION_CANCELLED)
 
 
 class StoredCompletions:
-    def __init__(self, store: EventStore, appender: Appender):
+    def __init__(self, store: EventLog, appender: Appender):
         self.store = store
         self.appender = appender
         self.facts = ObjectLocks()  # a completion's updates and delete, one at a time

@@ -13,7 +13,7 @@ import asyncio
 import logging
 
 from omni.errors import SeqConflict, StoreError, StoreUnavailable
-from omni.events import Append, Appender, EventStore, NewEvent, StoredEvent
+from omni.events import Append, Appender, EventLog, NewEvent, StoredEvent
 from omni.jobs import Failed
 from omni.projections.response import fold_response
 from omni.protocol.chat_recorder import error_event
@@ -44,7 +44,7 @@ def ending(rows: list[StoredEvent], response: bool) -> list[NewEvent]:
 
 
 async def end_unwritten(
-    store: EventStore,
+    store: EventLog,
     appender: Appender,
     stream_id: str,
     response: bool,

@@ -89,7 +89,7 @@ def test_mid_stream_failure_ends_with_response_failed(scripted) -> None:
 async def test_a_run_whose_opening_cannot_be_committed_is_cancelled_not_left_running() -> None:
     """The engine starts on a job while its opening events commit; if that commit fails,
     the job is cancelled (nobody would record it) and the error reaches the caller."""
-    from omni.events.store import Append, NewEvent
+    from omni.events import Append, NewEvent
     from omni.jobs import Sampling
     from omni.protocol.chat_recorder import ChunkRecorder
     from omni.service.runs import Run, Runs

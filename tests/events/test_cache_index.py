@@ -58,11 +58,11 @@ async def test_a_rebuild_equals_what_the_triggers_kept(db_path: Path) -> None:
             ("k1", "chatcmpl-c"),
             ("k2", "chatcmpl-b"),
         ]
-        assert await store.cache_lookup("k1") == "chatcmpl-c"  # the newest answers
-        assert await store.cache_rebuild() == 3
+        assert await store.cache.lookup("k1") == "chatcmpl-c"  # the newest answers
+        assert await store.cache.rebuild() == 3
         assert rows(db_path) == kept
         await store.append([tombstone("chatcmpl-c")])
-        assert await store.cache_lookup("k1") == "chatcmpl-a"  # the one before answers again
+        assert await store.cache.lookup("k1") == "chatcmpl-a"  # the one before answers again
     finally:
         await store.close()
 

@@ -39,7 +39,7 @@ async def test_a_file_deleted_or_replaced_under_the_store_stops_it(
         appender.append(big("s", 1)),
         store.read("s"),  # memory holds it, but the file it came from is gone
         store.read("unknown"),
-        store.cache_lookup("key"),
+        store.cache.lookup("key"),
         store.purge(["s"]),
     ):
         with pytest.raises(StoreUnavailable) as refused:

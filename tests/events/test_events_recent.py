@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from omni.events import EventStore
+from omni.events import EventStore, StoredEvent
 from omni.events.recent import RecentRows
-from omni.events.store import StoredEvent
 
 
 def ev(stream: str, seq: int) -> StoredEvent:

@@ -575,11 +575,11 @@ async def test_appends_wait_behind_a_long_cache_rebuild_and_all_commit(store: Ev
         )
     conn.close()
     store.cache_max_entries = 200_000
-    rebuild = asyncio.ensure_future(store.cache_rebuild())
+    rebuild = asyncio.ensure_future(store.cache.rebuild())
     appends = [asyncio.ensure_future(store.append([deltas("s", i, 1)])) for i in range(30)]
     await asyncio.gather(rebuild, *appends)
     assert [r[2] for r in raw_rows(store.path, "s")] == list(range(30))
-    assert rebuild.result() == await store.cache_size() == 20_000
+    assert rebuild.result() == await store.cache.size() == 20_000
 
 
 def test_a_process_that_never_closes_its_store_still_exits(db_path: Path) -> None:
@@ -781,8 +781,8 @@ async def test_a_finishing_append_indexes_the_cache_on_the_loop_within_its_bound
         for i in range(5):
             await store.append(finished_chat(f"c{i}", f"k{i}"))
         assert store._direct_commits == 5 and store._queued == 0
-        assert await store.cache_size() == 3
-        assert [await store.cache_lookup(f"k{i}") for i in range(5)] == [
+        assert await store.cache.size() == 3
+        assert [await store.cache.lookup(f"k{i}") for i in range(5)] == [
             None,
             None,
             "c2",
@@ -791,8 +791,8 @@ async def test_a_finishing_append_indexes_the_cache_on_the_loop_within_its_bound
         ]
         # A key answered again is answered by its newest completion.
         await store.append(finished_chat("c5", "k2"))
-        assert await store.cache_size() == 3
-        assert [await store.cache_lookup(k) for k in ("k2", "k3", "k4")] == ["c5", "c3", "c4"]
+        assert await store.cache.size() == 3
+        assert [await store.cache.lookup(k) for k in ("k2", "k3", "k4")] == ["c5", "c3", "c4"]
     finally:
         await store.close()
 
@@ -803,7 +803,7 @@ async def test_the_cache_row_and_the_events_commit_together_or_not_at_all(
     await store.append([deltas("c", 0, 1)])
     with pytest.raises(SeqConflict):  # seq 0 of c is taken: nothing of this append commits
         await store.append(finished_chat("c", "k"))
-    assert await store.cache_lookup("k") is None
+    assert await store.cache.lookup("k") is None
     assert len(raw_rows(db_path, "c")) == 1
 
 
@@ -818,11 +818,11 @@ async def test_an_entry_past_its_age_leaves_the_index_on_the_next_append(
         with sqlite3.connect(str(db_path)) as conn:  # as if indexed 61 s ago
             conn.execute("UPDATE chat_cache SET created_at = ?", (old,))
         conn.close()
-        assert await store.cache_size() == 1
-        assert await store.cache_lookup("old") is None  # never answered meanwhile
+        assert await store.cache.size() == 1
+        assert await store.cache.lookup("old") is None  # never answered meanwhile
         await store.append(finished_chat("b", "new"))
-        assert [await store.cache_lookup(k) for k in ("old", "new")] == [None, "b"]
-        assert await store.cache_size() == 1
+        assert [await store.cache.lookup(k) for k in ("old", "new")] == [None, "b"]
+        assert await store.cache.size() == 1
     finally:
         await store.close()
 
@@ -844,8 +844,8 @@ async def test_a_cache_bound_too_big_to_trim_on_the_loop_is_kept_up_on_the_threa
             await store.pragmas()  # a write queued behind any trim: the next append is direct
         assert store._direct_commits == 5  # committed on the loop, trimmed on the thread
         assert handed == ["cache upkeep"] * 5
-        assert await store.cache_size() == 3
-        assert [await store.cache_lookup(f"k{i}") for i in (1, 2, 4)] == [None, "c2", "c4"]
+        assert await store.cache.size() == 3
+        assert [await store.cache.lookup(f"k{i}") for i in (1, 2, 4)] == [None, "c2", "c4"]
     finally:
         await store.close()
 
@@ -867,22 +867,22 @@ async def test_a_bound_lowered_since_the_last_start_is_applied_at_open_not_on_th
     store = EventStore(str(db_path), cache_max_entries=100, cache_max_age_s=3600)
     await store.open()
     try:
-        assert await store.cache_size() == 100
-        assert await store.cache_lookup("k4999") == "c4999"
+        assert await store.cache.size() == 100
+        assert await store.cache.lookup("k4999") == "c4999"
         store.cache_max_entries = 10  # lowered at run time: the appends trim a few at a time
         for i in range(2):
             await store.append(finished_chat(f"a{i}", f"n{i}"))
         assert store._direct_commits == 2
-        assert await store.cache_size() == 10
+        assert await store.cache.size() == 10
         with sqlite3.connect(str(db_path)) as conn:
             conn.executemany("INSERT INTO chat_cache VALUES (?,?,?)", rows[5000:])
         conn.close()
         await store.append(finished_chat("b", "nb"))
-        left = await store.cache_size()
+        left = await store.cache.size()
         # b's row in; at most CACHE_UPKEEP_ROWS expired and as many over the bound out: the
         # rest goes with the next appends.
         assert left == 10 + 1 + 3000 - 2 * store_module.CACHE_UPKEEP_ROWS
-        assert await store.cache_lookup("old0") is None  # and are never answered meanwhile
+        assert await store.cache.lookup("old0") is None  # and are never answered meanwhile
     finally:
         await store.close()
 
@@ -919,7 +919,7 @@ async def test_a_cache_lookup_reads_on_the_loops_connection(
         return await fetch(query)
 
     monkeypatch.setattr(store, "_fetch", counted)
-    assert [await store.cache_lookup(k) for k in ("k", "other")] == ["c", None]
+    assert [await store.cache.lookup(k) for k in ("k", "other")] == ["c", None]
     assert fetched == []
 
     class Busy:
@@ -930,9 +930,9 @@ async def test_a_cache_lookup_reads_on_the_loops_connection(
 
     direct, store._direct = store._direct, Busy()  # type: ignore[assignment]
     try:
-        assert await store.cache_lookup("k") == "c"
+        assert await store.cache.lookup("k") == "c"
         store._direct = None  # closed after a failed rollback
-        assert await store.cache_lookup("k") == "c"
+        assert await store.cache.lookup("k") == "c"
     finally:
         store._direct = direct
     assert len(fetched) == 2

@@ -1,7 +1,7 @@
 """The replay-cache index as a projection the database keeps: triggers on the events table
 keep `chat_cache` equal to what the log says may be replayed (within the server's bounds),
 whoever writes the log: an append, a tombstone, a purge, `sqlite3` by hand. The store's
-`cache_rebuild` makes the same rows from the whole log (a test holds the two equal).
+`cache.rebuild()` makes the same rows from the whole log (a test holds the two equal).
 
 One row per replayable completion (a key answered twice keeps both; a lookup takes the newest),
 so deleting one leaves the other answering. (No view: one in the schema keeps SQLite's
@@ -55,7 +55,7 @@ BEGIN
     ELSE OLD.stream_id END;
 END""",
 ]
-# What the triggers would have made, from the whole log (as the store's cache_rebuild does).
+# What the triggers would have made, from the whole log (as the store's cache.rebuild() does).
 REBUILD = """
 INSERT OR IGNORE INTO chat_cache (key, completion_id, created_at)
 SELECT json_extract(r.data, '$.key'), u.stream_id, u.created_at FROM events u, events r

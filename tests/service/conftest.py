@@ -1,0 +1,85 @@
+"""The services on the in-memory store with a scripted engine: commands and queries as the API
+calls them, without HTTP (real sockets are for SSE framing, disconnects and crashes:
+tests/api/)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from omni.events import Appender, MemoryStore, Notifier
+from omni.jobs import Delta, Failed, Finished, Job, Output, Started
+from omni.service.completions import CompletionsService
+from omni.service.responses import ResponsesService
+
+
+class ScriptedEngine:
+    """Each job streams the next script; one that does not end (no Finished or Failed) holds
+    its job until it is cancelled, as a real engine stops at the next token."""
+
+    model_id = "scripted"
+    context_length = 1024
+    max_token_bytes = 16
+
+    def __init__(self) -> None:
+        self.scripts: list[list[Output]] = []
+        self.jobs: list[Job] = []
+
+    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[int]:
+        return [1, 2, 3]
+
+    def encode(self, text: str) -> list[int]:
+        return [1, 2, 3]
+
+    def submit(self, job: Job) -> None:
+        assert job.claim()
+        self.jobs.append(job)
+        script = self.scripts.pop(0)
+        for out in (Started(), *script):
+            job.outputs.put_nowait(out)
+        if not script or not isinstance(script[-1], Finished | Failed):
+            said = sum(isinstance(out, Delta) for out in script)
+            job.on_cancel = lambda: job.outputs.put_nowait(
+                Finished("cancelled", len(job.prompt), said)
+            )
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass
+class Services:
+    store: MemoryStore
+    engine: ScriptedEngine
+    responses: ResponsesService
+    completions: CompletionsService
+
+
+@asynccontextmanager
+async def serving(store: MemoryStore, engine: ScriptedEngine) -> AsyncIterator[Services]:
+    """The services over `store`, wired as the app wires them, recovered, then closed."""
+    notifier = Notifier()
+    appender = Appender(store, notifier)
+    appender.start()
+    responses = ResponsesService(store, appender, notifier, engine)
+    completions = CompletionsService(
+        store, appender, notifier, engine, responses.runs, prompter=responses.prompter
+    )
+    await responses.recover()
+    await completions.recover()
+    try:
+        yield Services(store, engine, responses, completions)
+    finally:
+        await completions.close()
+        await responses.close()
+        await appender.stop()
+
+
+@pytest.fixture
+async def services() -> AsyncIterator[Services]:
+    async with serving(MemoryStore(), ScriptedEngine()) as served:
+        yield served

@@ -1,0 +1,58 @@
+"""ResponsesService on the in-memory store: a response created, followed, read back, cancelled."""
+
+from __future__ import annotations
+
+import json
+from contextlib import aclosing
+
+from omni.jobs import Delta, Finished
+from omni.schemas.responses import ResponseCreate
+from omni.vocabulary import ACCEPTED, CANCEL_REQUESTED
+
+from .conftest import Services
+
+
+async def test_a_response_is_streamed_completed_and_read_back(services: Services) -> None:
+    responses = services.responses
+    services.engine.scripts.append([Delta("Hel", 10), Delta("lo", 11), Finished("stop", 3, 2)])
+    created = await responses.create(ResponseCreate(input="hi", stream=True))
+    rid = created["id"]
+    events = [e async for e in responses.events(rid) if e is not None]
+    responses.release(rid)
+    data = [json.loads(e.data) for e in events]
+    assert [d["sequence_number"] for d in data] == list(range(len(events)))
+    assert [e.type for e in events][:2] == ["response.created", "response.in_progress"]
+    assert events[-1].type == "response.completed"
+    assert "".join(d["delta"] for d in data if d["type"] == "response.output_text.delta") == "Hello"
+    final = await responses.retrieve(rid)
+    assert final == data[-1]["response"]
+    assert final["status"] == "completed"
+    assert final["output"][0]["content"][0]["text"] == "Hello"
+    request, facts = await responses.accepted(rid)
+    assert [i["content"][0]["text"] for i in request["input"]] == ["hi"] and facts == []
+    items = await responses.stored_items(rid, None)  # what a follow-up request carries on
+    assert [(i["role"], i["content"][0]["text"]) for i in items] == [
+        ("user", "hi"),
+        ("assistant", "Hello"),
+    ]
+    assert [e.type for e in await services.store.read(f"{rid}/request")] == [ACCEPTED]
+
+
+async def test_a_background_response_is_cancelled_mid_way(services: Services) -> None:
+    responses = services.responses
+    services.engine.scripts.append([Delta("Hel", 10)])  # then waits for the cancel
+    created = await responses.create(ResponseCreate(input="hi", background=True))
+    rid = created["id"]
+    async with aclosing(responses.events(rid)) as events:
+        async for event in events:  # the first token is recorded: the engine holds the job
+            if event is not None and event.type == "response.output_text.delta":
+                break
+    cancelled = await responses.cancel(rid)
+    assert cancelled["status"] == "cancelled"
+    assert (await responses.retrieve(rid))["status"] == "cancelled"
+    assert services.engine.jobs[0].stop.is_set()
+    assert [e.type for e in await services.store.read(f"{rid}/request")] == [
+        ACCEPTED,
+        CANCEL_REQUESTED,
+    ]
+    assert await responses.cancel(rid) == cancelled  # a finished one comes back unchanged
