@@ -206,6 +206,7 @@ def cell(value: float | None, width: int) -> str:
 
 def parse() -> argparse.Namespace:
     from omni.runtime.worker import prefill_group
+    from omni.settings import engine_knobs
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument(
@@ -224,7 +225,7 @@ def parse() -> argparse.Namespace:
     p.add_argument(
         "--prefill-group",
         type=int,
-        default=prefill_group(),
+        default=prefill_group(engine_knobs()["prefill_group"]),
         help="prompts prefilled together (default: the engine's own on this device)",
     )
     args = p.parse_args()

@@ -5,7 +5,7 @@ life set aside (omni.heap, gc.freeze) and without, against raw mlx-lm's process.
 
 Each process shape is built in a fresh interpreter, the way it is built for serving:
 1. raw mlx-lm: `mlx_lm.load` of the model, nothing else (the baseline's pause);
-2. the engine process: omni.runtime.worker.main, up to the moment it reports "loaded";
+2. the engine process: omni.runtime.worker.main, up to the moment it reports Loaded;
 3. the server process: the engine started and the Quart app through its start-up, as
    `omni serve` builds them.
 In each, a full collection (`gc.collect()`, the one a process meets every few hundred
@@ -60,13 +60,15 @@ ENGINE = """
 import threading
 from multiprocessing import Pipe
 from omni.runtime import worker
-from omni.runtime.batching import CLOSE
+from omni.runtime.wire import Close, Loaded
+from omni.settings import EngineSettings
 ours, theirs = Pipe()
-thread = threading.Thread(target=worker.main, args=(theirs, PATH, 16, 1 << 30, 64))
+settings = EngineSettings(prompt_cache_entries=16, prompt_cache_bytes=1 << 30, max_batch=64)
+thread = threading.Thread(target=worker.main, args=(theirs, PATH, settings))
 thread.start()
-assert ours.recv()[0] == "loaded"
+assert isinstance(ours.recv(), Loaded)
 pauses(True)
-ours.send((CLOSE,)); thread.join()
+ours.send(Close()); thread.join()
 """
 
 # The server as `omni serve` builds it (omni.cli.serve), started through its lifespan.

@@ -34,7 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from _plot import Bars, write_results  # noqa: E402
 from _server import chat_ids  # noqa: E402
 
-from omni.runtime.batching import GATHER_S  # noqa: E402
+from omni.runtime import wire  # noqa: E402
+from omni.settings import EngineSettings  # noqa: E402
 
 TOPICS = ["a lighthouse", "a robot", "snow", "a market", "chess", "a violin", "a train", "bees"]
 
@@ -44,7 +45,7 @@ class FakeConn:
     counts what it sends back."""
 
     def __init__(self, per_step: int):
-        self.inbox: deque[tuple[Any, ...]] = deque()
+        self.inbox: deque[wire.Request] = deque()
         self.per_step = per_step
         self.taken = 0
         self.tokens = 0
@@ -57,17 +58,15 @@ class FakeConn:
         self.taken = 0  # the next receive (next step) may take more
         return False
 
-    def recv(self) -> tuple[Any, ...]:
+    def recv(self) -> wire.Request:
         self.taken += 1
         return self.inbox.popleft()
 
-    def send(self, outputs: list[tuple[Any, ...]]) -> None:
-        from omni.runtime.batching import FINISHED, TOKEN
-
+    def send(self, outputs: list[wire.Output]) -> None:
         for out in outputs:
-            if out[0] == TOKEN:
+            if isinstance(out, wire.Token):
                 self.tokens += 1
-            elif out[0] == FINISHED:
+            elif isinstance(out, wire.Finished):
                 self.finished += 1
         if self.on_round_end is not None:
             self.on_round_end()
@@ -79,17 +78,19 @@ def run_scheduler(
     prompts: Callable[[int], list[list[int]]],
     per_step: int,
     cache_entries: int,
-    gather_s: float = GATHER_S,
+    gather_s: float = EngineSettings.gather_s,
 ) -> tuple[list[float], dict[str, float]]:
     from omni.jobs import Sampling
-    from omni.runtime.batching import CLOSE, JOB, BatchScheduler
+    from omni.runtime.batching import BatchScheduler
     from omni.runtime.generation import PrefixCache
+    from omni.runtime.observe import StepStats
     from omni.runtime.worker import min_reuse
 
     cache = PrefixCache(model, cache_entries, 8 << 30, min_reuse())  # as the engine does
     n = len(prompts(0))
+    observer = StepStats(time_prefill=True)
     scheduler = BatchScheduler(
-        model, tokenizer, cache, n, gather_s, time_prefill=True, prefill_group=ARGS.prefill_group
+        model, tokenizer, cache, n, gather_s, observer, prefill_group=ARGS.prefill_group
     )
     conn = FakeConn(per_step)
     rounds = ARGS.rounds + 1
@@ -99,8 +100,7 @@ def run_scheduler(
     def start_round() -> None:
         state["start"], state["tokens"] = time.perf_counter(), conn.tokens
         for p in prompts(state["round"]):
-            job = (
-                JOB,
+            job = wire.Spec(
                 state["next_id"],
                 p,
                 [],
@@ -121,12 +121,12 @@ def run_scheduler(
         if state["round"] < rounds:
             start_round()
         else:
-            conn.inbox.append((CLOSE,))
+            conn.inbox.append(wire.Close())
 
     conn.on_round_end = on_send
     start_round()
     scheduler.run(conn)  # type: ignore[arg-type]
-    stats = dict(scheduler.stats)
+    stats = dict(observer.stats)
     steps = stats.get("steps", 1)
     stats["step_ms"] = 1000 * stats.get("step_s", 0) / steps
     stats["mean_batch"] = stats.get("batch_tokens", 0) / steps
@@ -272,8 +272,9 @@ if __name__ == "__main__":
     ARGS.arrive = [int(n) for n in ARGS.arrive.split(",")]
     if ARGS.prefill_group is None:
         from omni.runtime.worker import prefill_group
+        from omni.settings import engine_knobs
 
-        ARGS.prefill_group = prefill_group()
+        ARGS.prefill_group = prefill_group(engine_knobs()["prefill_group"])
     if ARGS.model is None:  # a quick check of the script itself: a tiny random llama
         import tempfile
 
