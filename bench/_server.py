@@ -18,8 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from omni.runtime.worker import use_mlx_settings  # noqa: E402
 
 # The raw mlx-lm baselines of every benchmark that imports this run with the MLX settings
-# Omni's engine uses (bench/attention.py compares them with MLX's defaults). Set in this
-# process's environment, they reach the servers it starts too (Omni's engine, mlx_lm.server):
+# Omni's engine uses (MLX_CUDA_USE_CUDNN_SDPA=0: omni.runtime.worker). Set in this process's
+# environment, they reach the servers it starts too (Omni's engine, mlx_lm.server):
 # every side of a ratio runs the same kernels.
 use_mlx_settings()
 

@@ -14,12 +14,16 @@ from omni.jobs import Delta, Finished, Job, Started
 class SyntheticEngine:
     model_id = "synthetic"
     context_length = 1_000_000
+    max_token_bytes = 16  # what no prompt here comes near: none is refused as too long
 
     def __init__(self, interval_s: float = 0.0):
         self.interval_s = interval_s
         self.emitted_at: dict[int, float] = {}  # token index -> perf_counter() at emit
 
     def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[int]:
+        return [0] * 8
+
+    def encode(self, text: str) -> list[int]:
         return [0] * 8
 
     def submit(self, job: Job) -> None:

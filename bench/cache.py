@@ -1,6 +1,6 @@
 """Replay cache: a fresh chat completion against the same request answered from the log.
 
-One deterministic request (temperature 0, same body) is sent to `omni serve` (a subprocess on
+One deterministic request (temperature 0, stored) is sent to `omni serve` (a subprocess on
 a temp db) with `Cache-Control: no-cache` (a fresh generation) and without it (a cache hit),
 non-streamed (total time) and streamed (time to the first content byte, and total), then raw
 mlx_lm.stream_generate runs the same prompt and length in-process after the server stopped:
@@ -113,6 +113,7 @@ def server_run(base_url: str, model_id: str) -> dict[str, Any]:
         "messages": [{"role": "user", "content": PROMPT}],
         "max_tokens": ARGS.tokens,
         "temperature": 0,
+        "store": True,  # only a stored completion is answered from the log again
     }
     with httpx.Client(base_url=base_url, timeout=600) as client:
         # Warm-up: a fresh generation that also puts the answer in the cache.

@@ -1,6 +1,6 @@
-"""Prefill chunk sizes: how fast one long prompt is fed a chunk at a time, and how long one
-chunk holds the running streams, for each chunk size (in-process, the engine's own way: a
-forward pass of a chunk on a plain KV cache, then evaluated).
+"""Prefill chunk sizes: one long prompt's prefill tokens/s and one chunk's time, per size.
+
+In-process, the engine's own way: a forward pass of a chunk on a plain KV cache, then evaluated.
 
 For each size: the prompt's prefill tokens/s, its ratio to the fastest size measured in the
 same run, and one chunk's time (what a running stream waits between two of its tokens, beside

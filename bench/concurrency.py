@@ -1,5 +1,7 @@
-"""Concurrency: aggregate tokens/s and time to first token as concurrent streams grow, through
-Omni, through mlx_lm.server (the peer), and through raw mlx-lm BatchGenerator.
+"""Concurrency: aggregate tokens/s and TTFT at 1-64 streams, against raw BatchGenerator.
+
+As concurrent streams grow, through Omni, through mlx_lm.server (the peer), and through raw
+mlx-lm BatchGenerator.
 
     python bench/concurrency.py [--model PATH_OR_ID] [--levels 1,2,4,8,16,32,64] [--tokens 64]
                                 [--rounds 2] [--warmup-rounds 1]

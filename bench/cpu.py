@@ -1,5 +1,7 @@
-"""CPU speed of the default model: prefill and decode through `omni serve` as it ran before the
-optimized BLAS and float32 weights, as it runs now, and llama.cpp on the same GGUF.
+"""CPU speed of the default model: prefill and decode, Omni before and now, and llama.cpp.
+
+Through `omni serve` as it ran before the optimized BLAS and float32 weights, as it runs now,
+and llama.cpp on the same GGUF.
 
     python bench/cpu.py [--prompt-tokens 500] [--tokens 64] [--rounds 3] [--wheel PATH]
 Three arms, loaded at once and run in turn, the order turning each round (a busy machine weighs

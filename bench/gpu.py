@@ -5,14 +5,11 @@ mlx, mlx-cuda-13 and mlx-lm there). It builds a random-weight bf16 model of Llam
 (random weights are fine for speed), runs what GPU_RUNS names and copies the JSON (and plots,
 where matplotlib exists) to $OUT (a device call returns 8 files at most). Settings:
 
-- GPU_RUNS, comma-separated (default attention,overhead,concurrency):
-  - attention, overhead, concurrency: those scripts (concurrency at GPU_LEVELS, default 1..64;
+- GPU_RUNS, comma-separated (default overhead,concurrency):
+  - overhead, concurrency: those scripts (concurrency at GPU_LEVELS, default 1..64;
     GPU_ROUNDS: overhead's runs and concurrency's rounds, default 3).
   - chunks: bench/chunks.py, prefill chunk sizes 128-4096 for a prompt of 4,096 tokens; the
     runs after it give Omni's engine the chunk it picks (unless BENCH_OMNI_ENV sets one).
-  - scheduler: bench/scheduler.py at 64 streams, prompts that share only the template,
-    arriving at once, 1 and 16 a step.
-  - finish: bench/finish.py at 64 streams, 4 rounds.
   - longprompt: bench/longprompt.py, 8 streams and a 2,000-token prompt, 16 rounds after one
     warm-up (GPU_LONGPROMPT_ARGS: more flags for it, a later flag wins).
   - groups: prints the engine's prefill group on this device, then runs concurrency.py at 64
@@ -94,9 +91,7 @@ def main() -> None:
     out = Path(os.environ.get("OUT", "/tmp/out"))
     model = build(Path("/tmp/llama-1b-random"))
     levels = os.environ.get("GPU_LEVELS", "1,2,4,8,16,32,64")
-    runs = os.environ.get("GPU_RUNS", "attention,overhead,concurrency").split(",")
-    if "attention" in runs:
-        run("attention.py", "--model", str(model), timeout=240)
+    runs = os.environ.get("GPU_RUNS", "overhead,concurrency").split(",")
     if "chunks" in runs:
         sizes = [
             "--sizes",
@@ -125,18 +120,12 @@ def main() -> None:
     args += extra
     if "concurrency" in runs:
         run("concurrency.py", *args, timeout=420)
-    if "finish" in runs:
-        run("finish.py", "--model", str(model), "--rounds", "4", timeout=300)
     if "groups" in runs:
         groups(model, out, extra)
     if "longprompt" in runs:
         more = os.environ.get("GPU_LONGPROMPT_ARGS", "").split()
         run("longprompt.py", "--model", str(model), "--rounds", "16", *more, timeout=420)
-    if "scheduler" in runs:
-        sched = ["--streams", "64", "--tokens", "128", "--prompts", "distinct", "--arrive", "1,16"]
-        run("scheduler.py", "--model", str(model), *sched, timeout=300)
-    names = ("attention", "chunks", "overhead", "concurrency", "scheduler", "finish", "longprompt")
-    for name in names:
+    for name in ("chunks", "overhead", "concurrency", "longprompt"):
         for ext in ("json", "png"):
             src = HERE / "out" / f"{name}.{ext}"
             if src.exists():
@@ -144,7 +133,7 @@ def main() -> None:
 
 
 def groups(model: Path, out: Path, extra: list[str]) -> None:
-    """Omni's prefill group against raw's, alternating, at 64 streams (bench/README.md)."""
+    """Omni's prefill group against raw's, alternating, at 64 streams (CUDA_PREFILL_GROUP)."""
     from omni.runtime.worker import prefill_group
     from omni.settings import engine_knobs
 

@@ -1,5 +1,6 @@
-"""Multi-turn conversations: time to first token per turn as the history grows, with the prefix
-(KV) cache reused and not.
+"""Multi-turn conversations: time to first token per turn, the prefix cache reused and not.
+
+As the history grows, with the prefix (KV) cache reused and not.
 
     python bench/multiturn.py [--model PATH_OR_ID] [--turns 10] [--tokens-per-turn 200]
                               [--max-output-tokens 8]

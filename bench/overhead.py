@@ -1,5 +1,6 @@
-"""Single-stream overhead: streamed /v1/responses and streamed /v1/chat/completions against raw
-mlx_lm.stream_generate.
+"""Single-stream overhead: streamed Responses and chat against raw mlx_lm.stream_generate.
+
+Streamed /v1/responses and streamed /v1/chat/completions against raw mlx_lm.stream_generate.
 
 Same model, prompt, greedy sampling and length, measured in one run:
     python bench/overhead.py [--model PATH_OR_ID] [--tokens 64] [--runs 3] [--prefix-cache]

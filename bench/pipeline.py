@@ -1,6 +1,7 @@
-"""Event pipeline capacity, with a SYNTHETIC engine (see _synthetic.py): no model runs, so this
-measures Omni's pipeline alone (recorder -> appender/group commit in SQLite -> notify ->
-follow -> SSE), not generation.
+"""Event pipeline capacity: persisted and streamed delta events/s with a SYNTHETIC engine.
+
+No model runs (see _synthetic.py), so this measures Omni's pipeline alone (recorder ->
+appender/group commit in SQLite -> notify -> follow -> SSE), not generation.
 
     python bench/pipeline.py [--levels 1,2,4,8,16,32,64] [--tokens 1000] [--model PATH_OR_ID]
 

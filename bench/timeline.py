@@ -1,5 +1,6 @@
-"""Where each round of a concurrency run went: the clients' timeline beside the engines' step
-traces (they share Linux's monotonic clock).
+"""Where each round of a traced concurrency run went, beside the engines' step traces.
+
+The clients' timeline and the step traces share Linux's monotonic clock.
 
     BENCH_OMNI_ENV=OMNI_ENGINE_TRACE=omni_trace.json \\
         python bench/concurrency.py --levels 64 --trace raw_trace.json ...

@@ -5,7 +5,7 @@ holds ~157,000 (the modules, the tokenizer, Quart, SQLAlchemy) and one took 127 
 loop's time; with a 128k-token vocabulary on the H200's host, ~512,000 and 245-347 ms; the
 engine process's, 36 and 218 ms of the decode loop's. Every stream waits meanwhile. They come
 when enough new objects have outlived two younger collections: about once in 500 requests.
-Frozen, what was alive at start-up is never walked again: 2-4 ms (`python bench/heap.py`).
+Frozen, what was alive at start-up is never walked again: 2-4 ms (bench/heap.py, in git history).
 Those objects are still freed by reference counting; only a reference cycle among them would
 now outlive the process's need of it.
 """

@@ -11,7 +11,7 @@ order), a thousand rows at most, no wait for the disk (synchronous OFF or NORMAL
 go to the OS), none for another process's write lock (the loop's connection never waits: busy,
 the append goes to the writer's thread, which does), and checkpoints (file I/O) run on the
 writer's thread. A commit of a few rows there takes ~30 µs; handed to the thread, its wake-up
-alone took ~1 ms while the engine computed the next token (bench/ttft.py).
+alone took ~1 ms while the engine computed the next token (bench/ttft.py, in git history).
 
 Driver errors are translated into `StoreError`; a duplicate (stream_id, seq) is a `SeqConflict`.
 """

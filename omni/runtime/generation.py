@@ -30,7 +30,7 @@ class PrefixCache:
     prefix, copying a list at each node, and it deep-copies a whole entry to use part of it.
     Both run on the engine process between two decode steps, for every new request: with 64
     requests sharing only a chat template's first tokens that cost a 1B model on an H200 40%
-    of its batched throughput (bench/scheduler.py --prompts distinct). Here a lookup compares
+    of its batched throughput (bench/scheduler.py, in git history). Here a lookup compares
     the prompt with each entry's tokens in numpy, and a plain KV cache is reused as a slice.
     """
 

@@ -25,7 +25,7 @@ from omni.settings import EngineSettings
 # seen before, where serving sees a new one with nearly every request; without it, on an H200,
 # a group of 8 new prompts reaches its first tokens in 39 ms instead of 114, one stream decodes
 # 373 tokens/s instead of 294 and 64 streams through the server went 0.54x -> 0.82x raw
-# (python bench/attention.py; bench/README.md). A prompt of 4,000 new tokens prefills ~50 ms
+# (bench/attention.py, in git history). A prompt of 4,000 new tokens prefills ~50 ms
 # slower. On a CPU (or Metal) the setting does nothing.
 MLX_SETTINGS = {"MLX_CUDA_USE_CUDNN_SDPA": "0"}
 
@@ -34,7 +34,7 @@ MLX_SETTINGS = {"MLX_CUDA_USE_CUDNN_SDPA": "0"}
 # prefilled in a batch for little (8 prompts of 66 tokens: ~12 ms on an H200), while a reused
 # prefix is one more cache to merge into the batch: 64 streams sharing a chat template's first
 # 16 tokens prefilled in 115-157 ms a round with reuse, 76-108 ms without (0.84x -> 0.89x raw;
-# python bench/concurrency.py, bench/README.md). The reuses that matter (a conversation's
+# python bench/concurrency.py). The reuses that matter (a conversation's
 # history, an agent's resent context) are thousands of tokens. On a CPU every token saved is
 # prefill time saved (SmolLM2 prefills ~15 tokens/s here): any shared prefix is reused.
 GPU_MIN_REUSE = 256
@@ -45,7 +45,7 @@ GPU_MIN_REUSE = 256
 # and a burst waits for half the passes and for the decode steps that come between two
 # groups: at 64 streams, rounds of 128 tokens took 1.40 s instead of 2.00 s (medians of 16
 # rounds each, the same host, alternating), first tokens p95 378-432 ms instead of 602-622
-# (python bench/concurrency.py; bench/README.md). Not measured on Apple silicon: 8 there.
+# (python bench/concurrency.py). Not measured on Apple silicon: 8 there.
 CUDA_PREFILL_GROUP = 16
 
 

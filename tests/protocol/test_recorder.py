@@ -7,7 +7,8 @@ import copy
 import pytest
 
 from omni.jobs import Delta, Failed, Finished
-from omni.protocol.recorder import TERMINAL_TYPES, ResponseRecorder, usage
+from omni.protocol.recorder import ResponseRecorder, usage
+from omni.vocabulary import RESPONSE_ENDS
 from tests.projections._events import base_response, record
 
 OPENING = ["response.created", "response.in_progress"]
@@ -110,7 +111,7 @@ def test_length_gives_incomplete() -> None:
 def test_cancelled_gives_cancelled_status() -> None:
     _, events = record([Delta("x", 1), Finished("cancelled", 3, 1)])
     terminal = events[-1]
-    assert terminal["type"] in TERMINAL_TYPES
+    assert terminal["type"] in RESPONSE_ENDS
     final = terminal["response"]
     assert final["status"] == "cancelled"
     assert final["completed_at"] is None

@@ -160,8 +160,8 @@ def test_a_job_cancelled_while_it_waits_never_runs(engine: MLXEngine) -> None:
 def test_the_engine_runs_without_cudnn_attention_unless_told(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """MLX's cuDNN attention builds a graph per new shape (bench/attention.py): the engine
-    turns it off, unless the environment says otherwise."""
+    """MLX's cuDNN attention builds a graph per new shape (bench/attention.py, in git
+    history): the engine turns it off, unless the environment says otherwise."""
     from omni.runtime.worker import use_mlx_settings
 
     monkeypatch.setenv("MLX_CUDA_USE_CUDNN_SDPA", "")  # put back as it was after the test
@@ -175,7 +175,7 @@ def test_the_engine_runs_without_cudnn_attention_unless_told(
 
 def test_the_engine_prefills_bigger_groups_on_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
     """Prompts prefilled together: mlx-lm's 8 on a CPU (or Metal), CUDA_PREFILL_GROUP on an
-    NVIDIA GPU (bench/README.md); OMNI_PREFILL_GROUP sets it (benchmarks)."""
+    NVIDIA GPU (bench/concurrency.py); OMNI_PREFILL_GROUP sets it (benchmarks)."""
     from omni.runtime import worker
     from omni.runtime.batching import PREFILL_GROUP
     from omni.settings import engine_knobs
