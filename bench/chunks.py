@@ -50,6 +50,7 @@ def main() -> None:
 
     from omni.runtime import blas, weights
     from omni.runtime.worker import on_gpu, prefill_chunk, use_mlx_settings
+    from omni.settings import engine_knobs
 
     # The engine's own BLAS (preloaded, so this script runs again in a process that has it).
     library = blas.preload(blas.AUTO)
@@ -104,7 +105,7 @@ def main() -> None:
         print(f"{r['size']:>6} {r['tok_s']:>9.1f} {r['vs_fastest']:>10.3f} {r['chunk_ms']:>13.1f}")
     print(
         f"smallest within {args.within:.0%} of the fastest: {pick['size']} "
-        f"(the engine's here: {prefill_chunk()})"
+        f"(the engine's here: {prefill_chunk(engine_knobs()['prefill_chunk'])})"
     )
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(

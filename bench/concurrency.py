@@ -416,7 +416,7 @@ def raw_worker(
     finally:
         gen.close()
     if trace is not None and trace_path:
-        from omni.runtime.worker import write_trace
+        from omni.runtime.observe import write_trace
 
         write_trace(trace_path, trace)
 
@@ -467,8 +467,10 @@ def omni_prefill_group() -> int:
     """The prompts Omni's engine prefills at a time in this run: BENCH_OMNI_ENV's
     OMNI_PREFILL_GROUP, else the engine's own on this device."""
     from omni.runtime.worker import prefill_group
+    from omni.settings import engine_knobs
 
-    return prefill_group({**os.environ, **bench_omni_env()})  # the environment start_omni gives
+    knobs = engine_knobs({**os.environ, **bench_omni_env()})  # the environment start_omni gives
+    return prefill_group(knobs["prefill_group"])
 
 
 def main() -> None:

@@ -135,8 +135,12 @@ def main() -> None:
 def groups(model: Path, out: Path, extra: list[str]) -> None:
     """Omni's prefill group against raw's, alternating, at 64 streams (CUDA_PREFILL_GROUP)."""
     from omni.runtime.worker import prefill_group
+    from omni.settings import engine_knobs
 
-    print(f"the engine's prefill group here: {prefill_group()}", flush=True)
+    print(
+        f"the engine's prefill group here: {prefill_group(engine_knobs()['prefill_group'])}",
+        flush=True,
+    )
     arms = os.environ.get("GPU_GROUP_ARMS", "16/8,8/8,16/8,8/8,16/16").split(",")
     traced = os.environ.get("GPU_GROUP_TRACE") == "1"
     for i, arm in enumerate(arms):

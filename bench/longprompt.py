@@ -62,7 +62,7 @@ from _plot import write_results  # noqa: E402
 from _server import bench_omni_env, chat_body, chat_ids, start_omni  # noqa: E402
 from concurrency import NO_CACHE, TOPICS, percentile, stop  # noqa: E402
 
-from omni.runtime.batching import TRACE_FIELDS  # noqa: E402
+from omni.runtime.observe import TRACE_FIELDS  # noqa: E402
 
 WARM_TOKENS = 8  # tokens each stream has before the long prompt is sent
 WORDS = (
@@ -429,6 +429,8 @@ if __name__ == "__main__":
     ARGS = p.parse_args()
     if ARGS.chunk is None:  # the engine's, in the environment start_omni gives it
         from omni.runtime.worker import prefill_chunk
+        from omni.settings import engine_knobs
 
-        ARGS.chunk = prefill_chunk({**os.environ, **bench_omni_env()})
+        knobs = engine_knobs({**os.environ, **bench_omni_env()})
+        ARGS.chunk = prefill_chunk(knobs["prefill_chunk"])
     main()

@@ -21,12 +21,16 @@ from omni import __version__, db, db_commands, inspect_cli, logs
 from omni.api.keys import KeyRing, api_key, read_key_file
 from omni.errors import OmniError
 from omni.heap import set_aside
+from omni.service.defaults import Defaults
+from omni.settings import EngineSettings, ServerSettings, engine_knobs
 
 if TYPE_CHECKING:
     from omni.api.gate import Access
 
 log = logging.getLogger("omni")
 BIG = 2**63 - 1  # SQLite's largest integer
+GB = 1 << 30
+SERVER, ENGINE, SAMPLING = ServerSettings, EngineSettings, Defaults()  # the defaults
 # After a stop's endings are committed: for the connections that follow them to send them.
 DELIVERY_S = 5.0
 
@@ -145,7 +149,9 @@ def parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="serve the OpenAI-compatible API")
     serve.add_argument("--host", default=_env("HOST", "127.0.0.1"), help="address to listen on")
     _add_number(serve, "--port", int, 1, 65535, "10240", "port to listen on")
-    serve.add_argument("--db", default=_env("DB", "omni.db"), help="SQLite file (the event log)")
+    serve.add_argument(
+        "--db", default=_env("DB", SERVER.db_path), help="SQLite file (the event log)"
+    )
     serve.add_argument(
         "--model",
         default=_env("MODEL", None),
@@ -170,7 +176,7 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--synchronous",
         choices=["NORMAL", "FULL"],
-        default=(_env("SYNCHRONOUS", "NORMAL") or "NORMAL").upper(),
+        default=(_env("SYNCHRONOUS", SERVER.synchronous) or SERVER.synchronous).upper(),
         help="SQLite synchronous mode: FULL makes every commit survive power loss",
     )
 
@@ -186,7 +192,7 @@ def parser() -> argparse.ArgumentParser:
         int,
         -1,
         BIG,
-        "1024",
+        _shown(SERVER.cache_max_entries),
         "replay-cache entries kept (-1: no bound)",
     )
     # (seconds: their milliseconds must stay within SQLite's integers)
@@ -196,7 +202,7 @@ def parser() -> argparse.ArgumentParser:
         float,
         0,
         1e15,
-        "86400",
+        _shown(SERVER.cache_max_age_s),
         "seconds a replay-cache entry stays valid",
     )
     _add_number(
@@ -205,7 +211,7 @@ def parser() -> argparse.ArgumentParser:
         int,
         1,
         BIG,
-        "32",
+        _shown(ENGINE.max_batch),
         "requests decoded together (continuous batching)",
     )
     _add_number(
@@ -214,7 +220,7 @@ def parser() -> argparse.ArgumentParser:
         int,
         1,
         BIG,
-        "256",
+        _shown(SERVER.max_queued),
         "requests allowed to wait for the model; beyond: 429 with retry-after",
     )
     _add_number(
@@ -223,11 +229,17 @@ def parser() -> argparse.ArgumentParser:
         int,
         0,
         BIG,
-        "16",
+        _shown(ENGINE.prompt_cache_entries),
         "KV caches of recent prompts kept for prefix reuse (0: none)",
     )
     _add_number(
-        serve, "--prompt-cache-gb", float, 0, BIG, "4", "memory bound of the prefix (KV) cache"
+        serve,
+        "--prompt-cache-gb",
+        float,
+        0,
+        BIG,
+        _shown(ENGINE.prompt_cache_bytes / GB),
+        "memory bound of the prefix (KV) cache",
     )
     serve.add_argument(
         "--retention",
@@ -243,7 +255,7 @@ def parser() -> argparse.ArgumentParser:
         float,
         0,
         1e6,
-        "10",
+        _shown(SERVER.shutdown_grace_s),
         "seconds running generations get to finish on SIGTERM/SIGINT; then foreground ones"
         " end (their clients told) and background ones continue at the next start",
     )
@@ -255,9 +267,10 @@ def parser() -> argparse.ArgumentParser:
     dbp = sub.add_parser("db", help="database maintenance")
     dbsub = dbp.add_subparsers(dest="db_command", required=True)
     up = dbsub.add_parser("upgrade", help="apply the schema migrations")
-    up.add_argument("--db", default=_env("DB", "omni.db"), help="SQLite file (the event log)")
-    db_commands.add_parsers(dbsub, _env("DB", "omni.db") or "omni.db")
-    inspect_cli.add_parsers(sub, _env("DB", "omni.db") or "omni.db")
+    db_file = _env("DB", SERVER.db_path) or SERVER.db_path
+    up.add_argument("--db", default=db_file, help="SQLite file (the event log)")
+    db_commands.add_parsers(dbsub, db_file)
+    inspect_cli.add_parsers(sub, db_file)
     return p
 
 
@@ -266,7 +279,7 @@ def _add_runtime(serve: argparse.ArgumentParser) -> None:
     serve.add_argument(
         "--blas",
         type=_blas,
-        default=_env("BLAS", "auto"),
+        default=_env("BLAS", ENGINE.blas),
         metavar="auto|bundled|PATH",
         help="the BLAS under the engine's matrix products on Linux with MLX's CPU build: auto:"
         " an installed OpenBLAS, else MLX's bundled reference BLAS; or a library's path",
@@ -274,7 +287,7 @@ def _add_runtime(serve: argparse.ArgumentParser) -> None:
     serve.add_argument(
         "--weights",
         type=_weights,
-        default=_env("WEIGHTS", "auto"),
+        default=_env("WEIGHTS", ENGINE.weights),
         metavar="auto|stored|float32",
         help="the weights' format in the engine: auto: float32 for a small model on a CPU with"
         " an optimized BLAS (several times faster there), else as stored",
@@ -326,8 +339,24 @@ def _add_access(serve: argparse.ArgumentParser) -> None:
 
 def _add_defaults(serve: argparse.ArgumentParser) -> None:
     """What a request gets for the sampling settings it leaves out (as mlx-lm's server)."""
-    _add_number(serve, "--temp", float, 0, 2, "1.0", "temperature of a request that sets none")
-    _add_number(serve, "--top-p", float, 0.000001, 1, "1.0", "top_p of a request that sets none")
+    _add_number(
+        serve,
+        "--temp",
+        float,
+        0,
+        2,
+        str(SAMPLING.temperature),
+        "temperature of a request that sets none",
+    )
+    _add_number(
+        serve,
+        "--top-p",
+        float,
+        0.000001,
+        1,
+        str(SAMPLING.top_p),
+        "top_p of a request that sets none",
+    )
     _add_number(
         serve,
         "--max-tokens",
@@ -344,6 +373,11 @@ def _add_defaults(serve: argparse.ArgumentParser) -> None:
         metavar="JSON",
         help="a JSON object passed to the chat template, e.g. '{\"enable_thinking\": false}'",
     )
+
+
+def _shown(value: float) -> str:
+    """A default as its flag takes it (and help shows it): 86400, not 86400.0."""
+    return f"{value:g}"
 
 
 def _list(text: str | None) -> list[str]:
@@ -453,10 +487,9 @@ def _serve(args: argparse.Namespace) -> None:
     from hypercorn.asyncio import serve as hypercorn_serve
     from hypercorn.config import Config
 
-    from omni.api.app import Settings, create_app, shut_down
+    from omni.api.app import create_app, shut_down
     from omni.runtime.mlx_engine import MLXEngine
     from omni.runtime.model_source import resolve_model
-    from omni.service.defaults import Defaults
 
     gate = access(args)
     check_port(args.host, args.port)
@@ -467,19 +500,11 @@ def _serve(args: argparse.Namespace) -> None:
 
     source = resolve_model(args.model, omni_home(), progress)
     progress(f"loading model {source.model_id} from {source.path}")
-    engine = MLXEngine(
-        source,
-        prompt_cache_entries=args.prompt_cache_entries,
-        prompt_cache_bytes=int(args.prompt_cache_gb * (1 << 30)),
-        max_batch=args.max_batch_size,
-        template_args=args.chat_template_args,
-        blas_setting=args.blas,
-        weights_setting=args.weights,
-    )
+    engine = MLXEngine(source, engine_settings(args))
     engine.start()
     progress(f"engine: {engine.runtime}")
     aliases = frozenset(a for a in (args.model, source.path) if a)
-    settings = Settings(
+    settings = ServerSettings(
         db_path=args.db,
         synchronous=args.synchronous,
         model_aliases=aliases,
@@ -526,6 +551,24 @@ def _serve(args: argparse.Namespace) -> None:
         asyncio.run(run())
     finally:
         engine.close()
+
+
+def engine_settings(args: argparse.Namespace) -> EngineSettings:
+    """The engine's settings: its flags, and the knobs tests and benchmarks set in the
+    environment (a knob set wrong: one line, as a flag's would be)."""
+    try:
+        knobs = engine_knobs()
+    except ValueError as exc:
+        raise OmniError(str(exc)) from None
+    return EngineSettings(
+        prompt_cache_entries=args.prompt_cache_entries,
+        prompt_cache_bytes=int(args.prompt_cache_gb * GB),
+        max_batch=args.max_batch_size,
+        template_args=args.chat_template_args,
+        blas=args.blas,
+        weights=args.weights,
+        **knobs,
+    )
 
 
 def _quiet_cancels(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:

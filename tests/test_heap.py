@@ -18,13 +18,15 @@ def test_the_engine_process_sets_aside_its_model_before_it_reports_loaded(
 import gc, os, threading
 from multiprocessing import Pipe
 from omni.runtime import worker
-from omni.runtime.batching import CLOSE
+from omni.runtime.wire import Close, Loaded
+from omni.settings import EngineSettings
 ours, theirs = Pipe()
-thread = threading.Thread(target=worker.main, args=(theirs, {str(tiny_model_dir)!r}, 2, 1 << 20, 2))
+settings = EngineSettings(prompt_cache_entries=2, prompt_cache_bytes=1 << 20, max_batch=2)
+thread = threading.Thread(target=worker.main, args=(theirs, {str(tiny_model_dir)!r}, settings))
 thread.start()
-assert ours.recv()[0] == "loaded"
+assert isinstance(ours.recv(), Loaded)
 frozen, left = gc.get_freeze_count(), len(gc.get_objects())
-ours.send((CLOSE,))
+ours.send(Close())
 thread.join(60)
 print(frozen, left, flush=True)
 os._exit(0)  # as omni serve does: tearing MLX down beside its threads can abort the process

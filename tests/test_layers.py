@@ -24,7 +24,7 @@ ALLOWED = {
     "inspect": {"schemas", "projections"},  # reads for people (the CLI, /inspect)
     "api": {"schemas", "service", "events", "protocol", "db", "inspect"},
 }
-LEAVES = {"errors", "heap", "ids", "jobs", "lock", "metrics", "vocabulary"}
+LEAVES = {"errors", "heap", "ids", "jobs", "lock", "metrics", "settings", "vocabulary"}
 
 
 def imports(path: Path) -> set[str]:

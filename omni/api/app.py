@@ -6,7 +6,7 @@ import asyncio
 import logging
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -23,29 +23,15 @@ from omni.service.completions import CompletionsService
 from omni.service.defaults import Defaults
 from omni.service.leftovers import purge_unstored
 from omni.service.responses import ResponsesService
-from omni.service.retention import HOURLY, Retention
+from omni.service.retention import Retention
 from omni.service.sealing import Sealer
 from omni.service.stored import StoredCompletions
+from omni.settings import ServerSettings
+
+# The app's settings (omni.settings), by the name the app has always given them.
+Settings = ServerSettings
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Settings:
-    db_path: str = "omni.db"
-    synchronous: str = "NORMAL"
-    keepalive: float = 15.0
-    model_aliases: frozenset[str] = field(default_factory=frozenset)
-    cache: bool = True
-    cache_max_entries: int = 1024
-    cache_max_age_s: float = 86400.0
-    max_queued: int = 256
-    home: str | None = None  # OMNI_HOME: where the reasoning key lives (None: a key per process)
-    access: Access = field(default_factory=Access)  # keys, hosts, origins, body size
-    defaults: Defaults = field(default_factory=Defaults)  # sampling a request leaves out
-    retention_s: float | None = None  # purge what ended longer ago than this (None: keep all)
-    retention_every_s: float = HOURLY
-    shutdown_grace_s: float = 10.0  # for running generations to end, once a stop is asked
 
 
 @dataclass
@@ -60,7 +46,7 @@ class State:
     started_at: int
     metrics: Metrics
     retention: Retention | None = None
-    shutdown_grace_s: float = 10.0
+    shutdown_grace_s: float = ServerSettings.shutdown_grace_s
     stopping: asyncio.Task[None] | None = None  # the graceful stop, once begun
 
 
@@ -82,7 +68,7 @@ def create_app(settings: Settings, engine: Engine) -> Quart:
     errors.install(app)
     figures = Metrics()  # this app's alone: never the process-wide default registry
     access.install(app, figures)  # first: requests the gate refuses are logged by their route
-    gate.install(app, settings.access)
+    gate.install(app, settings.access or Access())
     for prefix in ("/v1", ""):
         app.register_blueprint(responses.bp, url_prefix=prefix, name=f"responses{prefix}")
         app.register_blueprint(models.bp, url_prefix=prefix, name=f"models{prefix}")
@@ -122,6 +108,7 @@ def create_app(settings: Settings, engine: Engine) -> Quart:
         notifier = Notifier()
         appender = Appender(store, notifier, metrics=figures)
         appender.start()
+        defaults = settings.defaults or Defaults()
         service = ResponsesService(
             store,
             appender,
@@ -131,7 +118,7 @@ def create_app(settings: Settings, engine: Engine) -> Quart:
             settings.keepalive,
             settings.max_queued,
             Sealer.from_home(Path(settings.home)) if settings.home else Sealer(os.urandom(32)),
-            settings.defaults,
+            defaults,
         )
         cache = _cache_on(settings)
         completions = CompletionsService(
@@ -142,7 +129,7 @@ def create_app(settings: Settings, engine: Engine) -> Quart:
             service.runs,
             settings.keepalive,
             cache,
-            settings.defaults,
+            defaults,
             service.prompter,
         )
         service.runs.metrics = completions.metrics = figures

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import defaultdict, deque
+from collections import deque
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -30,22 +30,24 @@ from mlx_lm.generate import BatchGenerator, generate_step
 from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
 from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p, make_sampler
 
-from omni.jobs import Sampling
+from omni.jobs import FinishReason, Sampling
 from omni.runtime.generation import PrefixCache, Scorer, ThinkBudget, logits_processors
+from omni.runtime.observe import QUIET, Observer
+from omni.runtime.wire import (
+    Cancel,
+    Close,
+    Failed,
+    Finished,
+    MaxBatch,
+    Output,
+    Spec,
+    Started,
+    Token,
+)
+from omni.settings import EngineSettings
 
 log = logging.getLogger(__name__)
 
-# Messages to the engine process.
-# (JOB, id, prompt, resume_tokens, cache_namespace, sampling, constraint, behind)
-JOB: Final = "job"
-CANCEL: Final = "cancel"  # (CANCEL, id)
-MAX_BATCH: Final = "max_batch"  # (MAX_BATCH, n)
-CLOSE: Final = "close"  # (CLOSE,)
-# What one step sends back: a list of these tuples.
-STARTED: Final = 0  # (STARTED, id, reached_model)
-TOKEN: Final = 1  # (TOKEN, id, token, Logprobs | None)
-FINISHED: Final = 2  # (FINISHED, id, reason, prompt_tokens, completion_tokens, cached_tokens)
-FAILED: Final = 3  # (FAILED, id, message)
 # A failed job's message, which clients read: the exception's text goes to the log only.
 GENERATION_FAILED: Final = "generation failed: the engine had an error (see the server's log)"
 
@@ -62,33 +64,6 @@ WATCH_EVERY_S: Final = 0.5  # how often the watchdog looks at the step in progre
 # is then prefilled in two passes, not one (on an H200, 64 streams through HTTP spent twice
 # raw's time in prefill steps). With two, it is prefilled with its group like any prompt.
 FEED_AT_LEAST: Final = 2
-GATHER_S: Final = 0.05  # the longest a job waits for others to be prefilled with
-PREFILL_BUCKETS_MS: Final = (5, 20, 100)  # prefill steps counted by time (time_prefill)
-# A row of the step trace (benchmarks): when the step ended (perf_counter), its seconds, jobs
-# received before it, jobs still waiting after it, jobs decoding, prompt tokens it prefilled
-# and BatchGenerator's seconds for them.
-TRACE_FIELDS: Final = (
-    "t",
-    "step_s",
-    "arrived",
-    "waiting",
-    "running",
-    "prefill_tokens",
-    "prefill_s",
-)
-
-
-@dataclass(frozen=True, slots=True)
-class Spec:
-    id: int
-    prompt: list[int]
-    resume_tokens: list[int]
-    cache_namespace: str
-    sampling: Sampling
-    constraint: dict[str, Any] | None = None  # a grammar the output must follow
-    # Other requests the server was still taking in when it sent this one (they are on their
-    # way here): an idle engine waits a little for them rather than start this one alone.
-    behind: int = 0
 
 
 @dataclass(eq=False, slots=True)
@@ -125,7 +100,7 @@ class Start:
 
 
 class BatchScheduler:
-    """Owns a BatchGenerator; `run` serves one connection until CLOSE or until it closes."""
+    """Owns a BatchGenerator; `run` serves one connection until Close or until it closes."""
 
     def __init__(
         self,
@@ -133,9 +108,8 @@ class BatchScheduler:
         tokenizer: Any,
         cache: PrefixCache,
         max_batch: int,
-        gather_s: float = GATHER_S,
-        time_prefill: bool = False,
-        trace: bool = False,
+        gather_s: float = EngineSettings.gather_s,
+        observer: Observer = QUIET,
         prefill_group: int = PREFILL_GROUP,
         prefill_chunk: int = PREFILL_CHUNK,
     ):
@@ -164,10 +138,7 @@ class BatchScheduler:
         self._oldest_wait = 0.0  # when the oldest waiting job arrived
         self._behind = 0  # what the last job to arrive said of the requests behind it
         self._checked = 0.0  # when the scheduler last decided whether to gather
-        self.time_prefill = time_prefill or trace  # stats of each step's prefill (benchmarks)
-        # For benchmarks: one row per step (TRACE_FIELDS), to see when jobs came and went.
-        self.trace: list[tuple[float, ...]] | None = [] if trace else None
-        self._step_prefill = (0.0, 0)  # the last step's prefill: seconds, tokens
+        self.observer = observer  # told of each step (benchmarks: omni.runtime.observe)
         self.slots: dict[int, Slot] = {}  # by BatchGenerator uid
         self.waiting: deque[Spec] = deque()
         self.prefills: deque[Start] = deque()  # long prompts, fed a chunk a step, in turn
@@ -175,13 +146,10 @@ class BatchScheduler:
         self.solo: Solo | None = None
         self.eos = set(eos)
         self.stopping: set[int] = set()  # job ids asked to stop
-        self.out: list[tuple[Any, ...]] = []
+        self.out: list[Output] = []
         self._conn: Connection | None = None
-        self._closing = False  # CLOSE arrived in the middle of a long prefill
-        # Where the engine process's time goes (OMNI_ENGINE_STATS=1 prints it at exit).
-        self.stats: defaultdict[str, float] = defaultdict(float)
+        self._closing = False  # Close arrived in the middle of a long prefill
         self._samplers: dict[tuple[float, float, float, int], Any] = {}
-        self._jobs = 0
         self._arrivals = 0  # jobs received since the last step
         self._usual_s = 0.0  # a step's usual length (a moving average), for the slow-step log
         self._chunked: tuple[int, int, int, int] | None = None  # the step's chunk: id, n, fed, of
@@ -192,62 +160,28 @@ class BatchScheduler:
         return bool(self.slots or self.waiting or self.solo or self.prefills or self.ready)
 
     def run(self, conn: Connection) -> None:
-        inside = None
         # MLX lets go of the interpreter while it computes: a thread sees a step in progress.
         stop = threading.Event()
         watchdog = threading.Thread(target=self._watchdog, args=(stop,), daemon=True)
         watchdog.start()
         try:
-            with self.batch.stats() as inside:  # BatchGenerator's own split: prefill, decode
+            with self.observer.serving(self.batch):
                 self._run(conn)
         finally:
             stop.set()
-            self.stats["jobs"] = self._jobs
-            if inside is not None:
-                self.stats["bg_prompt_s"] += inside.prompt_time
-                self.stats["bg_prompt_tokens"] += inside.prompt_tokens
-                self.stats["bg_decode_s"] += inside.decode_time
-                self.stats["bg_decode_steps"] += inside.generation_steps
-                self.stats["peak_memory_gb"] = inside.peak_memory
 
     def _run(self, conn: Connection) -> None:
-        stats, clock = self.stats, time.perf_counter
+        observe, clock = self.observer, time.perf_counter
         mark = clock()
         self._conn = conn
         while not self._closing and self._receive(conn, self._wait_s()):
             arrived, self._arrivals = self._arrivals, 0
             now = clock()
-            stats["idle_s"] += now - mark
+            observe.on_wake(now - mark, arrived)
             mark = now
-            # Jobs beyond the batch size wait here, still queued (and cancellable as such).
-            self._drop_cancelled()
-            self._take_long()
-            expecting = self._expecting(now)
-            hold = expecting or self._gathering(now, arrived)
-            startable = len(self.ready) + len(self.waiting)
-            if self.solo is not None and (
-                (startable and not hold) or self.solo.slot.spec.id in self.stopping
-            ):
-                self._end_solo()
-            if startable == 1 and not self.slots and self.solo is None and not expecting:
-                if self.ready and _solo_ok(self.ready[0].slot.spec):
-                    self._begin(self._start_solo, self.ready.popleft())
-                elif self.waiting and _solo_ok(self.waiting[0]):
-                    self._begin_spec(self._start_solo, self.waiting.popleft())
-            if (
-                (self.ready or self.waiting)
-                and not hold
-                and len(self.slots) < self.max_batch
-                and self._groups_align()
-            ):
-                stats["admit_groups"] += 1
-                while self.ready and len(self.slots) < self.max_batch:
-                    self._begin(self._lead, self.ready.popleft())
-                while self.waiting and len(self.slots) + len(self.prefills) < self.max_batch:
-                    self._begin_spec(self._admit, self.waiting.popleft())
-            self._cancel_stopped()
+            grouped = self._schedule(now, arrived)
             now = clock()
-            stats["admit_s"] += now - mark
+            observe.on_admit(now - mark, grouped)
             mark = now
             self._chunked, self._step_began = None, now
             if self.prefills:
@@ -261,7 +195,7 @@ class BatchScheduler:
                 except Exception:  # errors travel as values (their text: the log)
                     log.exception("generation step failed")
                     self.solo = None
-                    self.out.append((FAILED, solo.slot.spec.id, GENERATION_FAILED))
+                    self.out.append(Failed(solo.slot.spec.id, GENERATION_FAILED))
             elif self.slots:
                 try:
                     self._step()
@@ -269,22 +203,50 @@ class BatchScheduler:
                     log.exception("generation step failed")
                     self._fail_all(GENERATION_FAILED)
             now = clock()
-            if self.trace is not None:
-                self._trace(now, now - mark, arrived)
             self._step_began = None
             self._watch(now - mark)
-            stats["step_s"] += now - mark
-            stats["steps"] += 1
-            stats["batch_tokens"] += len(self.slots) + (self.solo is not None)
+            running = len(self.slots) + (self.solo is not None)
+            observe.on_step(now, now - mark, arrived, len(self.waiting), running)
             mark = now
+            sent = len(self.out)
             if self.out:
                 conn.send(self.out)  # one message per step, whatever the batch size
-                stats["messages"] += 1
-                stats["outputs"] += len(self.out)
                 self.out = []
             now = clock()
-            stats["send_s"] += now - mark
+            observe.on_sent(sent, now - mark)
             mark = now
+
+    def _schedule(self, now: float, arrived: int) -> bool:
+        """Take jobs off the queue and start them (alone, or in the batch) or hold them;
+        whether some were handed to the batch. `arrived`: jobs received since the last step."""
+        # Jobs beyond the batch size wait here, still queued (and cancellable as such).
+        self._drop_cancelled()
+        self._take_long()
+        expecting = self._expecting(now)
+        hold = expecting or self._gathering(now, arrived)
+        startable = len(self.ready) + len(self.waiting)
+        if self.solo is not None and (
+            (startable and not hold) or self.solo.slot.spec.id in self.stopping
+        ):
+            self._end_solo()
+        if startable == 1 and not self.slots and self.solo is None and not expecting:
+            if self.ready and _solo_ok(self.ready[0].slot.spec):
+                self._begin(self._start_solo, self.ready.popleft())
+            elif self.waiting and _solo_ok(self.waiting[0]):
+                self._begin_spec(self._start_solo, self.waiting.popleft())
+        grouped = bool(
+            (self.ready or self.waiting)
+            and not hold
+            and len(self.slots) < self.max_batch
+            and self._groups_align()
+        )
+        if grouped:
+            while self.ready and len(self.slots) < self.max_batch:
+                self._begin(self._lead, self.ready.popleft())
+            while self.waiting and len(self.slots) + len(self.prefills) < self.max_batch:
+                self._begin_spec(self._admit, self.waiting.popleft())
+        self._cancel_stopped()
+        return grouped
 
     def _begin(self, begin: Callable[[Start], None], start: Start) -> None:
         """Start a job (alone or in the batch); one that cannot start fails, the engine goes on."""
@@ -292,7 +254,7 @@ class BatchScheduler:
             begin(start)
         except Exception:  # one bad request must not stop the engine
             log.exception("could not start a generation")
-            self.out.append((FAILED, start.id, GENERATION_FAILED))
+            self.out.append(Failed(start.id, GENERATION_FAILED))
 
     def _begin_spec(self, begin: Callable[[Start], None], spec: Spec) -> None:
         """Take a job off the queue and start it."""
@@ -306,7 +268,7 @@ class BatchScheduler:
             return self._slot(spec)
         except Exception:  # one bad request must not stop the engine
             log.exception("could not start a generation")
-            self.out.append((FAILED, spec.id, GENERATION_FAILED))
+            self.out.append(Failed(spec.id, GENERATION_FAILED))
             return None
 
     def _long(self, tokens: int) -> bool:
@@ -349,15 +311,9 @@ class BatchScheduler:
         except Exception:  # errors travel as values (their text: the log)
             log.exception("prefill step failed")
             self.prefills.popleft()
-            self.out.append((FAILED, start.id, GENERATION_FAILED))
+            self.out.append(Failed(start.id, GENERATION_FAILED))
             return
-        seconds = clock() - began
-        self.stats["chunk_prefill_s"] += seconds
-        self.stats["chunk_prefill_tokens"] += n
-        if self.time_prefill:
-            self._count_prefill(seconds, n)
-            s, t = self._step_prefill
-            self._step_prefill = (s + seconds, t + n)
+        self.observer.on_prefill(clock() - began, n, chunk=True)
         fed = len(start.slot.fed) - len(start.rest)
         self._chunked = (start.id, n, fed, len(start.slot.fed))
         start.rest = start.rest[n:]
@@ -424,22 +380,19 @@ class BatchScheduler:
         for as long as it takes); False once it asks to close (or is gone)."""
         while conn.poll(wait_s):
             wait_s = 0
-            message = conn.recv()
-            kind = message[0]
-            if kind == JOB:
-                if not self.waiting:
-                    self._oldest_wait = time.perf_counter()
-                spec = Spec(*message[1:])
-                self.waiting.append(spec)
-                self._behind = spec.behind
-                self._arrivals += 1
-                self._jobs += 1
-            elif kind == CANCEL:
-                self.stopping.add(message[1])
-            elif kind == MAX_BATCH:
-                self.max_batch = message[1]
-            elif kind == CLOSE:
-                return False
+            match conn.recv():
+                case Spec() as spec:
+                    if not self.waiting:
+                        self._oldest_wait = time.perf_counter()
+                    self.waiting.append(spec)
+                    self._behind = spec.behind
+                    self._arrivals += 1
+                case Cancel(job_id):
+                    self.stopping.add(job_id)
+                case MaxBatch(size):
+                    self.max_batch = size
+                case Close():
+                    return False
         return True
 
     def _wait_s(self) -> float | None:
@@ -514,12 +467,12 @@ class BatchScheduler:
         stopping = self.stopping
         for spec in [w for w in self.waiting if w.id in stopping]:
             done = len(spec.resume_tokens)
-            self.out.append((FINISHED, spec.id, "cancelled", len(spec.prompt), done, 0))
+            self.out.append(Finished(spec.id, "cancelled", len(spec.prompt), done))
         self.waiting = deque(w for w in self.waiting if w.id not in stopping)
         for queue in (self.prefills, self.ready):
             for start in [s for s in queue if s.id in stopping]:
                 spec, done = start.slot.spec, start.slot.done
-                self.out.append((FINISHED, spec.id, "cancelled", len(spec.prompt), done, 0))
+                self.out.append(Finished(spec.id, "cancelled", len(spec.prompt), done))
             kept = [s for s in queue if s.id not in stopping]
             queue.clear()
             queue.extend(kept)
@@ -533,8 +486,8 @@ class BatchScheduler:
         done = len(spec.resume_tokens)
         if spec.sampling.max_tokens > done:
             return False
-        self.out.append((STARTED, spec.id, False))
-        self.out.append((FINISHED, spec.id, "length", len(spec.prompt), done, 0))
+        self.out.append(Started(spec.id, False))
+        self.out.append(Finished(spec.id, "length", len(spec.prompt), done))
         return True
 
     def _slot(self, spec: Spec) -> Start | None:
@@ -571,7 +524,7 @@ class BatchScheduler:
         """Tell the server a job has started (a long prompt did when its prefill began)."""
         if not start.told:
             start.told = True
-            self.out.append((STARTED, start.id, True))
+            self.out.append(Started(start.id, True))
 
     def _insert(self, slot: Slot, cache: list[Any], rest: list[int]) -> None:
         s = slot.spec.sampling
@@ -623,7 +576,7 @@ class BatchScheduler:
         slot.done += 1
         k = slot.spec.sampling.logprobs
         scored = None if k is None else self.scorer(token, logprobs, k)
-        self.out.append((TOKEN, slot.spec.id, token, scored))
+        self.out.append(Token(slot.spec.id, token, scored))
         if slot.done >= slot.spec.sampling.max_tokens:
             self._end_solo("length")
 
@@ -634,7 +587,7 @@ class BatchScheduler:
         if self._closing or job_id in self.stopping:
             raise _Stopped
 
-    def _end_solo(self, reason: str | None = None, eos: int | None = None) -> None:
+    def _end_solo(self, reason: FinishReason | None = None, eos: int | None = None) -> None:
         """Finish the solo job (`reason`; `eos`: the end token it stopped on), or, when
         cancelled or joined by others, stop it here and carry on in the batch from its KV cache
         (cancelled: the batch ends it)."""
@@ -648,15 +601,8 @@ class BatchScheduler:
                 self.stopping.discard(slot.spec.id)
             self._keep(slot, cache, eos)  # generate_step fed the end token too
             spec = slot.spec
-            done = (
-                FINISHED,
-                spec.id,
-                reason or "cancelled",
-                len(spec.prompt),
-                slot.done,
-                slot.cached,
-            )
-            self.out.append(done)
+            ended = reason or "cancelled"
+            self.out.append(Finished(spec.id, ended, len(spec.prompt), slot.done, slot.cached))
             return
         # The batch must see a token to predict the next: hand it the last ones again (the
         # cache holds every token so far: generate_step feeds each one it yields). It is fed
@@ -704,12 +650,10 @@ class BatchScheduler:
 
     def _step(self) -> None:
         out = self.out
-        if self.time_prefill:
+        if self.observer.times_prefill:
             with self.batch.stats() as step:
                 generated = self.batch.next_generated()
-            self._count_prefill(step.prompt_time, step.prompt_tokens)
-            s, t = self._step_prefill  # the step's own chunk, if it fed one, and BatchGenerator's
-            self._step_prefill = (s + step.prompt_time, t + step.prompt_tokens)
+            self.observer.on_prefill(step.prompt_time, step.prompt_tokens, chunk=False)
         else:
             generated = self.batch.next_generated()
         for r in generated:
@@ -722,39 +666,10 @@ class BatchScheduler:
             slot.done += 1
             k = slot.spec.sampling.logprobs
             out.append(
-                (
-                    TOKEN,
-                    slot.spec.id,
-                    token,
-                    None if k is None else self.scorer(token, r.logprobs, k),
-                )
+                Token(slot.spec.id, token, None if k is None else self.scorer(token, r.logprobs, k))
             )
             if r.finish_reason == "length":
                 self._finish(r.uid, "length", r.prompt_cache)
-
-    def _trace(self, now: float, step_s: float, arrived: int) -> None:
-        assert self.trace is not None
-        prefill_s, prefill_tokens = self._step_prefill
-        self._step_prefill = (0.0, 0)
-        running = len(self.slots) + (self.solo is not None)
-        row = (now, step_s, arrived, len(self.waiting), running, prefill_tokens, prefill_s)
-        self.trace.append(row)
-
-    def _count_prefill(self, seconds: float, tokens: int) -> None:
-        """How the steps that prefilled spread by time: a few slow ones among many quick ones
-        point at per-shape work (kernels built for a new shape), all slow at the work itself."""
-        if tokens == 0:
-            return
-        stats = self.stats
-        stats["prefill_steps"] += 1
-        stats["prefill_max_s"] = max(stats["prefill_max_s"], seconds)
-        for bound in PREFILL_BUCKETS_MS:
-            if seconds * 1000 < bound:
-                stats[f"prefill_steps_under_{bound}ms"] += 1
-                return
-        stats["prefill_slow_steps"] += 1
-        stats["prefill_slow_s"] += seconds
-        stats["prefill_slow_tokens"] += tokens
 
     def _cancel_stopped(self) -> None:
         if not self.stopping:
@@ -770,14 +685,14 @@ class BatchScheduler:
             self._finish(uid, "cancelled", cache)
 
     def _finish(
-        self, uid: int, reason: str, cache: list[Any] | None, eos: int | None = None
+        self, uid: int, reason: FinishReason, cache: list[Any] | None, eos: int | None = None
     ) -> None:
         """`eos`: the end token it stopped on, which the batch fed (its cache holds it)."""
         slot = self.slots.pop(uid)
         if cache is not None:
             self._keep(slot, cache, eos)
         spec = slot.spec
-        self.out.append((FINISHED, spec.id, reason, len(spec.prompt), slot.done, slot.cached))
+        self.out.append(Finished(spec.id, reason, len(spec.prompt), slot.done, slot.cached))
 
     def _keep(self, slot: Slot, cache: list[Any], eos: int | None) -> None:
         """Keep an ended job's cache for prefix reuse. It holds every token fed, and `eos`, the
@@ -789,7 +704,7 @@ class BatchScheduler:
         for uid, slot in list(self.slots.items()):
             self.batch.remove([uid])
             self.slots.pop(uid)
-            self.out.append((FAILED, slot.spec.id, message))
+            self.out.append(Failed(slot.spec.id, message))
 
 
 class _Stopped(Exception):

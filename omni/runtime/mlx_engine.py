@@ -11,6 +11,7 @@ model nothing.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
 import multiprocessing
@@ -26,19 +27,10 @@ from typing import Any, Final
 from omni.errors import ModelLoadError
 from omni.jobs import Delta, Failed, Finished, Job, Output, Started
 from omni.protocol.tool_calls import ToolFormat
-from omni.runtime import blas, gemv, weights, worker
-from omni.runtime.batching import (
-    CANCEL,
-    CLOSE,
-    FAILED,
-    FINISHED,
-    JOB,
-    MAX_BATCH,
-    STARTED,
-    TOKEN,
-)
+from omni.runtime import blas, gemv, wire, worker
 from omni.runtime.model_source import ModelSource
 from omni.runtime.types import Runtime
+from omni.settings import EngineSettings, engine_knobs
 
 log = logging.getLogger(__name__)
 
@@ -84,21 +76,18 @@ class MLXEngine:
     def __init__(
         self,
         source: ModelSource,
-        prompt_cache_entries: int = 16,
-        prompt_cache_bytes: int = 4 << 30,
-        max_batch: int = 32,
-        template_args: dict[str, Any] | None = None,
-        blas_setting: str = blas.AUTO,
-        weights_setting: str = weights.AUTO,
+        settings: EngineSettings | None = None,
+        **given: Any,
     ):
+        """`settings`: what `omni serve` built; else EngineSettings' defaults, `given` (its
+        fields by name) and what tests and benchmarks set in the environment (engine_knobs),
+        read at start()."""
         self.source = source
-        # `--blas` (auto, bundled, or a path omni.runtime.blas.loadable passed) and `--weights`.
-        self._settings = (blas_setting, weights_setting)
+        self._settings, self._given = settings, given
         self.runtime: Runtime | None = None  # what the engine process runs with, once loaded
-        # Extra arguments for every chat-template render (`--chat-template-args`).
-        self.template_args = dict(template_args or {})
-        self._max_batch = max_batch
-        self._cache_limits = (prompt_cache_entries, prompt_cache_bytes)
+        chosen = settings or EngineSettings(**given)
+        self.template_args = dict(chosen.template_args)  # for every chat-template render
+        self._max_batch = chosen.max_batch
         self.model_id = source.model_id
         self.context_length = 0
         self.max_token_bytes = 1  # the most bytes one token stands for (set once loaded)
@@ -114,14 +103,14 @@ class MLXEngine:
 
     def start(self) -> None:
         """Start the engine process and load the model; raise ModelLoadError if it cannot."""
+        settings = self._settings or self._from_environment()
+        settings = dataclasses.replace(settings, max_batch=self._max_batch)
         ctx = multiprocessing.get_context("spawn")  # never fork a process that holds threads
         conn, child = ctx.Pipe()
-        blas_setting, weights_setting = self._settings
-        limits = (*self._cache_limits, self._max_batch, weights_setting)
         self._process = ctx.Process(
-            target=worker.main, args=(child, self.source.path, *limits), name="omni-engine"
+            target=worker.main, args=(child, self.source.path, settings), name="omni-engine"
         )
-        library = blas.preload(blas_setting)
+        library = blas.preload(settings.blas)
         forwarder = gemv.build() if library is not None and gemv.wanted() else None
         with blas.preloaded(None if forwarder is None else str(forwarder), library):
             self._process.start()
@@ -130,20 +119,26 @@ class MLXEngine:
             message = conn.recv()
         except EOFError:
             self._process.join()
-            message = ("error", f"the engine process exited ({self._process.exitcode})")
+            message = wire.LoadFailed(f"the engine process exited ({self._process.exitcode})")
         finally:  # loaded (or gone) by now: its mapping outlives the file
             if forwarder is not None:
                 shutil.rmtree(forwarder.parent, ignore_errors=True)
-        if message[0] != "loaded":
+        if not isinstance(message, wire.Loaded):
             conn.close()
-            raise ModelLoadError(f"cannot load model {self.source.path}: {message[1]}")
-        _, self.context_length, eos, self.runtime = message
+            raise ModelLoadError(f"cannot load model {self.source.path}: {message.message}")
+        self.context_length, self.runtime = message.context_length, message.runtime
         from mlx_lm.utils import load_tokenizer
 
-        self._tokenizer = load_tokenizer(self.source.path, eos_token_ids=eos)
+        self._tokenizer = load_tokenizer(self.source.path, eos_token_ids=message.eos)
         self.max_token_bytes = longest_token(self._tokenizer)
         self._conn = conn
         self._reader.start()
+
+    def _from_environment(self) -> EngineSettings:
+        try:
+            return EngineSettings(**{**engine_knobs(), **self._given})
+        except ValueError as exc:  # a knob set wrong: the engine cannot start
+            raise ModelLoadError(f"cannot load model {self.source.path}: {exc}") from None
 
     def render(
         self,
@@ -218,7 +213,7 @@ class MLXEngine:
     @max_batch.setter
     def max_batch(self, value: int) -> None:
         self._max_batch = value
-        self._send((MAX_BATCH, value))
+        self._send(wire.MaxBatch(value))
 
     @property
     def queued(self) -> int:
@@ -250,8 +245,7 @@ class MLXEngine:
         detokenizer.offset = len(detokenizer.text)
         job_id = next(self._ids)
         self._pending[job_id] = _Pending(job, loop, detokenizer)
-        spec = (
-            JOB,
+        spec = wire.Spec(
             job_id,
             job.prompt,
             job.resume_tokens,
@@ -262,16 +256,16 @@ class MLXEngine:
         )
         self._send(spec)
         # Sent after the job itself, so the engine always knows the id it is asked to stop.
-        job.on_cancel = lambda: self._send((CANCEL, job_id))
+        job.on_cancel = lambda: self._send(wire.Cancel(job_id))
         if job.stop.is_set():
-            self._send((CANCEL, job_id))
+            self._send(wire.Cancel(job_id))
 
     def close(self) -> None:
         """Stop the engine process (running jobs end where they are)."""
         if self._process is None:
             return
         self._gone = self._gone or "the server is shutting down"
-        self._send((CLOSE,))
+        self._send(wire.Close())
         self._process.join(timeout=30)
         if self._process.is_alive():
             self._process.terminate()
@@ -284,7 +278,7 @@ class MLXEngine:
             self._conn.close()
         self._process = None
 
-    def _send(self, message: tuple[Any, ...]) -> None:
+    def _send(self, message: wire.Request) -> None:
         if self._conn is None:
             return
         try:
@@ -298,7 +292,7 @@ class MLXEngine:
         (a big batch's tokens held back a little: HOLD_MIN)."""
         conn = self._conn
         assert conn is not None
-        held: list[tuple[Any, ...]] = []
+        held: list[wire.Output] = []
         oldest = last = 0.0  # when the oldest held output came; when the last step's came
         while True:
             try:
@@ -310,7 +304,7 @@ class MLXEngine:
             except (EOFError, OSError):
                 break
             if (on_step := self.on_step) is not None:
-                on_step(sum(o[0] == TOKEN for o in outputs))
+                on_step(sum(isinstance(o, wire.Token) for o in outputs))
             now = time.perf_counter()
             gap, last = now - last, now
             if not held:
@@ -321,53 +315,54 @@ class MLXEngine:
                 self._deliver(held)
                 held = []
             elif urgent := self._urgent(outputs):
-                self._deliver([o for o in held if o[1] in urgent])
-                held = [o for o in held if o[1] not in urgent]
+                self._deliver([o for o in held if o.id in urgent])
+                held = [o for o in held if o.id not in urgent]
         self._deliver(held)
         exit_code = self._process.exitcode if self._process is not None else None
         if self._gone is None:
             self._gone = f"the engine process exited unexpectedly (exit code {exit_code})"
             log.error("%s", self._gone)
-        self._deliver([(FAILED, job_id, self._gone) for job_id in list(self._pending)])
+        self._deliver([wire.Failed(job_id, self._gone) for job_id in list(self._pending)])
 
-    def _urgent(self, outputs: list[tuple[Any, ...]]) -> set[int]:
+    def _urgent(self, outputs: list[wire.Output]) -> set[int]:
         """The jobs whose outputs go at once: a start, an end, tokens until the first text."""
         urgent = set()
-        for kind, job_id, *_ in outputs:
-            if kind != TOKEN:
-                urgent.add(job_id)
-            elif (pending := self._pending.get(job_id)) is not None and not pending.spoke:
-                urgent.add(job_id)
+        for o in outputs:
+            if not isinstance(o, wire.Token):
+                urgent.add(o.id)
+            elif (pending := self._pending.get(o.id)) is not None and not pending.spoke:
+                urgent.add(o.id)
         return urgent
 
-    def _deliver(self, outputs: list[tuple[Any, ...]]) -> None:
+    def _deliver(self, outputs: list[wire.Output]) -> None:
         """One hand-off per event loop for `outputs` (a step's, or several held steps'),
         whatever the batch size."""
         by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Job, Output]]] = defaultdict(list)
-        for kind, job_id, *rest in outputs:
-            pending = self._pending.get(job_id)
+        for output in outputs:
+            pending = self._pending.get(output.id)
             if pending is None:
                 continue
             items = by_loop[pending.loop]
-            if kind == TOKEN:
-                token, logprobs = rest
-                pending.detokenizer.add_token(token)
-                text = pending.detokenizer.last_segment
-                pending.spoke = pending.spoke or bool(text)  # "": half a character, say
-                items.append((pending.job, Delta(text, token, logprobs)))
-            elif kind == STARTED:
-                pending.started = True
-                self._generations += rest[0]
-                items.append((pending.job, Started()))
-            elif kind == FINISHED:
-                del self._pending[job_id]
-                pending.detokenizer.finalize()
-                if tail := pending.detokenizer.last_segment:
-                    items.append((pending.job, Delta(tail, None)))
-                items.append((pending.job, Finished(*rest)))
-            elif kind == FAILED:
-                del self._pending[job_id]
-                items.append((pending.job, Failed(*rest)))
+            match output:
+                case wire.Token(_, token, logprobs):
+                    pending.detokenizer.add_token(token)
+                    text = pending.detokenizer.last_segment
+                    pending.spoke = pending.spoke or bool(text)  # "": half a character, say
+                    items.append((pending.job, Delta(text, token, logprobs)))
+                case wire.Started(_, reached):
+                    pending.started = True
+                    self._generations += reached
+                    items.append((pending.job, Started()))
+                case wire.Finished(job_id, reason, prompt_tokens, completion_tokens, cached):
+                    del self._pending[job_id]
+                    pending.detokenizer.finalize()
+                    if tail := pending.detokenizer.last_segment:
+                        items.append((pending.job, Delta(tail, None)))
+                    ended = Finished(reason, prompt_tokens, completion_tokens, cached)
+                    items.append((pending.job, ended))
+                case wire.Failed(job_id, message):
+                    del self._pending[job_id]
+                    items.append((pending.job, Failed(message)))
         for loop, items in by_loop.items():
             if not items:
                 continue

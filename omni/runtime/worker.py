@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
 from multiprocessing.connection import Connection
 from typing import Any
 
 from omni.heap import set_aside
 from omni.runtime import blas, gemv, weights
 from omni.runtime.cpu_attention import use_exp2_attention
+from omni.runtime.observe import QUIET, Observer, StepStats
 from omni.runtime.quiet import no_torch_advice
 from omni.runtime.types import Runtime
+from omni.runtime.wire import Loaded, LoadFailed
+from omni.settings import EngineSettings
 
 # MLX settings the engine runs with unless the environment sets them (MLX reads each at first
 # use). cuDNN's attention builds a graph for each new shape: ~65 ms for every prompt length not
@@ -64,14 +66,12 @@ def min_reuse() -> int:
     return GPU_MIN_REUSE if on_gpu() else 1
 
 
-def prefill_group(env: Mapping[str, str] = os.environ) -> int:
-    """Prompts prefilled together on this machine's default device; OMNI_PREFILL_GROUP in `env`
-    sets it (benchmarks)."""
+def prefill_group(chosen: int | None = None) -> int:
+    """Prompts prefilled together: `chosen` (EngineSettings.prefill_group), else this machine's
+    default device's."""
     from omni.runtime.batching import PREFILL_GROUP
 
-    return _positive(env, "OMNI_PREFILL_GROUP") or (
-        CUDA_PREFILL_GROUP if on_cuda() else PREFILL_GROUP
-    )
+    return chosen or (CUDA_PREFILL_GROUP if on_cuda() else PREFILL_GROUP)
 
 
 # Prompt tokens fed to one prompt a step: a long prompt holds the running streams for one
@@ -84,22 +84,10 @@ CPU_PREFILL_CHUNK = 128
 GPU_PREFILL_CHUNK = 2048
 
 
-def prefill_chunk(env: Mapping[str, str] = os.environ) -> int:
-    """Prompt tokens a step feeds one prompt on this machine's default device;
-    OMNI_PREFILL_CHUNK in `env` sets it (tests, benchmarks)."""
-    return _positive(env, "OMNI_PREFILL_CHUNK") or (
-        GPU_PREFILL_CHUNK if on_gpu() else CPU_PREFILL_CHUNK
-    )
-
-
-def _positive(env: Mapping[str, str], name: str) -> int | None:
-    """A positive integer setting of `env`; None where unset (or set but empty)."""
-    value = env.get(name, "").strip()
-    if not value:
-        return None
-    if not value.isdigit() or int(value) < 1:
-        raise ValueError(f"{name} must be a positive integer, not {value!r}")
-    return int(value)
+def prefill_chunk(chosen: int | None = None) -> int:
+    """Prompt tokens a step feeds one prompt: `chosen` (EngineSettings.prefill_chunk), else this
+    machine's default device's."""
+    return chosen or (GPU_PREFILL_CHUNK if on_gpu() else CPU_PREFILL_CHUNK)
 
 
 def use_mlx_settings() -> None:
@@ -109,14 +97,7 @@ def use_mlx_settings() -> None:
         os.environ.setdefault(name, value)
 
 
-def main(
-    conn: Connection,
-    path: str,
-    cache_entries: int,
-    cache_bytes: int,
-    max_batch: int,
-    weights_setting: str = weights.AUTO,
-) -> None:
+def main(conn: Connection, path: str, settings: EngineSettings) -> None:
     _die_with_parent()
     # What the server preloaded (omni.runtime.blas, gemv) is in this process since its start;
     # a process this one starts must not look for it: the forwarder's file is removed once
@@ -124,59 +105,51 @@ def main(
     os.environ.pop("LD_PRELOAD", None)
     use_mlx_settings()
     no_torch_advice()
+    observer = watching(settings)
     try:
         from mlx_lm import load
 
-        from omni.runtime.batching import GATHER_S, BatchScheduler
+        from omni.runtime.batching import BatchScheduler
         from omni.runtime.generation import PrefixCache
 
         model, tokenizer = load(path)[:2]
         library = None if on_gpu() else blas.in_use()
-        if weights.choose(weights_setting, model, blas.optimized(library)) == weights.FLOAT32:
+        if weights.choose(settings.weights, model, blas.optimized(library)) == weights.FLOAT32:
             model = weights.to_float32(model)
         if not on_gpu():
             use_exp2_attention(model)
         forwarded = not on_gpu() and gemv.forwarding(blas.holder("cblas_sgemm"))
-        runtime = Runtime(library, weights.describe(model), weights_setting, forwarded)
-        cache = PrefixCache(model, cache_entries, cache_bytes, min_reuse())
-        # OMNI_GATHER_MS: for benchmarks, how long a job may wait to be prefilled with others.
-        gather = float(os.environ.get("OMNI_GATHER_MS", GATHER_S * 1000)) / 1000
-        timed = bool(os.environ.get("OMNI_ENGINE_STATS"))
-        trace = os.environ.get("OMNI_ENGINE_TRACE")  # for benchmarks: a file for the step trace
+        runtime = Runtime(library, weights.describe(model), settings.weights, forwarded)
+        limits = (settings.prompt_cache_entries, settings.prompt_cache_bytes)
+        cache = PrefixCache(model, *limits, min_reuse())
         scheduler = BatchScheduler(
             model,
             tokenizer,
             cache,
-            max_batch,
-            gather,
-            timed,
-            bool(trace),
-            prefill_group(),
-            prefill_chunk(),
+            settings.max_batch,
+            settings.gather_s,
+            observer,
+            prefill_group(settings.prefill_group),
+            prefill_chunk(settings.prefill_chunk),
         )
         set_aside("engine")  # the model and the tokenizer: no full collection walks them again
     except BaseException as exc:  # noqa: BLE001 - reported to the server as a value
-        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+        conn.send(LoadFailed(f"{type(exc).__name__}: {exc}"))
         return
-    conn.send(("loaded", context_length(model), sorted(tokenizer.eos_token_ids), runtime))
+    conn.send(Loaded(context_length(model), sorted(tokenizer.eos_token_ids), runtime))
     try:
         scheduler.run(conn)
     except (EOFError, OSError):  # the server is gone: nobody is left to decode for
         pass
-    if timed:  # for benchmarks: where the time went
-        stats = {k: round(v, 3) for k, v in sorted(scheduler.stats.items())}
-        print(f"omni engine stats: {stats}", file=sys.stderr, flush=True)
-    if trace and scheduler.trace is not None:
-        write_trace(trace, scheduler.trace)
+    observer.close()
 
 
-def write_trace(path: str, rows: list[tuple[float, ...]]) -> None:
-    import json
-
-    from omni.runtime.batching import TRACE_FIELDS
-
-    with open(path, "w") as f:
-        json.dump({"fields": TRACE_FIELDS, "rows": rows}, f)
+def watching(settings: EngineSettings) -> Observer:
+    """What the scheduler tells of its steps goes to StepStats where a benchmark asked for
+    its figures or its trace; else nowhere."""
+    if not (settings.stats or settings.trace):
+        return QUIET
+    return StepStats(settings.stats, settings.trace, report=settings.stats)
 
 
 def context_length(model: Any) -> int:

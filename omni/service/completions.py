@@ -43,6 +43,7 @@ from omni.service.streams import dumps, request_stream
 from omni.service.structured import decoding_constraint
 from omni.service.tools import splitter, tool_policy
 from omni.service.unwritten import end_unwritten
+from omni.settings import ServerSettings
 from omni.vocabulary import ACCEPTED, COMPLETION_CHUNK, COMPLETION_ENDS
 
 MIRROR_PAGE = 512
@@ -80,7 +81,7 @@ class CompletionsService:
         notifier: Notifier,
         engine: Engine,
         runs: Runs,
-        keepalive: float = 15.0,
+        keepalive: float = ServerSettings.keepalive,
         cache: bool = True,
         defaults: Defaults | None = None,
         prompter: Prompter | None = None,

@@ -39,6 +39,7 @@ from omni.service.serial import ObjectLocks
 from omni.service.streams import dumps, is_kind, is_terminal, request_stream
 from omni.service.structured import decoding_constraint
 from omni.service.tools import Mode, splitter, tool_policy
+from omni.settings import ServerSettings
 from omni.vocabulary import (
     ACCEPTED,
     CANCEL_REQUESTED,
@@ -57,8 +58,8 @@ class ResponsesService:
         notifier: Notifier,
         engine: Engine,
         model_aliases: frozenset[str] = frozenset(),
-        keepalive: float = 15.0,
-        max_queued: int = 256,
+        keepalive: float = ServerSettings.keepalive,
+        max_queued: int = ServerSettings.max_queued,
         sealer: Sealer | None = None,
         defaults: Defaults | None = None,
     ):

@@ -13,6 +13,7 @@ from contextlib import closing
 
 from omni.events import EventStore
 from omni.events.maintenance import PER_TRANSACTION, Finished, Vocabulary, connect, finished
+from omni.settings import ServerSettings
 from omni.vocabulary import (
     ACCEPTED,
     COMPLETION_CANCELLED,
@@ -40,11 +41,12 @@ VOCABULARY = Vocabulary(
     accepted=ACCEPTED,
 )
 STATUSES = ("completed", "incomplete", "failed", "cancelled", "deleted")
-HOURLY = 3600.0
 
 
 class Retention:
-    def __init__(self, store: EventStore, max_age_s: float, every_s: float = HOURLY):
+    def __init__(
+        self, store: EventStore, max_age_s: float, every_s: float = ServerSettings.retention_every_s
+    ):
         self.store = store
         self.max_age_ms = int(max_age_s * 1000)
         self.every_s = every_s

@@ -22,6 +22,7 @@ from omni.protocol.recorder import ResponseRecorder
 from omni.service.intake import Intake
 from omni.service.streams import dumps, request_stream, tokens_stream
 from omni.service.unwritten import end_unwritten
+from omni.settings import ServerSettings
 from omni.vocabulary import TOKENS
 
 log = logging.getLogger(__name__)
@@ -87,7 +88,7 @@ class Runs:
         store: EventLog,
         appender: Appender,
         notifier: Notifier,
-        max_queued: int = 256,
+        max_queued: int = ServerSettings.max_queued,
     ):
         self.engine = engine
         self.max_queued = max_queued

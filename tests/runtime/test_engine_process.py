@@ -178,17 +178,21 @@ def test_the_engine_prefills_bigger_groups_on_cuda(monkeypatch: pytest.MonkeyPat
     NVIDIA GPU (bench/concurrency.py); OMNI_PREFILL_GROUP sets it (benchmarks)."""
     from omni.runtime import worker
     from omni.runtime.batching import PREFILL_GROUP
+    from omni.settings import engine_knobs
+
+    def prefill_group(env: dict[str, str] | None = None) -> int:
+        return worker.prefill_group(engine_knobs(env)["prefill_group"])
 
     monkeypatch.delenv("OMNI_PREFILL_GROUP", raising=False)
     monkeypatch.setattr(worker, "on_cuda", lambda: False)
-    assert worker.prefill_group() == PREFILL_GROUP == 8
+    assert prefill_group() == PREFILL_GROUP == 8
     monkeypatch.setattr(worker, "on_cuda", lambda: True)
-    assert worker.prefill_group() == worker.CUDA_PREFILL_GROUP == 16
+    assert prefill_group() == worker.CUDA_PREFILL_GROUP == 16
     monkeypatch.setenv("OMNI_PREFILL_GROUP", "4")
-    assert worker.prefill_group() == 4
+    assert prefill_group() == 4
     monkeypatch.setenv("OMNI_PREFILL_GROUP", "")  # set but empty: as if unset
-    assert worker.prefill_group() == 16
-    assert worker.prefill_group({"OMNI_PREFILL_GROUP": "3"}) == 3  # another environment's
+    assert prefill_group() == 16
+    assert prefill_group({"OMNI_PREFILL_GROUP": "3"}) == 3  # another environment's
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "eight"])
@@ -206,13 +210,17 @@ def test_the_prefill_chunk_is_the_devices(monkeypatch: pytest.MonkeyPatch) -> No
     """Prompt tokens a step feeds one prompt: 128 on a CPU, 2,048 on a GPU (bench/chunks.py);
     OMNI_PREFILL_CHUNK sets it (tests, benchmarks)."""
     from omni.runtime import worker
+    from omni.settings import engine_knobs
+
+    def prefill_chunk(env: dict[str, str] | None = None) -> int:
+        return worker.prefill_chunk(engine_knobs(env)["prefill_chunk"])
 
     monkeypatch.delenv("OMNI_PREFILL_CHUNK", raising=False)
     monkeypatch.setattr(worker, "on_gpu", lambda: False)
-    assert worker.prefill_chunk() == worker.CPU_PREFILL_CHUNK == 128
+    assert prefill_chunk() == worker.CPU_PREFILL_CHUNK == 128
     monkeypatch.setattr(worker, "on_gpu", lambda: True)
-    assert worker.prefill_chunk() == worker.GPU_PREFILL_CHUNK == 2048
-    assert worker.prefill_chunk({"OMNI_PREFILL_CHUNK": "16"}) == 16
+    assert prefill_chunk() == worker.GPU_PREFILL_CHUNK == 2048
+    assert prefill_chunk({"OMNI_PREFILL_CHUNK": "16"}) == 16
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "many"])

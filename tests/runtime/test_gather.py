@@ -13,16 +13,10 @@ import pytest
 from mlx_lm import load
 
 from omni.jobs import Sampling
-from omni.runtime.batching import (
-    CLOSE,
-    FINISHED,
-    JOB,
-    PREFILL_GROUP,
-    STARTED,
-    TOKEN,
-    BatchScheduler,
-)
+from omni.runtime.batching import PREFILL_GROUP, BatchScheduler
 from omni.runtime.generation import PrefixCache
+from omni.runtime.observe import StepStats
+from omni.runtime.wire import Close, Finished, Output, Request, Spec, Started, Token
 from omni.runtime.worker import CUDA_PREFILL_GROUP
 
 
@@ -31,13 +25,13 @@ class Script:
     the outputs of k steps (however many times it looks in between); it keeps what each step
     sends back. Idle, waiting for work, the scheduler gets the next step's messages."""
 
-    def __init__(self, steps: list[list[tuple[Any, ...]]], step_s: float = 0.0):
+    def __init__(self, steps: list[list[Request]], step_s: float = 0.0):
         self.steps = [deque(s) for s in steps]
         self.step_s = step_s  # each step takes at least this long
-        self.sent: list[list[tuple[Any, ...]]] = []
+        self.sent: list[list[Output]] = []
         self.skipped = 0  # steps passed while the scheduler was idle
 
-    def _now(self) -> deque[tuple[Any, ...]] | None:
+    def _now(self) -> deque[Request] | None:
         k = len(self.sent) + self.skipped
         return self.steps[k] if k < len(self.steps) else None
 
@@ -50,23 +44,23 @@ class Script:
             now = self._now()
         return now is None or bool(now)
 
-    def recv(self) -> tuple[Any, ...]:
+    def recv(self) -> Request:
         now = self._now()
-        return (CLOSE,) if now is None else now.popleft()
+        return Close() if now is None else now.popleft()
 
-    def send(self, outputs: list[tuple[Any, ...]]) -> None:
+    def send(self, outputs: list[Output]) -> None:
         self.sent.append(list(outputs))
         time.sleep(self.step_s)
 
     def started_together(self) -> list[list[int]]:
         """The job ids started in each step that started any."""
-        groups = [[o[1] for o in out if o[0] == STARTED] for out in self.sent]
+        groups = [[o.id for o in out if isinstance(o, Started)] for out in self.sent]
         return [g for g in groups if g]
 
 
-def job(i: int, tokens: int = 40, behind: int = 0) -> tuple[Any, ...]:
+def job(i: int, tokens: int = 40, behind: int = 0) -> Spec:
     sampling = Sampling(temperature=0.0, max_tokens=tokens)
-    return (JOB, i, [1, 2, 3, 10 + i], [], "", sampling, None, behind)
+    return Spec(i, [1, 2, 3, 10 + i], [], "", sampling, None, behind)
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +71,7 @@ def loaded(tiny_model_dir: Path) -> tuple[Any, Any]:
 
 def run(
     loaded: tuple[Any, Any],
-    steps: list[list[tuple[Any, ...]]],
+    steps: list[list[Request]],
     gather_s: float,
     step_s: float = 0.0,
     group: int = PREFILL_GROUP,
@@ -85,7 +79,7 @@ def run(
     model, tokenizer = loaded
     store = PrefixCache(model, 0, 0)
     scheduler = BatchScheduler(model, tokenizer, store, 32, gather_s, prefill_group=group)
-    script = Script([*steps, *([[]] * 100), [(CLOSE,)]], step_s)
+    script = Script([*steps, *([[]] * 100), [Close()]], step_s)
     scheduler.run(script)  # type: ignore[arg-type]
     return script
 
@@ -102,7 +96,7 @@ def test_a_trickle_is_prefilled_as_one_group(loaded: tuple[Any, Any], group: int
     # Not gathered, a job waits for no company: it fits in the group beside the job prefilled
     # just before it, so it starts in the step it came.
     script = run(loaded, steps, gather_s=0.0, group=group)
-    started = {o[1]: k for k, out in enumerate(script.sent) for o in out if o[0] == STARTED}
+    started = {o.id: k for k, out in enumerate(script.sent) for o in out if isinstance(o, Started)}
     assert started == {i: i for i in range(n)}
 
 
@@ -112,7 +106,7 @@ def test_jobs_wait_only_while_others_keep_coming(loaded: tuple[Any, Any]) -> Non
     # 1 and 2 came in consecutive steps and start together at the first step that brings
     # nothing (3); 3 came alone at step 5 and starts at step 6.
     assert script.started_together() == [[0], [1, 2], [3]]
-    starts = [i for i, out in enumerate(script.sent) if any(o[0] == STARTED for o in out)]
+    starts = [i for i, out in enumerate(script.sent) if any(isinstance(o, Started) for o in out)]
     assert starts == [0, 3, 6]
 
 
@@ -139,8 +133,8 @@ def test_gathered_jobs_decode_as_they_would_alone(loaded: tuple[Any, Any]) -> No
         out: dict[int, list[int]] = {}
         for sent in script.sent:
             for o in sent:
-                if o[0] == TOKEN:
-                    out.setdefault(o[1], []).append(o[2])
+                if isinstance(o, Token):
+                    out.setdefault(o.id, []).append(o.token)
         return out
 
     gathered = tokens(run(loaded, steps, gather_s=60.0))
@@ -153,9 +147,10 @@ def test_prefill_steps_are_counted_by_time_when_asked(loaded: tuple[Any, Any]) -
     steps = [[job(0)], [job(1), job(2)], [], [job(3)]]
     counts = []
     for timed in (True, False):
-        scheduler = BatchScheduler(model, tokenizer, PrefixCache(model, 0, 0), 32, 0.0, timed)
-        scheduler.run(Script([*steps, *([[]] * 60), [(CLOSE,)]]))  # type: ignore[arg-type]
-        counts.append(dict(scheduler.stats))
+        stats = StepStats(time_prefill=timed)
+        scheduler = BatchScheduler(model, tokenizer, PrefixCache(model, 0, 0), 32, 0.0, stats)
+        scheduler.run(Script([*steps, *([[]] * 60), [Close()]]))  # type: ignore[arg-type]
+        counts.append(dict(stats.stats))
     timed_stats, plain = counts
     # Jobs 1-3 were prefilled in the batch (job 0 alone, outside it), in two steps.
     assert timed_stats["prefill_steps"] == 2
@@ -173,16 +168,16 @@ def test_a_job_that_stops_keeps_its_end_token_in_the_prefix_cache(
     model, tokenizer = loaded
     eos = sorted(tokenizer.eos_token_ids)[0]
 
-    def ending(i: int) -> tuple[Any, ...]:
+    def ending(i: int) -> Spec:
         sampling = Sampling(temperature=0.0, max_tokens=8, logit_bias=((eos, 100.0),))
-        return (JOB, i, [1, 2, 3, 10 + i], [], "", sampling)
+        return Spec(i, [1, 2, 3, 10 + i], [], "", sampling)
 
     # Job 0 alone (decoded on its own), then 1 and 2 together (in the batch).
     for steps in ([[ending(0)]], [[ending(1), ending(2)]]):
         store = PrefixCache(model, 8, 1 << 30)
         scheduler = BatchScheduler(model, tokenizer, store, 8, 0.0)
-        scheduler.run(Script([*steps, [], [], [(CLOSE,)]]))  # type: ignore[arg-type]
-        for prompt in (message[2] for message in steps[0]):
+        scheduler.run(Script([*steps, [], [], [Close()]]))  # type: ignore[arg-type]
+        for prompt in (spec.prompt for spec in steps[0]):
             cache, rest = store.nearest("", [*prompt, eos, 77])
             assert (cache[0].offset, rest) == (len(prompt) + 1, [77])
 
@@ -197,14 +192,14 @@ def test_kept_caches_hold_only_their_own_memory(loaded: tuple[Any, Any]) -> None
     model, tokenizer = loaded
     store = PrefixCache(model, 16, 1 << 34)
     jobs = [
-        (JOB, i, [1, 2, 3, 10 + i] * 30, [], "", Sampling(temperature=0.0, max_tokens=200))
+        Spec(i, [1, 2, 3, 10 + i] * 30, [], "", Sampling(temperature=0.0, max_tokens=200))
         for i in range(16)
     ]
     mx.synchronize()
     gc.collect()
     before = mx.get_active_memory()
     scheduler = BatchScheduler(model, tokenizer, store, 16, 0.0)
-    scheduler.run(Script([jobs, *([[]] * 300), [(CLOSE,)]]))  # type: ignore[arg-type]
+    scheduler.run(Script([jobs, *([[]] * 300), [Close()]]))  # type: ignore[arg-type]
     del scheduler
     mx.synchronize()
     gc.collect()
@@ -215,7 +210,7 @@ def test_kept_caches_hold_only_their_own_memory(loaded: tuple[Any, Any]) -> None
 
 def prefill_passes(
     loaded: tuple[Any, Any],
-    steps: list[list[tuple[Any, ...]]],
+    steps: list[list[Request]],
     store: PrefixCache,
     monkeypatch: pytest.MonkeyPatch,
     max_batch: int = 32,
@@ -235,7 +230,7 @@ def prefill_passes(
     monkeypatch.setattr(PromptProcessingBatch, "prompt", counted)
     model, tokenizer = loaded
     scheduler = BatchScheduler(model, tokenizer, store, max_batch, 0.0, prefill_group=group)
-    script = Script([*steps, *([[]] * 60), [(CLOSE,)]])
+    script = Script([*steps, *([[]] * 60), [Close()]])
     scheduler.run(script)  # type: ignore[arg-type]
     return passes, script
 
@@ -251,7 +246,7 @@ def test_a_burst_is_prefilled_in_groups_of_the_engines_size(
     store = PrefixCache(loaded[0], 0, 0)
     passes, script = prefill_passes(loaded, steps, store, monkeypatch, max_batch=n, group=group)
     assert passes == [group] * (n // group)
-    assert sum(o[0] == TOKEN for sent in script.sent for o in sent) == 40 * n
+    assert sum(isinstance(o, Token) for sent in script.sent for o in sent) == 40 * n
 
 
 def test_a_prefill_group_holds_one_prompt_at_least(loaded: tuple[Any, Any]) -> None:
@@ -272,7 +267,7 @@ def test_a_job_moving_out_of_the_solo_path_is_prefilled_with_its_group(
     steps = [[job(0)], [], [job(i) for i in range(1, n)]]
     passes, script = prefill_passes(loaded, steps, PrefixCache(loaded[0], 0, 0), monkeypatch)
     assert passes == [PREFILL_GROUP, PREFILL_GROUP]
-    assert sum(o[0] == TOKEN for sent in script.sent for o in sent) == 40 * n
+    assert sum(isinstance(o, Token) for sent in script.sent for o in sent) == 40 * n
 
 
 def test_a_job_cached_but_for_its_last_token_is_prefilled_with_its_group(
@@ -283,18 +278,18 @@ def test_a_job_cached_but_for_its_last_token_is_prefilled_with_its_group(
     model = loaded[0]
     store = PrefixCache(model, 8, 1 << 30)
     prompt = [1, 2, 3, 4, 5, 6, 7, 8, 9]
-    first = (JOB, 100, prompt, [], "", Sampling(temperature=0.0, max_tokens=1))
+    first = Spec(100, prompt, [], "", Sampling(temperature=0.0, max_tokens=1))
     prefill_passes(loaded, [[first]], store, monkeypatch)
     assert store.nearest("", prompt)[0][0].offset == len(prompt) - 1  # all but the last one
 
     n = 2 * PREFILL_GROUP
-    again = (JOB, 0, prompt, [], "", Sampling(temperature=0.0, max_tokens=4))
-    other = [(JOB, i, [200 + i, 11, 12, 13], [], "", again[5]) for i in range(1, n)]
+    again = Spec(0, prompt, [], "", Sampling(temperature=0.0, max_tokens=4))
+    other = [Spec(i, [200 + i, 11, 12, 13], [], "", again.sampling) for i in range(1, n)]
     jobs = [again, *other]  # the others share nothing with the cached prompt
     passes, script = prefill_passes(loaded, [jobs], store, monkeypatch)
     assert passes == [PREFILL_GROUP, PREFILL_GROUP]
-    finished = {o[1]: o for sent in script.sent for o in sent if o[0] == FINISHED}
-    assert finished[0][5] == len(prompt) - 2  # cached tokens: two are fed again
+    finished = {o.id: o for sent in script.sent for o in sent if isinstance(o, Finished)}
+    assert finished[0].cached_tokens == len(prompt) - 2  # cached tokens: two are fed again
 
 
 def test_jobs_joining_while_a_short_group_finishes_do_not_split_every_group_after(
@@ -308,7 +303,7 @@ def test_jobs_joining_while_a_short_group_finishes_do_not_split_every_group_afte
     steps = [[job(0)], [job(i) for i in range(1, 13)], [job(i) for i in range(13, 32)]]
     passes, script = prefill_passes(loaded, steps, PrefixCache(loaded[0], 0, 0), monkeypatch)
     assert passes == [PREFILL_GROUP, 5, PREFILL_GROUP, PREFILL_GROUP, 3]
-    assert sum(o[0] == TOKEN for sent in script.sent for o in sent) == 40 * 32
+    assert sum(isinstance(o, Token) for sent in script.sent for o in sent) == 40 * 32
 
 
 def test_jobs_that_fit_beside_a_finishing_group_join_it_at_once(
@@ -323,8 +318,8 @@ def test_jobs_that_fit_beside_a_finishing_group_join_it_at_once(
     steps = [[job(next(ids)) for _ in range(n)] for n in sizes]
     passes, script = prefill_passes(loaded, steps, PrefixCache(loaded[0], 0, 0), monkeypatch)
     assert passes == [5, 3, 5, 1, PREFILL_GROUP]
-    started = [o[1] for out in script.sent for o in out if o[0] == STARTED]
-    by_step = [len([o for o in out if o[0] == STARTED]) for out in script.sent[:7]]
+    started = [o.id for out in script.sent for o in out if isinstance(o, Started)]
+    by_step = [len([o for o in out if isinstance(o, Started)]) for out in script.sent[:7]]
     assert by_step == [1, 4, 3, 5, 1, 0, 8]
     assert started == list(range(sum(sizes)))
 
@@ -339,8 +334,8 @@ def test_batches_no_bigger_than_a_group_never_hold_a_job_back(
     sent = prefill_passes(
         loaded, steps, PrefixCache(loaded[0], 0, 0), monkeypatch, max_batch=max_batch
     )[1].sent
-    started = {o[1]: k for k, out in enumerate(sent) for o in out if o[0] == STARTED}
-    ended = {o[1]: k for k, out in enumerate(sent) for o in out if o[0] == FINISHED}
+    started = {o.id: k for k, out in enumerate(sent) for o in out if isinstance(o, Started)}
+    ended = {o.id: k for k, out in enumerate(sent) for o in out if isinstance(o, Finished)}
     for i in range(12):
         running = [j for j in range(i) if ended[j] >= i]  # still in the batch when i came
         if len(running) < max_batch:

@@ -12,8 +12,7 @@ from typing import Any
 import pytest
 
 from omni.jobs import Delta, Finished, Job, Sampling, Started
-from omni.runtime import mlx_engine
-from omni.runtime.batching import FAILED, FINISHED, STARTED, TOKEN
+from omni.runtime import mlx_engine, wire
 from omni.runtime.mlx_engine import HOLD_MIN, HOLD_S, MLXEngine, _Pending
 
 
@@ -22,7 +21,7 @@ class Pipe:
     clock is this one: it moves to a step's time when the reader takes it, and by the
     timeout when the reader waits in vain."""
 
-    def __init__(self, steps: list[tuple[float, list[tuple[Any, ...]]]]):
+    def __init__(self, steps: list[tuple[float, list[wire.Output]]]):
         self.steps = deque(steps)
         self.now = 0.0
 
@@ -32,7 +31,7 @@ class Pipe:
             return False
         return True  # a step is there in time (or the pipe's end: recv says so)
 
-    def recv(self) -> list[tuple[Any, ...]]:
+    def recv(self) -> list[wire.Output]:
         if not self.steps:
             raise EOFError
         at, outputs = self.steps.popleft()
@@ -72,7 +71,7 @@ class Detokenizer:
 
 
 def read(
-    steps: list[tuple[float, list[tuple[Any, ...]]]],
+    steps: list[tuple[float, list[wire.Output]]],
     jobs: int,
     monkeypatch: pytest.MonkeyPatch,
 ) -> list[tuple[float, list[tuple[int, Any]]]]:
@@ -97,20 +96,22 @@ def batch(jobs: range, steps: int, every: float, start: float = 0.0) -> list[Any
     """Jobs that start together, each with a token a step, and end at the last step."""
     out = []
     for k in range(steps):
-        outputs: list[tuple[Any, ...]] = []
+        outputs: list[wire.Output] = []
         for j in jobs:
             if k == 0:
-                outputs.append((STARTED, j, True))
-            outputs.append((TOKEN, j, 100 + k, None))
+                outputs.append(wire.Started(j, True))
+            outputs.append(wire.Token(j, 100 + k))
             if k == steps - 1:
-                outputs.append((FINISHED, j, "length", 1, steps, 0))
+                outputs.append(wire.Finished(j, "length", 1, steps))
         out.append((start + k * every, outputs))
     return out
 
 
-def came(steps: list[tuple[float, list[tuple[Any, ...]]]]) -> dict[tuple[int, int], float]:
+def came(steps: list[tuple[float, list[wire.Output]]]) -> dict[tuple[int, int], float]:
     """When each (job, token) came from the engine."""
-    return {(o[1], o[2]): at for at, outputs in steps for o in outputs if o[0] == TOKEN}
+    return {
+        (o.id, o.token): at for at, outputs in steps for o in outputs if isinstance(o, wire.Token)
+    }
 
 
 def check_complete(handoffs: list[Any], jobs: range, steps: int) -> None:
@@ -187,25 +188,25 @@ def test_small_batches_and_slow_steps_go_every_step(
     check_complete(handoffs, range(jobs), 12)
 
 
-def churn(rng: random.Random, jobs: int) -> list[tuple[float, list[tuple[Any, ...]]]]:
+def churn(rng: random.Random, jobs: int) -> list[tuple[float, list[wire.Output]]]:
     """A batch kept big while jobs come and go (ended, stopped, cancelled, failed) on uneven
     step times; the pipe ends with some still running."""
     at, steps, running, joined = 0.0, [], {}, 0
     for _ in range(rng.randint(5, 80)):
-        outputs: list[tuple[Any, ...]] = []
+        outputs: list[wire.Output] = []
         while joined < jobs and (len(running) < HOLD_MIN or rng.random() < 0.2):
-            outputs.append((STARTED, joined, True))
+            outputs.append(wire.Started(joined, True))
             running[joined], joined = 0, joined + 1
             if rng.random() < 0.3:
                 break
         for j in list(running):
-            outputs.append((TOKEN, j, 100 + running[j], None))
+            outputs.append(wire.Token(j, 100 + running[j]))
             running[j] += 1
             if (r := rng.random()) < 0.05:
                 reason = rng.choice(["length", "stop", "cancelled"])
-                outputs.append((FINISHED, j, reason, 1, running.pop(j), 0))
+                outputs.append(wire.Finished(j, reason, 1, running.pop(j)))
             elif r < 0.06:
-                outputs.append((FAILED, j, "boom"))
+                outputs.append(wire.Failed(j, "boom"))
                 del running[j]
         at += rng.choice([0.0, 0.1, 0.3, 0.5, 0.9, 2.0]) * HOLD_S
         steps.append((at, outputs))
@@ -224,10 +225,10 @@ def test_jobs_coming_and_going_get_all_in_order_and_in_time(
     steps = churn(rng, jobs)
     handoffs = read(steps, jobs, monkeypatch)
     sent: dict[int, list[tuple[float, str, Any]]] = {j: [] for j in range(jobs)}
-    names = {STARTED: "started", TOKEN: "token", FINISHED: "finished", FAILED: "failed"}
     for at, outputs in steps:
         for o in outputs:
-            sent[o[1]].append((at, names[o[0]], o[2] if o[0] == TOKEN else None))
+            token = o.token if isinstance(o, wire.Token) else None
+            sent[o.id].append((at, type(o).__name__.lower(), token))
     for j in range(jobs):
         got = [
             (at, type(out).__name__.lower(), getattr(out, "token", None))

@@ -15,8 +15,9 @@ from mlx_lm.generate import PromptProcessingBatch
 
 from omni.jobs import Sampling
 from omni.runtime import batching
-from omni.runtime.batching import CANCEL, CLOSE, FINISHED, JOB, STARTED, TOKEN, BatchScheduler
+from omni.runtime.batching import BatchScheduler
 from omni.runtime.generation import PrefixCache
+from omni.runtime.wire import Cancel, Close, Finished, Output, Request, Spec, Started, Token
 from tests.runtime.test_gather import Script
 
 CHUNK = 16
@@ -29,8 +30,8 @@ def loaded(tiny_model_dir: Path) -> tuple[Any, Any]:
     return model, tokenizer
 
 
-def job(i: int, prompt: list[int], tokens: int = 200) -> tuple[Any, ...]:
-    return (JOB, i, prompt, [], "", Sampling(temperature=0.0, max_tokens=tokens))
+def job(i: int, prompt: list[int], tokens: int = 200) -> Spec:
+    return Spec(i, prompt, [], "", Sampling(temperature=0.0, max_tokens=tokens))
 
 
 def long_prompt(seed: int) -> list[int]:
@@ -39,7 +40,7 @@ def long_prompt(seed: int) -> list[int]:
 
 def run(
     loaded: tuple[Any, Any],
-    steps: list[list[tuple[Any, ...]]],
+    steps: list[list[Request]],
     chunk: int = CHUNK,
     idle: int = 300,
     gather_s: float = 0.0,
@@ -48,18 +49,23 @@ def run(
     scheduler = BatchScheduler(
         model, tokenizer, PrefixCache(model, 0, 0), 8, gather_s, prefill_chunk=chunk
     )
-    script = Script([*steps, *([[]] * idle), [(CLOSE,)]])
+    script = Script([*steps, *([[]] * idle), [Close()]])
     scheduler.run(script)  # type: ignore[arg-type]
     return script, scheduler
 
 
-def step_of(script: Script, kind: int, job_id: int) -> int:
+def step_of(script: Script, kind: type[Output], job_id: int) -> int:
     """The first step whose outputs hold a `kind` output of the job."""
-    return next(k for k, out in enumerate(script.sent) for o in out if o[:2] == (kind, job_id))
+    return next(
+        k
+        for k, out in enumerate(script.sent)
+        for o in out
+        if isinstance(o, kind) and o.id == job_id
+    )
 
 
 def tokens_of(script: Script, job_id: int) -> list[int]:
-    return [o[2] for out in script.sent for o in out if o[:2] == (TOKEN, job_id)]
+    return [o.token for out in script.sent for o in out if isinstance(o, Token) and o.id == job_id]
 
 
 def test_running_streams_get_a_token_between_every_two_chunks(
@@ -77,13 +83,13 @@ def test_running_streams_get_a_token_between_every_two_chunks(
     # Two short jobs decode (in the batch); a long prompt comes at step 3.
     steps = [[job(0, [1, 2, 3]), job(1, [1, 2, 4])], [], [], [job(2, long_prompt(1), 4)]]
     script, _ = run(loaded, steps)
-    started, first = step_of(script, STARTED, 2), step_of(script, TOKEN, 2)
+    started, first = step_of(script, Started, 2), step_of(script, Token, 2)
     between = script.sent[started:first]
     # Forty chunks (the last one short: two tokens are left to feed as it starts), one a step;
     # its first token in the step of the last, taken alone, before it joins the batch.
     assert first - started == LONG // CHUNK - 1
     for out in between:  # each of those steps gave both running jobs a token
-        assert {o[1] for o in out if o[0] == TOKEN} >= {0, 1}, out
+        assert {o.id for o in out if isinstance(o, Token)} >= {0, 1}, out
     # BatchGenerator never fed more than a chunk a prompt: the long one was fed apart, and
     # no running stream was padded out to its length.
     assert rows and max(max(r) for r in rows) <= CHUNK, rows
@@ -95,7 +101,7 @@ def test_a_long_prompt_alone_does_not_keep_a_short_one_waiting(loaded: tuple[Any
     # (alone, on the solo path) while the long one is still being fed.
     steps = [[job(0, long_prompt(2), 4)], [job(1, [1, 2, 3], 8)]]
     script, _ = run(loaded, steps)
-    assert step_of(script, FINISHED, 1) < step_of(script, TOKEN, 0)
+    assert step_of(script, Finished, 1) < step_of(script, Token, 0)
     assert len(tokens_of(script, 0)) == 4 and len(tokens_of(script, 1)) == 8
 
 
@@ -108,12 +114,15 @@ def test_chunks_give_the_tokens_one_pass_gives(loaded: tuple[Any, Any]) -> None:
 
 
 def test_a_cancel_ends_a_long_prompt_within_a_chunk(loaded: tuple[Any, Any]) -> None:
-    steps = [[job(0, [1, 2, 3])], [job(1, long_prompt(4))], [], [], [(CANCEL, 1)]]
+    steps = [[job(0, [1, 2, 3])], [job(1, long_prompt(4))], [], [], [Cancel(1)]]
     script, scheduler = run(loaded, steps, idle=20)
     # Step 4's messages are received once four steps have been sent: the next step ends it.
-    ended = step_of(script, FINISHED, 1)
+    ended = step_of(script, Finished, 1)
     assert ended == 4
-    assert next(o for o in script.sent[ended] if o[:2] == (FINISHED, 1))[2] == "cancelled"
+    assert (
+        next(o for o in script.sent[ended] if isinstance(o, Finished) and o.id == 1).reason
+        == "cancelled"
+    )
     assert tokens_of(script, 1) == []
     assert not scheduler.prefills and not scheduler.ready
     assert len(tokens_of(script, 0)) > ended  # the running job went on
@@ -121,8 +130,8 @@ def test_a_cancel_ends_a_long_prompt_within_a_chunk(loaded: tuple[Any, Any]) -> 
 
 def test_a_close_is_heard_between_chunks(loaded: tuple[Any, Any]) -> None:
     # The close comes once the job has started: the engine stops with the prompt half fed.
-    script, scheduler = run(loaded, [[job(0, long_prompt(5))], [(CLOSE,)]])
-    assert [o[0] for out in script.sent for o in out] == [STARTED]
+    script, scheduler = run(loaded, [[job(0, long_prompt(5))], [Close()]])
+    assert [type(o) for out in script.sent for o in out] == [Started]
     assert len(scheduler.prefills[0].rest) > LONG - 3 * CHUNK
 
 
@@ -147,7 +156,7 @@ def test_a_slow_step_is_logged_with_what_it_was_doing(
         slow_model, tokenizer, PrefixCache(model, 0, 0), 8, 0.0, prefill_chunk=CHUNK
     )
     scheduler.batch.model = model  # only the long prompt's own chunks go through slow_model
-    script = Script([[job(0, long_prompt(6), 2)], *([[]] * 100), [(CLOSE,)]])
+    script = Script([[job(0, long_prompt(6), 2)], *([[]] * 100), [Close()]])
     with caplog.at_level(logging.WARNING, logger="omni.runtime.batching"):
         scheduler.run(script)  # type: ignore[arg-type]
     said = [r.getMessage() for r in caplog.records]
@@ -169,5 +178,5 @@ def test_only_short_prompts_wait_for_company(loaded: tuple[Any, Any]) -> None:
     steps = [[job(0, [1, 2, 3])], [], [job(1, short)], [job(2, short)], [], [], []]
     steps += [[job(3, [1, *range(5, 16)])], [], [], []]
     script, _ = run(loaded, steps, chunk=32, gather_s=60.0)
-    assert step_of(script, STARTED, 1) == step_of(script, STARTED, 2) == 4
-    assert step_of(script, STARTED, 3) == 7
+    assert step_of(script, Started, 1) == step_of(script, Started, 2) == 4
+    assert step_of(script, Started, 3) == 7

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 from mlx_lm import load
 
-from omni.runtime.batching import CLOSE, FAILED, GENERATION_FAILED, BatchScheduler
+from omni.runtime.batching import GENERATION_FAILED, BatchScheduler
 from omni.runtime.generation import PrefixCache
+from omni.runtime.wire import Close, Failed
 from tests.runtime.test_gather import Script, job
 
 SECRET = "sqlite3.OperationalError: /home/someone/private/path"
@@ -36,9 +37,11 @@ def test_a_failed_generation_says_so_without_the_exception(
     model, tokenizer = loaded
     scheduler = BatchScheduler(model, tokenizer, PrefixCache(model, 0, 0), 4, 0.0)
     setattr(scheduler, where, boom)  # starting the job, or a decode step, raises
-    script = Script([[job(i, tokens=4) for i in range(jobs)], *([[]] * 5), [(CLOSE,)]])
+    script = Script([[job(i, tokens=4) for i in range(jobs)], *([[]] * 5), [Close()]])
     scheduler.run(script)  # type: ignore[arg-type]
-    failed = sorted(o for out in script.sent for o in out if o[0] == FAILED)
-    assert failed == [(FAILED, i, GENERATION_FAILED) for i in range(jobs)]
+    failed = sorted(
+        (o for out in script.sent for o in out if isinstance(o, Failed)), key=lambda o: o.id
+    )
+    assert failed == [Failed(i, GENERATION_FAILED) for i in range(jobs)]
     assert SECRET not in GENERATION_FAILED
     assert SECRET in caplog.text  # the operator still reads what happened

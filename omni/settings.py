@@ -1,0 +1,75 @@
+"""What a server runs with: the server's part (the app and its services) and the engine's (the
+model's process). `omni serve` builds both from its flags and the environment; every default
+is here, once. Frozen, not slotted: a class attribute is its default (`ServerSettings.max_queued`),
+which the CLI's help and the services' own parameters read."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # a leaf: the server's parts are named here, never imported
+    from omni.api.gate import Access
+    from omni.service.defaults import Defaults
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    db_path: str = "omni.db"
+    synchronous: str = "NORMAL"
+    keepalive: float = 15.0
+    model_aliases: frozenset[str] = field(default_factory=frozenset)
+    cache: bool = True
+    cache_max_entries: int = 1024
+    cache_max_age_s: float = 86400.0
+    max_queued: int = 256
+    home: str | None = None  # OMNI_HOME: where the reasoning key lives (None: a key per process)
+    access: Access | None = None  # keys, hosts, origins, body size (None: Access's own)
+    defaults: Defaults | None = None  # sampling a request leaves out (None: Defaults' own)
+    retention_s: float | None = None  # purge what ended longer ago than this (None: keep all)
+    retention_every_s: float = 3600.0
+    shutdown_grace_s: float = 10.0  # for running generations to end, once a stop is asked
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    prompt_cache_entries: int = 16
+    prompt_cache_bytes: int = 4 << 30
+    max_batch: int = 32
+    # Extra arguments for every chat-template render (`--chat-template-args`).
+    template_args: dict[str, Any] = field(default_factory=dict)
+    blas: str = "auto"  # auto, bundled, or a path omni.runtime.blas.loadable passed
+    weights: str = "auto"  # auto, stored, float32 (omni.runtime.weights)
+    # For tests and benchmarks, from the environment (engine_knobs):
+    prefill_group: int | None = None  # prompts prefilled together (None: the device's)
+    prefill_chunk: int | None = None  # prompt tokens a step feeds one prompt (None: the device's)
+    gather_s: float = 0.05  # the longest a job waits for others to be prefilled with
+    stats: bool = False  # print where the engine process's time went, at exit
+    trace: str | None = None  # a file for the engine's step trace
+
+
+def engine_knobs(env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The engine settings tests and benchmarks give through the environment (OMNI_PREFILL_GROUP,
+    OMNI_PREFILL_CHUNK, OMNI_GATHER_MS, OMNI_ENGINE_STATS, OMNI_ENGINE_TRACE), as keyword
+    arguments of EngineSettings; ValueError names a variable that is set wrong."""
+    env = os.environ if env is None else env
+    gather_ms = env.get("OMNI_GATHER_MS", "").strip()
+    return {
+        "prefill_group": _positive(env, "OMNI_PREFILL_GROUP"),
+        "prefill_chunk": _positive(env, "OMNI_PREFILL_CHUNK"),
+        "gather_s": float(gather_ms) / 1000 if gather_ms else EngineSettings.gather_s,
+        "stats": bool(env.get("OMNI_ENGINE_STATS")),
+        "trace": env.get("OMNI_ENGINE_TRACE") or None,
+    }
+
+
+def _positive(env: Mapping[str, str], name: str) -> int | None:
+    """A positive integer setting of `env`; None where unset (or set but empty)."""
+    value = env.get(name, "").strip()
+    if not value:
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"{name} must be a positive integer, not {value!r}")
+    return int(value)
