@@ -545,7 +545,7 @@ def _serve(args: argparse.Namespace) -> None:
             await shut_down(app)
 
         progress(f"serving {source.model_id} on http://{args.host}:{args.port}/v1 (log: {args.db})")
-        await hypercorn_serve(app, config, shutdown_trigger=stopped)  # type: ignore[arg-type]
+        await hypercorn_serve(app, config, shutdown_trigger=stopped)
 
     try:
         asyncio.run(run())

@@ -728,7 +728,8 @@ def _with_history(processor: Any, held: mx.array) -> Any:
         return processor
 
     def process(tokens: mx.array, logits: mx.array) -> mx.array:
-        return processor(mx.concatenate([held, tokens]), logits)
+        out: mx.array = processor(mx.concatenate([held, tokens]), logits)
+        return out
 
     return process
 

@@ -207,7 +207,7 @@ class CompletionsService:
             body.model or self.engine.model_id,
             int(time.time()),
             stops=body.stop,
-            logprobs=body.logprobs is not None,  # type: ignore[arg-type]
+            logprobs=body.logprobs is not None,
             prefix=body.prompt if body.echo else "",  # type: ignore[arg-type]
         )
         limit = Defaults(max_tokens=16).output_cap(  # OpenAI's legacy default, not the server's

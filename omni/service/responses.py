@@ -328,4 +328,5 @@ class ResponsesService:
                 param="previous_response_id",
             )
         earlier = await self._history(request["body"].get("previous_response_id"), owner)
-        return earlier + request["input"] + previous["output"]
+        items: list[dict[str, Any]] = [*earlier, *request["input"], *previous["output"]]
+        return items
