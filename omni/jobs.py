@@ -9,6 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from omni.protocol.tool_calls import ToolFormat
+
 FinishReason = Literal["stop", "length", "cancelled"]
 
 
@@ -112,15 +114,54 @@ class Job:
         return unclaimed
 
 
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a loaded model can do: the service reads this, never probes the engine. The
+    defaults are a plain model (no tools in its template, plain JSON calls, no thinking)."""
+
+    context_length: int
+    max_token_bytes: int = 1  # the most bytes one token stands for: prompts too long fail early
+    template_tools: bool = False  # the chat template renders tools (and calls, results) itself
+    tool_format: ToolFormat = ToolFormat()  # how the model writes calls
+    thinking: tuple[str, str] | None = None  # the think block's markers, for a reasoning model
+
+
 class Engine(Protocol):
     """What the service needs from a model runner."""
 
     model_id: str
-    context_length: int
-    max_token_bytes: int  # the most bytes one token stands for: prompts too long fail early
+    # Told how many jobs got a token in each decode step (/metrics); None: nobody asks.
+    on_step: Callable[[int], None] | None
 
-    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[int]:
-        """Prompt tokens for a chat, through the model's chat template."""
+    @property
+    def capabilities(self) -> Capabilities: ...
+
+    @property
+    def queued(self) -> int:
+        """Jobs submitted but not yet decoding."""
+        ...
+
+    @property
+    def running(self) -> int:
+        """Jobs taken and not yet ended."""
+        ...
+
+    def render(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        thinking: bool | None = None,
+    ) -> list[int]:
+        """Prompt tokens for a chat, through the model's chat template (`thinking`: the
+        template's thinking switch, None its default)."""
+        ...
+
+    def opens_thinking(self, prompt: list[int]) -> bool:
+        """The template opened the think block at the end of `prompt` (reasoning models)."""
+        ...
+
+    def segments(self, tokens: list[int]) -> list[str]:
+        """Each token's text as a stream delivers it."""
         ...
 
     def encode(self, text: str) -> list[int]:

@@ -8,7 +8,7 @@ import threading
 from typing import Any
 
 from omni.events import EventStore
-from omni.jobs import Delta, Finished, Job
+from omni.jobs import Capabilities, Delta, Finished, Job
 
 NO_BOUND = 4294967294  # SQLite's largest max_page_count (it clamps to its own)
 
@@ -36,8 +36,9 @@ class Dripping:
     tokens): `stopped` is set once a job saw its cancel, `emitted` counts what it sent."""
 
     model_id = "scripted"
-    context_length = 4096
-    max_token_bytes = 16
+    capabilities = Capabilities(context_length=4096, max_token_bytes=16)  # a plain model
+    queued = running = 0
+    on_step = None
 
     def __init__(self, limit: int = 5000, text: str = "x" * 600 + " ") -> None:
         self.limit = limit

@@ -8,7 +8,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from quart import Quart, Response
 
@@ -133,9 +133,8 @@ def create_app(settings: Settings, engine: Engine) -> Quart:
             service.prompter,
         )
         service.runs.metrics = completions.metrics = figures
-        figures.watch(lambda: getattr(engine, "queued", 0), lambda: getattr(engine, "running", 0))
-        if hasattr(engine, "on_step"):  # MLXEngine: the decode batch of each step
-            cast(Any, engine).on_step = lambda n: figures.batch.observe(n) if n else None
+        figures.watch(lambda: engine.queued, lambda: engine.running)
+        engine.on_step = lambda n: figures.batch.observe(n) if n else None  # each step's batch
         await service.recover()
         await completions.recover()
         if cache and await store.cache.size() == 0:

@@ -25,7 +25,7 @@ from multiprocessing.connection import Connection
 from typing import Any, Final
 
 from omni.errors import ModelLoadError
-from omni.jobs import Delta, Failed, Finished, Job, Output, Started
+from omni.jobs import Capabilities, Delta, Failed, Finished, Job, Output, Started
 from omni.protocol.tool_calls import ToolFormat
 from omni.runtime import blas, gemv, wire, worker
 from omni.runtime.model_source import ModelSource
@@ -159,6 +159,17 @@ class MLXEngine:
         if isinstance(tokens, dict) or hasattr(tokens, "input_ids"):
             tokens = tokens["input_ids"]
         return list(tokens)
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What the loaded model can do, in one value."""
+        return Capabilities(
+            self.context_length,
+            self.max_token_bytes,
+            self.supports_tools,
+            self.tool_format,
+            self.thinking,
+        )
 
     @property
     def thinking(self) -> tuple[str, str] | None:

@@ -114,7 +114,7 @@ class CompletionsService:
         constraint = decoding_constraint(
             self.engine, tools, mode, body.response_format, "response_format", parallel
         )
-        structured = bool(getattr(self.engine, "supports_tools", False))
+        structured = self.engine.capabilities.template_tools
         messages = chat_for_template(
             [{**m.model_dump(exclude_none=True), "content": m.text()} for m in body.messages],
             structured,
@@ -189,7 +189,9 @@ class CompletionsService:
             splitter=calls,
             thinker=think,
         )
-        limit = self.defaults.output_cap(body.limit, self.engine.context_length - len(prompt))
+        limit = self.defaults.output_cap(
+            body.limit, self.engine.capabilities.context_length - len(prompt)
+        )
         sampling = dataclasses.replace(
             self._sampling(body, limit, logprobs), thinking_budget=budget
         )
@@ -211,17 +213,17 @@ class CompletionsService:
             prefix=body.prompt if body.echo else "",  # type: ignore[arg-type]
         )
         limit = Defaults(max_tokens=16).output_cap(  # OpenAI's legacy default, not the server's
-            body.max_tokens, self.engine.context_length - len(prompt)
+            body.max_tokens, self.engine.capabilities.context_length - len(prompt)
         )
         sampling = self._sampling(body, limit, body.logprobs)
         await self._start(cid, "text", body, recorder, prompt, sampling, None, owner)
         return cid
 
     def _check_length(self, prompt: list[int]) -> list[int]:
-        if len(prompt) >= self.engine.context_length:
+        if len(prompt) >= self.engine.capabilities.context_length:
             raise InvalidRequest(
                 f"The prompt is {len(prompt)} tokens; this model's context is "
-                f"{self.engine.context_length} tokens.",
+                f"{self.engine.capabilities.context_length} tokens.",
                 param="prompt",
                 code="context_length_exceeded",
             )

@@ -39,7 +39,7 @@ class Prompter:
 
 def token_floor(engine: Engine, nbytes: int) -> int:
     """Fewer tokens than this cannot carry `nbytes` bytes of text."""
-    return nbytes // (SHRINK * max(1, engine.max_token_bytes))
+    return nbytes // (SHRINK * max(1, engine.capabilities.max_token_bytes))
 
 
 def text_bytes(messages: Sequence[dict[str, Any]]) -> int:
@@ -59,10 +59,10 @@ def text_bytes(messages: Sequence[dict[str, Any]]) -> int:
 def refuse_unfittable(engine: Engine, nbytes: int, param: str) -> None:
     """A 400 now, before tokenizing, for text the context certainly cannot hold."""
     floor = token_floor(engine, nbytes)
-    if floor >= engine.context_length:
+    if floor >= engine.capabilities.context_length:
         raise InvalidRequest(
             f"The input is at least {floor} tokens ({nbytes} bytes of text); this model's "
-            f"context is {engine.context_length} tokens.",
+            f"context is {engine.capabilities.context_length} tokens.",
             param=param,
             code="context_length_exceeded",
         )
@@ -82,7 +82,7 @@ def fit_suffix(
     costs O(log n) renders, not n."""
     n = len(sizes)
     start, remaining = 0, fixed + sum(sizes)
-    while start < n - 1 and token_floor(engine, remaining) >= engine.context_length:
+    while start < n - 1 and token_floor(engine, remaining) >= engine.capabilities.context_length:
         remaining -= sizes[start]
         start += 1
     refuse_unfittable(engine, remaining, param)

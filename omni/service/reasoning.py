@@ -14,7 +14,7 @@ def thinking_plan(
     engine: Engine, effort: str | None, budget: int | None
 ) -> tuple[bool | None, int | None]:
     """(thinking on/off for the template, or None for its default; the token budget)."""
-    if getattr(engine, "thinking", None) is None:
+    if engine.capabilities.thinking is None:
         return None, None  # not a reasoning model: effort is echoed and ignored
     if effort in ("none", "minimal"):
         return False, None
@@ -24,21 +24,20 @@ def thinking_plan(
 
 
 def thinker(engine: Engine, prompt: list[int], enabled: bool | None) -> ThinkSplitter | None:
-    marks = getattr(engine, "thinking", None)
+    marks = engine.capabilities.thinking
     if marks is None or enabled is False:
         return None
-    return ThinkSplitter(*marks, inside=engine.opens_thinking(prompt))  # type: ignore[attr-defined,misc]
+    return ThinkSplitter(*marks, inside=engine.opens_thinking(prompt))
 
 
 def reasoning_tokens(engine: Engine, think: ThinkSplitter, tokens: list[int]) -> int:
     """How many of a generation's `tokens` fell inside its think block, counted as a recorder
     counts them live; `think` is a splitter as it stood before the first of them (consumed).
     For a generation continued after a restart, whose recorder starts over."""
-    segments = getattr(engine, "segments", None)
-    if segments is None:
+    if engine.capabilities.thinking is None:
         return 0
     inside = 0
-    for text in segments(tokens):
+    for text in engine.segments(tokens):
         inside += think.inside
         think.feed(text)
     return inside

@@ -34,7 +34,7 @@ def render_prompt(
     """`tools` in the chat shape. A template that renders tools gets them; for one that does
     not, they (and the JSON answer format) go into the system message, unless no call may be
     made."""
-    structured = bool(getattr(engine, "supports_tools", False))
+    structured = engine.capabilities.template_tools
     messages = to_chat_messages(instructions, items, structured)
     return rendered(engine, messages, tools, mode, structured, thinking=thinking)
 
@@ -53,10 +53,10 @@ def rendered(
         messages = _with_system(messages, plain_tools_prompt(tools))
     switch = {} if thinking is None else {"thinking": thinking}
     prompt = engine.render(messages, tools if structured else [], **switch)
-    if len(prompt) >= engine.context_length:
+    if len(prompt) >= engine.capabilities.context_length:
         raise InvalidRequest(
             f"The input is {len(prompt)} tokens; this model's context is "
-            f"{engine.context_length} tokens.",
+            f"{engine.capabilities.context_length} tokens.",
             param=param,
             code="context_length_exceeded",
         )

@@ -126,7 +126,7 @@ class ResponsesService:
             temperature=defaults.temperature if body.temperature is None else body.temperature,
             top_p=defaults.top_p if body.top_p is None else body.top_p,
             max_tokens=defaults.output_cap(
-                body.max_output_tokens, self.engine.context_length - len(prompt)
+                body.max_output_tokens, self.engine.capabilities.context_length - len(prompt)
             ),
             logprobs=(body.top_logprobs or 0) if wants_logprobs else None,
             **{**body.sampling_fields(), "thinking_budget": budget},  # type: ignore[arg-type]

@@ -109,7 +109,7 @@ class Runs:
         many jobs already wait for the engine."""
         if self.closing:
             raise ShuttingDown("The server is shutting down; retry shortly.")
-        waiting = int(getattr(self.engine, "queued", 0))
+        waiting = self.engine.queued
         if waiting >= self.max_queued:
             raise Overloaded(
                 f"{waiting} requests are waiting for the model (limit {self.max_queued}); "

@@ -97,5 +97,5 @@ def json_markers(engine: Engine) -> ToolFormat | None:
 
 
 def _format(engine: Engine) -> ToolFormat:
-    """How the engine's model writes calls (plain JSON for an engine that does not say)."""
-    return getattr(engine, "tool_format", None) or ToolFormat()
+    """How the engine's model writes calls."""
+    return engine.capabilities.tool_format

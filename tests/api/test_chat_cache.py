@@ -443,8 +443,9 @@ class FailingEngine:
     def __init__(self, engine: Any):
         self._engine = engine
         self.model_id = engine.model_id
-        self.context_length = engine.context_length
-        self.max_token_bytes = engine.max_token_bytes
+        self.capabilities = engine.capabilities  # the tiny model's template: its own
+        self.queued = self.running = 0
+        self.on_step = None
         self.generations = 0
 
     def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[int]:

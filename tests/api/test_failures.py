@@ -11,7 +11,7 @@ import pytest
 from openai import OpenAI
 
 from omni.api.app import Settings
-from omni.jobs import Delta, Failed, Job, Output
+from omni.jobs import Capabilities, Delta, Failed, Job, Output
 from tests.server import ServerThread
 
 
@@ -19,8 +19,9 @@ class ScriptedEngine:
     """Emits a fixed script of outputs for every job; counts the jobs it ran."""
 
     model_id = "scripted"
-    context_length = 1024
-    max_token_bytes = 16
+    capabilities = Capabilities(context_length=1024, max_token_bytes=16)  # a plain model
+    queued = running = 0
+    on_step = None
 
     def __init__(self) -> None:
         self.script: list[Output] = []

@@ -24,8 +24,9 @@ class WatchedEngine:
     def __init__(self, engine: Any):
         self._engine = engine
         self.model_id = engine.model_id
-        self.context_length = engine.context_length
-        self.max_token_bytes = engine.max_token_bytes
+        self.capabilities = engine.capabilities  # the tiny model's template: its own
+        self.queued = self.running = 0
+        self.on_step = None
         self.renders = 0
         self.encodes = 0
         self.threads: set[str] = set()
@@ -93,12 +94,12 @@ def test_truncation_renders_a_logarithmic_number_of_times(watched) -> None:  # t
     r = client.responses.create(
         model=engine.model_id, input=items, truncation="auto", max_output_tokens=2
     )
-    assert r.usage is not None and r.usage.input_tokens < engine.context_length
+    assert r.usage is not None and r.usage.input_tokens < engine.capabilities.context_length
     # Dropping one item per render took ~1,900 renders; bisection takes about log2(2000) = 11.
     assert engine.renders <= 16, engine.renders
     # The newest items stayed, as many as fit: one more would not.
     kept = r.usage.input_tokens
-    assert kept > engine.context_length - 40
+    assert kept > engine.capabilities.context_length - 40
 
 
 def test_truncation_keeps_the_same_suffix_as_dropping_one_at_a_time(watched) -> None:  # type: ignore[no-untyped-def]
@@ -110,7 +111,7 @@ def test_truncation_keeps_the_same_suffix_as_dropping_one_at_a_time(watched) -> 
     expected = None
     for start in range(len(items)):  # the old way, here in the test
         messages = [{"role": m["role"], "content": m["content"]} for m in items[start:]]
-        if len(engine._engine.render(messages, [])) < engine.context_length:
+        if len(engine._engine.render(messages, [])) < engine.capabilities.context_length:
             expected = len(engine._engine.render(messages, []))
             break
     assert r.usage is not None and r.usage.input_tokens == expected
@@ -171,7 +172,7 @@ def test_text_the_context_cannot_hold_is_refused_untokenized(
     watched, path: str, field: str
 ) -> None:  # type: ignore[no-untyped-def]
     engine, srv, _ = watched
-    text = "x" * (2 * engine.max_token_bytes * engine.context_length + 1)
+    text = "x" * (2 * engine.capabilities.max_token_bytes * engine.capabilities.context_length + 1)
     value: Any = text if field != "messages" else [{"role": "user", "content": text}]
     for extra in ({}, {"truncation": "auto"} if field == "input" else {}):
         r = httpx.post(

@@ -40,8 +40,9 @@ class ScriptedEngine:
     def __init__(self, engine: Any):
         self._engine = engine
         self.model_id = engine.model_id
-        self.context_length = engine.context_length
-        self.max_token_bytes = engine.max_token_bytes
+        self.capabilities = engine.capabilities  # the tiny model's template: its own
+        self.queued = self.running = 0
+        self.on_step = None
         self.scripts: list[str] = []
         self.prompts: list[list[int]] = []
 
