@@ -8,13 +8,15 @@ import threading
 import time
 from typing import Any
 
-from omni.jobs import Delta, Finished, Job, Started
+from omni.jobs import Capabilities, Delta, Finished, Job, Started
 
 
 class SyntheticEngine:
     model_id = "synthetic"
-    context_length = 1_000_000
-    max_token_bytes = 16  # what no prompt here comes near: none is refused as too long
+    # A plain model whose context no prompt here comes near: none is refused as too long.
+    capabilities = Capabilities(context_length=1_000_000, max_token_bytes=16)
+    queued = running = 0
+    on_step = None
 
     def __init__(self, interval_s: float = 0.0):
         self.interval_s = interval_s
