@@ -137,6 +137,18 @@ def test_an_unknown_id_is_one_line_and_status_1(served: Served) -> None:
         assert_one_line_error(omni(cmd, "resp_nope", "--db", str(served.db)), "resp_nope")
 
 
+def test_a_reader_that_stops_reading_ends_it_quietly(served: Served) -> None:
+    # `omni show ID --events | head -0`: the pipe is closed before it writes a line.
+    rid = first_id(served.response)
+    cmd = [sys.executable, "-m", "omni", "show", rid, "--events", "--db", str(served.db)]
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        proc.stdout.close()
+        err = proc.stderr.read().decode()
+    assert proc.returncode in (0, 141), err
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
+
+
 def test_tail_follows_new_events_and_ctrl_c_ends_it(served: Served) -> None:
     tail = subprocess.Popen(
         [sys.executable, "-m", "omni", "tail", "--db", str(served.db)],

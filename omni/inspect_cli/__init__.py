@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from typing import Any
 
 from omni.events.maintenance import parse_duration
@@ -52,8 +54,14 @@ def add_parsers(sub: Any, default_db: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run one inspection command; its exit status."""
-    return COMMANDS[args.command](args)
+    """Run one inspection command; its exit status. A reader that stops reading (`| head`)
+    ends the command quietly, as it ends `cat`."""
+    try:
+        return COMMANDS[args.command](args)
+    except BrokenPipeError:
+        # Python would report the unflushed stdout at exit: point it at nothing first.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, as the shell reports a command killed by it
 
 
 def _duration(text: str) -> float:
