@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from omni.events import Appender, MemoryStore, Notifier
-from omni.jobs import Delta, Failed, Finished, Job, Output, Started
+from omni.jobs import Capabilities, Delta, Failed, Finished, Job, Output, Started
 from omni.service.completions import CompletionsService
 from omni.service.responses import ResponsesService
 
@@ -22,15 +22,27 @@ class ScriptedEngine:
     its job until it is cancelled, as a real engine stops at the next token."""
 
     model_id = "scripted"
-    context_length = 1024
-    max_token_bytes = 16
+    capabilities = Capabilities(context_length=1024, max_token_bytes=16)  # a plain model
+    queued = running = 0
+    on_step = None
 
     def __init__(self) -> None:
         self.scripts: list[list[Output]] = []
         self.jobs: list[Job] = []
 
-    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[int]:
+    def render(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        thinking: bool | None = None,
+    ) -> list[int]:
         return [1, 2, 3]
+
+    def opens_thinking(self, prompt: list[int]) -> bool:
+        return False
+
+    def segments(self, tokens: list[int]) -> list[str]:
+        return [f"<{t}>" for t in tokens]
 
     def encode(self, text: str) -> list[int]:
         return [1, 2, 3]
