@@ -184,7 +184,7 @@ def test_tail_of_one_object_ends_with_it(served: Served) -> None:
     rid = first_id(served.response)
     result = omni("tail", rid, "--db", str(served.db), timeout=60)
     assert result.returncode == 0, result.stderr
-    rows = [line.split("\t") for line in result.stdout.splitlines()]
+    rows = [line.split("\t") for line in result.stdout.split("\n") if line]
     public = [r for r in rows if r[1] == rid]
     assert [int(r[2]) for r in public] == list(
         range(len([f for f in served.response.split(b"\n\n") if f]))

@@ -109,5 +109,9 @@ class Out:
         return Text(shown, style=STATUS_STYLE.get(shown, "") if column == "STATUS" else "")
 
 
+# Every character that ends a line for str.splitlines (a model may write any of them), and tab.
+_BREAKS = str.maketrans(dict.fromkeys("\t\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029", " "))
+
+
 def _one_line(value: str) -> str:
-    return value.replace("\t", " ").replace("\r", " ").replace("\n", " ")
+    return value.translate(_BREAKS)
