@@ -4,7 +4,7 @@ process; every method commits or reads without awaiting anything, so each is ato
 event loop.
 
 The two indexes are kept as the SQLite schema's triggers keep them (migrations 0003 and
-0004), in the append or purge that changes them: the event types they name are theirs.
+0004), in the append or purge that changes them, on the event types those triggers name.
 """
 
 from __future__ import annotations
@@ -19,11 +19,10 @@ from omni.errors import SeqConflict, StoreError
 from omni.events import maintenance
 from omni.events.contract import Append, StoredEvent
 from omni.events.driver import now_ms
+from omni.vocabulary import ACCEPTED, COMPLETION_DELETED, COMPLETION_USAGE
 
-ACCEPTED = "omni.request.accepted"
 ITEM_DONE = "response.output_item.done"
-USAGE = "chat.completion.usage"  # a chat completion's end: replayable from then on
-TOMBSTONE = "omni.completion.deleted"
+USAGE = COMPLETION_USAGE["chat"]  # a chat completion's end: replayable from then on
 REQUEST = "/request"
 
 
@@ -166,7 +165,9 @@ class MemoryStore:
         return opening if opening is not None and opening.type == ACCEPTED else None
 
     def deleted(self, completion_id: str) -> bool:
-        return any(e.type == TOMBSTONE for e in self._streams.get(completion_id + REQUEST, ()))
+        return any(
+            e.type == COMPLETION_DELETED for e in self._streams.get(completion_id + REQUEST, ())
+        )
 
 
 @dataclass(slots=True)
@@ -192,7 +193,7 @@ class MemoryCacheIndex:
         """What an appended event changes: a usage chunk indexes, a tombstone removes."""
         if event.type == USAGE:
             self._index(event)
-        elif event.type == TOMBSTONE:
+        elif event.type == COMPLETION_DELETED:
             self._changed |= self._entries.pop(event.stream_id[: -len(REQUEST)], None) is not None
 
     def removed(self, event: StoredEvent) -> None:

@@ -401,9 +401,8 @@ class BatchScheduler:
         engine expects more jobs (_expecting)."""
         if not self.busy:
             return None
-        if self._expecting(time.perf_counter()):
-            return max(0.0, self._oldest_wait + self.gather_s - time.perf_counter())
-        return 0
+        now = time.perf_counter()
+        return max(0.0, self._oldest_wait + self.gather_s - now) if self._expecting(now) else 0
 
     def _expecting(self, now: float) -> bool:
         """Whether an idle engine waits for jobs the server said are on their way. Requests
