@@ -71,7 +71,7 @@ def request_summary(kind: str, doc: dict[str, Any]) -> dict[str, Any]:
     """An accepted request ({kind, body, ...}) as {model, sampling, instructions, input}."""
     body = doc.get("body") or {}
     if kind == "response":
-        sampling = dict(doc.get("sampling") or {})
+        sampling = dict((doc.get("plan") or doc).get("sampling") or {})  # older: beside
         items = [_item(i) for i in doc.get("input") or [] if isinstance(i, dict)]
     else:
         sampling = {k: body[k] for k in _COMPLETION_SAMPLING if body.get(k) is not None}

@@ -77,7 +77,8 @@ class ResponseRecorder:
         thinker: ThinkSplitter | None = None,
     ) -> ResponseRecorder:
         """A recorder that carries on a log left unfinished (e.g. by a crash): an
-        in-progress message item stays open, its text so far kept."""
+        in-progress message item stays open, its text so far kept; the splitters carry on
+        from what the log says was said (calls made, a think block open or closed)."""
         output = list(folded.get("output", []))
         open_item = output.pop() if output and output[-1].get("status") == "in_progress" else None
         recorder = cls({**folded, "output": output}, next_seq, splitter, thinker)
@@ -85,14 +86,17 @@ class ResponseRecorder:
             parts = open_item.get("content") or [{"text": ""}]
             recorder._reasoning = {k: v for k, v in open_item.items() if k != "content"}
             recorder.reasoning_text = parts[0]["text"]
-            if recorder.thinker is not None:
-                recorder.thinker.inside, recorder.thinker._opening = True, False
         elif open_item is not None:
             # item.added and content_part.added are always committed together
             parts = open_item.get("content") or [{"text": ""}]
             recorder._message = {**open_item, "content": []}
             recorder.text = parts[0]["text"]
             recorder.logprobs = list(parts[0].get("logprobs") or [])
+        said = output or recorder.text or recorder._reasoning is not None
+        if recorder.thinker is not None and said:
+            recorder.thinker.carry_on(inside=recorder._reasoning is not None)
+        if recorder.splitter is not None:  # calls made before count toward max_calls
+            recorder.splitter.calls = sum(item["type"] == "function_call" for item in output)
         return recorder
 
     def _event(self, type_: str, **fields: Any) -> Event:

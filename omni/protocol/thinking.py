@@ -23,6 +23,11 @@ class ThinkSplitter:
         self.closed = False
         self._answered = False
 
+    def carry_on(self, inside: bool) -> None:
+        """Carry on after output split before (a restart): no block opens at the start any
+        more; `inside`: the block is still open."""
+        self.inside, self._opening = inside, False
+
     def feed(self, text: str) -> list[Part]:
         self._held += text
         out: list[Part] = []

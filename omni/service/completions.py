@@ -25,23 +25,22 @@ from omni.events import (
     follow_pages,
 )
 from omni.ids import new_id
-from omni.jobs import Engine, Job, Sampling
+from omni.jobs import Engine, Sampling
 from omni.metrics import UNREAD, Metrics
 from omni.projections.completions import fold_chat, fold_text
 from omni.projections.messages import chat_for_template
 from omni.protocol.chat_recorder import ChunkRecorder, error_event
-from omni.protocol.thinking import ThinkSplitter
-from omni.protocol.tool_calls import CallSplitter
 from omni.schemas.chat import ChatCompletionCreate, CompletionCreate
 from omni.service.defaults import Defaults
 from omni.service.ownership import cache_namespace
+from omni.service.plan import RunPlan
 from omni.service.prompting import Prompter, refuse_unfittable, text_bytes
-from omni.service.reasoning import thinker, thinking_plan
+from omni.service.reasoning import thinking_plan
 from omni.service.requests import rendered
 from omni.service.runs import Run, Runs
 from omni.service.streams import dumps, request_stream
 from omni.service.structured import decoding_constraint
-from omni.service.tools import splitter, tool_policy
+from omni.service.tools import tool_policy
 from omni.service.unwritten import end_unwritten
 from omni.settings import ServerSettings
 from omni.vocabulary import ACCEPTED, COMPLETION_CHUNK, COMPLETION_ENDS
@@ -124,12 +123,25 @@ class CompletionsService:
         prompt = await self.prompter.run(
             rendered, self.engine, messages, tools, mode, structured, "messages", thinking
         )
-        think = thinker(self.engine, prompt, thinking)
+        logprobs = body.top_logprobs if body.logprobs else None
+        if body.logprobs and logprobs is None:
+            logprobs = 0
+        limit = self.defaults.output_cap(
+            body.limit, self.engine.capabilities.context_length - len(prompt)
+        )
+        plan = RunPlan(
+            dataclasses.replace(self._sampling(body, limit, logprobs), thinking_budget=budget),
+            tuple(tools),
+            mode,
+            parallel,
+            thinking,
+            constraint,
+            cache_namespace(owner, body.prompt_cache_key),
+        )
         key = cache_key(self.engine.model_id, body, owner) if self.cache else None
         cid = new_id("chatcmpl").replace("chatcmpl_", "chatcmpl-")
         if key is None or bypass_cache:
-            calls = splitter(self.engine, tools, mode, parallel)
-            await self._generate(cid, body, prompt, key, owner, calls, constraint, think, budget)
+            await self._generate(cid, body, prompt, plan, key, owner)
             return cid, False
         leader = self._leader(key)
         if leader is not None:  # single flight: follow the identical request under way
@@ -143,8 +155,7 @@ class CompletionsService:
                 await self._mirror(original, cid, body, key, owner)
                 self.metrics.replay_cache.labels("hit").inc()
                 return cid, True
-            calls = splitter(self.engine, tools, mode, parallel)
-            await self._generate(cid, body, prompt, key, owner, calls, constraint, think, budget)
+            await self._generate(cid, body, prompt, plan, key, owner)
             self.metrics.replay_cache.labels("miss").inc()
             return cid, False
         except BaseException:
@@ -169,16 +180,10 @@ class CompletionsService:
         cid: str,
         body: ChatCompletionCreate,
         prompt: list[int],
+        plan: RunPlan,
         key: str | None,
         owner: str | None,
-        calls: CallSplitter | None = None,
-        constraint: dict[str, Any] | None = None,
-        think: ThinkSplitter | None = None,
-        budget: int | None = None,
     ) -> None:
-        logprobs = body.top_logprobs if body.logprobs else None
-        if body.logprobs and logprobs is None:
-            logprobs = 0
         recorder = ChunkRecorder(
             "chat",
             cid,
@@ -186,16 +191,10 @@ class CompletionsService:
             int(time.time()),
             stops=body.stop,
             logprobs=body.logprobs,
-            splitter=calls,
-            thinker=think,
+            splitter=plan.splitter(self.engine),
+            thinker=plan.thinker(self.engine, prompt),
         )
-        limit = self.defaults.output_cap(
-            body.limit, self.engine.capabilities.context_length - len(prompt)
-        )
-        sampling = dataclasses.replace(
-            self._sampling(body, limit, logprobs), thinking_budget=budget
-        )
-        await self._start(cid, "chat", body, recorder, prompt, sampling, key, owner, constraint)
+        await self._start(cid, "chat", body, recorder, prompt, plan, key, owner)
 
     async def create_text(self, body: CompletionCreate, owner: str | None = None) -> str:
         self.runs.check_capacity()
@@ -216,7 +215,8 @@ class CompletionsService:
             body.max_tokens, self.engine.capabilities.context_length - len(prompt)
         )
         sampling = self._sampling(body, limit, body.logprobs)
-        await self._start(cid, "text", body, recorder, prompt, sampling, None, owner)
+        plan = RunPlan(sampling, cache_namespace=cache_namespace(owner, None))
+        await self._start(cid, "text", body, recorder, prompt, plan, None, owner)
         return cid
 
     def _check_length(self, prompt: list[int]) -> list[int]:
@@ -246,12 +246,10 @@ class CompletionsService:
         body: Any,
         recorder: ChunkRecorder,
         prompt: list[int],
-        sampling: Sampling,
+        plan: RunPlan,
         key: str | None,
         owner: str | None,
-        constraint: dict[str, Any] | None = None,
     ) -> None:
-        namespace = cache_namespace(owner, getattr(body, "prompt_cache_key", None))
         request = {
             "kind": kind,
             "body": body.model_dump(mode="json"),
@@ -259,9 +257,10 @@ class CompletionsService:
             "owner": owner,
             "prompt_tokens": len(prompt),
             "created": recorder.base["created"],
+            "plan": plan.to_json(),
         }
         opening = [NewEvent(t, dumps(d)) for t, d in recorder.opening()]
-        job = Job(prompt, sampling, cache_namespace=namespace, constraint=constraint)
+        job = plan.job(prompt)
         # Not stored (store false, a chat's default; a legacy completion always): purged once
         # read. Only stored completions are replayed (the index's source says so).
         run = Run(cid, recorder, job, store=kind == "chat" and bool(body.store))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 from collections.abc import AsyncGenerator
@@ -20,7 +19,7 @@ from omni.events import (
     follow_pages,
 )
 from omni.ids import new_id
-from omni.jobs import Engine, Job, Sampling
+from omni.jobs import Engine, Sampling
 from omni.projections.input_items import page_items
 from omni.projections.messages import item_text
 from omni.projections.response import fold_response
@@ -30,15 +29,16 @@ from omni.schemas.responses import ResponseCreate
 from omni.service import recovery, references
 from omni.service.defaults import Defaults
 from omni.service.ownership import cache_namespace, visible
+from omni.service.plan import RunPlan
 from omni.service.prompting import Prompter, fit_suffix, refuse_unfittable
-from omni.service.reasoning import thinker, thinking_plan
+from omni.service.reasoning import thinking_plan
 from omni.service.requests import function_tools, initial_response, render_prompt
 from omni.service.runs import Run, Runs
 from omni.service.sealing import Sealer
 from omni.service.serial import ObjectLocks
 from omni.service.streams import dumps, is_kind, is_terminal, request_stream
 from omni.service.structured import decoding_constraint
-from omni.service.tools import Mode, splitter, tool_policy
+from omni.service.tools import Mode, tool_policy
 from omni.settings import ServerSettings
 from omni.vocabulary import (
     ACCEPTED,
@@ -131,15 +131,23 @@ class ResponsesService:
             logprobs=(body.top_logprobs or 0) if wants_logprobs else None,
             **{**body.sampling_fields(), "thinking_budget": budget},  # type: ignore[arg-type]
         )
+        plan = RunPlan(
+            sampling,
+            tuple(callable_tools),
+            mode,
+            parallel is not False,
+            thinking,
+            constraint,
+            cache_namespace(owner, body.prompt_cache_key),
+        )
         response_id = new_id("resp")
         response = initial_response(response_id, body, tools, self.engine.model_id, sampling)
-        calls = splitter(self.engine, callable_tools, mode, parallel)
         sealed = "reasoning.encrypted_content" in (body.include or [])
         recorder = ResponseRecorder(
             response,
             0,
-            calls,
-            thinker(self.engine, prompt, thinking),
+            plan.splitter(self.engine),
+            plan.thinker(self.engine, prompt),
             self.sealer.seal if sealed else None,
         )
         request: dict[str, Any] = {
@@ -149,17 +157,13 @@ class ResponsesService:
             "response": response,
             "model_id": self.engine.model_id,
             "prompt_tokens": len(prompt),
-            "sampling": {f.name: getattr(sampling, f.name) for f in dataclasses.fields(sampling)},
-            "constraint": constraint,
+            "plan": plan.to_json(),
             "owner": owner,
-            "cache_namespace": cache_namespace(owner, body.prompt_cache_key),
         }
         if body.background:
             request["prompt"] = prompt  # so a restart can run or continue it exactly
         opening = [NewEvent(e["type"], dumps(e)) for e in recorder.opening()]
-        job = Job(
-            prompt, sampling, cache_namespace=request["cache_namespace"], constraint=constraint
-        )
+        job = plan.job(prompt)
         await self.runs.open(
             Run(response_id, recorder, job, body.store, body.background),
             Append(request_stream(response_id), 0, [NewEvent(ACCEPTED, dumps(request))]),

@@ -109,6 +109,12 @@ def log(tiny_engine: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         c["unstored"] = alice.chat.completions.create(
             model=MODEL, messages=[{"role": "user", "content": "forget me"}], max_tokens=4
         )
+        # The server purges an unstored completion once its client has read it, just after
+        # the answer went out: wait for that, so the tests see the log at rest.
+        deadline = time.monotonic() + 30
+        while log.rows("SELECT 1 FROM events WHERE stream_id = ?", c["unstored"].id):
+            assert time.monotonic() < deadline, "the unstored completion was not purged"
+            time.sleep(0.02)
         yield log
     finally:
         alice.close()
