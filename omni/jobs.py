@@ -171,3 +171,36 @@ class Engine(Protocol):
     def submit(self, job: Job) -> None: ...
 
     def close(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddingCapabilities:
+    """What a loaded embedding model can do."""
+
+    dimensions: int  # the length of its vectors
+    context_length: int  # the most tokens of one input
+
+
+class Embedder(Protocol):
+    """What the service needs from an embedding model's runner (omni.runtime.embeddings)."""
+
+    model_id: str
+
+    @property
+    def capabilities(self) -> EmbeddingCapabilities: ...
+
+    @property
+    def running(self) -> int:
+        """Batches being embedded now (a model with any is never evicted)."""
+        ...
+
+    def tokenize(self, texts: list[str]) -> list[list[int]]:
+        """Each text's tokens, special tokens included, not truncated."""
+        ...
+
+    async def embed(self, inputs: list[list[int]]) -> list[list[float]]:
+        """One unit vector (L2-normalized, pooled as the model was trained) per input,
+        in order; inputs are batched into passes of the model by the runner."""
+        ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,22 @@
+"""The model catalogue's entries: every model this server can load, found on disk or known
+by name (the defaults, fetched from PyPI on first use). A leaf: the runtime finds and loads
+them (omni.runtime.catalogue), the service keeps the loaded ones (omni.service.models)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+ModelKind = Literal["chat", "embedding"]
+# Where an entry was found: a built-in default, OMNI_HOME/models, a --models-dir, the
+# Hugging Face cache, or named on the command line (--model, a repo id).
+Origin = Literal["default", "home", "models-dir", "hf-cache", "named"]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelEntry:
+    id: str  # stable, as /v1/models lists it and requests name it
+    kind: ModelKind
+    path: str  # a folder or a .gguf file to load from, or a repo id; "" for a default
+    origin: Origin
+    size_bytes: int | None = None  # on disk; None until fetched (a default) or unknown
