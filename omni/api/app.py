@@ -22,6 +22,7 @@ from omni.metrics import Metrics
 from omni.service.completions import CompletionsService
 from omni.service.defaults import Defaults
 from omni.service.leftovers import purge_unstored
+from omni.service.models import Models
 from omni.service.responses import ResponsesService
 from omni.service.retention import Retention
 from omni.service.sealing import Sealer
@@ -36,7 +37,7 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class State:
-    engine: Engine
+    models: Models
     store: EventStore
     notifier: Notifier
     appender: Appender
@@ -48,6 +49,12 @@ class State:
     retention: Retention | None = None
     shutdown_grace_s: float = ServerSettings.shutdown_grace_s
     stopping: asyncio.Task[None] | None = None  # the graceful stop, once begun
+
+    @property
+    def engine(self) -> Engine:
+        """The default chat model's engine (loaded: tests and tools that serve one model)."""
+        engines = {e.model_id: e for e in self.models.engines()}
+        return engines.get(self.models.default) or next(iter(engines.values()))
 
 
 def shut_down(app: Quart) -> asyncio.Task[None]:
@@ -62,8 +69,10 @@ def shut_down(app: Quart) -> asyncio.Task[None]:
     return state.stopping
 
 
-def create_app(settings: Settings, engine: Engine) -> Quart:
-    """An app serving `engine` (already loaded) over the log at settings.db_path."""
+def create_app(settings: Settings, served: Models | Engine) -> Quart:
+    """An app serving `served` (the models, or one engine, loaded already, alone) over the
+    log at settings.db_path."""
+    pool = served if isinstance(served, Models) else Models.single(served, *settings.model_aliases)
     app = Quart("omni")
     errors.install(app)
     figures = Metrics()  # this app's alone: never the process-wide default registry
@@ -113,8 +122,7 @@ def create_app(settings: Settings, engine: Engine) -> Quart:
             store,
             appender,
             notifier,
-            engine,
-            settings.model_aliases,
+            pool,
             settings.keepalive,
             settings.max_queued,
             Sealer.from_home(Path(settings.home)) if settings.home else Sealer(os.urandom(32)),
@@ -125,7 +133,7 @@ def create_app(settings: Settings, engine: Engine) -> Quart:
             store,
             appender,
             notifier,
-            engine,
+            pool,
             service.runs,
             settings.keepalive,
             cache,
@@ -133,14 +141,25 @@ def create_app(settings: Settings, engine: Engine) -> Quart:
             service.prompter,
         )
         service.runs.metrics = completions.metrics = figures
-        figures.watch(lambda: engine.queued, lambda: engine.running)
-        engine.on_step = lambda n: figures.batch.observe(n) if n else None  # each step's batch
+        figures.watch(
+            lambda: sum(e.queued for e in pool.engines()),
+            lambda: sum(e.running for e in pool.engines()),
+        )
+
+        def observe(model: Any) -> None:  # each decode step's batch, of every chat model
+            if hasattr(model, "on_step"):
+                model.on_step = lambda n: figures.batch.observe(n) if n else None
+
+        pool.on_load = observe
+        for model in pool.loaded():
+            observe(model)
+        pool.start()
         await service.recover()
         await completions.recover()
         if cache and await store.cache.size() == 0:
             await store.cache.rebuild()  # the index is a projection of the log: lost, made again
         app.config["OMNI"] = State(
-            engine,
+            pool,
             store,
             notifier,
             appender,
@@ -167,6 +186,7 @@ def create_app(settings: Settings, engine: Engine) -> Quart:
             await state.completions.close()
             await state.responses.close()
             await state.appender.stop()
+            await state.models.close()
         finally:  # what reached the writer commits before the process exits
             await state.store.close()
 

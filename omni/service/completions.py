@@ -32,6 +32,7 @@ from omni.projections.messages import chat_for_template
 from omni.protocol.chat_recorder import ChunkRecorder, error_event
 from omni.schemas.chat import ChatCompletionCreate, CompletionCreate
 from omni.service.defaults import Defaults
+from omni.service.models import Models
 from omni.service.ownership import cache_namespace
 from omni.service.plan import RunPlan
 from omni.service.prompting import Prompter, refuse_unfittable, text_bytes
@@ -78,7 +79,7 @@ class CompletionsService:
         store: Store,
         appender: Appender,
         notifier: Notifier,
-        engine: Engine,
+        models: Models | Engine,
         runs: Runs,
         keepalive: float = ServerSettings.keepalive,
         cache: bool = True,
@@ -90,7 +91,7 @@ class CompletionsService:
         self.store = store
         self.appender = appender
         self.notifier = notifier
-        self.engine = engine
+        self.models = models if isinstance(models, Models) else Models.single(models)
         self.runs = runs
         self.keepalive = keepalive
         self.cache = cache
@@ -108,26 +109,33 @@ class CompletionsService:
         """Start (or replay) `owner`'s chat completion; returns its id and whether it is a
         cache hit."""
         self.runs.check_capacity()
+        async with self.models.use(body.model) as engine:
+            self.runs.check_capacity(engine)
+            return await self._create_chat(engine, body, bypass_cache, owner)
+
+    async def _create_chat(
+        self, engine: Engine, body: ChatCompletionCreate, bypass_cache: bool, owner: str | None
+    ) -> tuple[str, bool]:
         tools, mode = tool_policy(body.tools or [], body.tool_choice)
         parallel = body.parallel_tool_calls is not False
         constraint = decoding_constraint(
-            self.engine, tools, mode, body.response_format, "response_format", parallel
+            engine, tools, mode, body.response_format, "response_format", parallel
         )
-        structured = self.engine.capabilities.template_tools
+        structured = engine.capabilities.template_tools
         messages = chat_for_template(
             [{**m.model_dump(exclude_none=True), "content": m.text()} for m in body.messages],
             structured,
         )
-        thinking, budget = thinking_plan(self.engine, body.reasoning_effort, body.thinking_budget)
-        refuse_unfittable(self.engine, text_bytes(messages), "messages")
+        thinking, budget = thinking_plan(engine, body.reasoning_effort, body.thinking_budget)
+        refuse_unfittable(engine, text_bytes(messages), "messages")
         prompt = await self.prompter.run(
-            rendered, self.engine, messages, tools, mode, structured, "messages", thinking
+            rendered, engine, messages, tools, mode, structured, "messages", thinking
         )
         logprobs = body.top_logprobs if body.logprobs else None
         if body.logprobs and logprobs is None:
             logprobs = 0
         limit = self.defaults.output_cap(
-            body.limit, self.engine.capabilities.context_length - len(prompt)
+            body.limit, engine.capabilities.context_length - len(prompt)
         )
         plan = RunPlan(
             dataclasses.replace(self._sampling(body, limit, logprobs), thinking_budget=budget),
@@ -138,10 +146,10 @@ class CompletionsService:
             constraint,
             cache_namespace(owner, body.prompt_cache_key),
         )
-        key = cache_key(self.engine.model_id, body, owner) if self.cache else None
+        key = cache_key(engine.model_id, body, owner) if self.cache else None
         cid = new_id("chatcmpl").replace("chatcmpl_", "chatcmpl-")
         if key is None or bypass_cache:
-            await self._generate(cid, body, prompt, plan, key, owner)
+            await self._generate(engine, cid, body, prompt, plan, key, owner)
             return cid, False
         leader = self._leader(key)
         if leader is not None:  # single flight: follow the identical request under way
@@ -155,7 +163,7 @@ class CompletionsService:
                 await self._mirror(original, cid, body, key, owner)
                 self.metrics.replay_cache.labels("hit").inc()
                 return cid, True
-            await self._generate(cid, body, prompt, plan, key, owner)
+            await self._generate(engine, cid, body, prompt, plan, key, owner)
             self.metrics.replay_cache.labels("miss").inc()
             return cid, False
         except BaseException:
@@ -177,6 +185,7 @@ class CompletionsService:
 
     async def _generate(
         self,
+        engine: Engine,
         cid: str,
         body: ChatCompletionCreate,
         prompt: list[int],
@@ -187,43 +196,48 @@ class CompletionsService:
         recorder = ChunkRecorder(
             "chat",
             cid,
-            body.model or self.engine.model_id,
+            engine.model_id,
             int(time.time()),
             stops=body.stop,
             logprobs=body.logprobs,
-            splitter=plan.splitter(self.engine),
-            thinker=plan.thinker(self.engine, prompt),
+            splitter=plan.splitter(engine),
+            thinker=plan.thinker(engine, prompt),
         )
-        await self._start(cid, "chat", body, recorder, prompt, plan, key, owner)
+        await self._start(engine, cid, "chat", body, recorder, prompt, plan, key, owner)
 
     async def create_text(self, body: CompletionCreate, owner: str | None = None) -> str:
         self.runs.check_capacity()
+        async with self.models.use(body.model) as engine:
+            self.runs.check_capacity(engine)
+            return await self._create_text(engine, body, owner)
+
+    async def _create_text(self, engine: Engine, body: CompletionCreate, owner: str | None) -> str:
         text: str = body.prompt  # type: ignore[assignment]
-        refuse_unfittable(self.engine, len(text.encode()), "prompt")
-        prompt = self._check_length(await self.prompter.run(self.engine.encode, text))
+        refuse_unfittable(engine, len(text.encode()), "prompt")
+        prompt = self._check_length(engine, await self.prompter.run(engine.encode, text))
         cid = new_id("cmpl").replace("cmpl_", "cmpl-")
         recorder = ChunkRecorder(
             "text",
             cid,
-            body.model or self.engine.model_id,
+            engine.model_id,
             int(time.time()),
             stops=body.stop,
             logprobs=body.logprobs is not None,
             prefix=body.prompt if body.echo else "",  # type: ignore[arg-type]
         )
         limit = Defaults(max_tokens=16).output_cap(  # OpenAI's legacy default, not the server's
-            body.max_tokens, self.engine.capabilities.context_length - len(prompt)
+            body.max_tokens, engine.capabilities.context_length - len(prompt)
         )
         sampling = self._sampling(body, limit, body.logprobs)
         plan = RunPlan(sampling, cache_namespace=cache_namespace(owner, None))
-        await self._start(cid, "text", body, recorder, prompt, plan, None, owner)
+        await self._start(engine, cid, "text", body, recorder, prompt, plan, None, owner)
         return cid
 
-    def _check_length(self, prompt: list[int]) -> list[int]:
-        if len(prompt) >= self.engine.capabilities.context_length:
+    def _check_length(self, engine: Engine, prompt: list[int]) -> list[int]:
+        if len(prompt) >= engine.capabilities.context_length:
             raise InvalidRequest(
                 f"The prompt is {len(prompt)} tokens; this model's context is "
-                f"{self.engine.capabilities.context_length} tokens.",
+                f"{engine.capabilities.context_length} tokens.",
                 param="prompt",
                 code="context_length_exceeded",
             )
@@ -241,6 +255,7 @@ class CompletionsService:
 
     async def _start(
         self,
+        engine: Engine,
         cid: str,
         kind: str,
         body: Any,
@@ -263,7 +278,7 @@ class CompletionsService:
         job = plan.job(prompt)
         # Not stored (store false, a chat's default; a legacy completion always): purged once
         # read. Only stored completions are replayed (the index's source says so).
-        run = Run(cid, recorder, job, store=kind == "chat" and bool(body.store))
+        run = Run(cid, recorder, job, engine, store=kind == "chat" and bool(body.store))
         run.on_done = lambda: self._stop_leading(cid)  # failed or cancelled: not to be followed
         await self.runs.open(
             run,

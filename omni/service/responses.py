@@ -7,7 +7,7 @@ import os
 from collections.abc import AsyncGenerator
 from typing import Any
 
-from omni.errors import InvalidRequest, ModelNotFound, NotFound
+from omni.errors import InvalidRequest, NotFound
 from omni.events import (
     Append,
     Appender,
@@ -28,6 +28,7 @@ from omni.schemas.items import normalize_input
 from omni.schemas.responses import ResponseCreate
 from omni.service import recovery, references
 from omni.service.defaults import Defaults
+from omni.service.models import Models
 from omni.service.ownership import cache_namespace, visible
 from omni.service.plan import RunPlan
 from omni.service.prompting import Prompter, fit_suffix, refuse_unfittable
@@ -56,34 +57,29 @@ class ResponsesService:
         store: EventLog,
         appender: Appender,
         notifier: Notifier,
-        engine: Engine,
-        model_aliases: frozenset[str] = frozenset(),
+        models: Models | Engine,
         keepalive: float = ServerSettings.keepalive,
         max_queued: int = ServerSettings.max_queued,
         sealer: Sealer | None = None,
         defaults: Defaults | None = None,
     ):
+        """`models`: the models served (an engine alone: that one model, loaded)."""
         self.defaults = defaults or Defaults()
         self.sealer = sealer or Sealer(os.urandom(32))
         self.store = store
         self.appender = appender
         self.notifier = notifier
-        self.engine = engine
-        self.model_aliases = model_aliases | {engine.model_id}
+        self.models = models if isinstance(models, Models) else Models.single(models)
         self.keepalive = keepalive
-        self.runs = Runs(engine, store, appender, notifier, max_queued)
+        self.runs = Runs(store, appender, notifier, max_queued)
         self.prompter = Prompter()  # shared with chat: one request's prompt built at a time
         self.facts = ObjectLocks()  # a response's cancel and delete facts, one at a time
 
     # --- commands -------------------------------------------------------------
 
     def check_model(self, model: str | None) -> None:
-        if model is not None and model not in self.model_aliases:
-            raise ModelNotFound(
-                f"The model '{model}' does not exist or is not served here "
-                f"(this server serves '{self.engine.model_id}').",
-                param="model",
-            )
+        """A 404 for a model not served here, a 400 for an embedding model."""
+        self.models.find(model, "chat")
 
     async def create(self, body: ResponseCreate, owner: str | None = None) -> dict[str, Any]:
         """Accept a request from `owner`: one transaction writes the request and the opening
@@ -108,17 +104,28 @@ class ResponsesService:
         )
         if not items and not history:
             raise InvalidRequest("`input` is required.", param="input")
+        async with self.models.use(body.model) as engine:
+            self.runs.check_capacity(engine)
+            return await self._accept(engine, body, owner, history + items, items)
+
+    async def _accept(
+        self,
+        engine: Engine,
+        body: ResponseCreate,
+        owner: str | None,
+        conversation: list[dict[str, Any]],
+        items: list[dict[str, Any]],
+    ) -> dict[str, Any]:
+        """create(), on the loaded model: the prompt, the plan, the opening events."""
         tools = function_tools(body)
         callable_tools, mode = tool_policy(tools, body.tool_choice)
         fmt = (body.text or {}).get("format")
         parallel = body.parallel_tool_calls
-        constraint = decoding_constraint(
-            self.engine, callable_tools, mode, fmt, "text.format", parallel
-        )
+        constraint = decoding_constraint(engine, callable_tools, mode, fmt, "text.format", parallel)
         effort = (body.reasoning or {}).get("effort")
-        thinking, budget = thinking_plan(self.engine, effort, body.thinking_budget)
+        thinking, budget = thinking_plan(engine, effort, body.thinking_budget)
         prompt = await self.prompter.run(
-            self._fit, body, history + items, callable_tools, mode, thinking
+            self._fit, engine, body, conversation, callable_tools, mode, thinking
         )
         wants_logprobs = "message.output_text.logprobs" in (body.include or [])
         defaults = self.defaults
@@ -126,7 +133,7 @@ class ResponsesService:
             temperature=defaults.temperature if body.temperature is None else body.temperature,
             top_p=defaults.top_p if body.top_p is None else body.top_p,
             max_tokens=defaults.output_cap(
-                body.max_output_tokens, self.engine.capabilities.context_length - len(prompt)
+                body.max_output_tokens, engine.capabilities.context_length - len(prompt)
             ),
             logprobs=(body.top_logprobs or 0) if wants_logprobs else None,
             **{**body.sampling_fields(), "thinking_budget": budget},  # type: ignore[arg-type]
@@ -141,13 +148,13 @@ class ResponsesService:
             cache_namespace(owner, body.prompt_cache_key),
         )
         response_id = new_id("resp")
-        response = initial_response(response_id, body, tools, self.engine.model_id, sampling)
+        response = initial_response(response_id, body, tools, engine.model_id, sampling)
         sealed = "reasoning.encrypted_content" in (body.include or [])
         recorder = ResponseRecorder(
             response,
             0,
-            plan.splitter(self.engine),
-            plan.thinker(self.engine, prompt),
+            plan.splitter(engine),
+            plan.thinker(engine, prompt),
             self.sealer.seal if sealed else None,
         )
         request: dict[str, Any] = {
@@ -155,7 +162,7 @@ class ResponsesService:
             "body": body.model_dump(mode="json", exclude={"input"}),
             "input": items,
             "response": response,
-            "model_id": self.engine.model_id,
+            "model_id": engine.model_id,
             "prompt_tokens": len(prompt),
             "plan": plan.to_json(),
             "owner": owner,
@@ -165,7 +172,7 @@ class ResponsesService:
         opening = [NewEvent(e["type"], dumps(e)) for e in recorder.opening()]
         job = plan.job(prompt)
         await self.runs.open(
-            Run(response_id, recorder, job, body.store, body.background),
+            Run(response_id, recorder, job, engine, body.store, body.background),
             Append(request_stream(response_id), 0, [NewEvent(ACCEPTED, dumps(request))]),
             Append(response_id, 0, opening),
         )
@@ -173,6 +180,7 @@ class ResponsesService:
 
     def _fit(
         self,
+        engine: Engine,
         body: ResponseCreate,
         items: list[dict[str, Any]],
         tools: list[dict[str, Any]],
@@ -183,16 +191,14 @@ class ResponsesService:
         until it fits the context."""
 
         def render(start: int) -> list[int]:
-            return render_prompt(
-                self.engine, body.instructions, items[start:], tools, mode, thinking
-            )
+            return render_prompt(engine, body.instructions, items[start:], tools, mode, thinking)
 
         sizes = [len(item_text(item).encode()) for item in items]
         fixed = len((body.instructions or "").encode())
         if body.truncation != "auto" or not items:
-            refuse_unfittable(self.engine, fixed + sum(sizes), "input")
+            refuse_unfittable(engine, fixed + sum(sizes), "input")
             return render(0)
-        return fit_suffix(self.engine, sizes, render, fixed)
+        return fit_suffix(engine, sizes, render, fixed)
 
     async def cancel(self, response_id: str, owner: str | None = None) -> dict[str, Any]:
         """Cancel a background response; a finished one is returned unchanged."""

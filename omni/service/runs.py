@@ -38,6 +38,7 @@ class Run:
     stream_id: str
     recorder: ResponseRecorder | ChunkRecorder
     job: Job
+    engine: Engine  # the model it runs on
     store: bool = True
     background: bool = False
     tokens_seq: int = 0  # next seq of <stream>/tokens (background runs record their tokens)
@@ -84,13 +85,11 @@ class Runs:
 
     def __init__(
         self,
-        engine: Engine,
         store: EventLog,
         appender: Appender,
         notifier: Notifier,
         max_queued: int = ServerSettings.max_queued,
     ):
-        self.engine = engine
         self.max_queued = max_queued
         self.store = store
         self.appender = appender
@@ -104,12 +103,12 @@ class Runs:
         self._interrupted = False  # ... and what runs now is ended or left at once
         self.intake = Intake()  # requests on their way to open a run
 
-    def check_capacity(self) -> None:
+    def check_capacity(self, engine: Engine | None = None) -> None:
         """Refuse new work: all of it (503) once the server is stopping, else (429) while too
-        many jobs already wait for the engine."""
+        many jobs already wait for `engine`'s model."""
         if self.closing:
             raise ShuttingDown("The server is shutting down; retry shortly.")
-        waiting = self.engine.queued
+        waiting = 0 if engine is None else engine.queued
         if waiting >= self.max_queued:
             raise Overloaded(
                 f"{waiting} requests are waiting for the model (limit {self.max_queued}); "
@@ -122,7 +121,7 @@ class Runs:
         log): the first token is not held up by the first commit. If the commit fails, the
         job is cancelled and the error raised."""
         run.job.behind = self.intake.handed()
-        self.engine.submit(run.job)
+        run.engine.submit(run.job)
         try:
             await self.appender.append(*opening)
         except BaseException:
@@ -133,7 +132,7 @@ class Runs:
     def start(self, run: Run) -> None:
         """Start a run whose opening is already in the log (a restart's)."""
         self._track(run)
-        self.engine.submit(run.job)
+        run.engine.submit(run.job)
 
     def _track(self, run: Run) -> None:
         """List the run and record what its job sends, in a task of its own."""

@@ -101,9 +101,9 @@ async def test_a_run_whose_opening_cannot_be_committed_is_cancelled_not_left_run
             raise OSError("database or disk is full")
 
     engine = ScriptedEngine()
-    runs = Runs(engine, None, FullDisk(), None)  # type: ignore[arg-type]
+    runs = Runs(None, FullDisk(), None)  # type: ignore[arg-type]
     job = Job([1, 2, 3], Sampling(max_tokens=4))
-    run = Run("chatcmpl-1", ChunkRecorder("chat", "chatcmpl-1", "scripted", 0), job)
+    run = Run("chatcmpl-1", ChunkRecorder("chat", "chatcmpl-1", "scripted", 0), job, engine)
     with pytest.raises(OSError, match="disk is full"):
         await runs.open(run, Append("chatcmpl-1", 0, [NewEvent("chunk", "{}")]))
     assert engine.jobs == 1  # it had started...

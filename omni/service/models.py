@@ -1,0 +1,269 @@
+"""The models a server serves: its catalogue, and the ones loaded now, each in an engine of
+its own. A request names a model (an id or an alias); the first request for one loads it,
+while at most `max_loaded` stay loaded: the least recently used one that nobody is using
+(no job queued or running, no request being taken in) is unloaded to make room, and one idle
+longer than `idle_ttl` is unloaded by itself. A request that needs room while every loaded
+model is busy waits for one to become free."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from omni.catalogue import ModelEntry, ModelKind
+from omni.errors import InvalidRequest, ModelLoadError, ModelNotFound, OmniError
+from omni.jobs import Embedder, Engine
+
+log = logging.getLogger(__name__)
+
+Loaded = Engine | Embedder
+Loader = Callable[[ModelEntry], Loaded]  # blocking: run in a thread
+WAIT_S = 0.05  # how often a request waiting for room looks again
+
+
+@dataclass(eq=False)
+class _Slot:
+    entry: ModelEntry
+    model: Loaded | None = None
+    loading: asyncio.Task[Loaded] | None = None
+    users: int = 0  # requests being taken in on it
+    used_at: float = field(default_factory=time.monotonic)
+    loaded_at: float | None = None  # time.time() once loaded
+    owned: bool = True  # the pool loaded it, and closes it (not one it was handed)
+
+    def busy(self) -> bool:
+        model = self.model
+        if self.users or self.loading is not None or model is None:
+            return True
+        return bool(model.running or getattr(model, "queued", 0))
+
+
+class Models:
+    def __init__(
+        self,
+        catalogue: Iterable[ModelEntry],
+        load: Loader,
+        *,
+        default: str,
+        default_embedding: str | None = None,
+        aliases: Mapping[str, str] | None = None,
+        max_loaded: int = 2,
+        idle_ttl: float | None = None,
+    ):
+        self._slots: dict[str, _Slot] = {}
+        for entry in catalogue:
+            if entry.id in self._slots:
+                log.warning("two models have the id %r: serving %s", entry.id, entry.path)
+                continue
+            self._slots[entry.id] = _Slot(entry)
+        self._load = load
+        self.default, self.default_embedding = default, default_embedding
+        self.aliases = dict(aliases or {})
+        for name, target in self.aliases.items():
+            if target not in self._slots:
+                raise OmniError(f"alias {name}={target}: no model {target!r} in the catalogue")
+        if default not in self._slots:
+            raise OmniError(f"the default model {default!r} is not in the catalogue")
+        self.max_loaded = max(1, max_loaded)
+        self.idle_ttl = idle_ttl
+        # Told of every model loaded (the app hooks /metrics to it).
+        self.on_load: Callable[[Loaded], None] | None = None
+        self._reaper: asyncio.Task[None] | None = None
+        self._closed = False
+        self.started = time.time()
+
+    @classmethod
+    def single(cls, engine: Engine, *aliases: str) -> Models:
+        """One model, loaded already, and nothing else to load (tests, benchmarks)."""
+        entry = ModelEntry(engine.model_id, "chat", "", "named")
+
+        def cannot(entry: ModelEntry) -> Loaded:
+            raise ModelLoadError(f"{entry.id} cannot be loaded again here")
+
+        models = cls([entry], cannot, default=engine.model_id)
+        models.aliases = {a: engine.model_id for a in aliases if a and a != engine.model_id}
+        slot = models._slots[engine.model_id]
+        slot.model, slot.loaded_at, slot.owned = engine, time.time(), False
+        return models
+
+    # --- the catalogue ----------------------------------------------------------------
+
+    def entries(self) -> list[ModelEntry]:
+        return [slot.entry for slot in self._slots.values()]
+
+    def is_loaded(self, model_id: str) -> bool:
+        slot = self._slots.get(model_id)
+        return slot is not None and slot.model is not None
+
+    def loaded_at(self, model_id: str) -> float | None:
+        slot = self._slots.get(model_id)
+        return None if slot is None else slot.loaded_at
+
+    def loaded(self) -> list[Loaded]:
+        return [s.model for s in self._slots.values() if s.model is not None]
+
+    def engines(self) -> list[Engine]:
+        """The loaded chat models' engines."""
+        return [
+            cast(Engine, s.model)
+            for s in self._slots.values()
+            if s.model is not None and s.entry.kind == "chat"
+        ]
+
+    def find(self, name: str | None, kind: ModelKind | None = None) -> ModelEntry:
+        """The entry `name` (an id or an alias; None: the default of `kind`) stands for, else
+        404. With `kind`, a model of the other kind is a 400 saying so."""
+        if name is None:
+            name = self.default if kind != "embedding" else self.default_embedding
+            if name is None:
+                raise InvalidRequest("`model` is required: no default embedding model is served.",
+                                     param="model")  # fmt: skip
+        slot = self._slots.get(self.aliases.get(name, name))
+        if slot is None:
+            raise ModelNotFound(
+                f"The model '{name}' does not exist or is not served here "
+                "(GET /v1/models lists the models this server serves).",
+                param="model",
+            )
+        entry = slot.entry
+        if kind is not None and entry.kind != kind:
+            use = (
+                "/v1/embeddings" if entry.kind == "embedding" else "chat, completions or responses"
+            )
+            raise InvalidRequest(
+                f"The model '{name}' is a{'n' if entry.kind == 'embedding' else ''} "
+                f"{entry.kind} model, not a{'n' if kind == 'embedding' else ''} {kind} model: "
+                f"use it with {use}.",
+                param="model",
+            )
+        return entry
+
+    # --- using a model ----------------------------------------------------------------
+
+    @asynccontextmanager
+    async def use(self, name: str | None) -> AsyncIterator[Engine]:
+        """The chat model `name` stands for, loaded, and kept loaded while the caller takes a
+        request in on it (a job it submits keeps it loaded afterwards)."""
+        async with self._using(self.find(name, "chat")) as model:
+            yield cast(Engine, model)
+
+    @asynccontextmanager
+    async def use_embedder(self, name: str | None) -> AsyncIterator[Embedder]:
+        async with self._using(self.find(name, "embedding")) as model:
+            yield cast(Embedder, model)
+
+    async def engine(self, model_id: str) -> Engine:
+        """The chat model `model_id` loaded, for a run that a restart continues."""
+        async with self._using(self.find(model_id, "chat")) as model:
+            return cast(Engine, model)
+
+    @asynccontextmanager
+    async def _using(self, entry: ModelEntry) -> AsyncIterator[Loaded]:
+        slot = self._slots[entry.id]
+        slot.users += 1
+        try:
+            model = await self._ready(slot)
+            slot.used_at = time.monotonic()
+            yield model
+        finally:
+            slot.users -= 1
+            slot.used_at = time.monotonic()
+
+    async def _ready(self, slot: _Slot) -> Loaded:
+        while True:
+            if self._closed:
+                raise ModelLoadError("the server is shutting down")
+            if slot.model is not None:
+                return slot.model
+            if slot.loading is None:
+                if not await self._room(slot):
+                    await asyncio.sleep(WAIT_S)  # every loaded model is busy: wait for one
+                    continue
+                slot.loading = asyncio.create_task(self._start(slot), name=f"load-{slot.entry.id}")
+            try:
+                return await asyncio.shield(slot.loading)
+            except asyncio.CancelledError:
+                raise
+
+    async def _room(self, slot: _Slot) -> bool:
+        """Make room for `slot` to load: unload the least recently used free model while the
+        loaded (and loading) ones are at the bound. False if none can go now."""
+        taken = [s for s in self._slots.values() if s is not slot and (s.model or s.loading)]
+        while len(taken) >= self.max_loaded:
+            free = [s for s in taken if not s.busy()]
+            if not free:
+                return False
+            victim = min(free, key=lambda s: s.used_at)
+            await self._unload(victim, "to make room for " + slot.entry.id)
+            taken.remove(victim)
+        return True
+
+    async def _start(self, slot: _Slot) -> Loaded:
+        entry = slot.entry
+        began = time.perf_counter()
+        log.info("loading model %s (%s)", entry.id, entry.path or entry.origin)
+        try:
+            model = await asyncio.to_thread(self._load, entry)
+        except OmniError:
+            raise
+        except Exception as exc:  # a broken folder, a missing file: this request's error
+            raise ModelLoadError(f"cannot load model {entry.id}: {exc}") from exc
+        finally:
+            slot.loading = None
+        slot.model, slot.loaded_at = model, time.time()
+        slot.used_at = time.monotonic()
+        log.info("loaded model %s in %.1fs", entry.id, time.perf_counter() - began)
+        if self.on_load is not None:
+            self.on_load(model)
+        return model
+
+    async def _unload(self, slot: _Slot, why: str) -> None:
+        model, slot.model, slot.loaded_at = slot.model, None, None
+        if model is not None and slot.owned:
+            log.info("unloading model %s (%s)", slot.entry.id, why)
+            await asyncio.to_thread(model.close)
+
+    # --- idle models, and the end -----------------------------------------------------
+
+    def start(self) -> None:
+        """Unload the models idle for longer than idle_ttl, from now on."""
+        if self.idle_ttl is not None and self._reaper is None:
+            self._reaper = asyncio.create_task(self._reap(self.idle_ttl), name="omni-idle-models")
+
+    async def _reap(self, ttl: float) -> None:
+        while True:
+            await asyncio.sleep(min(ttl, 1.0))
+            now = time.monotonic()
+            for slot in list(self._slots.values()):
+                if slot.model is not None and not slot.busy() and now - slot.used_at >= ttl:
+                    await self._unload(slot, f"idle for {ttl:g}s")
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._reaper is not None:
+            self._reaper.cancel()
+        for slot in self._slots.values():
+            if slot.loading is not None:
+                slot.loading.cancel()
+        for slot in self._slots.values():
+            await self._unload(slot, "the server stops")
+
+    def describe(self, entry: ModelEntry) -> dict[str, Any]:
+        """An entry as /v1/models lists it (OpenAI's fields, then Omni's)."""
+        slot = self._slots[entry.id]
+        return {
+            "id": entry.id,
+            "object": "model",
+            "created": int(slot.loaded_at or self.started),
+            "owned_by": "omni",
+            "kind": entry.kind,
+            "loaded": slot.model is not None,
+            "origin": entry.origin,
+            "size_bytes": entry.size_bytes,
+            "aliases": sorted(a for a, t in self.aliases.items() if t == entry.id),
+        }
