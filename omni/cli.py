@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from omni import __version__, db, db_commands, inspect_cli, logs
+from omni import __version__, db, db_commands, inspect_cli, logs, models_cli
 from omni.api.keys import KeyRing, api_key, read_key_file
 from omni.errors import OmniError
 from omni.heap import set_aside
@@ -261,6 +261,7 @@ def parser() -> argparse.ArgumentParser:
     )
 
     _add_runtime(serve)
+    models_cli.add_serve_flags(serve, _add_number)
     _add_access(serve)
     _add_defaults(serve)
 
@@ -271,6 +272,7 @@ def parser() -> argparse.ArgumentParser:
     up.add_argument("--db", default=db_file, help="SQLite file (the event log)")
     db_commands.add_parsers(dbsub, db_file)
     inspect_cli.add_parsers(sub, db_file)
+    models_cli.add_parsers(sub)
     return p
 
 
@@ -488,8 +490,10 @@ def _serve(args: argparse.Namespace) -> None:
     from hypercorn.config import Config
 
     from omni.api.app import create_app, shut_down
-    from omni.runtime.mlx_engine import MLXEngine
-    from omni.runtime.model_source import resolve_model
+    from omni.runtime.catalogue import DEFAULT_EMBEDDING_ID
+    from omni.runtime.default_model import DEFAULT_MODEL_ID
+    from omni.runtime.loading import Loader
+    from omni.service.models import Models
 
     gate = access(args)
     check_port(args.host, args.port)
@@ -498,16 +502,28 @@ def _serve(args: argparse.Namespace) -> None:
     def progress(message: str) -> None:
         print(f"omni: {message}", file=sys.stderr, flush=True)
 
-    source = resolve_model(args.model, omni_home(), progress)
-    progress(f"loading model {source.model_id} from {source.path}")
-    engine = MLXEngine(source, engine_settings(args))
-    engine.start()
-    progress(f"engine: {engine.runtime}")
-    aliases = frozenset(a for a in (args.model, source.path) if a)
+    entries, named = models_cli.catalogue(args, omni_home())
+    aliases = models_cli.aliases(args)
+    default = named.id if named is not None else DEFAULT_MODEL_ID
+    if args.model and args.model != default:  # the spec it was given by names it too
+        aliases.setdefault(args.model, default)
+    loader = Loader(omni_home(), engine_settings(args), progress)
+    models = Models(
+        entries,
+        loader,
+        default=default,
+        default_embedding=DEFAULT_EMBEDDING_ID,
+        aliases=aliases,
+        max_loaded=args.max_loaded_models,
+        idle_ttl=args.model_idle_ttl,
+    )
+    chat = sum(e.kind == "chat" for e in entries)
+    progress(f"{len(entries)} models in the catalogue ({chat} chat); loading the default")
+    engine = loader(models.find(default, "chat"))  # a start that cannot serve it fails here
+    models.adopt(engine)
     settings = ServerSettings(
         db_path=args.db,
         synchronous=args.synchronous,
-        model_aliases=aliases,
         cache=not args.no_cache,
         cache_max_entries=args.cache_max_entries,
         cache_max_age_s=args.cache_max_age,
@@ -518,7 +534,7 @@ def _serve(args: argparse.Namespace) -> None:
         retention_s=args.retention,
         shutdown_grace_s=args.shutdown_grace,
     )
-    app = create_app(settings, engine)
+    app = create_app(settings, models)
     # Runs after the app's own start-up hooks (Quart runs them in order), recovery included.
     # Here, not in create_app: tests build many apps in one process. Runs that recovery
     # restarted are frozen too; reference counting still frees them when they end.
@@ -544,13 +560,14 @@ def _serve(args: argparse.Namespace) -> None:
             log.info("stopping: up to %gs for running generations", args.shutdown_grace)
             await shut_down(app)
 
-        progress(f"serving {source.model_id} on http://{args.host}:{args.port}/v1 (log: {args.db})")
+        progress(f"serving {default} on http://{args.host}:{args.port}/v1 (log: {args.db})")
         await hypercorn_serve(app, config, shutdown_trigger=stopped)
 
     try:
         asyncio.run(run())
     finally:
-        engine.close()
+        for model in models.loaded():  # closed already, unless the loop ended early
+            model.close()
 
 
 def engine_settings(args: argparse.Namespace) -> EngineSettings:
@@ -597,6 +614,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "serve":
             serve(args)
+        elif args.command == "models":
+            return models_cli.run(args, omni_home())
         elif args.command in inspect_cli.COMMANDS:
             return inspect_cli.run(args)
         elif args.command == "db" and args.db_command != "upgrade":

@@ -91,6 +91,11 @@ class Models:
         slot.model, slot.loaded_at, slot.owned = engine, time.time(), False
         return models
 
+    def adopt(self, model: Loaded) -> None:
+        """A model loaded before serving (the default, at start), closed by the pool."""
+        slot = self._slots[model.model_id]
+        slot.model, slot.loaded_at = model, time.time()
+
     # --- the catalogue ----------------------------------------------------------------
 
     def entries(self) -> list[ModelEntry]:

@@ -92,7 +92,7 @@ def initial_response(
         "max_output_tokens": body.max_output_tokens,
         "max_tool_calls": body.max_tool_calls,
         "metadata": body.metadata or {},
-        "model": body.model or model_id,
+        "model": model_id,  # the model that answers (a request may name it by an alias)
         "output": [],
         "parallel_tool_calls": body.parallel_tool_calls,
         "previous_response_id": body.previous_response_id,

