@@ -20,3 +20,5 @@ class ModelEntry:
     path: str  # a folder or a .gguf file to load from, or a repo id; "" for a default
     origin: Origin
     size_bytes: int | None = None  # on disk; None until fetched (a default) or unknown
+    adapter: str = ""  # LoRA adapters loaded with the weights (an mlx-lm adapter folder)
+    base: str = ""  # the id of the model an adapter is loaded on

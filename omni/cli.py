@@ -517,6 +517,8 @@ def _serve(args: argparse.Namespace) -> None:
         max_loaded=args.max_loaded_models,
         idle_ttl=args.model_idle_ttl,
     )
+    if args.adapter_path:  # the default answers with them (its plain weights stay listed)
+        models.default = default = models.with_adapter(default, args.adapter_path)
     chat = sum(e.kind == "chat" for e in entries)
     progress(f"{len(entries)} models in the catalogue ({chat} chat); loading the default")
     engine = loader(models.find(default, "chat"))  # a start that cannot serve it fails here

@@ -58,6 +58,13 @@ def add_serve_flags(serve: argparse.ArgumentParser, number: Callable[..., None])
         help="a TOML file whose [aliases] table maps names to models (flags win)",
     )
     serve.add_argument(
+        "--adapter-path",
+        default=os.environ.get("OMNI_ADAPTER_PATH") or None,
+        metavar="DIR",
+        help="LoRA adapters (an mlx-lm adapter folder) loaded with --model, which then "
+        "answers with them; a request may name others with its adapter_path",
+    )
+    serve.add_argument(
         "--no-hf-cache",
         action="store_true",
         help="do not list the MLX models found in the Hugging Face cache (HF_HOME)",

@@ -17,7 +17,7 @@ from openai import APIStatusError, OpenAI
 from omni.api.app import Settings
 from omni.runtime.catalogue import scan
 from omni.runtime.loading import Loader
-from omni.runtime.tiny import build_tiny_llama
+from omni.runtime.tiny import build_tiny_adapter, build_tiny_llama
 from omni.service.models import Models
 from tests.server import ServerThread
 from tests.test_cli import kill_mid_stream, serving
@@ -84,6 +84,28 @@ def test_the_catalogue_an_alias_and_a_model_unloaded_then_loaded_again(
     again = greedy("tiny-a")  # loaded again, the same weights: the same greedy text
     assert again.model == "tiny-a" and again.output_text == first.output_text
     assert listed(client)["tiny-a"] is True and listed(client)["tiny-b"] is False
+
+
+def test_adapters_loaded_with_a_model_answer_as_a_model_of_their_own(
+    pool_server: ServerThread, shelf: Path, tmp_path: Path
+) -> None:
+    lora = build_tiny_adapter(shelf / "tiny-a", tmp_path / "lora-a")
+    client = sdk(pool_server.base_url)
+    ask = {"model": "tiny-a", "input": "Once", "max_output_tokens": 8, "temperature": 0}
+    plain = client.responses.create(**ask)
+    tuned = client.responses.create(**ask, extra_body={"adapter_path": str(lora)})
+    assert tuned.model.startswith("tiny-a+lora-a-") and tuned.model in listed(client)
+    assert tuned.output_text != plain.output_text  # the adapters change what it writes
+    chat = client.chat.completions.create(
+        model="tiny-a", messages=[{"role": "user", "content": "x"}], max_tokens=3,
+        extra_body={"adapter_path": str(lora)},
+    )  # fmt: skip
+    assert chat.model == tuned.model
+    with pytest.raises(APIStatusError) as bad:
+        client.responses.create(model="tiny-a", input="x",
+                                extra_body={"adapter_path": str(tmp_path)})  # fmt: skip
+    assert bad.value.status_code == 400
+    assert bad.value.response.json()["error"]["param"] == "adapter_path"
 
 
 def test_a_model_that_fails_to_load_is_that_requests_error(pool_server: ServerThread) -> None:

@@ -38,7 +38,7 @@ class Loader:
     def source(self, entry: ModelEntry) -> ModelSource:
         """What mlx_lm.load opens for `entry`, under the entry's id."""
         found = resolve_model(entry.path or None, self.home, self.progress)
-        return ModelSource(found.path, entry.id)
+        return ModelSource(found.path, entry.id, entry.adapter or None)
 
     def embedder(self, entry: ModelEntry) -> Any:
         from omni.runtime.embeddings import MLXEmbedder

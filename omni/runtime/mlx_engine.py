@@ -108,7 +108,9 @@ class MLXEngine:
         ctx = multiprocessing.get_context("spawn")  # never fork a process that holds threads
         conn, child = ctx.Pipe()
         self._process = ctx.Process(
-            target=worker.main, args=(child, self.source.path, settings), name="omni-engine"
+            target=worker.main,
+            args=(child, self.source.path, settings, self.source.adapter),
+            name="omni-engine",
         )
         library = blas.preload(settings.blas)
         forwarder = gemv.build() if library is not None and gemv.wanted() else None

@@ -21,6 +21,7 @@ _REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
 class ModelSource:
     path: str  # a local folder, or a Hugging Face repo id, for mlx_lm.load
     model_id: str  # the stable id served at /v1/models
+    adapter: str | None = None  # an mlx-lm LoRA adapter folder loaded with the weights
 
 
 def resolve_model(spec: str | None, home: Path, progress: Progress | None = None) -> ModelSource:

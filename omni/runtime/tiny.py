@@ -97,3 +97,31 @@ def build_tiny_llama(
     mx.save_safetensors(str(out / "model.safetensors"), params)
     (out / "config.json").write_text(json.dumps(config, indent=2))
     return out
+
+
+def build_tiny_adapter(model_dir: Path, out: Path, *, rank: int = 4, seed: int = 0) -> Path:
+    """Random LoRA adapters for the tiny llama at `model_dir`, in mlx-lm's adapter folder
+    layout (adapter_config.json, adapters.safetensors): loaded with it, they change what it
+    writes (lora_b is random, not zero as training starts it)."""
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+    from mlx_lm import load
+    from mlx_lm.tuner.utils import linear_to_lora_layers
+
+    model = load(str(model_dir))[0]
+    layers = len(model.layers)
+    lora = {"rank": rank, "scale": 20.0, "dropout": 0.0,
+            "keys": ["self_attn.q_proj", "self_attn.v_proj", "mlp.down_proj"]}  # fmt: skip
+    model.freeze()
+    linear_to_lora_layers(model, layers, lora)
+    mx.random.seed(seed)
+    trained: Any = tree_flatten(model.trainable_parameters())
+    weights = {
+        name: mx.random.normal(value.shape) * 0.5 if name.endswith("lora_b") else value
+        for name, value in trained
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    mx.save_safetensors(str(out / "adapters.safetensors"), weights)
+    config = {"fine_tune_type": "lora", "num_layers": layers, "lora_parameters": lora}
+    (out / "adapter_config.json").write_text(json.dumps(config))
+    return out

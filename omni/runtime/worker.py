@@ -97,7 +97,7 @@ def use_mlx_settings() -> None:
         os.environ.setdefault(name, value)
 
 
-def main(conn: Connection, path: str, settings: EngineSettings) -> None:
+def main(conn: Connection, path: str, settings: EngineSettings, adapter: str | None = None) -> None:
     _die_with_parent()
     # What the server preloaded (omni.runtime.blas, gemv) is in this process since its start;
     # a process this one starts must not look for it: the forwarder's file is removed once
@@ -112,7 +112,7 @@ def main(conn: Connection, path: str, settings: EngineSettings) -> None:
         from omni.runtime.batching import BatchScheduler
         from omni.runtime.generation import PrefixCache
 
-        model, tokenizer = load(path)[:2]
+        model, tokenizer = load(path, adapter_path=adapter)[:2]
         library = None if on_gpu() else blas.in_use()
         if weights.choose(settings.weights, model, blas.optimized(library)) == weights.FLOAT32:
             model = weights.to_float32(model)

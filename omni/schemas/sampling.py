@@ -15,6 +15,8 @@ class SamplingExtras(BaseModel):
     seed: int | None = None
     # Most tokens a reasoning model may think before its think block is closed for it.
     thinking_budget: int | None = Field(default=None, ge=0)
+    # LoRA adapters (an mlx-lm adapter folder) loaded with the model, as mlx-lm's server.
+    adapter_path: str | None = Field(default=None, min_length=1)
 
     @field_validator("logit_bias")
     @classmethod

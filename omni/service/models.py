@@ -8,11 +8,14 @@ model is busy waits for one to become free."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import hashlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, cast
 
 from omni.catalogue import ModelEntry, ModelKind
@@ -150,10 +153,35 @@ class Models:
 
     # --- using a model ----------------------------------------------------------------
 
+    def with_adapter(self, name: str | None, adapter: str) -> str:
+        """The id of chat model `name` with the LoRA adapters in folder `adapter` loaded on
+        it: a model of its own (its engine, its prefix cache), added to the catalogue."""
+        base = self.find(name, "chat")
+        if base.base:  # adapters on adapters: on the base model
+            base = self.find(base.base, "chat")
+        folder = Path(adapter).expanduser()
+        if not (folder / "adapter_config.json").is_file():
+            raise InvalidRequest(
+                f"adapter_path '{adapter}' is not an mlx-lm adapter folder (no "
+                "adapter_config.json there).",
+                param="adapter_path",
+            )
+        folder = folder.resolve()
+        digest = hashlib.sha256(str(folder).encode()).hexdigest()[:8]
+        model_id = f"{base.id}+{folder.name.lower()}-{digest}"
+        if model_id not in self._slots:
+            entry = dataclasses.replace(
+                base, id=model_id, adapter=str(folder), base=base.id, origin="named"
+            )
+            self._slots[model_id] = _Slot(entry)
+        return model_id
+
     @asynccontextmanager
-    async def use(self, name: str | None) -> AsyncIterator[Engine]:
-        """The chat model `name` stands for, loaded, and kept loaded while the caller takes a
-        request in on it (a job it submits keeps it loaded afterwards)."""
+    async def use(self, name: str | None, adapter: str | None = None) -> AsyncIterator[Engine]:
+        """The chat model `name` stands for (with LoRA `adapter`s), loaded, and kept loaded
+        while the caller takes a request in on it (a job it submits keeps it loaded)."""
+        if adapter is not None:
+            name = self.with_adapter(name, adapter)
         async with self._using(self.find(name, "chat")) as model:
             yield cast(Engine, model)
 

@@ -10,11 +10,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from typing import TYPE_CHECKING, Any
 
-from omni.errors import InvalidRequest, ModelLoadError, NotFound
+from omni.errors import InvalidRequest, ModelLoadError, NotFound, OmniError
 from omni.events import Append, NewEvent
 from omni.jobs import Failed, Finished
 from omni.projections.response import fold_response
@@ -61,6 +62,9 @@ async def recover(service: ResponsesService) -> int:
         token_rows = await store.read(tokens_stream(response_id))
         tokens = [t for row in token_rows for t in json.loads(row.data)]
         cancelled = any(f.type == CANCEL_REQUESTED for f in facts)
+        if (adapter := request.get("adapter")) is not None:  # that model, those adapters
+            with contextlib.suppress(OmniError):  # gone: the model is not found, just below
+                service.models.with_adapter(adapter["model"], adapter["path"])
         try:
             engine = await service.models.engine(model_id)
         except (NotFound, InvalidRequest):
