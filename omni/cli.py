@@ -521,7 +521,9 @@ def _serve(args: argparse.Namespace) -> None:
         models.default = default = models.with_adapter(default, args.adapter_path)
     chat = sum(e.kind == "chat" for e in entries)
     progress(f"{len(entries)} models in the catalogue ({chat} chat); loading the default")
-    engine = loader(models.find(default, "chat"))  # a start that cannot serve it fails here
+    engine = loader(models.find(default, "chat"))
+    engine.wait_loaded()  # a start that cannot serve its default model fails here
+    progress(f"engine: {engine.runtime}")
     models.adopt(engine)
     settings = ServerSettings(
         db_path=args.db,

@@ -7,7 +7,7 @@ import asyncio
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from omni.protocol.tool_calls import ToolFormat
 
@@ -179,6 +179,19 @@ class EmbeddingCapabilities:
 
     dimensions: int  # the length of its vectors
     context_length: int  # the most tokens of one input
+
+
+@runtime_checkable
+class Warming(Protocol):
+    """A model handed over while its weights still load (jobs submitted meanwhile wait)."""
+
+    @property
+    def loading(self) -> bool: ...
+
+    @property
+    def load_error(self) -> str | None:
+        """Why its weights could not be loaded, once that is known."""
+        ...
 
 
 class Embedder(Protocol):

@@ -5,6 +5,7 @@ to load, and a kill -9 during a background response of the second model, continu
 from __future__ import annotations
 
 import concurrent.futures
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,12 +35,22 @@ def shelf(tmp_path_factory: pytest.TempPathFactory) -> Path:
     broken.mkdir()
     (broken / "config.json").write_text('{"model_type": "llama", "architectures": ["X"]}')
     (broken / "model.safetensors").write_bytes(b"not safetensors")
+    shutil.copytree(root / "tiny-a", root / "bad-weights")  # a tokenizer, but no weights
+    (root / "bad-weights" / "model.safetensors").write_bytes(b"\0" * 64)
     return root
 
 
 def sdk(base: str) -> OpenAI:
     return OpenAI(base_url=f"{base}/v1", api_key="x", max_retries=0,
                   _strict_response_validation=True)  # fmt: skip
+
+
+def wait(client: OpenAI, rid: str) -> Any:
+    deadline = time.monotonic() + 120
+    while (got := client.responses.retrieve(rid)).status in ("queued", "in_progress"):
+        assert time.monotonic() < deadline, f"{rid} did not end"
+        time.sleep(0.1)
+    return got
 
 
 def listed(client: OpenAI) -> dict[str, bool]:
@@ -53,7 +64,9 @@ def pool_server(shelf: Path, tmp_path: Path) -> Iterator[ServerThread]:
     entries = scan(home, [shelf])
     models = Models(entries, Loader(home), default="tiny-a", aliases={"gpt-5.5": "tiny-b"},
                     max_loaded=1)  # fmt: skip
-    models.adopt(Loader(home)(models.find("tiny-a")))
+    default = Loader(home)(models.find("tiny-a"))
+    default.wait_loaded()
+    models.adopt(default)
     srv = ServerThread(Settings(db_path=str(tmp_path / "omni.db")), models).start()
     yield srv
     srv.stop()
@@ -64,7 +77,7 @@ def test_the_catalogue_an_alias_and_a_model_unloaded_then_loaded_again(
 ) -> None:
     client = sdk(pool_server.base_url)
     assert listed(client) == {
-        "tiny-a": True, "tiny-b": False, "broken": False,
+        "tiny-a": True, "tiny-b": False, "broken": False, "bad-weights": False,
         "smollm2-135m-instruct": False, "all-minilm-l6-v2": False,
     }  # fmt: skip
     one = client.models.retrieve("gpt-5.5")
@@ -120,6 +133,14 @@ def test_a_model_that_fails_to_load_is_that_requests_error(pool_server: ServerTh
         model="tiny-a", messages=[{"role": "user", "content": "x"}], max_tokens=3
     )
     assert ok.model == "tiny-a" and ok.choices[0].finish_reason in ("length", "stop")
+    # The tokenizer loads, the weights do not: a background request is taken in at once,
+    # queued while they load, and ends failed saying why; the next request tries again.
+    for _ in range(2):
+        queued = client.responses.create(model="bad-weights", input="x", background=True)
+        assert queued.status == "queued" and queued.model == "bad-weights"
+        final = wait(client, queued.id)
+        assert final.status == "failed" and "cannot load model" in final.error.message
+    assert client.responses.create(model="tiny-a", input="x", max_output_tokens=2).model == "tiny-a"
     with pytest.raises(APIStatusError) as wrong_kind:
         client.responses.create(model="all-minilm-l6-v2", input="x")
     assert wrong_kind.value.status_code == 400

@@ -31,8 +31,7 @@ class Loader:
         source = self.source(entry)
         self.progress(f"loading model {entry.id} from {source.path}")
         engine = MLXEngine(source, self.settings)
-        engine.start()
-        self.progress(f"engine: {engine.runtime}")
+        engine.begin()  # its weights load while requests are taken in (they wait for them)
         return engine
 
     def source(self, entry: ModelEntry) -> ModelSource:

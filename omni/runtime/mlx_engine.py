@@ -22,6 +22,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any, Final
 
 from omni.errors import ModelLoadError
@@ -30,6 +31,7 @@ from omni.protocol.tool_calls import ToolFormat
 from omni.runtime import blas, gemv, wire, worker
 from omni.runtime.model_source import ModelSource
 from omni.runtime.types import Runtime
+from omni.runtime.worker import config_context_length
 from omni.settings import EngineSettings, engine_knobs
 
 log = logging.getLogger(__name__)
@@ -100,9 +102,20 @@ class MLXEngine:
         self._generations = 0
         self._gone: str | None = None  # why the engine process is no longer there
         self._reader = threading.Thread(target=self._read, name="omni-engine-reader", daemon=True)
+        self._loading = threading.Thread()  # set by begin()
+        self._loaded = threading.Event()  # the weights are loaded, or failed to
+        self._early: list[wire.Request] = []  # sent before they were
 
     def start(self) -> None:
         """Start the engine process and load the model; raise ModelLoadError if it cannot."""
+        self.begin()
+        self.wait_loaded()
+
+    def begin(self) -> None:
+        """Start loading: the engine process loads the weights while this returns as soon as
+        the tokenizer is loaded here (for a local folder: a repo id is loaded whole first).
+        Prompts can be rendered from then on, and jobs submitted wait in the order they came
+        for the weights; if those fail to load, each ends Failed with the reason."""
         settings = self._settings or self._from_environment()
         settings = dataclasses.replace(settings, max_batch=self._max_batch)
         ctx = multiprocessing.get_context("spawn")  # never fork a process that holds threads
@@ -117,6 +130,46 @@ class MLXEngine:
         with blas.preloaded(None if forwarder is None else str(forwarder), library):
             self._process.start()
         child.close()
+        self._loading = threading.Thread(
+            target=self._await_weights, args=(conn, forwarder), name="omni-engine-load",
+            daemon=True,
+        )  # fmt: skip
+        local = Path(self.source.path)
+        if not (local / "config.json").is_file():  # a repo id: its files come with the load
+            self._await_weights(conn, forwarder)
+            if self._gone is not None:
+                raise ModelLoadError(self._gone)
+            return
+        try:
+            from mlx_lm.utils import load_config
+
+            self._load_tokenizer(load_config(local).get("eos_token_id"))
+            self.context_length = config_context_length(local)
+        except Exception as exc:
+            self._process.terminate()
+            conn.close()
+            raise ModelLoadError(f"cannot load model {self.source.path}: {exc}") from exc
+        self._loading.start()
+
+    def wait_loaded(self) -> None:
+        """Until the weights are loaded; ModelLoadError if they cannot be."""
+        if self._loading.ident is not None:
+            self._loading.join()
+        if self._gone is not None:
+            raise ModelLoadError(self._gone)
+
+    @property
+    def loading(self) -> bool:
+        """The weights are still being loaded (jobs submitted wait for them)."""
+        return not self._loaded.is_set()
+
+    @property
+    def load_error(self) -> str | None:
+        """Why the weights could not be loaded, once that is known."""
+        return self._gone if self._loaded.is_set() and self._conn is None else None
+
+    def _await_weights(self, conn: Connection, forwarder: Path | None) -> None:
+        """The engine process's answer to its load: serve, or fail what waits."""
         try:
             message = conn.recv()
         except EOFError:
@@ -127,14 +180,31 @@ class MLXEngine:
                 shutil.rmtree(forwarder.parent, ignore_errors=True)
         if not isinstance(message, wire.Loaded):
             conn.close()
-            raise ModelLoadError(f"cannot load model {self.source.path}: {message.message}")
+            self._gone = self._gone or f"cannot load model {self.source.path}: {message.message}"
+            with self._send_lock:
+                self._early.clear()
+                self._loaded.set()
+            self._deliver([wire.Failed(job_id, self._gone) for job_id in list(self._pending)])
+            return
+        if self.context_length and message.context_length != self.context_length:
+            log.warning("%s: context %d in its config, %d loaded", self.model_id,
+                        self.context_length, message.context_length)  # fmt: skip
         self.context_length, self.runtime = message.context_length, message.runtime
+        if self._tokenizer is None:
+            self._load_tokenizer(message.eos)
+        with self._send_lock:  # what was submitted meanwhile goes first, in order
+            for early in self._early:
+                conn.send(early)
+            self._early.clear()
+            self._conn = conn
+            self._loaded.set()
+        self._reader.start()
+
+    def _load_tokenizer(self, eos: Any) -> None:
         from mlx_lm.utils import load_tokenizer
 
-        self._tokenizer = load_tokenizer(self.source.path, eos_token_ids=message.eos)
+        self._tokenizer = load_tokenizer(self.source.path, eos_token_ids=eos)
         self.max_token_bytes = longest_token(self._tokenizer)
-        self._conn = conn
-        self._reader.start()
 
     def _from_environment(self) -> EngineSettings:
         try:
@@ -278,6 +348,8 @@ class MLXEngine:
         if self._process is None:
             return
         self._gone = self._gone or "the server is shutting down"
+        if not self._loaded.is_set():  # still loading the weights: nobody waits for them
+            self._process.terminate()
         self._send(wire.Close())
         self._process.join(timeout=30)
         if self._process.is_alive():
@@ -292,11 +364,12 @@ class MLXEngine:
         self._process = None
 
     def _send(self, message: wire.Request) -> None:
-        if self._conn is None:
-            return
         try:
             with self._send_lock:
-                self._conn.send(message)
+                if self._conn is not None:
+                    self._conn.send(message)
+                elif not self._loaded.is_set():  # sent once the weights are loaded
+                    self._early.append(message)
         except (OSError, ValueError):  # the engine process is gone; the reader reports it
             pass
 

@@ -6,9 +6,11 @@ holds the interpreter lock a decode step is waiting for.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any
 
 from omni.heap import set_aside
@@ -155,6 +157,13 @@ def watching(settings: EngineSettings) -> Observer:
 def context_length(model: Any) -> int:
     args = getattr(model, "args", None)
     return int(getattr(args, "max_position_embeddings", None) or 4096)
+
+
+def config_context_length(folder: Path) -> int:
+    """context_length as the model's config states it, before the model is loaded."""
+    config = json.loads((folder / "config.json").read_text())
+    text = config.get("text_config") or {}
+    return int(config.get("max_position_embeddings") or text.get("max_position_embeddings") or 4096)
 
 
 def _die_with_parent() -> None:

@@ -20,7 +20,7 @@ from typing import Any, cast
 
 from omni.catalogue import ModelEntry, ModelKind
 from omni.errors import InvalidRequest, ModelLoadError, ModelNotFound, OmniError
-from omni.jobs import Embedder, Engine
+from omni.jobs import Embedder, Engine, Warming
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +42,8 @@ class _Slot:
     def busy(self) -> bool:
         model = self.model
         if self.users or self.loading is not None or model is None:
+            return True
+        if isinstance(model, Warming) and model.loading:
             return True
         return bool(model.running or getattr(model, "queued", 0))
 
@@ -211,6 +213,8 @@ class Models:
         while True:
             if self._closed:
                 raise ModelLoadError("the server is shutting down")
+            if isinstance(slot.model, Warming) and slot.model.load_error is not None:
+                await self._unload(slot, "its weights failed to load: loading again")
             if slot.model is not None:
                 return slot.model
             if slot.loading is None:
@@ -289,13 +293,15 @@ class Models:
     def describe(self, entry: ModelEntry) -> dict[str, Any]:
         """An entry as /v1/models lists it (OpenAI's fields, then Omni's)."""
         slot = self._slots[entry.id]
+        warming = isinstance(slot.model, Warming) and slot.model.loading
         return {
             "id": entry.id,
             "object": "model",
             "created": int(slot.loaded_at or self.started),
             "owned_by": "omni",
             "kind": entry.kind,
-            "loaded": slot.model is not None,
+            "loaded": slot.model is not None and not warming,
+            "loading": slot.loading is not None or warming,
             "origin": entry.origin,
             "size_bytes": entry.size_bytes,
             "aliases": sorted(a for a, t in self.aliases.items() if t == entry.id),
