@@ -21,4 +21,6 @@ class ModelEntry:
     origin: Origin
     size_bytes: int | None = None  # on disk; None until fetched (a default) or unknown
     adapter: str = ""  # LoRA adapters loaded with the weights (an mlx-lm adapter folder)
-    base: str = ""  # the id of the model an adapter is loaded on
+    draft: str = ""  # a draft model (its catalogue id), for speculative decoding
+    draft_path: str = ""  # where it loads from (a folder, a .gguf, a repo id or a default's id)
+    base: str = ""  # the id of the model an adapter or a draft model is loaded with

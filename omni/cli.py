@@ -519,6 +519,8 @@ def _serve(args: argparse.Namespace) -> None:
     )
     if args.adapter_path:  # the default answers with them (its plain weights stay listed)
         models.default = default = models.with_adapter(default, args.adapter_path)
+    if args.draft_model:  # the default is decoded speculatively (and plain, by its own id)
+        models.default = default = models.with_draft(default, args.draft_model)
     chat = sum(e.kind == "chat" for e in entries)
     progress(f"{len(entries)} models in the catalogue ({chat} chat); loading the default")
     engine = loader(models.find(default, "chat"))
@@ -588,6 +590,7 @@ def engine_settings(args: argparse.Namespace) -> EngineSettings:
         template_args=args.chat_template_args,
         blas=args.blas,
         weights=args.weights,
+        num_draft_tokens=args.num_draft_tokens,
         **knobs,
     )
 

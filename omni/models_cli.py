@@ -65,6 +65,15 @@ def add_serve_flags(serve: argparse.ArgumentParser, number: Callable[..., None])
         "answers with them; a request may name others with its adapter_path",
     )
     serve.add_argument(
+        "--draft-model",
+        default=os.environ.get("OMNI_DRAFT_MODEL") or None,
+        metavar="MODEL",
+        help="a smaller model of the same vocabulary (an id of the catalogue) that drafts "
+        "tokens for --model (speculative decoding: requests are then decoded one at a time); "
+        "a request may name one with its draft_model",
+    )
+    number(serve, "--num-draft-tokens", int, 1, 64, "2", "tokens a draft model proposes a step")
+    serve.add_argument(
         "--no-hf-cache",
         action="store_true",
         help="do not list the MLX models found in the Hugging Face cache (HF_HOME)",

@@ -42,6 +42,7 @@ class EngineSettings:
     template_args: dict[str, Any] = field(default_factory=dict)
     blas: str = "auto"  # auto, bundled, or a path omni.runtime.blas.loadable passed
     weights: str = "auto"  # auto, stored, float32 (omni.runtime.weights)
+    num_draft_tokens: int = 2  # tokens a draft model proposes a step (speculative decoding)
     # For tests and benchmarks, from the environment (engine_knobs):
     prefill_group: int | None = None  # prompts prefilled together (None: the device's)
     prefill_chunk: int | None = None  # prompt tokens a step feeds one prompt (None: the device's)

@@ -121,6 +121,27 @@ def test_adapters_loaded_with_a_model_answer_as_a_model_of_their_own(
     assert bad.value.response.json()["error"]["param"] == "adapter_path"
 
 
+def test_a_draft_model_decodes_speculatively_to_the_same_greedy_text(
+    pool_server: ServerThread,
+) -> None:
+    client = sdk(pool_server.base_url)
+    ask = {"model": "tiny-a", "input": "Once upon", "max_output_tokens": 24, "temperature": 0}
+    plain = client.responses.create(**ask)
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:  # decoded one after the other
+        drafted = list(pool.map(
+            lambda _: client.responses.create(**ask, extra_body={"draft_model": "tiny-b"}),
+            range(2),
+        ))  # fmt: skip
+    for answer in drafted:
+        assert answer.model == "tiny-a~tiny-b" and answer.status == plain.status
+        assert answer.output_text == plain.output_text  # exact: the model verifies each draft
+        assert answer.usage.output_tokens == plain.usage.output_tokens
+    with pytest.raises(APIStatusError) as unknown:
+        client.responses.create(**ask, extra_body={"draft_model": "no-such-model"})
+    assert unknown.value.status_code == 404
+    assert unknown.value.response.json()["error"]["param"] == "draft_model"
+
+
 def test_a_model_that_fails_to_load_is_that_requests_error(pool_server: ServerThread) -> None:
     client = sdk(pool_server.base_url)
     with pytest.raises(APIStatusError) as failed:

@@ -26,8 +26,8 @@ from multiprocessing.connection import Connection
 from typing import Any, Final
 
 import mlx.core as mx
-from mlx_lm.generate import BatchGenerator, generate_step
-from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
+from mlx_lm.generate import BatchGenerator, generate_step, speculative_generate_step
+from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
 from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p, make_sampler
 
 from omni.jobs import FinishReason, Sampling
@@ -112,12 +112,16 @@ class BatchScheduler:
         observer: Observer = QUIET,
         prefill_group: int = PREFILL_GROUP,
         prefill_chunk: int = PREFILL_CHUNK,
+        draft: Any = None,
+        num_draft: int = 2,
     ):
+        """`draft`: a draft model: every job is then decoded alone, speculatively."""
         if prefill_group < 1:  # BatchGenerator would never start a prompt: jobs hang
             raise ValueError(f"a prefill group holds at least one prompt, not {prefill_group}")
         if prefill_chunk < 1:
             raise ValueError(f"a prefill chunk holds at least one token, not {prefill_chunk}")
         self.model = model
+        self.draft, self.num_draft = draft, num_draft
         self.tokenizer = tokenizer
         self._constraints: Any = None  # grammars (omni.protocol.grammar), built on first use
         self.cache = cache
@@ -221,6 +225,9 @@ class BatchScheduler:
         whether some were handed to the batch. `arrived`: jobs received since the last step."""
         # Jobs beyond the batch size wait here, still queued (and cancellable as such).
         self._drop_cancelled()
+        if self.draft is not None:
+            self._schedule_speculative()
+            return False
         self._take_long()
         expecting = self._expecting(now)
         hold = expecting or self._gathering(now, arrived)
@@ -247,6 +254,16 @@ class BatchScheduler:
                 self._begin_spec(self._admit, self.waiting.popleft())
         self._cancel_stopped()
         return grouped
+
+    def _schedule_speculative(self) -> None:
+        """With a draft model, jobs are decoded one at a time, each alone through mlx-lm's
+        speculative_generate_step (as mlx-lm's server does: it batches none of them); the
+        others wait, queued. A cancel is heard between tokens (not inside the prompt)."""
+        if self.solo is not None and self.solo.slot.spec.id in self.stopping:
+            self._end_solo()
+        if self.solo is None and self.waiting:
+            self._begin_spec(self._start_solo, self.waiting.popleft())
+        self._cancel_stopped()
 
     def _begin(self, begin: Callable[[Start], None], start: Start) -> None:
         """Start a job (alone or in the batch); one that cannot start fails, the engine goes on."""
@@ -495,7 +512,10 @@ class BatchScheduler:
         if self._out_of_tokens(spec):
             return None
         fed = spec.prompt + spec.resume_tokens
-        cache, rest = self.cache.nearest(spec.cache_namespace, fed, FEED_AT_LEAST)
+        if self.draft is not None:  # the two models' caches, fresh (the prefix cache: neither)
+            cache, rest = make_prompt_cache(self.model) + make_prompt_cache(self.draft), fed
+        else:
+            cache, rest = self.cache.nearest(spec.cache_namespace, fed, FEED_AT_LEAST)
         cached, done = len(fed) - len(rest), len(spec.resume_tokens)
         return Start(Slot(spec, fed, cached, done, self._processors(spec)), cache, rest)
 
@@ -542,6 +562,10 @@ class BatchScheduler:
         slot, cache, rest, spec = start.slot, start.cache, start.rest, start.slot.spec
         s = spec.sampling
         held = mx.array(slot.fed[: len(slot.fed) - len(rest)])  # all the cache holds
+        if self.draft is not None:
+            self.solo = Solo(slot, cache, self._speculative(slot, cache, rest, held))
+            self._started(start)
+            return
         steps = generate_step(
             mx.array(rest),
             self.model,
@@ -556,6 +580,27 @@ class BatchScheduler:
         )
         self.solo = Solo(slot, cache, steps)
         self._started(start)
+
+    def _speculative(
+        self, slot: Slot, cache: list[Any], rest: list[int], held: mx.array
+    ) -> Generator[tuple[Any, Any], None, None]:
+        s = slot.spec.sampling
+        steps = speculative_generate_step(
+            mx.array(rest),
+            self.model,
+            self.draft,
+            num_draft_tokens=self.num_draft,
+            max_tokens=s.max_tokens - slot.done,
+            sampler=self._sampler(s),
+            logits_processors=[_with_history(p, held) for p in slot.processors],
+            prompt_cache=cache,
+            prefill_step_size=self.chunk,
+        )
+        try:
+            for token, logprobs, _drafted in steps:
+                yield token, logprobs
+        finally:
+            steps.close()
 
     def _solo_step(self, solo: Solo) -> None:
         slot = solo.slot
@@ -598,7 +643,8 @@ class BatchScheduler:
         if reason is not None or slot.spec.id in self.stopping or self._closing:
             if reason is None:
                 self.stopping.discard(slot.spec.id)
-            self._keep(slot, cache, eos)  # generate_step fed the end token too
+            if self.draft is None:  # (a draft's caches are not the prefix cache's kind)
+                self._keep(slot, cache, eos)  # generate_step fed the end token too
             spec = slot.spec
             ended = reason or "cancelled"
             self.out.append(Finished(spec.id, ended, len(spec.prompt), slot.done, slot.cached))

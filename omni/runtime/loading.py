@@ -37,7 +37,10 @@ class Loader:
     def source(self, entry: ModelEntry) -> ModelSource:
         """What mlx_lm.load opens for `entry`, under the entry's id."""
         found = resolve_model(entry.path or None, self.home, self.progress)
-        return ModelSource(found.path, entry.id, entry.adapter or None)
+        draft = resolve_model(entry.draft_path, self.home, self.progress) if entry.draft else None
+        return ModelSource(
+            found.path, entry.id, entry.adapter or None, draft.path if draft else None
+        )
 
     def embedder(self, entry: ModelEntry) -> Any:
         from omni.runtime.embeddings import MLXEmbedder

@@ -122,7 +122,7 @@ class MLXEngine:
         conn, child = ctx.Pipe()
         self._process = ctx.Process(
             target=worker.main,
-            args=(child, self.source.path, settings, self.source.adapter),
+            args=(child, self.source.path, settings, self.source.adapter, self.source.draft),
             name="omni-engine",
         )
         library = blas.preload(settings.blas)

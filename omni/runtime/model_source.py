@@ -22,6 +22,7 @@ class ModelSource:
     path: str  # a local folder, or a Hugging Face repo id, for mlx_lm.load
     model_id: str  # the stable id served at /v1/models
     adapter: str | None = None  # an mlx-lm LoRA adapter folder loaded with the weights
+    draft: str | None = None  # a draft model's folder (speculative decoding)
 
 
 def resolve_model(spec: str | None, home: Path, progress: Progress | None = None) -> ModelSource:

@@ -99,7 +99,15 @@ def use_mlx_settings() -> None:
         os.environ.setdefault(name, value)
 
 
-def main(conn: Connection, path: str, settings: EngineSettings, adapter: str | None = None) -> None:
+def main(
+    conn: Connection,
+    path: str,
+    settings: EngineSettings,
+    adapter: str | None = None,
+    draft_path: str | None = None,
+) -> None:
+    """Load the model (with LoRA `adapter`s; `draft_path`: a draft model for speculative
+    decoding, of the same vocabulary) and serve jobs from `conn` until Close."""
     _die_with_parent()
     # What the server preloaded (omni.runtime.blas, gemv) is in this process since its start;
     # a process this one starts must not look for it: the forwarder's file is removed once
@@ -118,6 +126,16 @@ def main(conn: Connection, path: str, settings: EngineSettings, adapter: str | N
         library = None if on_gpu() else blas.in_use()
         if weights.choose(settings.weights, model, blas.optimized(library)) == weights.FLOAT32:
             model = weights.to_float32(model)
+        draft = None
+        if draft_path is not None:
+            draft, drafts = load(draft_path)[:2]
+            if drafts.vocab_size != tokenizer.vocab_size:
+                raise ValueError(
+                    f"the draft model {draft_path} has a vocabulary of {drafts.vocab_size} "
+                    f"tokens, the model {tokenizer.vocab_size}: they must be the same"
+                )
+            if weights.choose(settings.weights, draft, blas.optimized(library)) == weights.FLOAT32:
+                draft = weights.to_float32(draft)
         if not on_gpu():
             use_exp2_attention(model)
         forwarded = not on_gpu() and gemv.forwarding(blas.holder("cblas_sgemm"))
@@ -133,6 +151,8 @@ def main(conn: Connection, path: str, settings: EngineSettings, adapter: str | N
             observer,
             prefill_group(settings.prefill_group),
             prefill_chunk(settings.prefill_chunk),
+            draft,
+            settings.num_draft_tokens,
         )
         set_aside("engine")  # the model and the tokenizer: no full collection walks them again
     except BaseException as exc:  # noqa: BLE001 - reported to the server as a value

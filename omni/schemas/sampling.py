@@ -17,6 +17,8 @@ class SamplingExtras(BaseModel):
     thinking_budget: int | None = Field(default=None, ge=0)
     # LoRA adapters (an mlx-lm adapter folder) loaded with the model, as mlx-lm's server.
     adapter_path: str | None = Field(default=None, min_length=1)
+    # A draft model (a model id) for speculative decoding, as mlx-lm's server.
+    draft_model: str | None = Field(default=None, min_length=1)
 
     @field_validator("logit_bias")
     @classmethod

@@ -109,7 +109,7 @@ class CompletionsService:
         """Start (or replay) `owner`'s chat completion; returns its id and whether it is a
         cache hit."""
         self.runs.check_capacity()
-        async with self.models.use(body.model, body.adapter_path) as engine:
+        async with self.models.use(body.model, body.adapter_path, body.draft_model) as engine:
             self.runs.check_capacity(engine)
             return await self._create_chat(engine, body, bypass_cache, owner)
 
@@ -207,7 +207,7 @@ class CompletionsService:
 
     async def create_text(self, body: CompletionCreate, owner: str | None = None) -> str:
         self.runs.check_capacity()
-        async with self.models.use(body.model, body.adapter_path) as engine:
+        async with self.models.use(body.model, body.adapter_path, body.draft_model) as engine:
             self.runs.check_capacity(engine)
             return await self._create_text(engine, body, owner)
 

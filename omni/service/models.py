@@ -159,7 +159,7 @@ class Models:
         """The id of chat model `name` with the LoRA adapters in folder `adapter` loaded on
         it: a model of its own (its engine, its prefix cache), added to the catalogue."""
         base = self.find(name, "chat")
-        if base.base:  # adapters on adapters: on the base model
+        if base.adapter:  # adapters in place of the ones it has
             base = self.find(base.base, "chat")
         folder = Path(adapter).expanduser()
         if not (folder / "adapter_config.json").is_file():
@@ -173,17 +173,61 @@ class Models:
         model_id = f"{base.id}+{folder.name.lower()}-{digest}"
         if model_id not in self._slots:
             entry = dataclasses.replace(
-                base, id=model_id, adapter=str(folder), base=base.id, origin="named"
+                base, id=model_id, adapter=str(folder), base=base.base or base.id, origin="named"
             )
             self._slots[model_id] = _Slot(entry)
         return model_id
 
+    def with_draft(self, name: str | None, draft: str) -> str:
+        """The id of chat model `name` decoded speculatively with the draft model `draft` (a
+        smaller model of the same vocabulary, named as a request names a model)."""
+        model = self.find(name, "chat")
+        try:
+            helper = self.find(draft, "chat")
+        except OmniError as exc:
+            exc.param = "draft_model"
+            raise
+        if helper.draft or helper.adapter:
+            raise InvalidRequest(
+                f"'{draft}' cannot draft: name a plain model.", param="draft_model"
+            )
+        if model.draft:  # a draft in place of the one it has
+            model = dataclasses.replace(model, id=model.id.rsplit("~", 1)[0], draft="")
+        model_id = f"{model.id}~{helper.id}"
+        if model_id not in self._slots:
+            entry = dataclasses.replace(
+                model, id=model_id, draft=helper.id, draft_path=helper.path or helper.id,
+                base=model.base or model.id, origin="named",
+            )  # fmt: skip
+            self._slots[model_id] = _Slot(entry)
+        return model_id
+
+    def variant(self, entry: ModelEntry) -> dict[str, str] | None:
+        """What an accepted request records of a model with adapters or a draft, so that a
+        restart can load the same (variant_id() gives its id back)."""
+        if not (entry.adapter or entry.draft):
+            return None
+        return {"model": entry.base, "adapter": entry.adapter, "draft": entry.draft}
+
+    def variant_id(self, recorded: dict[str, str]) -> str:
+        name = recorded["model"]
+        if recorded.get("adapter"):
+            name = self.with_adapter(name, recorded["adapter"])
+        if recorded.get("draft"):
+            name = self.with_draft(name, recorded["draft"])
+        return name
+
     @asynccontextmanager
-    async def use(self, name: str | None, adapter: str | None = None) -> AsyncIterator[Engine]:
-        """The chat model `name` stands for (with LoRA `adapter`s), loaded, and kept loaded
-        while the caller takes a request in on it (a job it submits keeps it loaded)."""
+    async def use(
+        self, name: str | None, adapter: str | None = None, draft: str | None = None
+    ) -> AsyncIterator[Engine]:
+        """The chat model `name` stands for (with LoRA `adapter`s, decoded speculatively with
+        `draft`), loaded, and kept loaded while the caller takes a request in on it (a job
+        it submits keeps it loaded afterwards)."""
         if adapter is not None:
             name = self.with_adapter(name, adapter)
+        if draft is not None:
+            name = self.with_draft(name, draft)
         async with self._using(self.find(name, "chat")) as model:
             yield cast(Engine, model)
 

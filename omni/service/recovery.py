@@ -62,9 +62,9 @@ async def recover(service: ResponsesService) -> int:
         token_rows = await store.read(tokens_stream(response_id))
         tokens = [t for row in token_rows for t in json.loads(row.data)]
         cancelled = any(f.type == CANCEL_REQUESTED for f in facts)
-        if (adapter := request.get("adapter")) is not None:  # that model, those adapters
+        if (variant := request.get("variant")) is not None:  # with its adapters, its draft
             with contextlib.suppress(OmniError):  # gone: the model is not found, just below
-                service.models.with_adapter(adapter["model"], adapter["path"])
+                service.models.variant_id(variant)
         try:
             engine = await service.models.engine(model_id)
         except (NotFound, InvalidRequest):

@@ -104,7 +104,7 @@ class ResponsesService:
         )
         if not items and not history:
             raise InvalidRequest("`input` is required.", param="input")
-        async with self.models.use(body.model, body.adapter_path) as engine:
+        async with self.models.use(body.model, body.adapter_path, body.draft_model) as engine:
             self.runs.check_capacity(engine)
             return await self._accept(engine, body, owner, history + items, items)
 
@@ -167,8 +167,8 @@ class ResponsesService:
             "plan": plan.to_json(),
             "owner": owner,
         }
-        if (entry := self.models.find(engine.model_id)).adapter:  # loaded again by a restart
-            request["adapter"] = {"model": entry.base, "path": entry.adapter}
+        if variant := self.models.variant(self.models.find(engine.model_id)):
+            request["variant"] = variant  # adapters, a draft: loaded again by a restart
         if body.background:
             request["prompt"] = prompt  # so a restart can run or continue it exactly
         opening = [NewEvent(e["type"], dumps(e)) for e in recorder.opening()]
