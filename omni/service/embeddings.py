@@ -245,7 +245,6 @@ def _check_vocabulary(inputs: list[list[int]], vocab_size: int) -> None:
             if token < 0 or (vocab_size and token >= vocab_size):
                 known = f" (0 to {vocab_size - 1})" if vocab_size else ""
                 raise InvalidRequest(
-                    f"'input[{i}]' holds token id {token}, outside the model's "
-                    f"vocabulary{known}.",
+                    f"'input[{i}]' holds token id {token}, outside the model's vocabulary{known}.",
                     param="input",
                 )
