@@ -5,6 +5,7 @@ inputs, sorted by length, go through the model in padded passes of up to `max_ba
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -103,6 +104,7 @@ def pool(hidden: Any, mask: Any, modes: tuple[str, ...]) -> Any:
 
 def main(conn: Connection, path: str, max_batch: int) -> None:
     worker._die_with_parent()
+    os.environ.pop("LD_PRELOAD", None)  # the BLAS is in this process; not in what it starts
     no_torch_advice()
     try:
         runner = Runner(path)

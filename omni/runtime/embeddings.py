@@ -20,7 +20,7 @@ from typing import Any
 
 from omni.errors import ModelLoadError, OmniError
 from omni.jobs import EmbeddingCapabilities
-from omni.runtime import embed_wire, embed_worker, pooling
+from omni.runtime import blas, embed_wire, embed_worker, pooling
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,10 @@ class MLXEmbedder:
             args=(child, self.path, self.max_batch),
             name="omni-embedder",
         )
-        self._process.start()
+        # The engine's BLAS rule (omni.runtime.blas): on MLX's CPU build an optimized BLAS,
+        # preloaded into the model's process alone; all-MiniLM-L6-v2 embeds ~20x faster.
+        with blas.preloaded(blas.preload(blas.AUTO)):
+            self._process.start()
         child.close()
         try:
             message = conn.recv()

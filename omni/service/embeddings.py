@@ -162,12 +162,12 @@ class EmbeddingsService:
         except Exception as exc:
             failure = exc if isinstance(exc, OmniError) else OmniError(str(exc))
             fields = failure.body()
-            await self._end_now(eid, EMBEDDING_FAILED, embedder.model_id, timings, fields)
+            await self._end(eid, EMBEDDING_FAILED, embedder.model_id, timings, fields)
             raise
         usage = {"prompt_tokens": sum(counts), "total_tokens": sum(counts)}
         dims = body.dimensions or caps.dimensions
         done = {"inputs": len(inputs), "dimensions": min(dims, caps.dimensions), "usage": usage}
-        await self._end_now(eid, EMBEDDING_COMPLETED, embedder.model_id, timings, done)
+        await self._end(eid, EMBEDDING_COMPLETED, embedder.model_id, timings, done)
         self._observe(len(inputs), usage["prompt_tokens"], timings)
         data = [
             {
@@ -207,14 +207,10 @@ class EmbeddingsService:
     def _end(
         self, eid: str, type_: str, model_id: str, timings: dict[str, int], fields: dict[str, Any]
     ) -> asyncio.Future[Any]:
+        """The ending's append, queued (awaited but where the request was cancelled)."""
         timings = {**timings, "finished_at": _now_ms()}
         data = {"id": eid, "model": model_id, **fields, "timings": timings}
         return self.appender.submit(Append(eid, 1, [NewEvent(type_, dumps(data))]))
-
-    async def _end_now(
-        self, eid: str, type_: str, model_id: str, timings: dict[str, int], fields: dict[str, Any]
-    ) -> None:
-        await self._end(eid, type_, model_id, timings, fields)
 
     def _observe(self, inputs: int, tokens: int, timings: dict[str, int]) -> None:
         m = self.metrics

@@ -243,3 +243,26 @@ async def test_recovery_ends_what_a_crash_left_open(setup) -> None:
     assert await service.recover() == 1
     assert [e.type for e in await store.read("embd-crashed")][-1] == "embedding.failed"
     assert await service.recover() == 0
+
+
+async def test_a_client_that_leaves_ends_it_cancelled(setup) -> None:
+    import asyncio
+
+    service, store, fake = setup
+    entered = asyncio.Event()
+
+    async def never(inputs: list[list[int]]) -> list[list[float]]:
+        entered.set()
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    fake.embed = never  # type: ignore[method-assign]
+    task = asyncio.create_task(service.create(body(input="x")))
+    await entered.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await service.appender.append()  # what was queued before it has committed
+    end = logged(store)[-1]
+    assert end.type == "embedding.failed"
+    assert json.loads(end.data)["error"]["code"] == "cancelled"

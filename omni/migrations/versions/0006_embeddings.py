@@ -1,9 +1,10 @@
 """Embeddings requests in the `summaries` projection, and a view `embeddings` over them.
 
 0005's triggers already give an embeddings request its row when it is accepted (kind
-`embedding`, from its request); this one ends it: status, the model that answered, prompt
-tokens, when it started, an error. Kept by a trigger on `events` in the transaction of the
-ending, and folded here over the events already in the log by the same statement.
+`embedding`, from its request); this one ends it: status (`cancelled` where its client went
+away first), the model that answered, prompt tokens, when it started, an error. Kept by a
+trigger on `events` in the transaction of the ending, and folded here over the events already
+in the log by the same statement.
 
 Revision ID: 0006
 Revises: 0005
@@ -36,7 +37,8 @@ def _j(path: str) -> str:
 
 _END = f"""
 UPDATE summaries SET end_position = e.position, finished_at = e.created_at,
-    status = CASE e.type WHEN 'embedding.failed' THEN 'failed' ELSE 'completed' END,
+    status = CASE WHEN e.type = 'embedding.completed' THEN 'completed'
+        WHEN {_j("$.error.code")} = 'cancelled' THEN 'cancelled' ELSE 'failed' END,
     model = coalesce({_j("$.model")}, model),
     started_at = coalesce({_j("$.timings.started_at")}, started_at),
     input_tokens = {_j("$.usage.prompt_tokens")},
