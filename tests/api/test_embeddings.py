@@ -197,3 +197,11 @@ def test_the_projection_rebuilds_from_the_log(served, tmp_path: Path) -> None:
         want = live.execute(query).fetchall()
         assert len(want) >= 1
         assert rebuilt.execute(query).fetchall() == want
+
+
+def test_a_server_without_embedding_models_says_so(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.NotFoundError) as err:
+        client.embeddings.create(model=DEFAULT_EMBEDDING_ID, input=CAT, encoding_format="float")
+    body = err.value.body
+    assert isinstance(body, dict) and body["code"] == "model_not_found"
+    assert body["message"] == "This server serves no embedding model."

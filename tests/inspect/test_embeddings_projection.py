@@ -10,6 +10,7 @@ from pathlib import Path
 from alembic import command
 
 from omni.db import alembic_config
+from tests.test_cli import omni
 
 
 def _append(
@@ -28,8 +29,8 @@ def _request(conn: sqlite3.Connection, eid: str, at: int) -> None:
     _append(conn, eid, 0, "embedding.in_progress", {"id": eid}, at)
 
 
-def test_each_ending_in_summaries_and_the_view(tmp_path: Path) -> None:
-    path = tmp_path / "omni.db"
+def _log(path: Path) -> None:
+    """Four embeddings requests, each ended its own way (one still running)."""
     command.upgrade(alembic_config(str(path)), "head")
     with sqlite3.connect(path) as conn:
         for n, eid in enumerate(["embd-done", "embd-broke", "embd-left", "embd-running"]):
@@ -41,6 +42,12 @@ def test_each_ending_in_summaries_and_the_view(tmp_path: Path) -> None:
         for eid, code in (("embd-broke", "server_error"), ("embd-left", "cancelled")):
             error = {"message": "why", "code": code}
             _append(conn, eid, 1, "embedding.failed", {"model": "m", "error": error}, 3000)
+
+
+def test_each_ending_in_summaries_and_the_view(tmp_path: Path) -> None:
+    path = tmp_path / "omni.db"
+    _log(path)
+    with sqlite3.connect(path) as conn:
         rows = conn.execute(
             "SELECT id, kind, status, model, input_tokens, started_at, finished_at, error_code"
             " FROM summaries ORDER BY position"
@@ -57,3 +64,19 @@ def test_each_ending_in_summaries_and_the_view(tmp_path: Path) -> None:
     ]
     assert view[0] == ("embd-done", "completed", 3, 21, 5, 40)
     assert view[3] == ("embd-running", "in_progress", 3, None, 0, None)
+
+
+def test_omni_ls_and_stats_by_kind(tmp_path: Path) -> None:
+    path = tmp_path / "omni.db"
+    _log(path)
+    with sqlite3.connect(path) as conn:  # and a chat completion, which --kind leaves out
+        _append(conn, "chatcmpl-x/request", 0, "omni.request.accepted", {"kind": "chat"}, 9)
+    listed = omni("ls", "--kind", "embedding", "--db", str(path))
+    assert listed.returncode == 0, listed.stderr
+    lines = listed.stdout.splitlines()[1:]  # after the header
+    assert [line.split("\t")[0] for line in lines] == [
+        "embd-running", "embd-left", "embd-broke", "embd-done"
+    ]  # fmt: skip
+    assert "3 inputs, 21 tokens" in listed.stdout
+    stats = omni("stats", "--json", "--db", str(path))
+    assert json.loads(stats.stdout)["by_kind"] == {"embedding": 4, "chat.completion": 1}
