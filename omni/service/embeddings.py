@@ -12,6 +12,7 @@ import logging
 import math
 import sys
 import time
+from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
 from omni.errors import InvalidRequest, OmniError
@@ -40,9 +41,10 @@ log = logging.getLogger(__name__)
 class EmbedderSource(Protocol):
     """What the service asks of the model pool (omni.service.models.Models)."""
 
-    async def embedder(self, name: str | None) -> Embedder:
-        """The embedding model `name` names (an alias, or None: the default), loaded; a
-        ModelNotFound, or an InvalidRequest for a chat model."""
+    def use_embedder(self, name: str | None) -> AbstractAsyncContextManager[Embedder]:
+        """The embedding model `name` names (an alias, or None: the default), loaded and kept
+        loaded while the request is taken in and embedded; a ModelNotFound, or an
+        InvalidRequest for a chat model."""
         ...
 
 
@@ -128,7 +130,18 @@ class EmbeddingsService:
         """`owner`'s embeddings: their id in the log and OpenAI's answer."""
         queued_at = _now_ms()
         texts, given = split_input(body.input)
-        embedder = await self.models.embedder(body.model)
+        async with self.models.use_embedder(body.model) as embedder:
+            return await self._create(body, embedder, texts, given, owner, queued_at)
+
+    async def _create(
+        self,
+        body: EmbeddingCreate,
+        embedder: Embedder,
+        texts: list[str] | None,
+        given: list[list[int]] | None,
+        owner: str | None,
+        queued_at: int,
+    ) -> tuple[str, dict[str, Any]]:
         caps = embedder.capabilities
         if body.dimensions is not None and body.dimensions > caps.dimensions:
             raise InvalidRequest(

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import math
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -40,9 +41,11 @@ class OneEmbedder:
     def __init__(self, embedder: MLXEmbedder) -> None:
         self.embedder_ = embedder
 
-    async def embedder(self, name: str | None) -> MLXEmbedder:
+    @asynccontextmanager
+    async def use_embedder(self, name: str | None) -> AsyncIterator[MLXEmbedder]:
         if name in (None, DEFAULT_EMBEDDING_ID, "text-embedding-3-small"):
-            return self.embedder_
+            yield self.embedder_
+            return
         if name == MODEL:
             raise InvalidRequest(
                 f"Model '{name}' is a chat model, not an embedding model.", param="model"

@@ -8,6 +8,7 @@ import base64
 import json
 import math
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -54,9 +55,11 @@ class FakeModels:
     def __init__(self, embedder: FakeEmbedder) -> None:
         self.fake = embedder
 
-    async def embedder(self, name: str | None) -> FakeEmbedder:
+    @asynccontextmanager
+    async def use_embedder(self, name: str | None) -> AsyncIterator[FakeEmbedder]:
         if name in (None, "fake-embed", "text-embedding-3-small"):
-            return self.fake
+            yield self.fake
+            return
         if name == "a-chat-model":
             raise InvalidRequest(
                 "Model 'a-chat-model' is a chat model, not an embedding model.", param="model"
