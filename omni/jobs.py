@@ -179,6 +179,7 @@ class EmbeddingCapabilities:
 
     dimensions: int  # the length of its vectors
     context_length: int  # the most tokens of one input
+    vocab_size: int = 0  # token ids given as input are below this (0: not known, not checked)
 
 
 @runtime_checkable

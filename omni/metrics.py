@@ -76,6 +76,15 @@ class Metrics:
             buckets=BATCH,
             registry=r,
         )
+        self.embedding_inputs = Counter(
+            "omni_embeddings_inputs", "Inputs embedded (strings or token lists)", registry=r
+        )
+        self.embedding_seconds = Histogram(
+            "omni_embeddings_request_seconds",
+            "From an embeddings request's arrival to its vectors (a model's load included)",
+            buckets=LATENCY,
+            registry=r,
+        )
         self.queued = Gauge("omni_jobs_queued", "Jobs waiting for the model", registry=r)
         self.running = Gauge("omni_jobs_running", "Jobs the model is working on", registry=r)
         for outcome in ("hit", "miss"):  # both series exist from the start, at 0

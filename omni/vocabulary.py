@@ -4,7 +4,8 @@ statuses a finished response can have. Every layer names events from here.
 A response owns three streams (omni.service.streams): `resp_X`, exactly what the API streams
 (OpenAI's `response.*` types); `resp_X/request`, the accepted request, cancel requests and
 the delete tombstone; `resp_X/tokens`, the token ids of a background generation. A chat or
-text completion's stream holds its chunks as the API streams them, then one ending.
+text completion's stream holds its chunks as the API streams them, then one ending. An
+embeddings request's stream `embd-X` holds its start and its ending (usage, timings).
 """
 
 from __future__ import annotations
@@ -25,6 +26,13 @@ COMPLETION_CANCELLED = "completion.cancelled"
 # Every completion stream ends with exactly one of these.
 COMPLETION_ENDS = frozenset({*COMPLETION_USAGE.values(), COMPLETION_ERROR, COMPLETION_CANCELLED})
 
+# --- embeddings (OpenAI streams none: the public stream `embd-X` is Omni's record) ------
+EMBEDDING_IN_PROGRESS = "embedding.in_progress"  # accepted: its inputs are being embedded
+EMBEDDING_COMPLETED = "embedding.completed"  # usage and timings, never the vectors
+EMBEDDING_FAILED = "embedding.failed"
+# Every embeddings stream ends with exactly one of these.
+EMBEDDING_ENDS = frozenset({EMBEDDING_COMPLETED, EMBEDDING_FAILED})
+
 # --- Omni's own events (the request streams, tokens, metadata) ------------------------
 ACCEPTED = "omni.request.accepted"
 CANCEL_REQUESTED = "omni.response.cancel_requested"
@@ -35,5 +43,5 @@ COMPLETION_DELETED = "omni.completion.deleted"
 
 # The API each object belongs to (the `kind` its accepted request records) and its id prefix.
 # Each API answers 404 for ids of another kind, before it reads or writes anything else.
-RESPONSE, CHAT, TEXT = "response", "chat", "text"
-ID_PREFIXES = {RESPONSE: "resp_", CHAT: "chatcmpl-", TEXT: "cmpl-"}
+RESPONSE, CHAT, TEXT, EMBEDDING = "response", "chat", "text", "embedding"
+ID_PREFIXES = {RESPONSE: "resp_", CHAT: "chatcmpl-", TEXT: "cmpl-", EMBEDDING: "embd-"}

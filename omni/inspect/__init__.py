@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from omni.inspect.database import missing, open_log
 from omni.inspect.reading import Inspector
-from omni.inspect.records import STATUSES, Detail, Stats, Summary, TimelineRow, iso
+from omni.inspect.records import KINDS, STATUSES, Detail, Stats, Summary, TimelineRow, iso
 
 __all__ = [
+    "KINDS",
     "STATUSES",
     "Detail",
     "Inspector",

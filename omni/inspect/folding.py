@@ -70,6 +70,15 @@ def _item(item: dict[str, Any]) -> dict[str, Any]:
 def request_summary(kind: str, doc: dict[str, Any]) -> dict[str, Any]:
     """An accepted request ({kind, body, ...}) as {model, sampling, instructions, input}."""
     body = doc.get("body") or {}
+    if kind == "embedding":  # its inputs' text is not kept: how many, and their tokens
+        told = f"{doc.get('inputs')} inputs, {doc.get('prompt_tokens')} tokens"
+        return {
+            "model": body.get("model"),
+            "sampling": {},
+            "instructions": None,
+            "input": [{"type": "embedding_input", "role": None, "text": told}],
+            "stream": False,
+        }
     if kind == "response":
         sampling = dict((doc.get("plan") or doc).get("sampling") or {})  # older: beside
         items = [_item(i) for i in doc.get("input") or [] if isinstance(i, dict)]

@@ -70,6 +70,8 @@ class Inspector:
         if kind == "response":
             folded = fold_response([(t, d) for _, t, d in events])
             output, calls, reasoning = response_output(folded)
+        elif kind == "embedding":  # vectors are never kept: no output to show
+            output, calls, reasoning = "", [], ""
         else:
             fold = fold_chat if kind == "chat.completion" else fold_text
             pairs = [(t, d) for _, t, d in events if t.endswith(".chunk") or t.endswith(".usage")]
@@ -244,6 +246,10 @@ class Inspector:
         known = None not in usage
         if known and row["kind"] == "response" and row["end_position"] is not None:
             return response_output(_json(row["end_data"] or "{}").get("response") or {})[0], *usage
+        if row["kind"] == "embedding":  # no output; unfinished, its request's tokens
+            if usage[0] is not None:
+                return "", usage[0], None
+            return "", (self.request(row["id"]) or {}).get("prompt_tokens"), None
         query = _RESPONSE_SO_FAR if row["kind"] == "response" else _COMPLETION_SO_FAR
         shown, prompt, sent = self.conn.execute(text(query), {"s": row["id"]}).one()
         if known:

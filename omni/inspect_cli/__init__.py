@@ -9,7 +9,7 @@ import sys
 from typing import Any
 
 from omni.events.maintenance import parse_duration
-from omni.inspect import STATUSES
+from omni.inspect import KINDS, STATUSES
 from omni.inspect_cli.commands import ls, replay, show, stats
 from omni.inspect_cli.tail import tail
 
@@ -24,8 +24,9 @@ def add_parsers(sub: Any, default_db: str) -> None:
         p.add_argument("--db", default=default_db, help="SQLite file (the event log)")
         return p
 
-    p = command("ls", "recent responses and chat completions, one line each")
+    p = command("ls", "recent responses, completions and embeddings, one line each")
     p.add_argument("--status", choices=STATUSES, help="only this status")
+    p.add_argument("--kind", choices=KINDS, help="only this kind of object")
     p.add_argument("--model", help="only this model")
     p.add_argument(
         "--since", type=_duration, metavar="DURATION", help="created within: 30m, 2h, 1d"

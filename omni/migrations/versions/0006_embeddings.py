@@ -1,0 +1,78 @@
+"""Embeddings requests in the `summaries` projection, and a view `embeddings` over them.
+
+0005's triggers already give an embeddings request its row when it is accepted (kind
+`embedding`, from its request); this one ends it: status (`cancelled` where its client went
+away first), the model that answered, prompt tokens, when it started, an error. Kept by a
+trigger on `events` in the transaction of the ending, and folded here over the events already
+in the log by the same statement.
+
+Revision ID: 0006
+Revises: 0005
+Create Date: 2026-12-02
+"""
+
+from __future__ import annotations
+
+from alembic import op
+
+revision = "0006"
+down_revision = "0005"
+branch_labels = None
+depends_on = None
+
+_DOC = "CASE WHEN json_valid({0}data) THEN {0}data END AS doc"
+_COLUMNS = "position, stream_id, seq, type, created_at"
+NEW_ROW = (
+    "(SELECT " + ", ".join(f"NEW.{c} AS {c}" for c in _COLUMNS.split(", ")) + ", "
+    f"{_DOC.format('NEW.')})"
+)
+EVENTS = f"(SELECT {_COLUMNS}, {_DOC.format('')} FROM events)"
+ENDS = ("embedding.completed", "embedding.failed")
+_ENDS = "(" + ", ".join(f"'{t}'" for t in ENDS) + ")"
+
+
+def _j(path: str) -> str:
+    return f"json_extract(e.doc, '{path}')"
+
+
+_END = f"""
+UPDATE summaries SET end_position = e.position, finished_at = e.created_at,
+    status = CASE WHEN e.type = 'embedding.completed' THEN 'completed'
+        WHEN {_j("$.error.code")} = 'cancelled' THEN 'cancelled' ELSE 'failed' END,
+    model = coalesce({_j("$.model")}, model),
+    started_at = coalesce({_j("$.timings.started_at")}, started_at),
+    input_tokens = {_j("$.usage.prompt_tokens")},
+    error_code = {_j("$.error.code")},
+    error_message = {_j("$.error.message")}
+FROM {{src}} AS e
+WHERE e.type IN {_ENDS} AND summaries.id = e.stream_id
+"""
+TRIGGER = (
+    f"CREATE TRIGGER summaries_on_embedding_end AFTER INSERT ON events WHEN NEW.type IN {_ENDS}"
+    f" BEGIN {_END.format(src=NEW_ROW)}; END"
+)
+REBUILD = [_END.format(src=EVENTS)]  # after 0005's REBUILD, whose rows it ends
+
+_ISO = "strftime('%Y-%m-%dT%H:%M:%S', {0} / 1000, 'unixepoch') || printf('.%03dZ', {0} % 1000)"
+VIEW = f"""CREATE VIEW embeddings AS SELECT
+    s.id, s.status, s.model, s.created,
+    CASE WHEN s.finished_at IS NOT NULL THEN {_ISO.format("s.finished_at")} END AS finished,
+    (SELECT json_extract(r.data, '$.inputs') FROM events r
+     WHERE r.stream_id = s.id || '/request' AND r.seq = 0 AND json_valid(r.data)) AS inputs,
+    s.input_tokens AS prompt_tokens, s.started_at - s.created_at AS queued_ms,
+    s.finished_at - s.created_at AS total_ms, s.error_code, s.error_message, s.deleted,
+    s.owner, s.created_at AS created_ms
+FROM summaries s
+WHERE s.kind = 'embedding'"""
+
+
+def upgrade() -> None:
+    op.execute(TRIGGER)
+    for statement in REBUILD:
+        op.execute(statement)
+    op.execute(VIEW)
+
+
+def downgrade() -> None:
+    op.execute("DROP VIEW IF EXISTS embeddings")
+    op.execute("DROP TRIGGER IF EXISTS summaries_on_embedding_end")
