@@ -490,7 +490,7 @@ def _serve(args: argparse.Namespace) -> None:
     from hypercorn.config import Config
 
     from omni.api.app import create_app, shut_down
-    from omni.runtime.catalogue import DEFAULT_EMBEDDING_ID
+    from omni.runtime.default_embedding import DEFAULT_EMBEDDING_ID
     from omni.runtime.default_model import DEFAULT_MODEL_ID
     from omni.runtime.loading import Loader
     from omni.service.models import Models

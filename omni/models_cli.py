@@ -211,14 +211,14 @@ def _loaded(url: str) -> set[str] | None:
 
 
 def _pull(name: str, home: Path) -> int:
-    from omni.runtime import catalogue, default_model
+    from omni.runtime import default_embedding, default_model
 
     def say(message: str) -> None:
         print(f"omni: {message}", file=sys.stderr, flush=True)
 
     if name == default_model.DEFAULT_MODEL_ID:
         path = default_model.ensure_default_model(home, say)
-    elif name == catalogue.DEFAULT_EMBEDDING_ID:
+    elif name == default_embedding.DEFAULT_EMBEDDING_ID:
         from omni.runtime.default_embedding import ensure_default_embedding
 
         path = ensure_default_embedding(home, say)
@@ -227,7 +227,7 @@ def _pull(name: str, home: Path) -> int:
     else:
         raise OmniError(
             f"cannot pull {name!r}: name a default ({default_model.DEFAULT_MODEL_ID}, "
-            f"{catalogue.DEFAULT_EMBEDDING_ID}) or a Hugging Face repo id (owner/name)"
+            f"{default_embedding.DEFAULT_EMBEDDING_ID}) or a Hugging Face repo id (owner/name)"
         )
     print(path)
     return 0

@@ -159,6 +159,8 @@ def create_app(settings: Settings, served: Models | Engine) -> Quart:
         pool.start()
         await service.recover()
         await completions.recover()
+        embedding = EmbeddingsService(store, appender, pool, figures)
+        await embedding.recover()
         if cache and await store.cache.size() == 0:
             await store.cache.rebuild()  # the index is a projection of the log: lost, made again
         app.config["OMNI"] = State(
@@ -171,6 +173,7 @@ def create_app(settings: Settings, served: Models | Engine) -> Quart:
             StoredCompletions(store, appender),
             int(time.time()),
             figures,
+            embeddings=embedding,
             shutdown_grace_s=settings.shutdown_grace_s,
         )
         if settings.retention_s is not None:  # after recovery: it ends what a crash left open

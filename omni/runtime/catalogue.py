@@ -14,10 +14,10 @@ from pathlib import Path
 
 from omni.catalogue import ModelEntry, ModelKind, Origin
 from omni.runtime import default_model
+from omni.runtime.default_embedding import DEFAULT_EMBEDDING_ID, default_embedding_dir
 
 log = logging.getLogger(__name__)
 
-DEFAULT_EMBEDDING_ID = "all-minilm-l6-v2"
 _CONVERTED = re.compile(r"^(?P<stem>.+)-[0-9a-f]{12}$")  # model_source.gguf_cache_dir's names
 # Architectures that embed rather than generate (mlx-embeddings' families).
 _ENCODERS = ("BertModel", "XLMRobertaModel", "ModernBertModel", "NomicBertModel")
@@ -88,7 +88,7 @@ def model_kind(folder: Path) -> ModelKind | None:
 def _defaults(home: Path) -> Iterator[ModelEntry]:
     chat = default_model.default_model_dir(home)
     yield ModelEntry(default_model.DEFAULT_MODEL_ID, "chat", "", "default", _size(chat))
-    embedding = home / "models" / DEFAULT_EMBEDDING_ID
+    embedding = default_embedding_dir(home)
     yield ModelEntry(DEFAULT_EMBEDDING_ID, "embedding", "", "default", _size(embedding))
 
 
