@@ -71,7 +71,8 @@ def request_summary(kind: str, doc: dict[str, Any]) -> dict[str, Any]:
     """An accepted request ({kind, body, ...}) as {model, sampling, instructions, input}."""
     body = doc.get("body") or {}
     if kind == "embedding":  # its inputs' text is not kept: how many, and their tokens
-        told = f"{doc.get('inputs')} inputs, {doc.get('prompt_tokens')} tokens"
+        n, tokens = doc.get("inputs"), doc.get("prompt_tokens")
+        told = f"{n} input{'' if n == 1 else 's'}, {tokens} token{'' if tokens == 1 else 's'}"
         return {
             "model": body.get("model"),
             "sampling": {},
