@@ -130,5 +130,13 @@ class UnsupportedMediaType(OmniError):
     code: str | None = "unsupported_media_type"
 
 
+class NotInstalled(OmniError):
+    """A feature whose optional extra is not installed here: the message says how to."""
+
+    status = 501
+    type = "server_error"
+    code: str | None = "feature_not_installed"
+
+
 class DatabaseInUse(StoreError):
     """Another live `omni serve` holds the database's lock (omni/lock.py)."""
