@@ -1,0 +1,55 @@
+"""`omni models` (the catalogue, plain when piped, JSON lines with --json, what a server has
+loaded when one answers) and the catalogue flags' errors: one line each."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from omni.runtime.tiny import build_tiny_llama
+from tests.test_cli import assert_one_line_error, omni, serving
+
+
+@pytest.fixture(scope="module")
+def shelf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("shelf")
+    build_tiny_llama(root / "tiny-a")
+    build_tiny_llama(root / "tiny-b", seed=3)
+    return root
+
+
+def test_omni_models_lists_the_catalogue_and_what_is_loaded(
+    shelf: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OMNI_HOME", str(tmp_path / "home"))
+    flags = ("--models-dir", str(shelf), "--no-hf-cache")
+    with serving(shelf / "tiny-a", tmp_path / "omni.db", "warning", None, *flags) as (base, _):
+        listed = omni("models", *flags, "--url", base, "--json")
+        plain = omni("models", *flags, "--url", base)
+    rows = {r["id"]: r for r in map(json.loads, listed.stdout.splitlines())}
+    assert listed.returncode == 0, listed.stderr
+    assert rows["tiny-a"]["loaded"] is True and rows["tiny-b"]["loaded"] is False
+    assert rows["tiny-b"]["size_bytes"] > 0 and rows["tiny-b"]["origin"] == "models-dir"
+    assert rows["all-minilm-l6-v2"]["kind"] == "embedding"
+    lines = plain.stdout.splitlines()
+    assert lines[0].split() == ["id", "kind", "origin", "loaded", "size", "path"]
+    assert any(line.split()[:4] == ["tiny-a", "chat", "models-dir", "yes"] for line in lines)
+    alone = omni("models", *flags, "--url", "http://127.0.0.1:9", "--json")  # nobody there
+    assert {json.loads(r)["loaded"] for r in alone.stdout.splitlines()} == {None}
+    assert "not known" in omni("models", *flags, "--url", "http://127.0.0.1:9").stderr
+
+
+def test_catalogue_flags_fail_in_one_line(shelf: Path, tmp_path: Path) -> None:
+    bad_toml = tmp_path / "omni.toml"
+    bad_toml.write_text("[aliases\n")
+    serve = ("serve", "--model", str(shelf / "tiny-a"), "--db", str(tmp_path / "omni.db"))
+    assert_one_line_error(omni(*serve, "--config", str(bad_toml)), "not TOML")
+    assert_one_line_error(omni(*serve, "--config", str(tmp_path / "none.toml")), "--config")
+    unknown = tmp_path / "aliases.toml"
+    unknown.write_text('[aliases]\n"gpt-5.5" = "no-such-model"\n')
+    assert_one_line_error(omni(*serve, "--config", str(unknown)), "no model 'no-such-model'")
+    assert_one_line_error(omni("models", "pull", "nothing-like-it"), "cannot pull")
+    usage = omni(*serve, "--alias", "no-equals-sign")
+    assert usage.returncode == 2 and "NAME=MODEL" in usage.stderr
