@@ -17,6 +17,7 @@ where matplotlib exists) to $OUT (a device call returns 8 files at most). Settin
     (default 16/8,8/8,16/8,8/8,16/16; 8 rounds each), copied as gpu_groups_<i>_<omni>_<raw>.json.
     GPU_GROUP_TRACE=1 also traces both engines' steps (under /tmp) and copies
     bench/timeline.py's account of each arm, gpu_groups_<i>_<omni>_<raw>_timeline.txt.
+- GPU_OVERHEAD_ARGS: more flags for overhead.py (e.g. --engine: the engine alone as well).
 - GPU_CONCURRENCY_ARGS: more flags for concurrency.py, groups' runs included (e.g. --skip-peer,
   --tokens 256: a later flag wins).
 """
@@ -114,6 +115,7 @@ def main() -> None:
     rounds = os.environ.get("GPU_ROUNDS", "3")  # overhead's runs, concurrency's rounds
     if "overhead" in runs:
         args = ["--model", str(model), "--tokens", "128", "--runs", rounds]
+        args += os.environ.get("GPU_OVERHEAD_ARGS", "").split()  # e.g. --engine
         run("overhead.py", *args, timeout=400)
     extra = os.environ.get("GPU_CONCURRENCY_ARGS", "").split()  # e.g. --skip-peer
     args = ["--model", str(model), "--levels", levels, "--tokens", "128", "--rounds", rounds]

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import httpx
 
@@ -141,6 +141,40 @@ def chat_run(client: httpx.Client, model_id: str, tokens: int) -> Run:
     return once
 
 
+def engine_run(source: Any, tokens: int) -> tuple[Run, Callable[[], None]]:
+    """Omni's engine alone, driven in this process as the server drives it (a job, its
+    outputs on an event loop), without HTTP, the log or SSE: where the time goes between
+    raw mlx-lm and the server's paths."""
+    import asyncio
+
+    from omni.jobs import Delta, Failed, Finished, Job, Sampling
+    from omni.runtime.mlx_engine import MLXEngine
+
+    engine = MLXEngine(source, prompt_cache_entries=0)
+    engine.start()
+    prompt = engine.render([{"role": "user", "content": PROMPT}], [])
+
+    async def go() -> dict[str, float]:
+        job = Job(prompt, Sampling(temperature=0, max_tokens=tokens))
+        start = time.perf_counter()
+        first = last = 0.0
+        engine.submit(job)
+        while True:
+            out = await job.outputs.get()
+            if isinstance(out, Delta) and out.text:
+                last = time.perf_counter()
+                first = first or last
+            elif isinstance(out, Finished):
+                n = out.completion_tokens
+                break
+            elif isinstance(out, Failed):
+                raise SystemExit(f"the engine failed: {out.message}")
+        return {"ttft_s": first - start, "tokens": n, "decode_tps": decode_tps(n, first, last),
+                "cached_tokens": 0}  # fmt: skip
+
+    return lambda: asyncio.run(go()), engine.close
+
+
 def decode_tps(n: int, first: float, last: float) -> float:
     return (n - 1) / (last - first) if n > 1 and last > first else float("nan")
 
@@ -154,7 +188,7 @@ def main() -> None:
     from omni.runtime.model_source import resolve_model
 
     source = resolve_model(ARGS.model, omni_home(), lambda m: print(m, file=sys.stderr))
-    paths = ("raw", "responses", "chat")
+    paths: tuple[str, ...] = ("raw", "responses", "chat") + (("engine",) if ARGS.engine else ())
     runs: dict[str, list[dict[str, float]]] = {p: [] for p in paths}
     raw = RawWorker(raw_worker, source.path, ARGS.tokens)
     with tempfile.TemporaryDirectory() as tmp:
@@ -163,6 +197,7 @@ def main() -> None:
         # One client for every request, as an SDK keeps one: a new httpx client per request
         # spends tens of ms building its TLS context, which is the client's cost, not the server's.
         client = httpx.Client(base_url=base_url, timeout=600)
+        close_engine: Callable[[], None] | None = None
         try:
             model_id = client.get("/v1/models").json()["data"][0]["id"]
             once = {
@@ -170,17 +205,21 @@ def main() -> None:
                 "responses": responses_run(client, model_id, ARGS.tokens),
                 "chat": chat_run(client, model_id, ARGS.tokens),
             }
+            if ARGS.engine:
+                once["engine"], close_engine = engine_run(source, ARGS.tokens)
             for path in paths:
                 once[path]()  # warm-up
             for i in range(ARGS.runs):  # rounds, each path once, the order turning
-                for path in paths[i % 3 :] + paths[: i % 3]:
+                for path in paths[i % len(paths) :] + paths[: i % len(paths)]:
                     runs[path].append(once[path]())
         finally:
             client.close()
+            if close_engine is not None:
+                close_engine()
             raw.stop()
             server.terminate()
             server.wait(timeout=60)
-    raw, responses, chat = (_median(runs[p]) for p in paths)
+    raw, responses, chat = (_median(runs[p]) for p in paths[:3])
 
     def ratios(path: str) -> dict[str, float]:
         pairs = list(zip(runs[path], runs["raw"], strict=True))
@@ -200,6 +239,14 @@ def main() -> None:
         "omni_chat_stream": chat,
         "ratio_responses_over_raw": ratios("responses"),
         "ratio_chat_over_raw": ratios("chat"),
+        **(
+            {
+                "omni_engine_alone": _median(runs["engine"]),
+                "ratio_engine_over_raw": ratios("engine"),
+            }
+            if ARGS.engine
+            else {}
+        ),  # fmt: skip
         "rounds": runs,
     }
     prefix = "on" if ARGS.prefix_cache else "off"
@@ -211,11 +258,14 @@ def main() -> None:
         f"{'path':<30}{'tokens':>7}{'cached':>7}{'TTFT ms':>9}{'decode tok/s':>14}"
         f"{'decode/raw':>12}{'TTFT-raw ms':>13}"
     )
-    rows = (
+    rows: tuple[tuple[str, Any, Any], ...] = (
         ("raw mlx_lm.stream_generate", raw, None),
         ("omni /v1/responses SSE", responses, result["ratio_responses_over_raw"]),
         ("omni /v1/chat/completions SSE", chat, result["ratio_chat_over_raw"]),
     )
+    if ARGS.engine:
+        rows += (("omni engine alone (no HTTP)", result["omni_engine_alone"],
+                  result["ratio_engine_over_raw"]),)  # fmt: skip
     for name, row, ratio in rows:
         ttft_ms = row["ttft_s"] * 1000
         tail = f"{ratio['decode_tps']:>12.3f}{ratio['ttft_diff_ms']:>+13.1f}" if ratio else ""
@@ -258,6 +308,11 @@ if __name__ == "__main__":
         "--prefix-cache",
         action="store_true",
         help="keep the server's prefix (KV) cache on (default: off, like raw mlx-lm)",
+    )
+    p.add_argument(
+        "--engine",
+        action="store_true",
+        help="also time Omni's engine alone, in this process, without HTTP, the log or SSE",
     )
     ARGS = p.parse_args()
     main()
