@@ -170,11 +170,12 @@ class MLXEngine:
 
     def _await_weights(self, conn: Connection, forwarder: Path | None) -> None:
         """The engine process's answer to its load: serve, or fail what waits."""
+        process = self._process  # close() may let go of it meanwhile
         try:
             message = conn.recv()
-        except EOFError:
-            self._process.join()
-            message = wire.LoadFailed(f"the engine process exited ({self._process.exitcode})")
+        except (EOFError, OSError):
+            process.join()
+            message = wire.LoadFailed(f"the engine process exited ({process.exitcode})")
         finally:  # loaded (or gone) by now: its mapping outlives the file
             if forwarder is not None:
                 shutil.rmtree(forwarder.parent, ignore_errors=True)
