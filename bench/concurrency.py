@@ -62,6 +62,7 @@ from _server import (  # noqa: E402
     chat_ids,
     cpu_list,
     cpu_seconds,
+    engine_form,
     free_port,
     split_cpus,
     start_omni,
@@ -347,6 +348,7 @@ def raw_worker(
     from mlx_lm.generate import BatchGenerator
 
     model, tokenizer = load(model_path)[:2]
+    model = engine_form(model)  # the weights and kernels Omni's engine runs
     eos = sorted(tokenizer.eos_token_ids)
 
     def encode(text: str) -> list[int]:
@@ -428,6 +430,7 @@ class RawBatch:
         self._worker = RawWorker(
             raw_worker,
             *(model_path, ARGS.tokens, ARGS.max_batch, ARGS.trace, ARGS.raw_prefill_group),
+            like_engine=True,
         )
         if self._worker.reply() != "ready":
             raise SystemExit("raw BatchGenerator did not start")

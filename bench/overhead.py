@@ -34,7 +34,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _plot import Bars, write_results  # noqa: E402
-from _server import RawWorker, chat_body, chat_ids, start_omni  # noqa: E402
+from _server import RawWorker, chat_body, chat_ids, engine_form, start_omni  # noqa: E402
 
 PROMPT = "Write a short story about a lighthouse keeper and a storm."
 NO_CACHE = {"Cache-Control": "no-cache"}
@@ -47,6 +47,7 @@ def raw_worker(conn: Connection, model_path: str, tokens: int) -> None:
     from mlx_lm.sample_utils import make_sampler
 
     model, tokenizer = load(model_path)
+    model = engine_form(model)  # the weights and kernels Omni's engine runs
     prompt = chat_ids(tokenizer, [{"role": "user", "content": PROMPT}])
     sampler = make_sampler(temp=0.0)
 
@@ -190,7 +191,7 @@ def main() -> None:
     source = resolve_model(ARGS.model, omni_home(), lambda m: print(m, file=sys.stderr))
     paths: tuple[str, ...] = ("raw", "responses", "chat") + (("engine",) if ARGS.engine else ())
     runs: dict[str, list[dict[str, float]]] = {p: [] for p in paths}
-    raw = RawWorker(raw_worker, source.path, ARGS.tokens)
+    raw = RawWorker(raw_worker, source.path, ARGS.tokens, like_engine=True)
     with tempfile.TemporaryDirectory() as tmp:
         flags = () if ARGS.prefix_cache else ("--prompt-cache-entries", "0")
         server, base_url = start_omni(source.path, Path(tmp) / "bench.db", *flags)

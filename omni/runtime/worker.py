@@ -99,6 +99,17 @@ def use_mlx_settings() -> None:
         os.environ.setdefault(name, value)
 
 
+def as_run(model: Any, setting: str, library: str | None) -> Any:
+    """The model as the engine runs it: its weights in the format `setting` picks (`library`:
+    the BLAS in use, None on a GPU), on a CPU with its attention's exponentials as exp2 (the
+    benchmarks' raw mlx-lm baselines call this too)."""
+    if weights.choose(setting, model, blas.optimized(library)) == weights.FLOAT32:
+        model = weights.to_float32(model)
+    if not on_gpu():
+        use_exp2_attention(model)
+    return model
+
+
 def main(
     conn: Connection,
     path: str,
@@ -124,8 +135,7 @@ def main(
 
         model, tokenizer = load(path, adapter_path=adapter)[:2]
         library = None if on_gpu() else blas.in_use()
-        if weights.choose(settings.weights, model, blas.optimized(library)) == weights.FLOAT32:
-            model = weights.to_float32(model)
+        model = as_run(model, settings.weights, library)
         draft = None
         if draft_path is not None:
             draft, drafts = load(draft_path)[:2]
@@ -136,8 +146,6 @@ def main(
                 )
             if weights.choose(settings.weights, draft, blas.optimized(library)) == weights.FLOAT32:
                 draft = weights.to_float32(draft)
-        if not on_gpu():
-            use_exp2_attention(model)
         forwarded = not on_gpu() and gemv.forwarding(blas.holder("cblas_sgemm"))
         runtime = Runtime(library, weights.describe(model), settings.weights, forwarded)
         limits = (settings.prompt_cache_entries, settings.prompt_cache_bytes)
