@@ -136,7 +136,8 @@ def run(args: argparse.Namespace, home: Path) -> int:
     if args.models_command == "pull":
         return _pull(args.name, home)
     entries, _ = catalogue(args, home)
-    loaded = _loaded(args.url)
+    served = _served(args.url)
+    loaded = None if served is None else {m["id"] for m in served if m.get("loaded")}
     rows = [
         {
             "id": e.id,
@@ -147,6 +148,20 @@ def run(args: argparse.Namespace, home: Path) -> int:
             "path": e.path,
         }
         for e in entries
+    ]
+    # What the server serves from folders this command was not told of (its --models-dir).
+    known = {e.id for e in entries}
+    rows += [
+        {
+            "id": m["id"],
+            "kind": m.get("kind", "chat"),
+            "origin": m.get("origin", "server"),
+            "loaded": bool(m.get("loaded")),
+            "size_bytes": m.get("size_bytes"),
+            "path": None,
+        }
+        for m in served or []
+        if m.get("id") not in known
     ]
     if args.json:
         for row in rows:
@@ -197,8 +212,8 @@ def _bytes(n: int) -> str:
     return str(n)
 
 
-def _loaded(url: str) -> set[str] | None:
-    """The ids a running server has loaded, or None if none answers."""
+def _served(url: str) -> list[dict[str, Any]] | None:
+    """The models a running server lists (/v1/models), or None if none answers."""
     request = urllib.request.Request(f"{url.rstrip('/')}/v1/models")
     if key := os.environ.get("OMNI_API_KEY"):
         request.add_header("Authorization", f"Bearer {key.split(',')[0].strip()}")
@@ -207,7 +222,7 @@ def _loaded(url: str) -> set[str] | None:
             data = json.load(res)["data"]
     except (OSError, urllib.error.URLError, ValueError, KeyError):
         return None
-    return {m["id"] for m in data if m.get("loaded")}
+    return [m for m in data if isinstance(m, dict) and "id" in m]
 
 
 def _pull(name: str, home: Path) -> int:

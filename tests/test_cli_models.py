@@ -28,6 +28,11 @@ def test_omni_models_lists_the_catalogue_and_what_is_loaded(
     with serving(shelf / "tiny-a", tmp_path / "omni.db", "warning", None, *flags) as (base, _):
         listed = omni("models", *flags, "--url", base, "--json")
         plain = omni("models", *flags, "--url", base)
+        # Told nothing of the server's --models-dir, it lists what the server serves all the same.
+        asked = omni("models", "--no-hf-cache", "--url", base, "--json")
+    served = {r["id"]: r for r in map(json.loads, asked.stdout.splitlines())}
+    assert served["tiny-b"]["origin"] == "models-dir" and served["tiny-b"]["loaded"] is False
+    assert served["tiny-a"]["loaded"] is True
     rows = {r["id"]: r for r in map(json.loads, listed.stdout.splitlines())}
     assert listed.returncode == 0, listed.stderr
     assert rows["tiny-a"]["loaded"] is True and rows["tiny-b"]["loaded"] is False
