@@ -1,8 +1,10 @@
 """The newest committed rows of recently written streams, kept in memory so that live followers
 (one read per wake-up each) do not each go back to SQLite for rows the writer just committed.
 
-Only rows this store committed go in, after their commit; a stream's rows stay contiguous, so a
-read that the memory cannot fully answer falls back to SQLite.
+Only rows this store committed go in, after their commit, and streams it opened with no rows
+(an append at seq 0 without events, as a chat completion's stream opens: its followers' first
+reads need not ask SQLite for nothing); a stream's rows stay contiguous, so a read that the
+memory cannot fully answer falls back to SQLite.
 """
 
 from __future__ import annotations
@@ -22,9 +24,13 @@ class RecentRows:
         self._streams = streams
         self._rows: OrderedDict[str, deque[StoredEvent]] = OrderedDict()
 
-    def add(self, stored: Iterable[StoredEvent]) -> None:
+    def add(self, stored: Iterable[StoredEvent], opened: Iterable[str] = ()) -> None:
+        """Committed rows; `opened`: streams committed empty in the same transaction."""
         if self._per_stream == 0:
             return
+        for stream_id in opened:
+            if stream_id not in self._rows:
+                self._rows[stream_id] = deque(maxlen=self._per_stream)
         for event in sorted(stored, key=lambda e: (e.stream_id, e.seq)):
             rows = self._rows.get(event.stream_id)
             if rows is None:
@@ -42,8 +48,10 @@ class RecentRows:
         if self._per_stream == 0:
             return None
         rows = self._rows.get(stream_id)
-        if not rows or rows[0].seq > after + 1:
+        if rows is None or (rows and rows[0].seq > after + 1):
             return None
+        if not rows:  # opened empty, nothing committed since
+            return []
         start = max(0, after + 1 - rows[0].seq)
         stop = None if limit is None else start + limit
         return list(islice(rows, start, stop))

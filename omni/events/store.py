@@ -298,6 +298,7 @@ class EventStore:
         change in the replay-cache index changes in the same transaction (the database's
         triggers), so an entry never points at an unfinished or deleted stream."""
         self.check_file()
+        appends = list(appends)
         now = now_ms()
         rows: list[dict[str, Any]] = [
             {
@@ -312,11 +313,12 @@ class EventStore:
         ]
         if not rows:
             return []
+        opened = [a.stream_id for a in appends if a.first_seq == 0 and not a.events]
         upkeep = self.cache.upkeep(now, CACHE_UPKEEP_ROWS)
         direct = self._direct
         if direct is not None and self._queued == 0 and len(rows) <= DIRECT_ROWS:
             try:
-                return self._append_direct(direct, rows, upkeep)
+                return self._append_direct(direct, rows, upkeep, opened)
             except _Busy:
                 pass  # another process writes: wait for it on the writer's thread
 
@@ -335,7 +337,7 @@ class EventStore:
 
         def remember(done: asyncio.Future[list[StoredEvent]]) -> None:
             if not done.cancelled() and done.exception() is None:
-                self._recent.add(done.result())
+                self._recent.add(done.result(), opened)
 
         try:
             # Remembered once committed, even if this caller was cancelled meanwhile (the next
@@ -351,11 +353,16 @@ class EventStore:
             raise StoreError(f"append failed: {exc}") from exc
 
     def _append_direct(
-        self, conn: sqlite3.Connection, rows: list[dict[str, Any]], upkeep: Sequence[Sql] = ()
+        self,
+        conn: sqlite3.Connection,
+        rows: list[dict[str, Any]],
+        upkeep: Sequence[Sql] = (),
+        opened: Sequence[str] = (),
     ) -> list[StoredEvent]:
         """Commit `rows` at once on the loop's connection (no await: nothing can cut it), with
         the replay cache's `upkeep` if their triggers changed the index; _Busy if another
-        connection holds the write lock (nothing was written)."""
+        connection holds the write lock (nothing was written). `opened`: streams opened empty
+        by the same append."""
         try:
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
@@ -387,7 +394,7 @@ class EventStore:
             if isinstance(exc, Exception):
                 raise StoreError(f"append failed: {exc}") from exc
             raise
-        self._recent.add(stored)  # remembered before anything else can fail
+        self._recent.add(stored, opened)  # remembered before anything else can fail
         self._direct_commits += 1
         if indexed:  # a bound too big to trim on the loop
             self._hand_over(lambda raw: _run(raw, upkeep), "cache upkeep")

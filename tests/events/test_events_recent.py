@@ -42,3 +42,31 @@ async def test_reads_from_memory_equal_reads_from_sqlite(store: EventStore, db_p
         assert await store.read("t") == await cold.read("t")
     finally:
         await cold.close()
+
+
+def test_a_stream_opened_empty_answers_empty_until_its_rows_come() -> None:
+    recent = RecentRows(per_stream=4)
+    recent.add([ev("request", 0)], opened=["chat"])
+    assert recent.after("chat", -1, None) == []  # known empty: no need to ask SQLite
+    assert recent.last("chat") is None  # (the newest row: SQLite's to say)
+    assert recent.after("never-opened", -1, None) is None
+    recent.add([ev("chat", 0), ev("chat", 1)])
+    assert [e.seq for e in recent.after("chat", -1, None) or []] == [0, 1]
+    recent.add([], opened=["chat"])  # opened again: what it holds stays
+    assert [e.seq for e in recent.after("chat", 0, None) or []] == [1]
+
+
+async def test_an_empty_opening_is_read_from_memory(store: EventStore, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from omni.events import Append
+    from tests.events._helpers import deltas
+
+    await store.append([deltas("req", 0, 1), Append("chat", 0, [])])
+
+    async def no_sql(*args: object) -> None:
+        raise AssertionError("read went to SQLite")
+
+    monkeypatch.setattr(store, "_fetch", no_sql)
+    assert await store.read("chat") == []
+    monkeypatch.undo()
+    await store.append([deltas("chat", 0, 2)])
+    assert [e.seq for e in await store.read("chat")] == [0, 1]
