@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import shutil
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -116,18 +116,6 @@ def chat_body(model: str, text: str, max_tokens: int) -> dict[str, Any]:
     }
 
 
-@contextmanager
-def engine_libraries() -> Iterator[None]:
-    """Processes started within start with the libraries Omni's engine process preloads
-    (on MLX's CPU build: the optimized BLAS found here and the one-row-product forwarder)."""
-    from omni.runtime import blas, gemv
-
-    library = blas.preload(blas.AUTO)
-    forwarder = gemv.build() if library is not None and gemv.wanted() else None
-    with blas.preloaded(None if forwarder is None else str(forwarder), library):
-        yield
-
-
 def engine_form(model: Any) -> Any:
     """`model` as Omni's engine runs it by default (in a process RawWorker started with
     like_engine): float32 weights on a CPU with an optimized BLAS, exp2 attention on a CPU;
@@ -143,14 +131,19 @@ class RawWorker:
     runs can alternate with the server's (a machine whose speed drifts weighs on both alike).
     `target(conn, *args)` answers each message it receives on `conn` with one reply, and
     returns when it receives None. `like_engine`: the process starts as Omni's engine process
-    does (engine_libraries), so that a target calling engine_form runs the engine's kernels."""
+    does (omni.runtime.gemv.engine_libraries), so that a target calling engine_form runs the
+    engine's kernels."""
 
     def __init__(self, target: Any, *args: Any, like_engine: bool = False):
         ctx = multiprocessing.get_context("spawn")
         self._conn, child = ctx.Pipe()
         self._proc = ctx.Process(target=target, args=(child, *args), daemon=True)
-        with engine_libraries() if like_engine else nullcontext():
+        from omni.runtime import blas, gemv
+
+        libraries = gemv.engine_libraries(blas.AUTO) if like_engine else nullcontext()
+        with libraries as forwarder:
             self._proc.start()
+        self._forwarder = forwarder  # its folder goes when the process is done
         child.close()  # the child's end lives in the child: its exit ends our recv
 
     def ask(self, message: Any) -> Any:
@@ -169,6 +162,8 @@ class RawWorker:
         except OSError:  # gone already
             pass
         self._proc.join(120)
+        if self._forwarder is not None:
+            shutil.rmtree(self._forwarder.parent, ignore_errors=True)
 
 
 def chat_ids(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:

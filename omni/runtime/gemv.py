@@ -17,7 +17,11 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+from omni.runtime import blas
 
 NAME = "libomni-gemv.so"
 
@@ -85,3 +89,14 @@ def build() -> Path | None:
 def forwarding(sgemm_file: str | None) -> bool:
     """Whether the cblas_sgemm MLX calls (the file holding it) is the forwarder."""
     return sgemm_file is not None and Path(sgemm_file).name == NAME
+
+
+@contextmanager
+def engine_libraries(setting: str) -> Iterator[Path | None]:
+    """While within, a process started preloads what Omni's engine process does for the BLAS
+    `setting` (blas.preload): that library and, in front of it, the forwarder where one can be
+    built. Yields the forwarder (the caller removes its folder once the process has loaded it)."""
+    library = blas.preload(setting)
+    forwarder = build() if library is not None and wanted() else None
+    with blas.preloaded(None if forwarder is None else str(forwarder), library):
+        yield forwarder

@@ -28,7 +28,7 @@ from typing import Any, Final
 from omni.errors import ModelLoadError
 from omni.jobs import Capabilities, Delta, Failed, Finished, Job, Output, Started
 from omni.protocol.tool_calls import ToolFormat
-from omni.runtime import blas, gemv, wire, worker
+from omni.runtime import gemv, wire, worker
 from omni.runtime.model_source import ModelSource
 from omni.runtime.types import Runtime
 from omni.runtime.worker import config_context_length
@@ -125,9 +125,7 @@ class MLXEngine:
             args=(child, self.source.path, settings, self.source.adapter, self.source.draft),
             name="omni-engine",
         )
-        library = blas.preload(settings.blas)
-        forwarder = gemv.build() if library is not None and gemv.wanted() else None
-        with blas.preloaded(None if forwarder is None else str(forwarder), library):
+        with gemv.engine_libraries(settings.blas) as forwarder:
             self._process.start()
         child.close()
         self._loading = threading.Thread(
