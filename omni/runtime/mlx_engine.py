@@ -337,9 +337,14 @@ class MLXEngine:
             job.behind,
         )
         self._send(spec)
-        # Sent after the job itself, so the engine always knows the id it is asked to stop.
-        job.on_cancel = lambda: self._send(wire.Cancel(job_id))
+        # Sent after the job itself, so the engine always knows the id it is asked to stop;
+        # not once its end has come back (a finished request's clean-up cancels it too).
+        job.on_cancel = lambda: self._cancel(job_id)
         if job.stop.is_set():
+            self._send(wire.Cancel(job_id))
+
+    def _cancel(self, job_id: int) -> None:
+        if job_id in self._pending:  # its end has not come back yet
             self._send(wire.Cancel(job_id))
 
     def close(self) -> None:

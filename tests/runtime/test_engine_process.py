@@ -75,6 +75,22 @@ def test_a_cancel_reaches_the_engine_process(engine: MLXEngine) -> None:
     assert end.completion_tokens < 2000
 
 
+def test_a_cancel_after_the_end_came_back_sends_nothing(engine: MLXEngine) -> None:
+    """A finished request's clean-up cancels its job: nothing crosses the pipe for it."""
+    sent: list[Any] = []
+    send = engine._send
+    engine._send = lambda message: (sent.append(message), send(message))[1]  # type: ignore[method-assign]
+
+    async def go() -> None:
+        job = Job(engine.encode("Hello"), Sampling(temperature=0.0, max_tokens=3))
+        engine.submit(job)
+        await drain(job)
+        job.cancel()
+
+    asyncio.run(go())
+    assert [type(m).__name__ for m in sent] == ["Spec"]
+
+
 def test_losing_the_engine_process_fails_running_and_later_jobs(engine: MLXEngine) -> None:
     async def go() -> tuple[list[Output], list[Output]]:
         job = Job(engine.encode("Hello"), GREEDY_LONG)
