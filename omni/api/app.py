@@ -22,6 +22,7 @@ from omni.metrics import Metrics
 from omni.service.completions import CompletionsService
 from omni.service.defaults import Defaults
 from omni.service.embeddings import EmbeddingsService
+from omni.service.leasing import Leasing
 from omni.service.leftovers import purge_unstored
 from omni.service.models import Models
 from omni.service.responses import ResponsesService
@@ -116,7 +117,9 @@ def create_app(settings: Settings, served: Models | Engine) -> Quart:
             cache_max_age_s=settings.cache_max_age_s,
         )
         await store.open()
-        await purge_unstored(store)  # what an earlier process left of unstored requests
+        leasing = Leasing(store.leases, settings.replica, settings.lease_s, settings.shared)
+        # What an earlier process left of unstored requests (and no other server serves).
+        await purge_unstored(store, leasing)
         notifier = Notifier()
         appender = Appender(store, notifier, metrics=figures)
         appender.start()
@@ -157,10 +160,21 @@ def create_app(settings: Settings, served: Models | Engine) -> Quart:
         for model in pool.loaded():
             observe(model)
         pool.start()
+        service.runs.leasing = leasing
         await service.recover()
         await completions.recover()
-        embedding = EmbeddingsService(store, appender, pool, figures)
+        embedding = EmbeddingsService(store, appender, pool, figures, leasing)
         await embedding.recover()
+
+        async def take_over(streams: list[str]) -> None:
+            """Another server's work, its lease expired: as a restart would, here."""
+            await service.recover(streams)
+            await completions.recover(streams)
+            await embedding.recover(streams)
+            await purge_unstored(store, leasing)
+            await leasing.release([s for s in streams if service.runs.get(s) is None])
+
+        leasing.start(take_over)
         if cache and await store.cache.size() == 0:
             await store.cache.rebuild()  # the index is a projection of the log: lost, made again
         app.config["OMNI"] = State(
@@ -189,6 +203,7 @@ def create_app(settings: Settings, served: Models | Engine) -> Quart:
                 await state.stopping
             if state.retention is not None:
                 await state.retention.close()
+            await state.responses.runs.leasing.close()
             await state.completions.close()
             await state.responses.close()
             await state.appender.stop()

@@ -101,8 +101,34 @@ class CacheIndex(Protocol):
         """Make the index again from the whole log, within its bounds; returns its entries."""
 
 
+class Leases(Protocol):
+    """Who works on which stream, where several servers share one log: a lease (owner,
+    expiry in the backend's clock) per stream, taken before its work starts and renewed while
+    it runs. Not log rows: a lease says nothing a client reads, and goes when its work ends."""
+
+    async def claim(self, stream_ids: Sequence[str], owner: str, ttl_ms: int) -> list[str]:
+        """Take each stream's lease for `owner` for `ttl_ms` where nobody holds it, its lease
+        has expired or `owner` holds it already, each in one atomic step; returns those taken
+        (of two owners claiming at once, one gets it)."""
+
+    async def renew(self, owner: str, ttl_ms: int) -> int:
+        """Extend every lease `owner` holds by `ttl_ms` from now; returns how many."""
+
+    async def release(self, stream_ids: Sequence[str], owner: str) -> None:
+        """Give up `owner`'s leases of these streams (another's are left alone)."""
+
+    async def expired(self) -> list[str]:
+        """Streams whose lease has expired (their owner stopped renewing), oldest first."""
+
+    async def holder(self, stream_id: str) -> tuple[str, int] | None:
+        """(owner, expiry) of the stream's lease, if it has one."""
+
+
 class Store(EventLog, Protocol):
-    """An event log with its replay-cache index: what the services are given."""
+    """An event log with its replay-cache index and its leases: what the services are given."""
 
     @property
     def cache(self) -> CacheIndex: ...
+
+    @property
+    def leases(self) -> Leases: ...

@@ -37,6 +37,7 @@ class MemoryStore:
         self._items: dict[str, dict[int, str]] = {}  # item id -> position -> its holder
         self._held: dict[int, list[str]] = {}  # position -> the item ids its event holds
         self.cache = MemoryCacheIndex(self, cache_max_entries, int(cache_max_age_s * 1000))
+        self.leases = MemoryLeases()
 
     async def open(self) -> None:
         pass
@@ -271,3 +272,39 @@ def _equal(found: Any, value: object) -> bool:
 
 def _holds(data: str, path: str, value: object) -> bool:
     return _equal(_path(data, path), value)
+
+
+class MemoryLeases:
+    """Leases (contract.py) in a dict: stream -> (owner, expiry in ms)."""
+
+    def __init__(self) -> None:
+        self._leases: dict[str, tuple[str, int]] = {}
+
+    async def claim(self, stream_ids: Sequence[str], owner: str, ttl_ms: int) -> list[str]:
+        now = now_ms()
+        taken = []
+        for stream_id in stream_ids:
+            held = self._leases.get(stream_id)
+            if held is None or held[1] < now or held[0] == owner:
+                self._leases[stream_id] = (owner, now + ttl_ms)
+                taken.append(stream_id)
+        return taken
+
+    async def renew(self, owner: str, ttl_ms: int) -> int:
+        mine = [s for s, (o, _) in self._leases.items() if o == owner]
+        for stream_id in mine:
+            self._leases[stream_id] = (owner, now_ms() + ttl_ms)
+        return len(mine)
+
+    async def release(self, stream_ids: Sequence[str], owner: str) -> None:
+        for stream_id in stream_ids:
+            if self._leases.get(stream_id, ("", 0))[0] == owner:
+                del self._leases[stream_id]
+
+    async def expired(self) -> list[str]:
+        now = now_ms()
+        gone = [(e, s) for s, (_, e) in self._leases.items() if e < now]
+        return [s for _, s in sorted(gone)]
+
+    async def holder(self, stream_id: str) -> tuple[str, int] | None:
+        return self._leases.get(stream_id)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Column, Index, Integer, MetaData, Table, Text, UniqueConstraint
+from sqlalchemy import BigInteger, Column, Index, Integer, MetaData, Table, Text, UniqueConstraint
 
 metadata = MetaData()
 
@@ -47,3 +47,15 @@ items = Table(
     sqlite_with_rowid=False,
 )
 Index("ix_items_position", items.c.position)
+
+# Who works on which stream where several servers share the log (migration 0007): taken
+# before a generation starts, renewed while it runs, deleted when its work is done.
+leases = Table(
+    "leases",
+    metadata,
+    Column("stream_id", Text, primary_key=True),
+    Column("owner", Text, nullable=False),
+    Column("expires_at", BigInteger, nullable=False),
+)
+Index("ix_leases_expires_at", leases.c.expires_at)
+Index("ix_leases_owner", leases.c.owner)

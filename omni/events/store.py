@@ -39,6 +39,7 @@ from omni.events.identity import FileIdentity
 from omni.events.recent import RecentRows
 from omni.events.schema import events, items
 from omni.events.sqlite_cache import CACHE_UPKEEP_ROWS, SqliteCacheIndex
+from omni.events.sqlite_leases import SqliteLeases
 
 
 def sqlite_url(path: str) -> str:
@@ -113,6 +114,7 @@ class EventStore:
         self.cache_max_entries = cache_max_entries
         self.cache_max_age_ms = int(cache_max_age_s * 1000)
         self.cache = SqliteCacheIndex(self)  # in the same file, bounded in each append
+        self.leases = SqliteLeases(self)
         # This store is the log's only writer, so what it committed last is what followers
         # want next; 0 turns the memory off (e.g. when something else writes the file too).
         self._recent = RecentRows(per_stream=recent_rows)

@@ -10,7 +10,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
 from omni.errors import InvalidRequest, NotFound, StoreError
@@ -360,17 +360,26 @@ class CompletionsService:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def recover(self) -> int:
+    async def recover(self, among: Sequence[str] | None = None) -> int:
         """End every stored completion a crash left open (its client is gone with the old
         process), as a foreground response is ended: an error event, so its stream ends and
         purge can take it (an unstored one was purged at start-up). Returns how many."""
         ended = 0
+        leasing = self.runs.leasing
         for chunk in COMPLETION_CHUNK.values():
-            for cid in await self.store.unfinished(chunk, sorted(COMPLETION_ENDS)):
-                type_, data = error_event(RESTARTED)
-                event = NewEvent(type_, dumps(data))
-                await self.appender.append(Append(cid, await self.store.next_seq(cid), [event]))
-                ended += 1
+            unfinished = await self.store.unfinished(chunk, sorted(COMPLETION_ENDS))
+            if among is not None:
+                unfinished = [s for s in unfinished if s in set(among)]
+            taken = await leasing.takeable(unfinished)
+            try:
+                for cid in taken:
+                    type_, data = error_event(RESTARTED)
+                    event = NewEvent(type_, dumps(data))
+                    seq = await self.store.next_seq(cid)
+                    await self.appender.append(Append(cid, seq, [event]))
+                    ended += 1
+            finally:
+                await leasing.release(taken)
         if ended:
             log.warning("ended %d completions a restart interrupted", ended)
         return ended

@@ -12,6 +12,7 @@ import logging
 import math
 import sys
 import time
+from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
@@ -21,6 +22,7 @@ from omni.ids import new_id
 from omni.jobs import Embedder
 from omni.metrics import UNREAD, Metrics
 from omni.schemas.embeddings import EmbeddingCreate
+from omni.service.leasing import Leasing
 from omni.service.streams import dumps, request_stream
 from omni.vocabulary import (
     ACCEPTED,
@@ -118,11 +120,13 @@ class EmbeddingsService:
         appender: Appender,
         models: EmbedderSource,
         metrics: Metrics = UNREAD,
+        leasing: Leasing | None = None,
     ):
         self.store = store
         self.appender = appender
         self.models = models
         self.metrics = metrics
+        self.leasing = leasing or Leasing()
 
     async def create(
         self, body: EmbeddingCreate, owner: str | None = None
@@ -165,6 +169,23 @@ class EmbeddingsService:
                 )
         eid = new_id("embd").replace("embd_", ID_PREFIXES[EMBEDDING])
         counts = [len(t) for t in inputs]
+        await self.leasing.claim(eid)
+        try:
+            return await self._run(eid, body, embedder, inputs, counts, owner, queued_at)
+        finally:
+            await self.leasing.release([eid])
+
+    async def _run(
+        self,
+        eid: str,
+        body: EmbeddingCreate,
+        embedder: Embedder,
+        inputs: list[list[int]],
+        counts: list[int],
+        owner: str | None,
+        queued_at: int,
+    ) -> tuple[str, dict[str, Any]]:
+        caps = embedder.capabilities
         await self._accept(eid, body, embedder.model_id, counts, owner, queued_at)
         timings: dict[str, int] = {"queued_at": queued_at, "started_at": _now_ms()}
         try:
@@ -231,14 +252,22 @@ class EmbeddingsService:
         m.input_tokens.labels("embeddings").inc(tokens)
         m.embedding_seconds.observe((_now_ms() - timings["queued_at"]) / 1000)
 
-    async def recover(self) -> int:
+    async def recover(self, among: Sequence[str] | None = None) -> int:
         """End every embeddings request a crash left open (its client went with the old
         process). Returns how many."""
         ended = 0
-        for eid in await self.store.unfinished(EMBEDDING_IN_PROGRESS, sorted(EMBEDDING_ENDS)):
-            data = {"id": eid, "error": _error(RESTARTED, "server_error")["error"]}
-            await self.appender.append(Append(eid, 1, [NewEvent(EMBEDDING_FAILED, dumps(data))]))
-            ended += 1
+        unfinished = await self.store.unfinished(EMBEDDING_IN_PROGRESS, sorted(EMBEDDING_ENDS))
+        if among is not None:
+            unfinished = [s for s in unfinished if s in set(among)]
+        taken = await self.leasing.takeable(unfinished)
+        try:
+            for eid in taken:
+                data = {"id": eid, "error": _error(RESTARTED, "server_error")["error"]}
+                end = Append(eid, 1, [NewEvent(EMBEDDING_FAILED, dumps(data))])
+                await self.appender.append(end)
+                ended += 1
+        finally:
+            await self.leasing.release(taken)
         if ended:
             log.warning("ended %d embeddings requests a restart interrupted", ended)
         return ended

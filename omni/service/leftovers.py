@@ -11,6 +11,7 @@ import logging
 
 from omni.events import EventLog
 from omni.events.maintenance import PER_TRANSACTION
+from omni.service.leasing import Leasing
 from omni.vocabulary import ACCEPTED
 
 log = logging.getLogger(__name__)
@@ -20,11 +21,17 @@ log = logging.getLogger(__name__)
 UNSTORED = (("$.body.store", False), ("$.kind", "text"))
 
 
-async def purge_unstored(store: EventLog) -> int:
-    """Purge every unstored object in the log (and so its bytes); returns how many."""
+async def purge_unstored(store: EventLog, leasing: Leasing | None = None) -> int:
+    """Purge every unstored object in the log (and so its bytes) that no other server still
+    serves (`leasing`: this server's, where the log is shared); returns how many."""
     doomed = [s.removesuffix("/request") for s in await store.streams_with(ACCEPTED, UNSTORED)]
-    for start in range(0, len(doomed), PER_TRANSACTION):
-        await store.purge_objects(doomed[start : start + PER_TRANSACTION])
+    leasing = leasing or Leasing()
+    doomed = await leasing.takeable(doomed)
+    try:
+        for start in range(0, len(doomed), PER_TRANSACTION):
+            await store.purge_objects(doomed[start : start + PER_TRANSACTION])
+    finally:
+        await leasing.release(doomed)
     if doomed:
         log.info("purged %d unstored responses and completions left by a stop", len(doomed))
     return len(doomed)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from omni.errors import InvalidRequest, ModelLoadError, NotFound, OmniError
@@ -34,9 +35,26 @@ log = logging.getLogger(__name__)
 RESTARTED = "The server restarted before this response finished."
 
 
-async def recover(service: ResponsesService) -> int:
+async def recover(service: ResponsesService, among: Sequence[str] | None = None) -> int:
+    """Every unfinished response this server may take (all, on a log of its own; those whose
+    lease is gone or expired, on a shared one), or only those `among` these."""
     store = service.store
     unfinished = await store.unfinished("response.created", sorted(RESPONSE_ENDS))
+    if among is not None:
+        unfinished = [s for s in unfinished if s in set(among)]
+    leasing = service.runs.leasing
+    unfinished = await leasing.takeable(unfinished)
+    try:
+        await _recover(service, unfinished)
+    finally:  # what runs on keeps its lease until its run ends
+        await leasing.release([s for s in unfinished if service.runs.get(s) is None])
+    if unfinished:
+        log.warning("recovered %d unfinished responses after a restart", len(unfinished))
+    return len(unfinished)
+
+
+async def _recover(service: ResponsesService, unfinished: list[str]) -> None:
+    store = service.store
     for response_id in unfinished:
         rows = await store.read(response_id)
         first = rows[-1].seq + 1
@@ -99,9 +117,6 @@ async def recover(service: ResponsesService) -> int:
             )  # fmt: skip
             service.runs.start(run)
             log.info("continuing %s after %d recorded tokens", response_id, len(tokens))
-    if unfinished:
-        log.warning("recovered %d unfinished responses after a restart", len(unfinished))
-    return len(unfinished)
 
 
 async def _finish(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
 from omni.errors import InvalidRequest, NotFound
@@ -249,8 +249,8 @@ class ResponsesService:
     def release(self, response_id: str) -> None:
         self.runs.release(response_id)
 
-    async def recover(self) -> int:
-        return await recovery.recover(self)
+    async def recover(self, among: Sequence[str] | None = None) -> int:
+        return await recovery.recover(self, among)
 
     async def close(self) -> None:
         await self.runs.close()

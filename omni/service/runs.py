@@ -20,10 +20,11 @@ from omni.metrics import UNREAD, Metrics
 from omni.protocol.chat_recorder import ChunkRecorder
 from omni.protocol.recorder import ResponseRecorder
 from omni.service.intake import Intake
+from omni.service.leasing import Leasing
 from omni.service.streams import dumps, request_stream, tokens_stream
 from omni.service.unwritten import end_unwritten
 from omni.settings import ServerSettings
-from omni.vocabulary import TOKENS
+from omni.vocabulary import CANCEL_REQUESTED, DELETED, TOKENS
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +103,7 @@ class Runs:
         self.closing = False  # the server is stopping: no new work
         self._interrupted = False  # ... and what runs now is ended or left at once
         self.intake = Intake()  # requests on their way to open a run
+        self.leasing = Leasing()  # the app's, where servers share the log
 
     def check_capacity(self, engine: Engine | None = None) -> None:
         """Refuse new work: all of it (503) once the server is stopping, else (429) while too
@@ -120,12 +122,14 @@ class Runs:
         they commit (its outputs wait in the job's queue, recorded once the opening is in the
         log): the first token is not held up by the first commit. If the commit fails, the
         job is cancelled and the error raised."""
+        await self.leasing.claim(run.stream_id)  # before anything of it is in the log
         run.job.behind = self.intake.handed()
         run.engine.submit(run.job)
         try:
             await self.appender.append(*opening)
         except BaseException:
             run.job.cancel()
+            await self.leasing.release([run.stream_id])
             raise
         self._track(run)
 
@@ -138,11 +142,38 @@ class Runs:
         """List the run and record what its job sends, in a task of its own."""
         self._runs[run.stream_id] = run
         run.mirrors += self._early.pop(run.stream_id, 0)
-        task = asyncio.create_task(self._record(run), name=f"record-{run.response_id}")
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._spawn(self._record(run), f"record-{run.response_id}")
         if self._interrupted:  # opened while the server stopped
             self._interrupt(run)
+        if self.leasing.shared and run.is_response:
+            self._spawn(self._watch_facts(run), f"facts-{run.response_id}")
+
+    def _spawn(self, work: Any, name: str) -> None:
+        task = asyncio.create_task(work, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _watch_facts(self, run: Run) -> None:
+        """A cancel or a delete sent to another server reaches this one, which runs the
+        response, through the log: the fact appended there, its wake-up here."""
+        stream = request_stream(run.stream_id)
+        after = 0  # the accepted request; a fact may come before this starts watching
+        ended = asyncio.ensure_future(run.recorded.wait())
+        try:
+            with self.notifier.subscribe(stream) as wake:
+                while not run.recorded.is_set():
+                    wake.clear()
+                    for fact in await self.store.read(stream, after):
+                        after = fact.seq
+                        if fact.type in (CANCEL_REQUESTED, DELETED):
+                            self.cancel(run.stream_id)
+                    woken = asyncio.ensure_future(wake.wait())
+                    await asyncio.wait([woken, ended], return_when=asyncio.FIRST_COMPLETED)
+                    woken.cancel()
+        except StoreError as exc:
+            log.warning("watching %s for a cancel failed: %s", stream, exc)
+        finally:
+            ended.cancel()
 
     def get(self, response_id: str) -> Run | None:
         return self._runs.get(response_id)
@@ -266,6 +297,8 @@ class Runs:
             except StoreError as exc:  # start-up recovery purges what is left
                 log.debug("purge of %s failed: %s", run.stream_id, exc)
         self._runs.pop(run.stream_id, None)
+        # Done with, or left for the next start (a stop): another server may take it now.
+        await self.leasing.release([run.stream_id])
 
     def _ended(self, run: Run) -> None:
         on_done, run.on_done = run.on_done, None

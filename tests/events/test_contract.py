@@ -382,3 +382,46 @@ async def test_a_reader_following_by_position_never_skips_a_row(backend: Store) 
     every = [e.position for e in await backend.by_type("response.output_text.delta")]
     assert len(every) == sum(map(sum, sizes))
     assert seen == every
+
+
+# --- leases ---------------------------------------------------------------------------------
+
+
+async def test_a_lease_goes_to_the_first_claimant_until_it_expires(backend: Store) -> None:
+    leases = backend.leases
+    assert await leases.claim(["resp_1", "resp_2"], "a", 60_000) == ["resp_1", "resp_2"]
+    assert await leases.claim(["resp_1", "resp_3"], "b", 60_000) == ["resp_3"]
+    held = await leases.holder("resp_1")
+    assert held is not None and held[0] == "a"
+    assert await leases.claim(["resp_1"], "a", 60_000) == ["resp_1"]  # its owner again
+    assert await leases.expired() == []
+    await leases.claim(["resp_4"], "c", -1)  # expired already: its owner stopped
+    assert await leases.expired() == ["resp_4"]
+    assert await leases.claim(["resp_4"], "b", 60_000) == ["resp_4"]
+    assert (await leases.holder("resp_4") or ("", 0))[0] == "b"
+    assert await leases.expired() == []
+
+
+async def test_renew_extends_only_the_owners_leases(backend: Store) -> None:
+    leases = backend.leases
+    await leases.claim(["x", "y"], "a", -1)
+    await leases.claim(["z"], "b", -1)
+    assert await leases.renew("a", 60_000) == 2
+    assert await leases.expired() == ["z"]
+    assert await leases.claim(["x"], "b", 60_000) == []
+
+
+async def test_release_lets_go_of_the_owners_leases_alone(backend: Store) -> None:
+    leases = backend.leases
+    await leases.claim(["x"], "a", 60_000)
+    await leases.claim(["y"], "b", 60_000)
+    await leases.release(["x", "y"], "a")
+    assert await leases.holder("x") is None
+    assert (await leases.holder("y") or ("", 0))[0] == "b"
+    assert await leases.claim(["x"], "b", 60_000) == ["x"]
+
+
+async def test_of_claims_at_once_each_stream_goes_to_one(backend: Store) -> None:
+    streams = [f"resp_{i}" for i in range(20)]
+    won = await asyncio.gather(*[backend.leases.claim(streams, o, 60_000) for o in "abcd"])
+    assert sorted(s for w in won for s in w) == sorted(streams)

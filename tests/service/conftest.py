@@ -14,6 +14,7 @@ import pytest
 from omni.events import Appender, MemoryStore, Notifier
 from omni.jobs import Capabilities, Delta, Failed, Finished, Job, Output, Started
 from omni.service.completions import CompletionsService
+from omni.service.leasing import Leasing
 from omni.service.responses import ResponsesService
 
 
@@ -72,12 +73,20 @@ class Services:
 
 
 @asynccontextmanager
-async def serving(store: MemoryStore, engine: ScriptedEngine) -> AsyncIterator[Services]:
-    """The services over `store`, wired as the app wires them, recovered, then closed."""
-    notifier = Notifier()
+async def serving(
+    store: MemoryStore,
+    engine: ScriptedEngine,
+    leasing: Leasing | None = None,
+    notifier: Notifier | None = None,
+) -> AsyncIterator[Services]:
+    """The services over `store`, wired as the app wires them, recovered, then closed
+    (`leasing`, `notifier`: a server's among several sharing the store)."""
+    notifier = notifier or Notifier()
     appender = Appender(store, notifier)
     appender.start()
     responses = ResponsesService(store, appender, notifier, engine)
+    if leasing is not None:
+        responses.runs.leasing = leasing
     completions = CompletionsService(
         store, appender, notifier, engine, responses.runs, prompter=responses.prompter
     )

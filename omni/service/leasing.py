@@ -1,0 +1,94 @@
+"""Which server works on what, where several servers share one log (PostgreSQL).
+
+Each server has an id (its replica). A generation's stream is leased to it before its work
+starts and the lease is renewed while it runs; it is let go once the work is over. Start-up
+recovery, and any server's watch once a lease has expired (its owner died or lost the
+database), take only streams whose lease is gone or expired: a background response is
+continued from its recorded tokens, a foreground one ended `failed`, as after a restart.
+
+On SQLite one server owns the log (its file lock says so), so everything unfinished at its
+start is its own: `shared` is off and leases cost nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+
+from omni.errors import StoreError
+from omni.events.contract import Leases
+
+log = logging.getLogger(__name__)
+
+LEASE_S = 10.0  # a dead server's work waits this long at most before another takes it
+
+
+def replica_id() -> str:
+    """A name for this server: its host, its process and a random part (a restarted server
+    is a new replica: what the old one held expires)."""
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+class Leasing:
+    def __init__(
+        self,
+        leases: Leases | None = None,
+        replica: str | None = None,
+        lease_s: float = LEASE_S,
+        shared: bool = False,
+    ):
+        self.leases = leases
+        self.replica = replica or replica_id()
+        self.shared = shared and leases is not None
+        self.ttl_ms = int(lease_s * 1000)
+        self._task: asyncio.Task[None] | None = None
+
+    async def claim(self, stream_id: str) -> None:
+        """Lease a new stream before its work starts (its id is new: nobody else holds it)."""
+        if self.shared and self.leases is not None:
+            if not await self.leases.claim([stream_id], self.replica, self.ttl_ms):
+                raise StoreError(f"{stream_id} is leased to another server")
+
+    async def takeable(self, stream_ids: Sequence[str]) -> list[str]:
+        """Of unfinished streams, those this server may take over (leased to it now)."""
+        if not self.shared or self.leases is None or not stream_ids:
+            return list(stream_ids)
+        return await self.leases.claim(stream_ids, self.replica, self.ttl_ms)
+
+    async def release(self, stream_ids: Sequence[str]) -> None:
+        if self.shared and self.leases is not None and stream_ids:
+            try:
+                await self.leases.release(stream_ids, self.replica)
+            except StoreError as exc:  # it expires by itself
+                log.warning("could not let go of %d leases: %s", len(stream_ids), exc)
+
+    def start(self, take_over: Callable[[list[str]], Awaitable[None]]) -> None:
+        """Renew this server's leases, and take over expired ones, until close()."""
+        if self.shared and self._task is None:
+            self._task = asyncio.create_task(self._watch(take_over), name="omni-leases")
+
+    async def _watch(self, take_over: Callable[[list[str]], Awaitable[None]]) -> None:
+        assert self.leases is not None
+        while True:
+            await asyncio.sleep(self.ttl_ms / 3000)
+            try:
+                await self.leases.renew(self.replica, self.ttl_ms)
+                if expired := await self.leases.expired():
+                    taken = await self.leases.claim(expired, self.replica, self.ttl_ms)
+                    if taken:
+                        log.warning("taking over %d streams whose server stopped", len(taken))
+                        await take_over(taken)
+            except StoreError as exc:
+                log.warning("lease upkeep failed: %s", exc)
+            except Exception:
+                log.exception("lease upkeep failed")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
