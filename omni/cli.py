@@ -153,6 +153,17 @@ def parser() -> argparse.ArgumentParser:
         "--db", default=_env("DB", SERVER.db_path), help="SQLite file (the event log)"
     )
     serve.add_argument(
+        "--replica-id",
+        default=_env("REPLICA_ID", None),
+        help="this server's name among replicas sharing a PostgreSQL log (default: its host, "
+        "process id and a random part)",
+    )
+    _add_number(
+        serve, "--lease", float, 1, 3600, str(int(SERVER.lease_s)),
+        "seconds a replica's leases last unrenewed: a dead replica's work waits that long "
+        "before another replica takes it (default: %(default)s)",
+    )  # fmt: skip
+    serve.add_argument(
         "--model",
         default=_env("MODEL", None),
         help="mlx-lm folder, Hugging Face repo id or .gguf file (default: SmolLM2-135M-Instruct)",
@@ -539,6 +550,8 @@ def _serve(args: argparse.Namespace) -> None:
         defaults=Defaults(args.temp, args.top_p, args.max_tokens),
         retention_s=args.retention,
         shutdown_grace_s=args.shutdown_grace,
+        replica=args.replica_id,
+        lease_s=args.lease,
     )
     app = create_app(settings, models)
     # Runs after the app's own start-up hooks (Quart runs them in order), recovery included.
