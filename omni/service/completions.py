@@ -365,21 +365,15 @@ class CompletionsService:
         process), as a foreground response is ended: an error event, so its stream ends and
         purge can take it (an unstored one was purged at start-up). Returns how many."""
         ended = 0
-        leasing = self.runs.leasing
         for chunk in COMPLETION_CHUNK.values():
             unfinished = await self.store.unfinished(chunk, sorted(COMPLETION_ENDS))
-            if among is not None:
-                unfinished = [s for s in unfinished if s in set(among)]
-            taken = await leasing.takeable(unfinished)
-            try:
+            async with self.runs.leasing.taking(unfinished, among) as taken:
                 for cid in taken:
                     type_, data = error_event(RESTARTED)
                     event = NewEvent(type_, dumps(data))
                     seq = await self.store.next_seq(cid)
                     await self.appender.append(Append(cid, seq, [event]))
                     ended += 1
-            finally:
-                await leasing.release(taken)
         if ended:
             log.warning("ended %d completions a restart interrupted", ended)
         return ended

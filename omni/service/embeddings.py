@@ -257,17 +257,12 @@ class EmbeddingsService:
         process). Returns how many."""
         ended = 0
         unfinished = await self.store.unfinished(EMBEDDING_IN_PROGRESS, sorted(EMBEDDING_ENDS))
-        if among is not None:
-            unfinished = [s for s in unfinished if s in set(among)]
-        taken = await self.leasing.takeable(unfinished)
-        try:
+        async with self.leasing.taking(unfinished, among) as taken:
             for eid in taken:
                 data = {"id": eid, "error": _error(RESTARTED, "server_error")["error"]}
                 end = Append(eid, 1, [NewEvent(EMBEDDING_FAILED, dumps(data))])
                 await self.appender.append(end)
                 ended += 1
-        finally:
-            await self.leasing.release(taken)
         if ended:
             log.warning("ended %d embeddings requests a restart interrupted", ended)
         return ended

@@ -17,7 +17,8 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
 
 from omni.errors import StoreError
 from omni.events.contract import Leases
@@ -58,6 +59,25 @@ class Leasing:
         if not self.shared or self.leases is None or not stream_ids:
             return list(stream_ids)
         return await self.leases.claim(stream_ids, self.replica, self.ttl_ms)
+
+    @asynccontextmanager
+    async def taking(
+        self,
+        unfinished: Sequence[str],
+        among: Sequence[str] | None = None,
+        keep: Callable[[str], bool] = lambda stream_id: False,
+    ) -> AsyncIterator[list[str]]:
+        """A recovery's streams: of `unfinished` (only those `among` these, if given), what
+        this server may take, leased for the block and let go after it, except those `keep`
+        says go on running here (their run lets go when it ends)."""
+        if among is not None:
+            wanted = set(among)
+            unfinished = [s for s in unfinished if s in wanted]
+        taken = await self.takeable(unfinished)
+        try:
+            yield taken
+        finally:
+            await self.release([s for s in taken if not keep(s)])
 
     async def release(self, stream_ids: Sequence[str]) -> None:
         if self.shared and self.leases is not None and stream_ids:

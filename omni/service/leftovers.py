@@ -25,13 +25,9 @@ async def purge_unstored(store: EventLog, leasing: Leasing | None = None) -> int
     """Purge every unstored object in the log (and so its bytes) that no other server still
     serves (`leasing`: this server's, where the log is shared); returns how many."""
     doomed = [s.removesuffix("/request") for s in await store.streams_with(ACCEPTED, UNSTORED)]
-    leasing = leasing or Leasing()
-    doomed = await leasing.takeable(doomed)
-    try:
-        for start in range(0, len(doomed), PER_TRANSACTION):
-            await store.purge_objects(doomed[start : start + PER_TRANSACTION])
-    finally:
-        await leasing.release(doomed)
-    if doomed:
-        log.info("purged %d unstored responses and completions left by a stop", len(doomed))
-    return len(doomed)
+    async with (leasing or Leasing()).taking(doomed) as taken:
+        for start in range(0, len(taken), PER_TRANSACTION):
+            await store.purge_objects(taken[start : start + PER_TRANSACTION])
+    if taken:
+        log.info("purged %d unstored responses and completions left by a stop", len(taken))
+    return len(taken)

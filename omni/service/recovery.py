@@ -38,19 +38,16 @@ RESTARTED = "The server restarted before this response finished."
 async def recover(service: ResponsesService, among: Sequence[str] | None = None) -> int:
     """Every unfinished response this server may take (all, on a log of its own; those whose
     lease is gone or expired, on a shared one), or only those `among` these."""
-    store = service.store
-    unfinished = await store.unfinished("response.created", sorted(RESPONSE_ENDS))
-    if among is not None:
-        unfinished = [s for s in unfinished if s in set(among)]
-    leasing = service.runs.leasing
-    unfinished = await leasing.takeable(unfinished)
-    try:
-        await _recover(service, unfinished)
-    finally:  # what runs on keeps its lease until its run ends
-        await leasing.release([s for s in unfinished if service.runs.get(s) is None])
-    if unfinished:
-        log.warning("recovered %d unfinished responses after a restart", len(unfinished))
-    return len(unfinished)
+    unfinished = await service.store.unfinished("response.created", sorted(RESPONSE_ENDS))
+    runs = service.runs
+    # What runs on here keeps its lease until its run ends.
+    async with runs.leasing.taking(
+        unfinished, among, keep=lambda s: runs.get(s) is not None
+    ) as taken:
+        await _recover(service, taken)
+    if taken:
+        log.warning("recovered %d unfinished responses after a restart", len(taken))
+    return len(taken)
 
 
 async def _recover(service: ResponsesService, unfinished: list[str]) -> None:
