@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from omni import __version__, db, db_commands, inspect_cli, logs, models_cli
 from omni.api.keys import KeyRing, api_key, read_key_file
 from omni.errors import OmniError
+from omni.events.location import is_postgres, normal, shown
 from omni.heap import set_aside
 from omni.service.defaults import Defaults
 from omni.settings import EngineSettings, ServerSettings, engine_knobs
@@ -137,6 +138,20 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
 
+class _Shown(str):
+    """A `--db` default as help shows it: a URL's password never printed."""
+
+    def __str__(self) -> str:
+        return shown(str.__str__(self))
+
+
+DB_HELP = "the event log: an SQLite file, or a postgresql:// URL"
+
+
+def _db_default() -> str:
+    return _Shown(_env("DB", SERVER.db_path) or SERVER.db_path)
+
+
 def omni_home() -> Path:
     return Path(_env("HOME", None) or Path.home() / ".cache" / "omni").expanduser()
 
@@ -149,9 +164,7 @@ def parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="serve the OpenAI-compatible API")
     serve.add_argument("--host", default=_env("HOST", "127.0.0.1"), help="address to listen on")
     _add_number(serve, "--port", int, 1, 65535, "10240", "port to listen on")
-    serve.add_argument(
-        "--db", default=_env("DB", SERVER.db_path), help="SQLite file (the event log)"
-    )
+    serve.add_argument("--db", default=_db_default(), help=DB_HELP)
     serve.add_argument(
         "--replica-id",
         default=_env("REPLICA_ID", None),
@@ -188,7 +201,8 @@ def parser() -> argparse.ArgumentParser:
         "--synchronous",
         choices=["NORMAL", "FULL"],
         default=(_env("SYNCHRONOUS", SERVER.synchronous) or SERVER.synchronous).upper(),
-        help="SQLite synchronous mode: FULL makes every commit survive power loss",
+        help="SQLite synchronous mode: FULL makes every commit survive power loss (on"
+        " PostgreSQL: FULL waits for each commit's WAL flush, synchronous_commit on)",
     )
 
     serve.add_argument(
@@ -279,8 +293,8 @@ def parser() -> argparse.ArgumentParser:
     dbp = sub.add_parser("db", help="database maintenance")
     dbsub = dbp.add_subparsers(dest="db_command", required=True)
     up = dbsub.add_parser("upgrade", help="apply the schema migrations")
-    db_file = _env("DB", SERVER.db_path) or SERVER.db_path
-    up.add_argument("--db", default=db_file, help="SQLite file (the event log)")
+    db_file = _db_default()
+    up.add_argument("--db", default=db_file, help=DB_HELP)
     db_commands.add_parsers(dbsub, db_file)
     inspect_cli.add_parsers(sub, db_file)
     models_cli.add_parsers(sub)
@@ -471,10 +485,16 @@ def check_port(host: str, port: int) -> None:
 def serve(args: argparse.Namespace) -> None:
     """Serve under the database's lock, taken before anything reads or recovers the log and
     held until all is committed; a failed start removes the database it created, if empty."""
-    from omni.lock import DatabaseLock
+    from omni.lock import DatabaseLock, PostgresLock
+    from omni.service.leasing import replica_id
 
-    lock = DatabaseLock.acquire(args.db)
-    created = not os.path.exists(args.db)
+    postgres = is_postgres(args.db)
+    if postgres:  # replicas share the log; each names itself (a random name by default)
+        args.replica_id = args.replica_id or replica_id()
+        lock: DatabaseLock | PostgresLock = PostgresLock.acquire(args.db, args.replica_id)
+    else:
+        lock = DatabaseLock.acquire(args.db)
+    created = not postgres and not os.path.exists(args.db)
     try:
         _serve(args)
     except BaseException:
@@ -579,7 +599,7 @@ def _serve(args: argparse.Namespace) -> None:
             log.info("stopping: up to %gs for running generations", args.shutdown_grace)
             await shut_down(app)
 
-        progress(f"serving {default} on http://{args.host}:{args.port}/v1 (log: {args.db})")
+        progress(f"serving {default} on http://{args.host}:{args.port}/v1 (log: {shown(args.db)})")
         await hypercorn_serve(app, config, shutdown_trigger=stopped)
 
     try:
@@ -622,6 +642,12 @@ async def _set_aside_heap() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if hasattr(args, "db"):  # a plain path or URL from here on (sqlite:///x.db → x.db)
+        try:
+            args.db = normal(str.__str__(args.db))
+        except OmniError as exc:
+            print(f"omni: error: {exc.message}", file=sys.stderr)
+            return 2
     level = getattr(args, "log_level", "info").upper()
     if args.command == "serve":  # the process is the server's: its log is all ours
         try:
@@ -642,7 +668,7 @@ def main(argv: list[str] | None = None) -> int:
             return db_commands.run(args)
         elif args.command == "db":
             db.upgrade(args.db)
-            print(f"omni: database {args.db} is at the newest schema")
+            print(f"omni: database {shown(args.db)} is at the newest schema")
     except OmniError as exc:
         print(f"omni: error: {exc.message}", file=sys.stderr)
         return exc.exit_status

@@ -1,4 +1,5 @@
-"""Schema upgrades through Alembic (`omni db upgrade`, and `omni serve` on start).
+"""Schema upgrades through Alembic (`omni db upgrade`, and `omni serve` on start), of an
+SQLite file or a PostgreSQL database (omni/db_postgres.py: `db_path` is then its URL).
 
 Before anything writes to a file that exists, it is read (read-only) and refused whole,
 with one line, if it is not ours to write: not SQLite, another program's database, a schema
@@ -17,7 +18,9 @@ from alembic.config import Config
 from alembic.script import ScriptDirectory
 from alembic.util import CommandError
 
+from omni import db_postgres
 from omni.errors import StoreError, UnusableDatabase
+from omni.events.location import is_postgres, postgres_url, shown
 
 # Inside the package, so that an install from a wheel or an sdist carries them; alembic.ini
 # at the repository's root points here too, for developers' `alembic` commands.
@@ -32,7 +35,8 @@ def alembic_config(db_path: str) -> Config:
     cfg = Config()
     # ConfigParser interpolates '%': a path may hold one.
     cfg.set_main_option("script_location", str(MIGRATIONS).replace("%", "%%"))
-    cfg.set_main_option("sqlalchemy.url", f"sqlite:///{db_path}".replace("%", "%%"))
+    url = postgres_url(db_path) if is_postgres(db_path) else f"sqlite:///{db_path}"
+    cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
     return cfg
 
 
@@ -41,6 +45,8 @@ def inspect(db_path: str, verify: bool = True) -> str | None:
     there is no log yet (no file, an empty one, an SQLite file without tables). Raises
     UnusableDatabase for a file this Omni must not write; `verify`: SQLite's quick_check
     reads every page first (a damaged one is found now, not by a request)."""
+    if is_postgres(db_path):
+        return db_postgres.revision(db_path, ScriptDirectory.from_config(alembic_config(db_path)))
     path = Path(db_path)
     if not path.is_file() or path.stat().st_size == 0:
         return None  # nothing yet (or not a file: the write probe says so)
@@ -95,6 +101,9 @@ def _revision(db_path: str, conn: sqlite3.Connection, verify: bool) -> str | Non
 def upgrade(db_path: str, verify: bool = True) -> None:
     """Bring the database at db_path to the newest schema, creating it if needed; refuses
     (UnusableDatabase, nothing written) a file inspect() refuses."""
+    if is_postgres(db_path):
+        _upgrade_postgres(db_path)
+        return
     path = Path(db_path)
     if path.parent and not path.parent.exists():
         raise StoreError(f"cannot open database {db_path}: folder {path.parent} does not exist")
@@ -116,11 +125,26 @@ def upgrade(db_path: str, verify: bool = True) -> None:
         raise StoreError(f"cannot upgrade database {db_path}: {exc}") from exc
 
 
+def _upgrade_postgres(url: str) -> None:
+    """A PostgreSQL log: refused as inspect() refuses it, else migrated (one upgrade at a
+    time: migrations/env.py holds an advisory lock through it)."""
+    inspect(url)
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    try:
+        command.upgrade(alembic_config(url), "head")
+    except CommandError as exc:
+        raise StoreError(f"cannot upgrade database {shown(url)}: {exc}") from exc
+    except Exception as exc:  # the driver's, through SQLAlchemy: one line, not a traceback
+        cause = getattr(exc, "orig", None) or exc
+        raise StoreError(f"cannot upgrade database {shown(url)}: {cause}") from exc
+
+
 def discard_unused(db_path: str) -> None:
     """Remove the database at db_path, with its -wal and -shm files, if it holds no event.
     For a start that created it and then failed: it leaves no empty database behind. Never
-    called on a database that existed before that start."""
-    if not Path(db_path).is_file():
+    called on a database that existed before that start (nor on PostgreSQL: a database
+    there is made by its operator, not by Omni)."""
+    if is_postgres(db_path) or not Path(db_path).is_file():
         return
     try:
         with closing(sqlite3.connect(db_path)) as conn:

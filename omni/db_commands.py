@@ -1,4 +1,5 @@
-"""`omni db check | backup | purge`: the operator's side of the log file."""
+"""`omni db check | backup | purge`: the operator's side of the log, an SQLite file or a
+PostgreSQL database (omni/db_postgres_commands.py)."""
 
 from __future__ import annotations
 
@@ -14,22 +15,25 @@ from typing import Any
 from omni import db
 from omni.errors import StoreError
 from omni.events import maintenance
+from omni.events.location import is_postgres
 from omni.service.retention import STATUSES, VOCABULARY
+
+DB_HELP = "SQLite file or postgresql:// URL (default: %(default)s)"
 
 
 def add_parsers(dbsub: Any, default_db: str) -> None:
     """The subcommands, on `omni db`'s subparsers."""
     check = dbsub.add_parser("check", help="check the log's integrity and invariants")
-    check.add_argument("--db", default=default_db, help="SQLite file (default: %(default)s)")
+    check.add_argument("--db", default=default_db, help=DB_HELP)
 
     backup = dbsub.add_parser("backup", help="copy the log online (safe while a server writes)")
     backup.add_argument("path", help="the new file (never overwritten)")
-    backup.add_argument("--db", default=default_db, help="SQLite file (default: %(default)s)")
+    backup.add_argument("--db", default=default_db, help=DB_HELP)
 
     purge = dbsub.add_parser(
         "purge", help="remove finished or deleted responses and completions, then reclaim space"
     )
-    purge.add_argument("--db", default=default_db, help="SQLite file (default: %(default)s)")
+    purge.add_argument("--db", default=default_db, help=DB_HELP)
     when = purge.add_mutually_exclusive_group(required=True)
     when.add_argument(
         "--older-than",
@@ -62,15 +66,25 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    if is_postgres(args.db):
+        from omni import db_postgres_commands
+
+        return db_postgres_commands.run(args)
     if args.db_command == "check":
         return _check(args.db)
     if args.db_command == "backup":
         maintenance.backup(args.db, args.path)
         print(f"omni: backed up {args.db} to {args.path}")
         return _check(args.path)
+    before, statuses = purge_bounds(args)
+    return _purge(args.db, before, statuses, args.dry_run)
+
+
+def purge_bounds(args: argparse.Namespace) -> tuple[int, set[str] | None]:
+    """`omni db purge`'s cut-off (unix ms) and statuses (None: all)."""
     before = args.before if args.before is not None else int((time.time() - args.older_than) * 1000)
     statuses = None if args.status is None else {s for group in args.status for s in group}
-    return _purge(args.db, before, statuses, args.dry_run)
+    return before, statuses
 
 
 def _check(path: str) -> int:
@@ -99,7 +113,7 @@ def _purge(path: str, before_ms: int, statuses: set[str] | None, dry_run: bool) 
                 ended = datetime.fromtimestamp(f.ended_at / 1000).isoformat(timespec="seconds")
                 print(f"{f.id}\t{f.status}\t{ended}")
             events = maintenance.count_events(conn, [f.id for f in doomed])
-            print(f"omni: would remove {_objects(doomed)}: {events} events")
+            print(f"omni: would remove {objects(doomed)}: {events} events")
             return 0
         with maintenance.no_live_server(path):
             doomed = maintenance.finished(conn, VOCABULARY, before_ms, statuses)
@@ -107,11 +121,11 @@ def _purge(path: str, before_ms: int, statuses: set[str] | None, dry_run: bool) 
             events = maintenance.purge(conn, [f.id for f in doomed])
             maintenance.vacuum(conn)
             freed = size - maintenance.file_bytes(path)
-    print(f"omni: removed {_objects(doomed)}: {events} events, {max(freed, 0)} bytes reclaimed")
+    print(f"omni: removed {objects(doomed)}: {events} events, {max(freed, 0)} bytes reclaimed")
     return 0
 
 
-def _objects(doomed: list[maintenance.Finished]) -> str:
+def objects(doomed: list[maintenance.Finished]) -> str:
     responses = sum(f.id.startswith("resp_") for f in doomed)
     return f"{responses} responses, {len(doomed) - responses} completions"
 

@@ -1,4 +1,5 @@
-"""One server per database: an OS advisory lock on `<db>.lock`, held for the server's life.
+"""One server per database: an OS advisory lock on `<db>.lock`, held for the server's life
+(on PostgreSQL, an advisory lock of the database: PostgresLock).
 
 The OS releases it when the process dies, however it dies, so a `kill -9` leaves nothing that
 blocks a restart. The file holds the holder's pid, for the refusal's message.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import zlib
 from pathlib import Path
 
 from omni.errors import DatabaseInUse, StoreError
@@ -66,3 +68,45 @@ def _same_file(path: Path, fd: int) -> bool:
         return path.stat().st_ino == os.fstat(fd).st_ino
     except FileNotFoundError:
         return False
+
+
+# The session-level advisory locks live servers hold on a PostgreSQL log: one per replica id,
+# (SERVER_LOCKS, crc32 of the id), so replicas share the log and one id serves once.
+SERVER_LOCKS = 0x6F6D6E69 & 0x7FFFFFFF  # "omni"
+
+
+class PostgresLock:
+    """One server per replica id on a PostgreSQL log (replicas share it by leases: a second
+    server with the same id would renew the first one's leases as its own): a session-level
+    advisory lock, held by a connection of its own for the server's life. PostgreSQL
+    releases it when that connection ends, however the process dies (a `kill -9` too)."""
+
+    def __init__(self, conn: object) -> None:
+        self._conn: object | None = conn
+
+    @classmethod
+    def acquire(cls, url: str, replica: str) -> PostgresLock:
+        from omni.db_postgres import connect
+        from omni.events.location import shown
+
+        key = zlib.crc32(replica.encode()) - (1 << 31)  # an int4
+        name = f"omni serve {replica}"
+        conn = connect(url, autocommit=True, application_name=name[:63])
+        try:
+            got = conn.execute(
+                "SELECT pg_try_advisory_lock(%s, %s)", (SERVER_LOCKS, key)
+            ).fetchone()
+            if got is None or not got[0]:
+                raise DatabaseInUse(
+                    f"replica {replica!r} already serves database {shown(url)}; stop it"
+                    " first, or give this one another --replica-id"
+                )
+        except BaseException:
+            conn.close()
+            raise
+        return cls(conn)
+
+    def release(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()  # type: ignore[attr-defined]

@@ -31,7 +31,8 @@ class ServerSettings:
     retention_s: float | None = None  # purge what ended longer ago than this (None: keep all)
     retention_every_s: float = 3600.0
     shutdown_grace_s: float = 10.0  # for running generations to end, once a stop is asked
-    # Servers sharing one log (PostgreSQL): each leases what it runs (omni.service.leasing).
+    # Servers sharing one log: each leases what it runs (omni.service.leasing). Always on
+    # for a PostgreSQL log; SQLite's file has one server (tests share a MemoryStore).
     shared: bool = False
     replica: str | None = None  # this server's name among them (None: host, pid, random)
     lease_s: float = 10.0  # how long a dead server's work waits before another takes it

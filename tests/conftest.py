@@ -54,6 +54,26 @@ def tiny_bert_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_bert(tmp_path_factory.mktemp("models") / "tiny-bert")
 
 
+@pytest.fixture(scope="session")
+def pg_log() -> Iterator[str]:
+    """One migrated PostgreSQL log for the run (tests/postgres.py), its URL."""
+    from omni.db import upgrade
+    from tests.postgres import database
+
+    with database() as url:
+        upgrade(url)
+        yield url
+
+
+@pytest.fixture
+def pg_url(pg_log: str) -> str:
+    """The run's PostgreSQL log, every table emptied first."""
+    from tests.postgres import empty
+
+    empty(pg_log)
+    return pg_log
+
+
 @pytest.fixture(scope="module")
 def server(
     tiny_engine: MLXEngine, tmp_path_factory: pytest.TempPathFactory

@@ -15,7 +15,9 @@ from quart import Quart, Response
 from omni import db
 from omni.api import access, chat, embeddings, errors, gate, inspector, metrics, models, responses
 from omni.api.gate import Access
-from omni.events import Appender, EventStore, Notifier
+from omni.events import Appender, Notifier
+from omni.events.backends import LogStore, make_store
+from omni.events.location import is_postgres
 from omni.ids import new_id
 from omni.jobs import Engine
 from omni.metrics import Metrics
@@ -40,7 +42,7 @@ log = logging.getLogger(__name__)
 @dataclass
 class State:
     models: Models
-    store: EventStore
+    store: LogStore
     notifier: Notifier
     appender: Appender
     responses: ResponsesService
@@ -74,7 +76,7 @@ def shut_down(app: Quart) -> asyncio.Task[None]:
 
 def create_app(settings: Settings, served: Models | Engine) -> Quart:
     """An app serving `served` (the models, or one engine, loaded already, alone) over the
-    log at settings.db_path."""
+    log at settings.db_path (an SQLite file or a PostgreSQL URL)."""
     pool = served if isinstance(served, Models) else Models.single(served, *settings.model_aliases)
     app = Quart("omni")
     errors.install(app)
@@ -109,18 +111,21 @@ def create_app(settings: Settings, served: Models | Engine) -> Quart:
     async def open_resources() -> None:
         # `omni serve` has read every page already (PRAGMA quick_check), before loading the model.
         await asyncio.to_thread(db.upgrade, settings.db_path, False)
-        store = EventStore(
+        notifier = Notifier()
+        store = make_store(
             settings.db_path,
+            notifier,
             synchronous=settings.synchronous,
             # The database indexes what may be replayed; a cache that is off keeps nothing.
             cache_max_entries=settings.cache_max_entries if _cache_on(settings) else 0,
             cache_max_age_s=settings.cache_max_age_s,
         )
         await store.open()
-        leasing = Leasing(store.leases, settings.replica, settings.lease_s, settings.shared)
+        # A PostgreSQL log may be shared by several servers: each leases what it runs there.
+        shared = settings.shared or is_postgres(settings.db_path)
+        leasing = Leasing(store.leases, settings.replica, settings.lease_s, shared)
         # What an earlier process left of unstored requests (and no other server serves).
         await purge_unstored(store, leasing)
-        notifier = Notifier()
         appender = Appender(store, notifier, metrics=figures)
         appender.start()
         defaults = settings.defaults or Defaults()

@@ -18,7 +18,7 @@ from quart import Blueprint, Response, current_app, jsonify, request
 from omni.api.gate import owner
 from omni.api.query import int_arg
 from omni.errors import NotFound
-from omni.events import EventStore
+from omni.events.backends import LogStore
 from omni.inspect import Inspector
 
 bp = Blueprint("inspector", __name__)
@@ -57,7 +57,7 @@ def _static(name: str) -> Response:
     return response
 
 
-def _store() -> EventStore:
+def _store() -> LogStore:
     return current_app.config["OMNI"].store  # type: ignore[no-any-return]
 
 

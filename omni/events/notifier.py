@@ -36,6 +36,12 @@ class Notifier:
             for wake in self._waiters.get(stream_id, ()):
                 wake.set()
 
+    def wake_all(self) -> None:
+        """Every follower reads again (wake-ups from elsewhere may have been missed)."""
+        for waiters in self._waiters.values():
+            for wake in waiters:
+                wake.set()
+
     def followers(self, stream_id: str) -> int:
         return len(self._waiters.get(stream_id, ()))
 

@@ -1,5 +1,6 @@
-"""The log file opened for reading only: the CLI never writes, never migrates, never needs the
-server's lock, so it reads a log whose server is up, stopped, or was killed."""
+"""The log opened for reading only: the CLI never writes, never migrates, never needs the
+server's lock, so it reads a log whose server is up, stopped, or was killed. An SQLite file,
+or a PostgreSQL database (its sessions read-only)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.pool import NullPool
 
 from omni.errors import StoreError
+from omni.events.location import is_postgres, postgres_url, require_driver
 
 NEEDED = ("summaries", "responses", "chat_completions", "timeline")  # migration 0005's
 
@@ -18,6 +20,13 @@ NEEDED = ("summaries", "responses", "chat_completions", "timeline")  # migration
 def open_log(path: str) -> Engine:
     """An engine on the log at `path`, read-only. Without a WAL beside it the file is all
     there is: it is read as immutable, which creates no -wal or -shm file."""
+    if is_postgres(path):
+        require_driver()
+        return create_engine(
+            postgres_url(path),
+            poolclass=NullPool,
+            connect_args={"options": "-c default_transaction_read_only=on"},
+        )
     file = Path(path)
     if not file.is_file():
         raise StoreError(f"no database at {path} (give --db the server's log)")
@@ -32,10 +41,10 @@ def open_log(path: str) -> Engine:
 
 def missing(conn: Connection) -> list[str]:
     """What of the inspector's schema the log lacks (a log older than migration 0005)."""
-    names = {
-        str(n)
-        for (n,) in conn.execute(
-            text("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")
+    query = "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')"
+    if conn.dialect.name == "postgresql":
+        query = (
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
         )
-    }
+    names = {str(n) for (n,) in conn.execute(text(query))}
     return [n for n in NEEDED if n not in names]

@@ -1,7 +1,8 @@
 """The inspector's queries: recent objects, one object whole, its timeline, statistics.
 
 Over a sync SQLAlchemy Connection (the CLI's read-only file, or the server's engine through
-`run_sync`), reading the `summaries` projection and the views of migration 0005.
+`run_sync`), reading the `summaries` projection and the views of migration 0005; on SQLite
+or PostgreSQL (omni/inspect/pg_queries.py holds the few queries that differ).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, RowMapping
 
+from omni.inspect import pg_queries
 from omni.inspect.folding import (
     completion_output,
     decode_rate,
@@ -36,6 +38,7 @@ class Inspector:
 
     def __init__(self, conn: Connection):
         self.conn = conn
+        self._postgres = conn.dialect.name == "postgresql"
 
     def recent(
         self,
@@ -129,12 +132,10 @@ class Inspector:
             by_kind[kind] = by_kind.get(kind, 0) + n
         # The decode rate as decode_rate() and the views' tokens_per_s compute it. Each list
         # comes as one text: a row object apiece would be garbage the collector walks.
+        lists = _LISTS if not self._postgres else pg_queries.LISTS
         ttfts, rates = self.conn.execute(
             text(
-                "SELECT group_concat(first_token_at - created_at), group_concat(CASE WHEN"
-                " output_tokens > 1 AND finished_at > first_token_at THEN round((output_tokens"
-                " - 1) * 1000.0 / (finished_at - first_token_at), 1) END)"
-                f" FROM summaries s {where} {'AND' if where else 'WHERE'}"
+                f"{lists} FROM summaries s {where} {'AND' if where else 'WHERE'}"
                 " first_token_at IS NOT NULL"
             ),
             args,
@@ -146,8 +147,8 @@ class Inspector:
             by_status=by_status,
             by_model=by_model,
             by_kind=by_kind,
-            input_tokens=sum(i or 0 for *_, i, _ in counts),
-            output_tokens=sum(o or 0 for *_, o in counts),
+            input_tokens=sum(int(i or 0) for *_, i, _ in counts),  # PostgreSQL: a Decimal
+            output_tokens=sum(int(o or 0) for *_, o in counts),
             ttft_ms_p50=percentile(ttft, 50),
             ttft_ms_p95=percentile(ttft, 95),
             tokens_per_s_p50=percentile(rate, 50),
@@ -250,7 +251,8 @@ class Inspector:
             if usage[0] is not None:
                 return "", usage[0], None
             return "", (self.request(row["id"]) or {}).get("prompt_tokens"), None
-        query = _RESPONSE_SO_FAR if row["kind"] == "response" else _COMPLETION_SO_FAR
+        so_far = pg_queries.SO_FAR if self._postgres else _SO_FAR
+        query = so_far["response" if row["kind"] == "response" else "completion"]
         shown, prompt, sent = self.conn.execute(text(query), {"s": row["id"]}).one()
         if known:
             return str(shown or ""), *usage
@@ -273,6 +275,12 @@ _TEXT = "json_extract(data, '$.choices[0].text')"
 _COMPLETION_SO_FAR = f"""SELECT group_concat(coalesce({_CONTENT}, {_TEXT}), ''), {_PROMPT},
     count(nullif(coalesce({_CONTENT}, {_REASONING}, {_TEXT}), '')) FROM events
     WHERE stream_id = :s AND +type IN ('chat.completion.chunk', 'text_completion.chunk')"""
+_SO_FAR = {"response": _RESPONSE_SO_FAR, "completion": _COMPLETION_SO_FAR}
+_LISTS = (
+    "SELECT group_concat(first_token_at - created_at), group_concat(CASE WHEN"
+    " output_tokens > 1 AND finished_at > first_token_at THEN round((output_tokens"
+    " - 1) * 1000.0 / (finished_at - first_token_at), 1) END)"
+)
 
 
 def _filters(**given: Any) -> tuple[str, dict[str, Any]]:

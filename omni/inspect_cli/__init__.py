@@ -13,6 +13,7 @@ from omni.inspect import KINDS, STATUSES
 from omni.inspect_cli.commands import ls, replay, show, stats
 from omni.inspect_cli.tail import tail
 
+DB_HELP = "the event log: an SQLite file, or a postgresql:// URL"
 COMMANDS = {"ls": ls, "show": show, "tail": tail, "replay": replay, "stats": stats}
 
 
@@ -21,7 +22,7 @@ def add_parsers(sub: Any, default_db: str) -> None:
 
     def command(name: str, help_: str) -> argparse.ArgumentParser:
         p: argparse.ArgumentParser = sub.add_parser(name, help=help_)
-        p.add_argument("--db", default=default_db, help="SQLite file (the event log)")
+        p.add_argument("--db", default=default_db, help=DB_HELP)
         return p
 
     p = command("ls", "recent responses, completions and embeddings, one line each")

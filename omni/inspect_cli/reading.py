@@ -9,24 +9,26 @@ from pathlib import Path
 
 from omni import db
 from omni.errors import NotFound, StoreError
+from omni.events.location import is_postgres, shown
 from omni.inspect import Inspector, missing, open_log
 
 
 @contextmanager
 def inspector(path: str) -> Iterator[Inspector]:
-    """An Inspector on the log at `path`, read-only."""
-    if not Path(path).exists():
+    """An Inspector on the log at `path` (a file or a URL), read-only."""
+    if not is_postgres(path) and not Path(path).exists():
         raise StoreError(f"no database at {path} (give --db the server's log)")
     revision = db.inspect(path, verify=False)  # not SQLite, not ours, too new: refused here
+    where = shown(path)
     if revision is None:
-        raise StoreError(f"{path} holds no Omni log (give --db the server's log)")
+        raise StoreError(f"{where} holds no Omni log (give --db the server's log)")
     engine = open_log(path)
     try:
         with engine.connect() as conn:
             lacking = missing(conn)
             if lacking:
                 raise StoreError(
-                    f"{path} is at schema {revision}, older than the inspector's views"
+                    f"{where} is at schema {revision}, older than the inspector's views"
                     f" ({', '.join(lacking)}); run `omni db upgrade --db {path}`, or start"
                     " the server on it, which upgrades it"
                 )
@@ -36,4 +38,4 @@ def inspector(path: str) -> Iterator[Inspector]:
 
 
 def unknown(object_id: str, path: str) -> NotFound:
-    return NotFound(f"no response or completion {object_id!r} in {path}")
+    return NotFound(f"no response or completion {object_id!r} in {shown(path)}")

@@ -7,6 +7,7 @@ import argparse
 import sys
 import time
 
+from omni.events.location import shown
 from omni.inspect import Inspector, open_log
 from omni.inspect_cli.output import Out
 from omni.inspect_cli.reading import inspector, unknown
@@ -30,7 +31,7 @@ def _follow(path: str, object_id: str | None, interval: float, out: Out) -> int:
         # One object: from its start, until it ends. Everything: from now on.
         position = 0 if object_id is not None else ins.last_position()
     what = object_id or "every stream"
-    print(f"omni: following {what} in {path} (Ctrl-C ends)", file=sys.stderr, flush=True)
+    print(f"omni: following {what} in {shown(path)} (Ctrl-C ends)", file=sys.stderr, flush=True)
     engine = open_log(path)
     try:
         while True:

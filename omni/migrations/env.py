@@ -1,10 +1,12 @@
-"""Alembic environment: migrations run on a plain (sync) SQLite connection."""
+"""Alembic environment: migrations run on a plain (sync) connection, SQLite's or PostgreSQL's
+(psycopg); on PostgreSQL one upgrade at a time (an advisory lock held through it)."""
 
 from __future__ import annotations
 
 from alembic import context
 from sqlalchemy import create_engine
 
+from omni.db_postgres import MIGRATION_LOCK
 from omni.events.schema import metadata
 
 config = context.config
@@ -16,6 +18,8 @@ def run_migrations_online() -> None:
     with engine.connect() as connection:
         context.configure(connection=connection, target_metadata=metadata)
         with context.begin_transaction():
+            if connection.dialect.name == "postgresql":  # released at the commit
+                connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
             context.run_migrations()
     engine.dispose()
 

@@ -11,7 +11,8 @@ import logging
 import time
 from contextlib import closing
 
-from omni.events import EventStore
+from omni.events import EventStore, pg_maintenance
+from omni.events.backends import LogStore
 from omni.events.maintenance import PER_TRANSACTION, Finished, Vocabulary, connect, finished
 from omni.settings import ServerSettings
 from omni.vocabulary import (
@@ -45,7 +46,7 @@ STATUSES = ("completed", "incomplete", "failed", "cancelled", "deleted")
 
 class Retention:
     def __init__(
-        self, store: EventStore, max_age_s: float, every_s: float = ServerSettings.retention_every_s
+        self, store: LogStore, max_age_s: float, every_s: float = ServerSettings.retention_every_s
     ):
         self.store = store
         self.max_age_ms = int(max_age_s * 1000)
@@ -68,8 +69,14 @@ class Retention:
     async def run_once(self) -> tuple[list[Finished], int]:
         """One pass: the objects removed and the events they held."""
         before = int(time.time() * 1000) - self.max_age_ms
-        # Found on a connection of its own, off the loop: a big log's scan holds no lock.
-        doomed = await asyncio.to_thread(_finished, self.store.path, before)
+        store = self.store
+        if isinstance(store, EventStore):
+            # Found on a connection of its own, off the loop: a big log's scan holds no lock.
+            doomed = await asyncio.to_thread(_finished, store.path, before)
+        else:  # PostgreSQL: one read of the server's pool (its snapshot blocks no writer)
+            doomed = await store.run_read(
+                lambda conn: pg_maintenance.finished(conn, VOCABULARY, before)
+            )
         removed = 0
         for start in range(0, len(doomed), PER_TRANSACTION):
             batch = [f.id for f in doomed[start : start + PER_TRANSACTION]]

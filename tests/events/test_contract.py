@@ -1,5 +1,5 @@
 """The store's contract (omni/events/contract.py), held against every backend: SQLite on a real
-file, memory. A backend joins by adding itself to `backend` below."""
+file, memory, a real PostgreSQL. A backend joins by adding itself to `make` below."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import pytest
 
 from omni.errors import SeqConflict, StoreError
 from omni.events import Append, EventStore, MemoryStore, NewEvent, Store
+from omni.events.postgres import PostgresStore
 
 from ._helpers import ACCEPTED, deltas, ev, finished_chat
 
@@ -23,10 +24,13 @@ TOMBSTONE = "omni.completion.deleted"
 Make = Callable[..., Store]  # a store of this backend, given the cache's bounds
 
 
-@pytest.fixture(params=["sqlite", "memory"])
+@pytest.fixture(params=["sqlite", "memory", "postgres"])
 def make(request: pytest.FixtureRequest, db_path: Path) -> Make:
     if request.param == "sqlite":
         return lambda **bounds: EventStore(str(db_path), **bounds)
+    if request.param == "postgres":
+        url = request.getfixturevalue("pg_url")
+        return lambda **bounds: PostgresStore(url, **bounds)
     return MemoryStore
 
 

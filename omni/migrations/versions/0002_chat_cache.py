@@ -10,6 +10,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from omni.migrations.pgsql import BIG
+
 revision = "0002"
 down_revision = "0001"
 branch_labels = None
@@ -21,7 +23,7 @@ def upgrade() -> None:
         "chat_cache",
         sa.Column("key", sa.Text, primary_key=True),
         sa.Column("completion_id", sa.Text, nullable=False),
-        sa.Column("created_at", sa.Integer, nullable=False),
+        sa.Column("created_at", BIG, nullable=False),
     )
     op.create_index("ix_chat_cache_created_at", "chat_cache", ["created_at"])
 

@@ -3,7 +3,8 @@
 A projection of the log, kept by SQLite itself in the transaction of the event that changes
 it, whichever connection writes: a response's accepted request indexes its input items, each
 `response.output_item.done` its item, and deleting those events (a purge, retention) deletes
-their rows. The events already there are indexed here, by the same selects.
+their rows. The events already there are indexed here, by the same selects. On PostgreSQL
+the same, by plpgsql triggers (an `input` that is not an array indexes nothing there).
 
 Revision ID: 0003_items
 Revises: 0002
@@ -14,6 +15,8 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
+
+from omni.migrations import pgsql
 
 revision = "0003"
 down_revision = "0002"
@@ -45,16 +48,36 @@ NEW_ROW = (  # in a trigger, the new row is the one event to index
     f"{_DOC.format('NEW.')})"
 )
 
+PG_INPUTS = """
+    SELECT i.id, i.position, substr(i.stream_id, 1, length(i.stream_id) - 8) FROM (
+        SELECT CASE jsonb_typeof(j.value) WHEN 'object' THEN j.value ->> 'id' END AS id,
+               e.position, e.stream_id
+        FROM {events} AS e, jsonb_array_elements(omni_array(e.doc -> 'input')) AS j
+        WHERE e.type = 'omni.request.accepted'
+    ) AS i WHERE i.id IS NOT NULL
+"""
+PG_OUTPUT = """
+    SELECT i.id, i.position, i.stream_id FROM (
+        SELECT e.doc -> 'item' ->> 'id' AS id, e.position, e.stream_id
+        FROM {events} AS e WHERE e.type = 'response.output_item.done'
+    ) AS i WHERE i.id IS NOT NULL
+"""
+PG_COLUMNS = "position, stream_id, type"
+PG_NAMES = ("items_of_input", "items_of_output", "items_gone")
+
 
 def upgrade() -> None:
     op.create_table(
         "items",
         sa.Column("item_id", sa.Text, primary_key=True),
-        sa.Column("position", sa.Integer, primary_key=True),  # of the event holding it
+        sa.Column("position", pgsql.BIG, primary_key=True),  # of the event holding it
         sa.Column("response_id", sa.Text, nullable=False),
         sqlite_with_rowid=False,
     )
     op.create_index("ix_items_position", "items", ["position"])
+    if pgsql.is_postgres():
+        _upgrade_postgres()
+        return
     for name, select, type_ in (
         ("items_of_input", INPUTS, "omni.request.accepted"),
         ("items_of_output", OUTPUT, "response.output_item.done"),
@@ -72,7 +95,33 @@ def upgrade() -> None:
         op.execute(f"INSERT OR IGNORE INTO items {select.format(events=EVENTS)}")
 
 
+def _upgrade_postgres() -> None:
+    into = "INSERT INTO items (item_id, position, response_id)"
+    new, every = pgsql.new_row(PG_COLUMNS), pgsql.all_rows(PG_COLUMNS)
+    for name, select, type_ in (
+        ("items_of_input", PG_INPUTS, "omni.request.accepted"),
+        ("items_of_output", PG_OUTPUT, "response.output_item.done"),
+    ):
+        body = f"{into} {select.format(events=new)} ON CONFLICT DO NOTHING"
+        for statement in pgsql.trigger(name, "INSERT", f"NEW.type = '{type_}'", body):
+            op.execute(statement)
+    gone = "OLD.type IN ('omni.request.accepted', 'response.output_item.done')"
+    for statement in pgsql.trigger(
+        "items_gone", "DELETE", gone, "DELETE FROM items WHERE position = OLD.position"
+    ):
+        op.execute(statement)
+    for select in (PG_INPUTS, PG_OUTPUT):
+        op.execute(f"{into} {select.format(events=every)} ON CONFLICT DO NOTHING")
+
+
 def downgrade() -> None:
+    if pgsql.is_postgres():
+        for name in PG_NAMES:
+            for statement in pgsql.drop_trigger(name):
+                op.execute(statement)
+        op.drop_index("ix_items_position", table_name="items")
+        op.drop_table("items")
+        return
     for name in ("items_gone", "items_of_output", "items_of_input"):
         op.execute(f"DROP TRIGGER IF EXISTS {name}")
     op.drop_index("ix_items_position", table_name="items")

@@ -5,7 +5,8 @@ whoever writes the log: an append, a tombstone, a purge, `sqlite3` by hand. The 
 
 One row per replayable completion (a key answered twice keeps both; a lookup takes the newest),
 so deleting one leaves the other answering. (No view: one in the schema keeps SQLite's
-integrity_check from finding orphaned pages.)
+integrity_check from finding orphaned pages.) On PostgreSQL the same triggers as plpgsql, and
+an explicit `rowid` (an identity) that orders rows as SQLite's own rowid does.
 
 Revision ID: 0004
 Revises: 0003
@@ -16,6 +17,8 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
+
+from omni.migrations import pgsql
 
 revision = "0004"
 down_revision = "0003"
@@ -71,19 +74,69 @@ ORDER BY u.position
 """
 NAMES = ("chat_cache_on_end", "chat_cache_on_tombstone", "chat_cache_on_purge")
 
+# PostgreSQL: the same triggers. The request is found by the stream's unique index; its data
+# read as JSON (NULL where it is not).
+_PG_REPLAYABLE = """r.type = 'omni.request.accepted'
+    AND r.doc ->> 'key' IS NOT NULL AND r.doc ->> 'mirror_of' IS NULL
+    AND omni_int(r.doc #> '{body,store}') = 1
+    AND NOT EXISTS (SELECT 1 FROM events d
+                    WHERE d.stream_id = r.stream_id AND d.type = 'omni.completion.deleted')"""
+_PG_REQUEST = "(SELECT stream_id, type, omni_json(data) AS doc FROM events WHERE seq = 0)"
+_PG_OWNER = "substr({0}.stream_id, 1, length({0}.stream_id) - length('/request'))"
+PG_TRIGGERS = [
+    (
+        "chat_cache_on_end",
+        "INSERT",
+        "NEW.type = 'chat.completion.usage'",
+        "INSERT INTO chat_cache (key, completion_id, created_at)"
+        f" SELECT r.doc ->> 'key', NEW.stream_id, NEW.created_at FROM {_PG_REQUEST} AS r"
+        f" WHERE r.stream_id = NEW.stream_id || '/request' AND {_PG_REPLAYABLE}"
+        " ON CONFLICT DO NOTHING",
+    ),
+    (
+        "chat_cache_on_tombstone",
+        "INSERT",
+        "NEW.type = 'omni.completion.deleted'",
+        f"DELETE FROM chat_cache WHERE completion_id = {_PG_OWNER.format('NEW')}",
+    ),
+    (
+        "chat_cache_on_purge",
+        "DELETE",
+        "OLD.seq = 0",
+        "DELETE FROM chat_cache WHERE completion_id = CASE WHEN OLD.stream_id LIKE '%/request'"
+        f" THEN {_PG_OWNER.format('OLD')} ELSE OLD.stream_id END",
+    ),
+]
+PG_REBUILD = f"""
+INSERT INTO chat_cache (key, completion_id, created_at)
+SELECT r.doc ->> 'key', u.stream_id, u.created_at FROM events u, {_PG_REQUEST} AS r
+WHERE u.type = 'chat.completion.usage' AND r.stream_id = u.stream_id || '/request'
+  AND {_PG_REPLAYABLE}
+ORDER BY u.position
+ON CONFLICT DO NOTHING
+"""
+
 
 def upgrade() -> None:
     # The old index (one row per key, written by the service) is replaced, rebuilt from the log.
     op.drop_index("ix_chat_cache_created_at", table_name="chat_cache")
     op.drop_table("chat_cache")
+    postgres = pgsql.is_postgres()
     op.create_table(
         "chat_cache",
         sa.Column("key", sa.Text, nullable=False),
         sa.Column("completion_id", sa.Text, primary_key=True),
-        sa.Column("created_at", sa.Integer, nullable=False),
+        sa.Column("created_at", pgsql.BIG, nullable=False),
+        *([sa.Column("rowid", sa.BigInteger, sa.Identity(), nullable=False)] if postgres else []),
     )
     op.create_index("ix_chat_cache_key", "chat_cache", ["key", "created_at"])
     op.create_index("ix_chat_cache_created_at", "chat_cache", ["created_at"])
+    if postgres:
+        for name, on, when, body in PG_TRIGGERS:
+            for statement in pgsql.trigger(name, on, when, body):
+                op.execute(statement)
+        op.execute(PG_REBUILD)
+        return
     for trigger in TRIGGERS:
         op.execute(trigger)
     op.execute(REBUILD)
@@ -91,7 +144,11 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     for name in NAMES:
-        op.execute(f"DROP TRIGGER {name}")
+        if pgsql.is_postgres():
+            for statement in pgsql.drop_trigger(name):
+                op.execute(statement)
+        else:
+            op.execute(f"DROP TRIGGER {name}")
     op.drop_index("ix_chat_cache_created_at", table_name="chat_cache")
     op.drop_index("ix_chat_cache_key", table_name="chat_cache")
     op.drop_table("chat_cache")
@@ -99,6 +156,6 @@ def downgrade() -> None:
         "chat_cache",
         sa.Column("key", sa.Text, primary_key=True),
         sa.Column("completion_id", sa.Text, nullable=False),
-        sa.Column("created_at", sa.Integer, nullable=False),
+        sa.Column("created_at", pgsql.BIG, nullable=False),
     )
     op.create_index("ix_chat_cache_created_at", "chat_cache", ["created_at"])

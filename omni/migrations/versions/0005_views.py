@@ -5,6 +5,8 @@ projection `summaries` (one row per response or completion) that keeps the first
 event that changes it, whoever writes the log; the events already there are folded into it
 here by the same statements (each is written once over a source of events: the new row in a
 trigger, the whole log in the rebuild). Dropping it loses nothing the log does not hold.
+On PostgreSQL (omni/migrations/pgsql.py) the same statements, triggers and views, read
+through jsonb: the views' columns and values are the same (tests/inspect/test_postgres.py).
 
 Revision ID: 0005
 Revises: 0004
@@ -15,6 +17,8 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
+
+from omni.migrations import pgsql
 
 revision = "0005"
 down_revision = "0004"
@@ -213,38 +217,197 @@ FROM events e""",
 VIEW_NAMES = ["timeline", "chat_completions", "responses"]
 
 
+# PostgreSQL: the same statements through jsonb (pgsql.text: a value as text; pgsql.num: as
+# an integer, true as 1), the same triggers as plpgsql functions, the same views.
+def _pj(path: str) -> str:
+    return pgsql.text("e.doc", path)
+
+
+def _pn(path: str) -> str:
+    return pgsql.num("e.doc", path)
+
+
+PG_COLUMNS = _COLUMNS
+# SQLite's OR IGNORE skips a row that breaks NOT NULL too (a request without a kind); ON
+# CONFLICT only skips duplicates, so that row is left out by the WHERE here.
+_PG_ACCEPT = f"""
+INSERT INTO summaries (id, kind, position, created_at, created, owner, model,
+    background, store, previous_response_id, mirror_of, status, started_at)
+SELECT {_OWNER},
+    CASE {_pj("$.kind")} WHEN 'chat' THEN 'chat.completion' WHEN 'text' THEN 'text_completion'
+        ELSE {_pj("$.kind")} END,
+    e.position, e.created_at, {pgsql.iso("e.created_at")}, {_pj("$.owner")},
+    coalesce({_pj("$.response.model")}, {_pj("$.body.model")}),
+    coalesce({_pn("$.response.background")}, 0),
+    coalesce({_pn("$.response.store")}, {_pn("$.body.store")}, 0),
+    {_pj("$.response.previous_response_id")}, {_pj("$.mirror_of")},
+    coalesce({_pj("$.response.status")}, 'in_progress'),
+    CASE WHEN {_pj("$.response.status")} = 'queued' THEN NULL ELSE e.created_at END
+FROM {{src}} AS e
+WHERE e.type = 'omni.request.accepted' AND e.seq = 0 AND e.doc IS NOT NULL
+    AND e.stream_id LIKE '%/request' AND {_pj("$.kind")} IS NOT NULL
+ON CONFLICT DO NOTHING
+"""
+_PG_END = f"""
+UPDATE summaries SET end_position = e.position, finished_at = e.created_at,
+    status = coalesce({_pj("$.response.status")}, substr(e.type, 10)),
+    input_tokens = {_pn("$.response.usage.input_tokens")},
+    output_tokens = {_pn("$.response.usage.output_tokens")},
+    cached_tokens = {_pn("$.response.usage.input_tokens_details.cached_tokens")},
+    reasoning_tokens = {_pn("$.response.usage.output_tokens_details.reasoning_tokens")},
+    incomplete_reason = {_pj("$.response.incomplete_details.reason")},
+    error_code = {_pj("$.response.error.code")},
+    error_message = {_pj("$.response.error.message")}
+FROM {{src}} AS e
+WHERE e.type IN {_in(TERMINAL)} AND summaries.id = e.stream_id
+"""
+_PG_FINISH = pgsql.text("omni_json(f.data)", "$.choices[0].finish_reason")
+_PG_CHAT_END = f"""
+UPDATE summaries SET end_position = e.position, finished_at = e.created_at,
+    status = CASE e.type WHEN 'completion.error' THEN 'failed'
+        WHEN 'completion.cancelled' THEN 'cancelled' ELSE 'completed' END,
+    input_tokens = {_pn("$.usage.prompt_tokens")},
+    output_tokens = {_pn("$.usage.completion_tokens")},
+    cached_tokens = {_pn("$.usage.prompt_tokens_details.cached_tokens")},
+    reasoning_tokens = {_pn("$.usage.completion_tokens_details.reasoning_tokens")},
+    finish_reason = (SELECT {_PG_FINISH} FROM events f
+        WHERE f.stream_id = e.stream_id AND f.seq = e.seq - 1),
+    error_code = {_pj("$.error.code")},
+    error_message = {_pj("$.error.message")}
+FROM {{src}} AS e
+WHERE e.type IN {_in(CHAT_END)} AND summaries.id = e.stream_id
+"""
+PG_STATEMENTS = {  # as STATEMENTS; _START, _FIRST and _DELETE read no JSON: the same text
+    "summaries_on_accept": (ACCEPTED, _PG_ACCEPT),
+    "summaries_on_start": (STARTED, _START),
+    "summaries_on_first": (FIRST, _FIRST),
+    "summaries_on_end": (TERMINAL, _PG_END),
+    "summaries_on_chat_end": (CHAT_END, _PG_CHAT_END),
+    "summaries_on_delete": (DELETED, _DELETE),
+}
+PG_TRIGGERS = [
+    (name, "INSERT", f"NEW.type IN {_in(types)} {_WHEN.get(name, '')}", sql)
+    for name, (types, sql) in PG_STATEMENTS.items()
+] + [
+    (
+        "summaries_on_purge",
+        "DELETE",
+        "OLD.type = 'omni.request.accepted'",
+        "DELETE FROM summaries WHERE id = substr(OLD.stream_id, 1, length(OLD.stream_id) - 8)",
+    )
+]
+# (`{src}` replaced, not formatted: the JSON paths' literals hold braces.)
+PG_REBUILD = ["DELETE FROM summaries"] + [
+    sql.replace("{src}", pgsql.all_rows(PG_COLUMNS)) for _, sql in PG_STATEMENTS.values()
+]
+
+# The views: string_agg in seq (and array) order, where SQLite's group_concat follows the scan;
+# a rate as double precision, as SQLite's round() gives a real.
+_PG_DELTA = pgsql.text("omni_json(d.data)", "$.delta")
+_PG_OUTPUT_TEXT = f"""CASE WHEN t.position IS NULL THEN
+    (SELECT string_agg({_PG_DELTA}, '' ORDER BY d.seq) FROM events d
+     WHERE d.stream_id = s.id AND d.type = 'response.output_text.delta')
+  ELSE (SELECT string_agg(p.value ->> 'text', '' ORDER BY o.n, p.n)
+     FROM jsonb_array_elements(omni_array(omni_json(t.data) #> '{{response,output}}'))
+            WITH ORDINALITY AS o(value, n),
+          jsonb_array_elements(omni_array(o.value -> 'content')) WITH ORDINALITY AS p(value, n)
+     WHERE o.value ->> 'type' = 'message' AND p.value ->> 'type' = 'output_text') END"""
+_PG_CHUNK = "omni_json(c.data)"
+_PG_CONTENT = f"""(SELECT string_agg(coalesce({pgsql.text("c.doc", "$.choices[0].delta.content")},
+        {pgsql.text("c.doc", "$.choices[0].text")}), '' ORDER BY c.seq)
+     FROM (SELECT c.seq, {_PG_CHUNK} AS doc FROM events c WHERE c.stream_id = s.id
+       AND c.type IN ('chat.completion.chunk', 'text_completion.chunk')) AS c)"""
+_PG_TIMES = """s.started_at - s.created_at AS queued_ms,
+    s.first_token_at - s.created_at AS ttft_ms,
+    CASE WHEN s.output_tokens > 1 AND s.finished_at > s.first_token_at
+         THEN round((s.output_tokens - 1) * 1000.0 / (s.finished_at - s.first_token_at), 1)
+              ::double precision
+    END AS tokens_per_s,
+    s.finished_at - s.created_at AS total_ms"""
+_PG_FINISHED = pgsql.iso("s.finished_at")
+_PG_TEXT = {
+    path: pgsql.text("omni_json(e.data)", path)
+    for path in (
+        "$.delta",
+        "$.choices[0].delta.content",
+        "$.choices[0].delta.reasoning_content",
+        "$.choices[0].text",
+    )
+}
+PG_VIEWS = [
+    f"""CREATE VIEW responses AS SELECT
+    s.id, s.status, s.model, s.created, CASE WHEN s.finished_at IS NOT NULL THEN {_PG_FINISHED}
+    END AS finished, s.background, s.store, s.previous_response_id,
+    s.input_tokens, s.output_tokens, s.cached_tokens, s.reasoning_tokens,
+    s.error_code, s.error_message, s.incomplete_reason, {_PG_TIMES},
+    {_PG_OUTPUT_TEXT} AS output_text, s.deleted, s.owner, s.created_at AS created_ms
+FROM summaries s LEFT JOIN events t ON t.position = s.end_position
+WHERE s.kind = 'response'""",
+    f"""CREATE VIEW chat_completions AS SELECT
+    s.id, s.kind AS object, s.model, s.created, CASE WHEN s.finished_at IS NOT NULL
+    THEN {_PG_FINISHED} END AS finished, s.status, s.finish_reason,
+    s.input_tokens AS prompt_tokens, s.output_tokens AS completion_tokens,
+    s.cached_tokens, s.reasoning_tokens, s.store AS stored,
+    CASE WHEN s.mirror_of IS NULL THEN 'generated' ELSE 'cache' END AS source,
+    s.mirror_of AS replay_of, s.error_code, s.error_message, {_PG_TIMES},
+    {_PG_CONTENT} AS content, s.deleted, s.owner, s.created_at AS created_ms
+FROM summaries s
+WHERE s.kind IN ('chat.completion', 'text_completion')""",
+    f"""CREATE VIEW timeline AS SELECT
+    e.stream_id, e.seq, e.type, {pgsql.iso("e.created_at")} AS time,
+    e.created_at - (SELECT p.created_at FROM events p
+                    WHERE p.stream_id = e.stream_id AND p.seq = e.seq - 1) AS ms_since_previous,
+    CASE WHEN e.type LIKE '%.delta' THEN {_PG_TEXT["$.delta"]}
+         WHEN e.type = 'chat.completion.chunk'
+         THEN coalesce({_PG_TEXT["$.choices[0].delta.content"]},
+                       {_PG_TEXT["$.choices[0].delta.reasoning_content"]})
+         WHEN e.type = 'text_completion.chunk' THEN {_PG_TEXT["$.choices[0].text"]}
+    END AS text,
+    e.position, e.created_at AS created_ms
+FROM events e""",
+]
+
+
 def upgrade() -> None:
+    big = pgsql.BIG  # unix ms and positions (SQLite's DDL as it was)
     op.create_table(
         "summaries",
         sa.Column("id", sa.Text, primary_key=True),
         sa.Column("kind", sa.Text, nullable=False),
-        sa.Column("position", sa.Integer, nullable=False),  # of the accepted request
-        sa.Column("created_at", sa.Integer, nullable=False),  # unix ms
+        sa.Column("position", big, nullable=False),  # of the accepted request
+        sa.Column("created_at", big, nullable=False),  # unix ms
         sa.Column("created", sa.Text, nullable=False),  # the same, ISO-8601 UTC
         sa.Column("owner", sa.Text),
         sa.Column("model", sa.Text),
-        sa.Column("background", sa.Integer),
-        sa.Column("store", sa.Integer),
+        sa.Column("background", big),
+        sa.Column("store", big),
         sa.Column("previous_response_id", sa.Text),
         sa.Column("mirror_of", sa.Text),  # a chat completion served from the replay cache
         sa.Column("status", sa.Text, nullable=False),
-        sa.Column("started_at", sa.Integer),  # unix ms: off the queue
-        sa.Column("first_token_at", sa.Integer),  # unix ms: the first output committed
-        sa.Column("finished_at", sa.Integer),  # unix ms: the terminal event
-        sa.Column("end_position", sa.Integer),  # of the terminal event
-        sa.Column("input_tokens", sa.Integer),
-        sa.Column("output_tokens", sa.Integer),
-        sa.Column("cached_tokens", sa.Integer),
-        sa.Column("reasoning_tokens", sa.Integer),
+        sa.Column("started_at", big),  # unix ms: off the queue
+        sa.Column("first_token_at", big),  # unix ms: the first output committed
+        sa.Column("finished_at", big),  # unix ms: the terminal event
+        sa.Column("end_position", big),  # of the terminal event
+        sa.Column("input_tokens", big),
+        sa.Column("output_tokens", big),
+        sa.Column("cached_tokens", big),
+        sa.Column("reasoning_tokens", big),
         sa.Column("finish_reason", sa.Text),
         sa.Column("incomplete_reason", sa.Text),
         sa.Column("error_code", sa.Text),
         sa.Column("error_message", sa.Text),
-        sa.Column("deleted", sa.Integer, nullable=False, server_default="0"),
+        sa.Column("deleted", big, nullable=False, server_default="0"),
     )
     op.create_index("ix_summaries_position", "summaries", ["position"], unique=True)
     op.create_index("ix_summaries_kind_created", "summaries", ["kind", "created"])
     op.create_index("ix_summaries_created_at", "summaries", ["created_at"])
+    if pgsql.is_postgres():
+        for name, on, when, body in PG_TRIGGERS:
+            for statement in pgsql.trigger(name, on, when, body.replace("{src}", _pg_source(on))):
+                op.execute(statement)
+        for statement in PG_REBUILD + PG_VIEWS:
+            op.execute(statement)
+        return
     for trigger in TRIGGERS:
         op.execute(trigger)
     for statement in REBUILD:
@@ -253,11 +416,19 @@ def upgrade() -> None:
         op.execute(view)
 
 
+def _pg_source(on: str) -> str:
+    return pgsql.new_row(PG_COLUMNS) if on == "INSERT" else ""
+
+
 def downgrade() -> None:
     for name in VIEW_NAMES:
         op.execute(f"DROP VIEW IF EXISTS {name}")
     for name in TRIGGER_NAMES:
-        op.execute(f"DROP TRIGGER IF EXISTS {name}")
+        if pgsql.is_postgres():
+            for statement in pgsql.drop_trigger(name):
+                op.execute(statement)
+        else:
+            op.execute(f"DROP TRIGGER IF EXISTS {name}")
     op.drop_index("ix_summaries_created_at", table_name="summaries")
     op.drop_index("ix_summaries_kind_created", table_name="summaries")
     op.drop_index("ix_summaries_position", table_name="summaries")

@@ -4,7 +4,8 @@
 `embedding`, from its request); this one ends it: status (`cancelled` where its client went
 away first), the model that answered, prompt tokens, when it started, an error. Kept by a
 trigger on `events` in the transaction of the ending, and folded here over the events already
-in the log by the same statement.
+in the log by the same statement. On PostgreSQL the same, as 0005 does it (omni/migrations/
+pgsql.py).
 
 Revision ID: 0006
 Revises: 0005
@@ -14,6 +15,8 @@ Create Date: 2026-12-02
 from __future__ import annotations
 
 from alembic import op
+
+from omni.migrations import pgsql
 
 revision = "0006"
 down_revision = "0005"
@@ -66,7 +69,47 @@ FROM summaries s
 WHERE s.kind = 'embedding'"""
 
 
+def _pj(path: str) -> str:
+    return pgsql.text("e.doc", path)
+
+
+_PG_END = f"""
+UPDATE summaries SET end_position = e.position, finished_at = e.created_at,
+    status = CASE WHEN e.type = 'embedding.completed' THEN 'completed'
+        WHEN {_pj("$.error.code")} = 'cancelled' THEN 'cancelled' ELSE 'failed' END,
+    model = coalesce({_pj("$.model")}, model),
+    started_at = coalesce({pgsql.num("e.doc", "$.timings.started_at")}, started_at),
+    input_tokens = {pgsql.num("e.doc", "$.usage.prompt_tokens")},
+    error_code = {_pj("$.error.code")},
+    error_message = {_pj("$.error.message")}
+FROM {{src}} AS e
+WHERE e.type IN {_ENDS} AND summaries.id = e.stream_id
+"""
+PG_TRIGGER = pgsql.trigger(
+    "summaries_on_embedding_end",
+    "INSERT",
+    f"NEW.type IN {_ENDS}",
+    _PG_END.replace("{src}", pgsql.new_row(_COLUMNS)),
+)
+PG_REBUILD = [_PG_END.replace("{src}", pgsql.all_rows(_COLUMNS))]
+# `inputs`: how many inputs the request held (a number, as SQLite's json_extract gives it).
+PG_VIEW = f"""CREATE VIEW embeddings AS SELECT
+    s.id, s.status, s.model, s.created,
+    CASE WHEN s.finished_at IS NOT NULL THEN {pgsql.iso("s.finished_at")} END AS finished,
+    (SELECT omni_int(omni_json(r.data) -> 'inputs') FROM events r
+     WHERE r.stream_id = s.id || '/request' AND r.seq = 0) AS inputs,
+    s.input_tokens AS prompt_tokens, s.started_at - s.created_at AS queued_ms,
+    s.finished_at - s.created_at AS total_ms, s.error_code, s.error_message, s.deleted,
+    s.owner, s.created_at AS created_ms
+FROM summaries s
+WHERE s.kind = 'embedding'"""
+
+
 def upgrade() -> None:
+    if pgsql.is_postgres():
+        for statement in PG_TRIGGER + PG_REBUILD + [PG_VIEW]:
+            op.execute(statement)
+        return
     op.execute(TRIGGER)
     for statement in REBUILD:
         op.execute(statement)
@@ -75,4 +118,8 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.execute("DROP VIEW IF EXISTS embeddings")
+    if pgsql.is_postgres():
+        for statement in pgsql.drop_trigger("summaries_on_embedding_end"):
+            op.execute(statement)
+        return
     op.execute("DROP TRIGGER IF EXISTS summaries_on_embedding_end")
