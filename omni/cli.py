@@ -298,6 +298,8 @@ def parser() -> argparse.ArgumentParser:
     db_commands.add_parsers(dbsub, db_file)
     inspect_cli.add_parsers(sub, db_file)
     models_cli.add_parsers(sub)
+    feats = sub.add_parser("features", help="what this install can serve, and how to add the rest")
+    feats.add_argument("--json", action="store_true", help="one JSON object per feature")
     return p
 
 
@@ -640,6 +642,18 @@ async def _set_aside_heap() -> None:
     set_aside("server")
 
 
+def print_features(as_json: bool) -> int:
+    from omni import features
+
+    for facts in features.every():
+        if as_json:
+            print(json.dumps(facts))
+        else:
+            state = "yes" if facts["available"] else f"no: {facts['reason']}"
+            print(f"{facts['name']:<12} {facts['serves']:<40} {state}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if hasattr(args, "db"):  # a plain path or URL from here on (sqlite:///x.db → x.db)
@@ -662,6 +676,8 @@ def main(argv: list[str] | None = None) -> int:
             serve(args)
         elif args.command == "models":
             return models_cli.run(args, omni_home())
+        elif args.command == "features":
+            return print_features(args.json)
         elif args.command in inspect_cli.COMMANDS:
             return inspect_cli.run(args)
         elif args.command == "db" and args.db_command != "upgrade":

@@ -1,4 +1,5 @@
-"""GET /v1/models and /v1/models/{id}: the catalogue, and whether each model is loaded."""
+"""GET /v1/models and /v1/models/{id}: the catalogue, and whether each model is loaded;
+GET /v1/features: what this install can serve (omni/features.py)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from typing import Any
 
 from quart import Blueprint, current_app
 
+from omni import features
 from omni.service.models import Models
 
 bp = Blueprint("models", __name__)
@@ -21,3 +23,8 @@ async def list_models() -> dict[str, Any]:
 async def get_model(model_id: str) -> dict[str, Any]:
     models: Models = current_app.config["OMNI"].models
     return models.describe(models.find(model_id))
+
+
+@bp.get("/features")
+async def list_features() -> dict[str, Any]:
+    return {"object": "list", "data": features.every()}

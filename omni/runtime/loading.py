@@ -3,13 +3,12 @@ converted once, a default fetched once), an embedding model in its embedder's pr
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from omni import features
 from omni.catalogue import ModelEntry
-from omni.errors import NotInstalled
 from omni.runtime.model_source import ModelSource, resolve_model
 from omni.settings import EngineSettings
 
@@ -45,12 +44,7 @@ class Loader:
         )
 
     def embedder(self, entry: ModelEntry) -> Any:
-        if importlib.util.find_spec("mlx_embeddings") is None:
-            raise NotInstalled(
-                "Embeddings need mlx-embeddings, which this install lacks: "
-                "pip install 'omni-mlx[embeddings]' (from a checkout: pip install -e "
-                "'.[embeddings]'), then restart the server."
-            )
+        features.require("embeddings")
         from omni.runtime.embeddings import MLXEmbedder
 
         path = entry.path

@@ -28,3 +28,22 @@ def test_embeddings_without_their_extra_say_how_to_install_it(
     assert missing.value.status == 501 and missing.value.code == "feature_not_installed"
     assert "pip install 'omni-mlx[embeddings]'" in missing.value.message
     assert not (tmp_path / "models").exists()  # nothing fetched for a model it cannot run
+
+
+def test_features_say_what_runs_here_and_how_to_add_the_rest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from omni import features
+
+    found = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "mlx_embeddings" else found(name, *a),
+    )
+    facts = {f["name"]: f for f in features.every()}
+    assert facts["embeddings"]["available"] is False
+    assert facts["embeddings"]["install"] == "pip install 'omni-mlx[embeddings]'"
+    assert facts["postgres"]["available"] is True and facts["postgres"]["install"] is None
+    with pytest.raises(NotInstalled, match=r"omni-mlx\[embeddings\]"):
+        features.require("embeddings")
