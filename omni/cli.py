@@ -525,6 +525,7 @@ def _serve(args: argparse.Namespace) -> None:
     from omni.api.app import create_app, shut_down
     from omni.runtime.default_embedding import DEFAULT_EMBEDDING_ID
     from omni.runtime.default_model import DEFAULT_MODEL_ID
+    from omni.runtime.default_transcription import DEFAULT_TRANSCRIPTION_ID
     from omni.runtime.loading import Loader
     from omni.service.models import Models
 
@@ -546,6 +547,7 @@ def _serve(args: argparse.Namespace) -> None:
         loader,
         default=default,
         default_embedding=DEFAULT_EMBEDDING_ID,
+        default_transcription=DEFAULT_TRANSCRIPTION_ID,
         aliases=aliases,
         max_loaded=args.max_loaded_models,
         idle_ttl=args.model_idle_ttl,

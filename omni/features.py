@@ -60,6 +60,12 @@ FEATURES: dict[str, Feature] = {
     for f in (
         Feature("embeddings", "embeddings", ("mlx_embeddings",), "POST /v1/embeddings"),
         Feature("postgres", "postgres", ("psycopg",), "--db postgresql://… (replicas)"),
+        Feature(
+            "transcription",
+            "audio",
+            ("mlx_audio", "av"),
+            "POST /v1/audio/transcriptions, /v1/audio/translations",
+        ),
     )
 }
 

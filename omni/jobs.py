@@ -218,3 +218,45 @@ class Embedder(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Audio:
+    """An upload decoded to what Whisper hears."""
+
+    samples: bytes  # little-endian float32, mono, 16 kHz
+    format: str  # the container FFmpeg found ("wav", "mp3", "mov,mp4,m4a,3gp,3g2,mj2", …)
+    seconds: float
+
+
+@dataclass(frozen=True)
+class TranscribeOptions:
+    language: str | None = None  # ISO-639-1; None: detected (English for an .en model)
+    prompt: str | None = None  # Whisper's initial prompt
+    temperature: float | None = None  # None or 0: Whisper's fallback from 0 upwards
+    translate: bool = False  # into English
+    words: bool = False  # word timestamps
+
+
+class Transcriber(Protocol):
+    """What the service needs from a speech-to-text model's runner (omni.runtime.transcriber)."""
+
+    model_id: str
+
+    @property
+    def running(self) -> int:
+        """Recordings being transcribed now (a model with any is never evicted)."""
+        ...
+
+    def decode(self, data: bytes, filename: str) -> Audio:
+        """An uploaded file's audio (blocking: run in a thread); an InvalidRequest naming
+        `file` for what holds none."""
+        ...
+
+    async def transcribe(self, audio: Audio, options: TranscribeOptions) -> dict[str, Any]:
+        """{text, language, segments: [{id, seek, start, end, text, tokens, temperature,
+        avg_logprob, compression_ratio, no_speech_prob, words?}]}, as mlx-audio's Whisper
+        gives it."""
+        ...
+
+    def close(self) -> None: ...

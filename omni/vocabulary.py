@@ -5,7 +5,8 @@ A response owns three streams (omni.service.streams): `resp_X`, exactly what the
 (OpenAI's `response.*` types); `resp_X/request`, the accepted request, cancel requests and
 the delete tombstone; `resp_X/tokens`, the token ids of a background generation. A chat or
 text completion's stream holds its chunks as the API streams them, then one ending. An
-embeddings request's stream `embd-X` holds its start and its ending (usage, timings).
+embeddings request's stream `embd-X` holds its start and its ending (usage, timings). A
+transcription's stream `trsc-X` holds its start, its text's deltas, its segments and an ending.
 """
 
 from __future__ import annotations
@@ -33,6 +34,17 @@ EMBEDDING_FAILED = "embedding.failed"
 # Every embeddings stream ends with exactly one of these.
 EMBEDDING_ENDS = frozenset({EMBEDDING_COMPLETED, EMBEDDING_FAILED})
 
+# --- transcriptions and translations (`trsc-X`): OpenAI's stream events, between Omni's
+# start, its segments (with timestamps: what verbose_json, srt and vtt are made of) and a
+# failure. A stream sends the `transcript.*` ones and a failure.
+TRANSCRIPTION_IN_PROGRESS = "transcription.in_progress"  # accepted: the audio is being heard
+TRANSCRIPT_DELTA = "transcript.text.delta"
+TRANSCRIPTION_SEGMENTS = "transcription.segments"  # language, duration, segments, words
+TRANSCRIPT_DONE = "transcript.text.done"  # the whole text and usage (seconds of audio)
+TRANSCRIPTION_FAILED = "transcription.failed"
+# Every transcription stream ends with exactly one of these.
+TRANSCRIPTION_ENDS = frozenset({TRANSCRIPT_DONE, TRANSCRIPTION_FAILED})
+
 # --- Omni's own events (the request streams, tokens, metadata) ------------------------
 ACCEPTED = "omni.request.accepted"
 CANCEL_REQUESTED = "omni.response.cancel_requested"
@@ -45,3 +57,5 @@ COMPLETION_DELETED = "omni.completion.deleted"
 # Each API answers 404 for ids of another kind, before it reads or writes anything else.
 RESPONSE, CHAT, TEXT, EMBEDDING = "response", "chat", "text", "embedding"
 ID_PREFIXES = {RESPONSE: "resp_", CHAT: "chatcmpl-", TEXT: "cmpl-", EMBEDDING: "embd-"}
+TRANSCRIPTION = "transcription"  # a transcription or a translation (its request's `task`)
+ID_PREFIXES[TRANSCRIPTION] = "trsc-"

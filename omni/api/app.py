@@ -13,7 +13,18 @@ from typing import Any
 from quart import Quart, Response
 
 from omni import db
-from omni.api import access, chat, embeddings, errors, gate, inspector, metrics, models, responses
+from omni.api import (
+    access,
+    audio,
+    chat,
+    embeddings,
+    errors,
+    gate,
+    inspector,
+    metrics,
+    models,
+    responses,
+)
 from omni.api.gate import Access
 from omni.events import Appender, Notifier
 from omni.events.backends import LogStore, make_store
@@ -31,6 +42,7 @@ from omni.service.responses import ResponsesService
 from omni.service.retention import Retention
 from omni.service.sealing import Sealer
 from omni.service.stored import StoredCompletions
+from omni.service.transcriptions import TranscriptionsService
 from omni.settings import ServerSettings
 
 # The app's settings (omni.settings), by the name the app has always given them.
@@ -52,6 +64,7 @@ class State:
     metrics: Metrics
     retention: Retention | None = None
     embeddings: EmbeddingsService | None = None  # None: no model pool to embed with
+    transcriptions: TranscriptionsService | None = None  # None: no model pool to hear with
     shutdown_grace_s: float = ServerSettings.shutdown_grace_s
     stopping: asyncio.Task[None] | None = None  # the graceful stop, once begun
 
@@ -88,6 +101,7 @@ def create_app(settings: Settings, served: Models | Engine) -> Quart:
         app.register_blueprint(models.bp, url_prefix=prefix, name=f"models{prefix}")
         app.register_blueprint(chat.bp, url_prefix=prefix, name=f"chat{prefix}")
         app.register_blueprint(embeddings.bp, url_prefix=prefix, name=f"embeddings{prefix}")
+        app.register_blueprint(audio.bp, url_prefix=prefix, name=f"audio{prefix}")
     app.register_blueprint(metrics.bp)
     app.register_blueprint(inspector.bp)
 
@@ -170,12 +184,17 @@ def create_app(settings: Settings, served: Models | Engine) -> Quart:
         await completions.recover()
         embedding = EmbeddingsService(store, appender, pool, figures, leasing)
         await embedding.recover()
+        hearing = TranscriptionsService(
+            store, appender, notifier, pool, leasing, settings.keepalive
+        )
+        await hearing.recover()
 
         async def take_over(streams: list[str]) -> None:
             """Another server's work, its lease expired: as a restart would, here."""
             await service.recover(streams)
             await completions.recover(streams)
             await embedding.recover(streams)
+            await hearing.recover(streams)
             await purge_unstored(store, leasing)
             await leasing.release([s for s in streams if service.runs.get(s) is None])
 
@@ -193,6 +212,7 @@ def create_app(settings: Settings, served: Models | Engine) -> Quart:
             int(time.time()),
             figures,
             embeddings=embedding,
+            transcriptions=hearing,
             shutdown_grace_s=settings.shutdown_grace_s,
         )
         if settings.retention_s is not None:  # after recovery: it ends what a crash left open
@@ -211,6 +231,8 @@ def create_app(settings: Settings, served: Models | Engine) -> Quart:
             await state.responses.runs.leasing.close()
             await state.completions.close()
             await state.responses.close()
+            if state.transcriptions is not None:
+                await state.transcriptions.close()
             await state.appender.stop()
             await state.models.close()
         finally:  # what reached the writer commits before the process exits

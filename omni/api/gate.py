@@ -104,7 +104,7 @@ def install(app: Quart, access: Access) -> None:
                 f"at most {access.max_body_bytes} (see --max-body-mb)."
             )
         if request.method in ("POST", "PUT", "PATCH") and _has_body():
-            if request.mimetype != "application/json":
+            if request.mimetype != "application/json" and not _upload():
                 raise UnsupportedMediaType(
                     "The request body must be JSON, sent with 'Content-Type: application/json'"
                     f" (got {request.mimetype or 'no content type'!r})."
@@ -123,6 +123,11 @@ def install(app: Quart, access: Access) -> None:
         if response.status_code >= 400:
             await _finish_body(response, access.max_body_bytes)
         return response
+
+
+def _upload() -> bool:
+    """An audio file, sent as OpenAI's audio endpoints take it: a multipart form."""
+    return request.mimetype == "multipart/form-data" and "/audio/" in request.path
 
 
 def _same_origin(origin: str) -> bool:

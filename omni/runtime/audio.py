@@ -5,25 +5,15 @@ file FFmpeg finds no audio in is an InvalidRequest naming the `file` parameter."
 from __future__ import annotations
 
 import io
-from dataclasses import dataclass
 from typing import Any
 
 from omni.errors import InvalidRequest
+from omni.jobs import Audio
 
 SAMPLE_RATE = 16000
 
 
-@dataclass(frozen=True)
-class Decoded:
-    samples: bytes  # little-endian float32, mono, SAMPLE_RATE
-    format: str  # the container FFmpeg found ("wav", "mp3", "mov,mp4,m4a,…")
-
-    @property
-    def seconds(self) -> float:
-        return len(self.samples) / 4 / SAMPLE_RATE
-
-
-def decode(data: bytes, filename: str = "audio") -> Decoded:
+def decode(data: bytes, filename: str = "audio") -> Audio:
     import av
     import numpy as np
 
@@ -46,4 +36,4 @@ def decode(data: bytes, filename: str = "audio") -> Decoded:
     samples = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.float32)
     if samples.size == 0:
         raise InvalidRequest(f"'{filename}' holds no audio samples.", param="file")
-    return Decoded(samples.astype("<f4").tobytes(), name)
+    return Audio(samples.astype("<f4").tobytes(), name, samples.size / SAMPLE_RATE)

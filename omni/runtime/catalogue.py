@@ -15,6 +15,10 @@ from pathlib import Path
 from omni.catalogue import ModelEntry, ModelKind, Origin
 from omni.runtime import default_model
 from omni.runtime.default_embedding import DEFAULT_EMBEDDING_ID, default_embedding_dir
+from omni.runtime.default_transcription import (
+    DEFAULT_TRANSCRIPTION_ID,
+    default_transcription_dir,
+)
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +83,8 @@ def model_kind(folder: Path) -> ModelKind | None:
         config = json.loads((folder / "config.json").read_text())
     except (OSError, ValueError):
         return None
+    if config.get("model_type") == "whisper":  # mlx-audio's Whisper layout
+        return "transcription"
     architectures = config.get("architectures") or []
     if (folder / "modules.json").is_file() or any(a in _ENCODERS for a in architectures):
         return "embedding"
@@ -90,6 +96,8 @@ def _defaults(home: Path) -> Iterator[ModelEntry]:
     yield ModelEntry(default_model.DEFAULT_MODEL_ID, "chat", "", "default", _size(chat))
     embedding = default_embedding_dir(home)
     yield ModelEntry(DEFAULT_EMBEDDING_ID, "embedding", "", "default", _size(embedding))
+    speech = default_transcription_dir(home)
+    yield ModelEntry(DEFAULT_TRANSCRIPTION_ID, "transcription", "", "default", _size(speech))
 
 
 def _home(home: Path) -> Iterator[ModelEntry]:

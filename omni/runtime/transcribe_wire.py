@@ -6,21 +6,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-
-@dataclass(frozen=True)
-class Options:
-    language: str | None = None  # ISO-639-1; None: detected (English for an .en model)
-    prompt: str | None = None  # Whisper's initial prompt
-    temperature: float | None = None  # None or 0: Whisper's fallback from 0 upwards
-    translate: bool = False  # into English
-    words: bool = False  # word timestamps
+from omni.jobs import TranscribeOptions
 
 
 @dataclass(frozen=True)
 class Transcribe:
     id: int
     samples: bytes  # little-endian float32, mono, 16 kHz
-    options: Options
+    options: TranscribeOptions
 
 
 @dataclass(frozen=True)
@@ -43,8 +36,7 @@ class LoadFailed:
 
 @dataclass(frozen=True)
 class Transcript:
-    """{text, language, segments: [{id, start, end, text, tokens, temperature, avg_logprob,
-    compression_ratio, no_speech_prob, words?}]}, as mlx-audio's Whisper gives it."""
+    """omni.jobs.Transcriber.transcribe's result."""
 
     id: int
     result: dict[str, Any]

@@ -11,6 +11,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from omni.jobs import TranscribeOptions
 from omni.runtime import worker
 from omni.runtime.quiet import no_torch_advice
 from omni.runtime.transcribe_wire import (
@@ -18,7 +19,6 @@ from omni.runtime.transcribe_wire import (
     Failed,
     Loaded,
     LoadFailed,
-    Options,
     Transcribe,
     Transcript,
 )
@@ -43,7 +43,7 @@ def load(path: str) -> Any:
     return Model.post_load_hook(model, folder)
 
 
-def transcribe(model: Any, samples: bytes, options: Options) -> dict[str, Any]:
+def transcribe(model: Any, samples: bytes, options: TranscribeOptions) -> dict[str, Any]:
     import mlx.core as mx
     import numpy as np
 
@@ -63,11 +63,11 @@ def transcribe(model: Any, samples: bytes, options: Options) -> dict[str, Any]:
 
 
 def _plain(segment: dict[str, Any]) -> dict[str, Any]:
-    """A segment as JSON can hold it (no NaN; numpy and MLX numbers as Python's)."""
+    """A segment as JSON can hold it (NaN as 0; numpy and MLX numbers as Python's)."""
 
-    def number(value: Any) -> float | None:
+    def number(value: Any) -> float:
         value = float(value)
-        return None if math.isnan(value) or math.isinf(value) else value
+        return 0.0 if math.isnan(value) or math.isinf(value) else value
 
     out: dict[str, Any] = {
         "id": int(segment["id"]),

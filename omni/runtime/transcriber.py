@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from omni.errors import ModelLoadError, OmniError
-from omni.runtime import blas, transcribe_wire, transcribe_worker
-from omni.runtime.transcribe_wire import Options
+from omni.jobs import Audio, TranscribeOptions
+from omni.runtime import audio, blas, transcribe_wire, transcribe_worker
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,10 @@ class MLXTranscriber:
     def running(self) -> int:
         return len(self._pending)
 
-    async def transcribe(self, samples: bytes, options: Options) -> dict[str, Any]:
+    def decode(self, data: bytes, filename: str) -> Audio:
+        return audio.decode(data, filename)
+
+    async def transcribe(self, heard: Audio, options: TranscribeOptions) -> dict[str, Any]:
         if self._gone is not None:
             raise OmniError(self._gone)
         loop = asyncio.get_running_loop()
@@ -73,7 +76,7 @@ class MLXTranscriber:
         job_id = next(self._ids)
         self._pending[job_id] = (loop, future)
         try:
-            message = transcribe_wire.Transcribe(job_id, samples, options)
+            message = transcribe_wire.Transcribe(job_id, heard.samples, options)
             await asyncio.to_thread(self._send, message)  # megabytes of audio: off the loop
             return await future  # type: ignore[no-any-return]
         finally:

@@ -20,13 +20,22 @@ from typing import Any, cast
 
 from omni.catalogue import ModelEntry, ModelKind
 from omni.errors import InvalidRequest, ModelLoadError, ModelNotFound, OmniError
-from omni.jobs import Embedder, Engine, Warming
+from omni.jobs import Embedder, Engine, Transcriber, Warming
 
 log = logging.getLogger(__name__)
 
-Loaded = Engine | Embedder
+Loaded = Engine | Embedder | Transcriber
 Loader = Callable[[ModelEntry], Loaded]  # blocking: run in a thread
 WAIT_S = 0.05  # how often a request waiting for room looks again
+_USES = {  # where a model of each kind is used, for a 400 that names it
+    "chat": "chat, completions or responses",
+    "embedding": "/v1/embeddings",
+    "transcription": "/v1/audio/transcriptions or /v1/audio/translations",
+}
+
+
+def _a(kind: str) -> str:
+    return f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}"
 
 
 @dataclass(eq=False)
@@ -56,6 +65,7 @@ class Models:
         *,
         default: str,
         default_embedding: str | None = None,
+        default_transcription: str | None = None,
         aliases: Mapping[str, str] | None = None,
         max_loaded: int = 2,
         idle_ttl: float | None = None,
@@ -68,6 +78,7 @@ class Models:
             self._slots[entry.id] = _Slot(entry)
         self._load = load
         self.default, self.default_embedding = default, default_embedding
+        self.default_transcription = default_transcription
         self.aliases = dict(aliases or {})
         for name, target in self.aliases.items():
             if target not in self._slots:
@@ -129,9 +140,11 @@ class Models:
         """The entry `name` (an id or an alias; None: the default of `kind`) stands for, else
         404. With `kind`, a model of the other kind is a 400 saying so."""
         if name is None:
-            name = self.default if kind != "embedding" else self.default_embedding
+            defaults = {"embedding": self.default_embedding,
+                        "transcription": self.default_transcription}  # fmt: skip
+            name = defaults.get(kind or "chat", self.default)
             if name is None:
-                raise InvalidRequest("`model` is required: no default embedding model is served.",
+                raise InvalidRequest(f"`model` is required: no default {kind} model is served.",
                                      param="model")  # fmt: skip
         slot = self._slots.get(self.aliases.get(name, name))
         if slot is None:
@@ -142,13 +155,9 @@ class Models:
             )
         entry = slot.entry
         if kind is not None and entry.kind != kind:
-            use = (
-                "/v1/embeddings" if entry.kind == "embedding" else "chat, completions or responses"
-            )
             raise InvalidRequest(
-                f"The model '{name}' is a{'n' if entry.kind == 'embedding' else ''} "
-                f"{entry.kind} model, not a{'n' if kind == 'embedding' else ''} {kind} model: "
-                f"use it with {use}.",
+                f"The model '{name}' is {_a(entry.kind)} model, not {_a(kind)} model: "
+                f"use it with {_USES[entry.kind]}.",
                 param="model",
             )
         return entry
@@ -235,6 +244,11 @@ class Models:
     async def use_embedder(self, name: str | None) -> AsyncIterator[Embedder]:
         async with self._using(self.find(name, "embedding")) as model:
             yield cast(Embedder, model)
+
+    @asynccontextmanager
+    async def use_transcriber(self, name: str | None) -> AsyncIterator[Transcriber]:
+        async with self._using(self.find(name, "transcription")) as model:
+            yield cast(Transcriber, model)
 
     async def engine(self, model_id: str) -> Engine:
         """The chat model `model_id` loaded, for a run that a restart continues."""

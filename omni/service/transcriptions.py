@@ -1,0 +1,257 @@
+"""Speech to text over the event log. Each transcription (or translation) is a stream
+`trsc-X`: `transcription.in_progress` once accepted (its request on `trsc-X/request`: model,
+task, options, the audio's size, sha256 and duration, never the audio), then the text's
+`transcript.text.delta` events, its segments, and `transcript.text.done` (or
+`transcription.failed`). A streamed request follows the log as every stream does; a replay
+reads the same rows."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import time
+from collections.abc import AsyncGenerator, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from omni.errors import NotFound, OmniError
+from omni.events import Append, Appender, EventLog, NewEvent, Notifier, StoredEvent
+from omni.events.follow import follow
+from omni.ids import new_id
+from omni.jobs import Audio, TranscribeOptions, Transcriber
+from omni.protocol import transcripts
+from omni.schemas.audio import TranscriptionCreate
+from omni.service.leasing import Leasing
+from omni.service.ownership import visible
+from omni.service.streams import dumps, request_stream
+from omni.vocabulary import (
+    ACCEPTED,
+    ID_PREFIXES,
+    TRANSCRIPT_DELTA,
+    TRANSCRIPT_DONE,
+    TRANSCRIPTION,
+    TRANSCRIPTION_ENDS,
+    TRANSCRIPTION_FAILED,
+    TRANSCRIPTION_IN_PROGRESS,
+    TRANSCRIPTION_SEGMENTS,
+)
+
+RESTARTED = "The server restarted before this transcription was done."
+log = logging.getLogger(__name__)
+
+
+class TranscriberSource(Protocol):
+    """What the service asks of the model pool (omni.service.models.Models)."""
+
+    def use_transcriber(self, name: str | None) -> AbstractAsyncContextManager[Transcriber]:
+        """The transcription model `name` names (None: the default), loaded and kept loaded
+        while in use; a ModelNotFound, or an InvalidRequest for a model of another kind."""
+        ...
+
+
+@dataclass(frozen=True)
+class Upload:
+    data: bytes
+    filename: str
+    task: str  # "transcribe" or "translate"
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def is_end(event: StoredEvent) -> bool:
+    return event.type in TRANSCRIPTION_ENDS
+
+
+def sent(event: StoredEvent) -> bool:
+    """Whether a stream sends this event (the text's, and a failure), not Omni's own."""
+    return event.type in (TRANSCRIPT_DELTA, TRANSCRIPT_DONE, TRANSCRIPTION_FAILED)
+
+
+class TranscriptionsService:
+    def __init__(
+        self,
+        store: EventLog,
+        appender: Appender,
+        notifier: Notifier,
+        models: TranscriberSource,
+        leasing: Leasing | None = None,
+        keepalive: float = 15.0,
+    ):
+        self.store, self.appender, self.notifier = store, appender, notifier
+        self.models = models
+        self.leasing = leasing or Leasing()
+        self.keepalive = keepalive
+        self._jobs: set[asyncio.Task[Any]] = set()
+
+    async def create(
+        self, body: TranscriptionCreate, upload: Upload, owner: str | None = None
+    ) -> tuple[str, asyncio.Task[dict[str, Any] | OmniError]]:
+        """Accept `upload` (a 400 for what is not audio, before anything is written) and
+        transcribe it in a task of its own: its id, and the task (the transcript with the
+        audio's `duration`, or the failure the log recorded, as a value). A streamed
+        request follows the log instead."""
+        accepted: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        job = asyncio.create_task(self._job(body, upload, owner, accepted))
+        self._jobs.add(job)
+        job.add_done_callback(self._jobs.discard)
+        return await accepted, job
+
+    async def _job(
+        self,
+        body: TranscriptionCreate,
+        upload: Upload,
+        owner: str | None,
+        accepted: asyncio.Future[str],
+    ) -> dict[str, Any] | OmniError:
+        queued_at = _now_ms()
+        try:
+            async with self.models.use_transcriber(body.model) as model:
+                decoded = await asyncio.to_thread(model.decode, upload.data, upload.filename)
+                tid = new_id("trsc").replace("trsc_", ID_PREFIXES[TRANSCRIPTION])
+                await self.leasing.claim(tid)
+                try:
+                    await self._accept(tid, body, upload, decoded, model.model_id, owner, queued_at)
+                    accepted.set_result(tid)
+                    return await self._run(tid, body, upload.task, decoded, model)
+                finally:
+                    await self.leasing.release([tid])
+        except Exception as exc:  # noqa: BLE001 - before acceptance: the request's error
+            if not accepted.done():
+                accepted.set_exception(exc)
+            return exc if isinstance(exc, OmniError) else OmniError(str(exc))
+
+    async def _accept(
+        self,
+        tid: str,
+        body: TranscriptionCreate,
+        upload: Upload,
+        decoded: Audio,
+        model_id: str,
+        owner: str | None,
+        queued_at: int,
+    ) -> None:
+        audio = {
+            "filename": upload.filename,
+            "bytes": len(upload.data),
+            "sha256": hashlib.sha256(upload.data).hexdigest(),
+            "format": decoded.format,
+            "seconds": round(decoded.seconds, 3),
+        }
+        request = {
+            "kind": TRANSCRIPTION,
+            "task": upload.task,
+            "model": model_id,
+            "body": body.model_dump(mode="json"),
+            "audio": audio,
+            "owner": owner,
+            "created": queued_at // 1000,
+        }
+        opening = {"id": tid, "model": model_id, "task": upload.task, "seconds": audio["seconds"]}
+        await self.appender.append(
+            Append(request_stream(tid), 0, [NewEvent(ACCEPTED, dumps(request))]),
+            Append(tid, 0, [NewEvent(TRANSCRIPTION_IN_PROGRESS, dumps(opening))]),
+        )
+
+    async def _run(
+        self,
+        tid: str,
+        body: TranscriptionCreate,
+        task: str,
+        decoded: Audio,
+        model: Transcriber,
+    ) -> dict[str, Any] | OmniError:
+        options = TranscribeOptions(
+            language=body.language,
+            prompt=body.prompt,
+            temperature=body.temperature,
+            translate=task == "translate",
+            words=body.words,
+        )
+        started_at = _now_ms()
+        try:
+            result = await model.transcribe(decoded, options)
+        except Exception as exc:  # noqa: BLE001 - recorded, and handed back as a value
+            failure = exc if isinstance(exc, OmniError) else OmniError(str(exc))
+            data = {"id": tid, **failure.body(), "timings": self._timings(started_at)}
+            await self.appender.append(
+                Append(tid, 1, [NewEvent(TRANSCRIPTION_FAILED, dumps(data))])
+            )
+            return failure
+        seconds = decoded.seconds
+        heard = {
+            "language": result.get("language"),
+            "duration": round(seconds, 3),
+            "segments": result["segments"],
+            "timings": self._timings(started_at),
+        }
+        events = [NewEvent(TRANSCRIPT_DELTA, dumps(d)) for d in transcripts.deltas(result)]
+        events.append(NewEvent(TRANSCRIPTION_SEGMENTS, dumps(heard)))
+        events.append(NewEvent(TRANSCRIPT_DONE, dumps(transcripts.done(result, seconds))))
+        await self.appender.append(Append(tid, 1, events))
+        return {**result, "duration": seconds}
+
+    @staticmethod
+    def _timings(started_at: int) -> dict[str, int]:
+        return {"started_at": started_at, "finished_at": _now_ms()}
+
+    # --- reading ----------------------------------------------------------------------
+
+    def events(self, tid: str, after: int = -1) -> AsyncGenerator[StoredEvent | None, None]:
+        """The transcription's events after `after`, live until its end (None: keep-alive)."""
+        return follow(self.store, self.notifier, tid, after, is_end, self.keepalive)
+
+    async def request(self, tid: str, owner: str | None) -> dict[str, Any]:
+        """Its accepted request; a 404 for an id that is not a transcription of `owner`'s."""
+        rows = await self.store.read(request_stream(tid), limit=1) if _ours(tid) else []
+        found = json.loads(rows[0].data) if rows and rows[0].type == ACCEPTED else {}
+        if found.get("kind") != TRANSCRIPTION or not visible(found, owner):
+            raise NotFound(f"No transcription found with id '{tid}'.", param="id")
+        return found
+
+    async def stored(self, tid: str) -> tuple[dict[str, Any], float] | OmniError | None:
+        """Its transcript and the audio's seconds from the log, its failure, or None while
+        it is still being heard."""
+        result: dict[str, Any] = {}
+        for event in await self.store.read(tid):
+            data = json.loads(event.data)
+            if event.type == TRANSCRIPTION_SEGMENTS:
+                result = {"language": data["language"], "segments": data["segments"]}
+                seconds = float(data["duration"])
+            elif event.type == TRANSCRIPT_DONE:
+                return result, seconds
+            elif event.type == TRANSCRIPTION_FAILED:
+                return OmniError(data["error"]["message"])
+        return None
+
+    async def recover(self, among: Sequence[str] | None = None) -> int:
+        """End every transcription a crash left open (its client went with the old process).
+        Returns how many."""
+        ended = 0
+        unfinished = await self.store.unfinished(
+            TRANSCRIPTION_IN_PROGRESS, sorted(TRANSCRIPTION_ENDS)
+        )
+        async with self.leasing.taking(unfinished, among) as taken:
+            for tid in taken:
+                error = {"message": RESTARTED, "type": "server_error", "param": None,
+                         "code": "server_error"}  # fmt: skip
+                seq = await self.store.next_seq(tid)
+                data = dumps({"id": tid, "error": error})
+                await self.appender.append(Append(tid, seq, [NewEvent(TRANSCRIPTION_FAILED, data)]))
+                ended += 1
+        if ended:
+            log.warning("ended %d transcriptions a restart interrupted", ended)
+        return ended
+
+    async def close(self) -> None:
+        """Let the transcriptions under way end (their model is closed after this)."""
+        if self._jobs:
+            await asyncio.wait(list(self._jobs), timeout=30)
+
+
+def _ours(tid: str) -> bool:
+    return tid.startswith(ID_PREFIXES[TRANSCRIPTION])
