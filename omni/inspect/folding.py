@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 PREVIEW_WORDS = 12
@@ -80,6 +81,16 @@ def request_summary(kind: str, doc: dict[str, Any]) -> dict[str, Any]:
             "input": [{"type": "embedding_input", "role": None, "text": told}],
             "stream": False,
         }
+    if kind == "transcription":  # the audio is not kept: what it was
+        audio = doc.get("audio") or {}
+        told = f"{audio.get('filename')}: {audio.get('seconds')} s of audio ({doc.get('task')})"
+        return {
+            "model": body.get("model"),
+            "sampling": {k: body[k] for k in ("language", "temperature") if body.get(k)},
+            "instructions": body.get("prompt"),
+            "input": [{"type": "audio", "role": None, "text": told}],
+            "stream": bool(body.get("stream")),
+        }
     if kind == "response":
         sampling = dict((doc.get("plan") or doc).get("sampling") or {})  # older: beside
         items = [_item(i) for i in doc.get("input") or [] if isinstance(i, dict)]
@@ -134,3 +145,14 @@ def completion_output(kind: str, folded: dict[str, Any]) -> tuple[str, list[dict
         for c in message.get("tool_calls") or []
     ]
     return str(message.get("content") or ""), calls, str(message.get("reasoning_content") or "")
+
+
+def transcript_text(events: list[tuple[str, str]]) -> str:
+    """A transcription's text: its done event's, else its deltas so far."""
+    deltas = []
+    for type_, data in events:
+        if type_ == "transcript.text.done":
+            return str(json.loads(data).get("text") or "")
+        if type_ == "transcript.text.delta":
+            deltas.append(str(json.loads(data).get("delta") or ""))
+    return "".join(deltas)

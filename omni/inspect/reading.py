@@ -20,6 +20,7 @@ from omni.inspect.folding import (
     preview,
     request_summary,
     response_output,
+    transcript_text,
 )
 from omni.inspect.records import Detail, Stats, Summary, TimelineRow
 from omni.inspect.stats import percentile
@@ -75,6 +76,8 @@ class Inspector:
             output, calls, reasoning = response_output(folded)
         elif kind == "embedding":  # vectors are never kept: no output to show
             output, calls, reasoning = "", [], ""
+        elif kind == "transcription":
+            output, calls, reasoning = transcript_text([(t, d) for _, t, d in events]), [], ""
         else:
             fold = fold_chat if kind == "chat.completion" else fold_text
             pairs = [(t, d) for _, t, d in events if t.endswith(".chunk") or t.endswith(".usage")]
@@ -247,6 +250,9 @@ class Inspector:
         known = None not in usage
         if known and row["kind"] == "response" and row["end_position"] is not None:
             return response_output(_json(row["end_data"] or "{}").get("response") or {})[0], *usage
+        if row["kind"] == "transcription":
+            pairs = [(t, d) for _, t, d in self.events(row["id"])]
+            return transcript_text(pairs), *usage
         if row["kind"] == "embedding":  # no output; unfinished, its request's tokens
             if usage[0] is not None:
                 return "", usage[0], None

@@ -17,7 +17,7 @@ def iso(ms: int) -> str:
 # What `status` may be, from accepted to an end.
 STATUSES = ("queued", "in_progress", "completed", "incomplete", "failed", "cancelled")
 # The kinds of object the log holds (a summary's `kind`).
-KINDS = ("response", "chat.completion", "text_completion", "embedding")
+KINDS = ("response", "chat.completion", "text_completion", "embedding", "transcription")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,234 @@
+"""POST /v1/audio/transcriptions and /translations end to end: espeak-ng speaks a known
+sentence, the OpenAI SDK sends it (wav, and flac made from it by PyAV) to a real server whose
+real Whisper tiny.en (the default, converted from its wheel) hears it, plain and streamed, in
+every response_format; the log, the view and the inspector see them; a replay sends the same
+bytes. The server's model pool is not this test's: a minimal one serves the transcriber."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import shutil
+import sqlite3
+import subprocess
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from difflib import SequenceMatcher
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from omni.api.gate import Access
+from omni.errors import InvalidRequest, ModelNotFound
+from omni.inspect import Inspector, open_log
+from omni.runtime.default_transcription import DEFAULT_TRANSCRIPTION_ID
+from omni.runtime.transcriber import MLXTranscriber
+from omni.service.transcriptions import TranscriptionsService
+from tests.api._helpers import MODEL
+from tests.server import running
+
+SENTENCE = "Please open the door and turn on the lights."
+
+
+class OneTranscriber:
+    """A stand-in for the model pool: one transcription model, an alias, a chat model."""
+
+    def __init__(self, transcriber: MLXTranscriber) -> None:
+        self.transcriber = transcriber
+
+    @asynccontextmanager
+    async def use_transcriber(self, name: str | None) -> AsyncIterator[MLXTranscriber]:
+        if name in (None, DEFAULT_TRANSCRIPTION_ID, "whisper-1"):
+            yield self.transcriber
+            return
+        if name == MODEL:
+            raise InvalidRequest(
+                f"The model '{name}' is a chat model, not a transcription model.", param="model"
+            )
+        raise ModelNotFound(f"The model '{name}' does not exist.", param="model")
+
+
+def words(text: str) -> list[str]:
+    return re.findall(r"[a-z']+", text.lower())
+
+
+def heard(text: str) -> float:
+    """How much of SENTENCE's words the text has, in order (1.0: all)."""
+    return SequenceMatcher(None, words(SENTENCE), words(text)).ratio()
+
+
+@pytest.fixture(scope="module")
+def speech(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
+    """SENTENCE spoken by espeak-ng as wav, and the same as flac (encoded by PyAV)."""
+    import av
+
+    espeak = shutil.which("espeak-ng")
+    assert espeak is not None, "the tests need espeak-ng (Debian's espeak-ng)"
+    wav = tmp_path_factory.mktemp("speech") / "sentence.wav"
+    subprocess.run([espeak, "-s", "150", "-w", str(wav), SENTENCE], check=True)
+    flac = io.BytesIO()
+    with av.open(str(wav)) as src, av.open(flac, "w", format="flac") as out:
+        stream = out.add_stream("flac", rate=src.streams.audio[0].rate)
+        for frame in src.decode(audio=0):
+            for packet in stream.encode(frame):
+                out.mux(packet)
+        for packet in stream.encode(None):
+            out.mux(packet)
+    return {"wav": wav.read_bytes(), "flac": flac.getvalue()}
+
+
+@pytest.fixture(scope="module")
+def served(
+    tiny_engine: Any, whisper_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Any, openai.OpenAI, Path]]:
+    transcriber = MLXTranscriber(str(whisper_dir), DEFAULT_TRANSCRIPTION_ID)
+    transcriber.start()
+    db = tmp_path_factory.mktemp("transcriptions") / "omni.db"
+    try:
+        with running(tiny_engine, db) as (srv, client):
+            state = srv.state
+            state.transcriptions = TranscriptionsService(
+                state.store, state.appender, state.notifier, OneTranscriber(transcriber)
+            )
+            yield srv, client, db
+    finally:
+        transcriber.close()
+
+
+def test_the_sdk_hears_the_sentence_in_wav_and_flac(served, speech) -> None:
+    _, client, db = served
+    plain = client.audio.transcriptions.create(
+        model="whisper-1", file=("sentence.wav", speech["wav"], "audio/wav")
+    )
+    assert heard(plain.text) >= 0.8, plain.text
+    verbose = client.audio.transcriptions.create(
+        model=DEFAULT_TRANSCRIPTION_ID,
+        file=("sentence.flac", speech["flac"], "audio/flac"),
+        response_format="verbose_json",
+        timestamp_granularities=["word", "segment"],
+    )
+    assert heard(verbose.text) >= 0.8, verbose.text
+    assert verbose.language == "english" and 1.0 < verbose.duration < 8.0
+    segments = verbose.segments or []
+    assert segments and all(s.start <= s.end <= verbose.duration + 0.5 for s in segments)
+    assert [w.word.strip() for w in verbose.words or []][:2] == plain.text.split()[:2]
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute(
+            "SELECT model, status, task, audio_bytes, input_tokens > 0, output_tokens > 0, text"
+            " FROM transcriptions ORDER BY created_ms"
+        ).fetchall()
+        request = json.loads(
+            conn.execute(
+                "SELECT data FROM events WHERE stream_id = (SELECT id || '/request' FROM"
+                " transcriptions ORDER BY created_ms DESC LIMIT 1)"
+            ).fetchone()[0]
+        )
+    assert rows[-2:] == [
+        (DEFAULT_TRANSCRIPTION_ID, "completed", "transcribe", len(speech["wav"]), 1, 1, plain.text),
+        (DEFAULT_TRANSCRIPTION_ID, "completed", "transcribe", len(speech["flac"]), 1, 1,
+         verbose.text),
+    ]  # fmt: skip
+    assert request["audio"]["format"] == "flac" and len(request["audio"]["sha256"]) == 64
+    assert "file" not in request["body"] and request["body"]["timestamp_granularities"] == [
+        "word",
+        "segment",
+    ]
+
+
+def test_a_stream_sends_the_text_then_done_and_replays_the_same(served, speech) -> None:
+    srv, client, db = served
+    events = list(
+        client.audio.transcriptions.create(
+            model="whisper-1", file=("sentence.wav", speech["wav"]), stream=True
+        )
+    )
+    types = [e.type for e in events]
+    assert types[-1] == "transcript.text.done" and set(types[:-1]) == {"transcript.text.delta"}
+    text = "".join(e.delta for e in events[:-1])  # type: ignore[union-attr]
+    assert text == events[-1].text and heard(text) >= 0.8  # type: ignore[union-attr]
+    with sqlite3.connect(db) as conn:
+        (tid,) = conn.execute(
+            "SELECT id FROM transcriptions ORDER BY created_ms DESC LIMIT 1"
+        ).fetchone()
+        stored = [t for (t,) in conn.execute(
+            "SELECT type FROM events WHERE stream_id = ? ORDER BY seq", (tid,)
+        )]  # fmt: skip
+    assert tid.startswith("trsc-")
+    assert stored == ["transcription.in_progress", *types[:-1], "transcription.segments", types[-1]]
+    live = httpx.get(f"{srv.base_url}/v1/audio/transcriptions/{tid}?stream=true", timeout=30)
+    assert live.headers["content-type"].startswith("text/event-stream")
+    assert [json.loads(line[6:])["type"] for line in live.text.splitlines()
+            if line.startswith("data: ")] == types  # fmt: skip
+    again = httpx.get(f"{srv.base_url}/v1/audio/transcriptions/{tid}", timeout=30).json()
+    assert again["text"] == text and again["segments"]
+
+
+@pytest.mark.parametrize("fmt", ["text", "srt", "vtt"])
+def test_text_srt_and_vtt(served, speech, fmt: str) -> None:
+    _, client, _ = served
+    out = client.audio.transcriptions.create(
+        model="whisper-1", file=("sentence.wav", speech["wav"]), response_format=fmt
+    )
+    assert isinstance(out, str) and heard(out) >= 0.8, out
+    if fmt == "srt":
+        assert out.startswith("1\n00:00:00,000 --> 00:00:0")
+    if fmt == "vtt":
+        assert out.startswith("WEBVTT\n\n00:00:00.000 --> 00:00:0")
+
+
+def test_a_translation_of_english_is_english(served, speech) -> None:
+    _, client, db = served
+    out = client.audio.translations.create(model="whisper-1", file=("s.wav", speech["wav"]))
+    assert heard(out.text) >= 0.8, out.text
+    with sqlite3.connect(db) as conn:
+        (task,) = conn.execute(
+            "SELECT task FROM transcriptions ORDER BY created_ms DESC LIMIT 1"
+        ).fetchone()
+    assert task == "translate"
+
+
+def test_what_is_not_audio_is_a_400_and_nothing_is_written(served) -> None:
+    _, client, db = served
+    with sqlite3.connect(db) as conn:
+        (before,) = conn.execute("SELECT count(*) FROM events").fetchone()
+    with pytest.raises(openai.BadRequestError) as err:
+        client.audio.transcriptions.create(
+            model="whisper-1", file=("notes.txt", b"these are not the sounds you seek" * 50)
+        )
+    body = err.value.body
+    assert isinstance(body, dict) and body["param"] == "file" and "notes.txt" in body["message"]
+    with pytest.raises(openai.BadRequestError) as chat:
+        client.audio.transcriptions.create(model=MODEL, file=("s.wav", b"RIFF"))
+    assert isinstance(chat.value.body, dict) and chat.value.body["param"] == "model"
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT count(*) FROM events").fetchone() == (before,)
+
+
+def test_too_large_is_a_413(tiny_engine: Any, tmp_path: Path, speech) -> None:
+    small = Access(max_body_bytes=16 * 1024)  # --max-body-mb, made smaller than the speech
+    with running(tiny_engine, tmp_path / "omni.db", access=small) as (_, client):
+        with pytest.raises(openai.APIStatusError) as err:
+            client.audio.transcriptions.create(model="whisper-1", file=("s.wav", speech["wav"]))
+    assert err.value.status_code == 413
+    assert isinstance(err.value.body, dict) and err.value.body["code"] == "request_too_large"
+
+
+def test_the_inspector_lists_and_shows_them(served, speech) -> None:
+    _, client, db = served
+    said = client.audio.transcriptions.create(model="whisper-1", file=("s.wav", speech["wav"]))
+    engine = open_log(str(db))
+    try:
+        with engine.connect() as conn:
+            ins = Inspector(conn)
+            (latest,) = ins.recent(kind="transcription", limit=1)
+            assert (latest.model, latest.status) == (DEFAULT_TRANSCRIPTION_ID, "completed")
+            assert latest.preview.split()[:3] == said.text.split()[:3]
+            detail = ins.detail(latest.id)
+            assert detail is not None and detail.request["model"] == "whisper-1"
+            assert "s.wav" in detail.request["input"][0]["text"]
+    finally:
+        engine.dispose()
