@@ -47,3 +47,19 @@ def test_features_say_what_runs_here_and_how_to_add_the_rest(
     assert facts["postgres"]["available"] is True and facts["postgres"]["install"] is None
     with pytest.raises(NotInstalled, match=r"omni-mlx\[embeddings\]"):
         features.require("embeddings")
+
+
+def test_transcription_without_its_extra_says_how_to_install_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    found = importlib.util.find_spec
+
+    def lacking(name: str, *args: Any) -> Any:
+        return None if name == "mlx_audio" else found(name, *args)
+
+    monkeypatch.setattr(importlib.util, "find_spec", lacking)
+    entry = ModelEntry("whisper-tiny.en", "transcription", "", "default")
+    with pytest.raises(NotInstalled) as missing:
+        Loader(tmp_path)(entry)
+    assert missing.value.status == 501 and "pip install 'omni-mlx[audio]'" in missing.value.message
+    assert not (tmp_path / "models").exists()  # nothing fetched for a model it cannot run
