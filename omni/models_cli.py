@@ -226,7 +226,7 @@ def _served(url: str) -> list[dict[str, Any]] | None:
 
 
 def _pull(name: str, home: Path) -> int:
-    from omni.runtime import default_embedding, default_model
+    from omni.runtime import default_embedding, default_model, default_transcription
 
     def say(message: str) -> None:
         print(f"omni: {message}", file=sys.stderr, flush=True)
@@ -237,12 +237,16 @@ def _pull(name: str, home: Path) -> int:
         from omni.runtime.default_embedding import ensure_default_embedding
 
         path = ensure_default_embedding(home, say)
+    elif name == default_transcription.DEFAULT_TRANSCRIPTION_ID:
+        path = default_transcription.ensure_default_transcription(home, say)
     elif "/" in name:
         path = _pull_hf(name, say)
     else:
         raise OmniError(
             f"cannot pull {name!r}: name a default ({default_model.DEFAULT_MODEL_ID}, "
-            f"{default_embedding.DEFAULT_EMBEDDING_ID}) or a Hugging Face repo id (owner/name)"
+            f"{default_embedding.DEFAULT_EMBEDDING_ID}, "
+            f"{default_transcription.DEFAULT_TRANSCRIPTION_ID}) or a Hugging Face repo id "
+            "(owner/name)"
         )
     print(path)
     return 0

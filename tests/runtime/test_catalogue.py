@@ -24,6 +24,8 @@ def test_a_scan_finds_every_kind_of_place(tmp_path: Path) -> None:
     model(home / "models" / "qwen3-0.6b-q8_0-0123456789ab", ["Qwen3ForCausalLM"])  # a conversion
     model(shelf / "Llama-Small", ["LlamaForCausalLM"])
     model(shelf / "deep" / "er" / "bge-small", ["BertModel"])
+    whisper = model(shelf / "Whisper-Base", [])
+    (whisper / "config.json").write_text(json.dumps({"model_type": "whisper"}))  # mlx-audio's
     (shelf / "phi.gguf").write_bytes(b"GGUF")
     (shelf / "notes.txt").write_text("not a model")
     model(shelf / "no-weights", ["LlamaForCausalLM"]).joinpath("model.safetensors").unlink()
@@ -39,6 +41,8 @@ def test_a_scan_finds_every_kind_of_place(tmp_path: Path) -> None:
     assert found == {
         "smollm2-135m-instruct": ("chat", "default"),
         "all-minilm-l6-v2": ("embedding", "default"),
+        "whisper-tiny.en": ("transcription", "default"),
+        "whisper-base": ("transcription", "models-dir"),
         "qwen3-0.6b-q8_0": ("chat", "home"),
         "llama-small": ("chat", "models-dir"),
         "bge-small": ("embedding", "models-dir"),
