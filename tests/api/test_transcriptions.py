@@ -218,7 +218,7 @@ def test_too_large_is_a_413(tiny_engine: Any, tmp_path: Path, speech) -> None:
 
 
 def test_the_inspector_lists_and_shows_them(served, speech) -> None:
-    _, client, db = served
+    srv, client, db = served
     said = client.audio.transcriptions.create(model="whisper-1", file=("s.wav", speech["wav"]))
     engine = open_log(str(db))
     try:
@@ -232,3 +232,7 @@ def test_the_inspector_lists_and_shows_them(served, speech) -> None:
             assert "s.wav" in detail.request["input"][0]["text"]
     finally:
         engine.dispose()
+    listed = httpx.get(f"{srv.base_url}/inspect/api/recent?limit=1", timeout=30).json()["data"]
+    assert [(r["id"], r["kind"]) for r in listed] == [(latest.id, "transcription")]
+    shown = httpx.get(f"{srv.base_url}/inspect/api/{latest.id}", timeout=30).json()
+    assert shown["summary"]["preview"] == latest.preview
