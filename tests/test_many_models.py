@@ -78,7 +78,7 @@ def test_the_catalogue_an_alias_and_a_model_unloaded_then_loaded_again(
     client = sdk(pool_server.base_url)
     assert listed(client) == {
         "tiny-a": True, "tiny-b": False, "broken": False, "bad-weights": False,
-        "smollm2-135m-instruct": False, "all-minilm-l6-v2": False,
+        "smollm2-135m-instruct": False, "all-minilm-l6-v2": False, "whisper-tiny.en": False,
     }  # fmt: skip
     one = client.models.retrieve("gpt-5.5")
     assert one.id == "tiny-b" and getattr(one, "kind") == "chat"  # noqa: B009
