@@ -236,3 +236,26 @@ def test_the_inspector_lists_and_shows_them(served, speech) -> None:
     assert [(r["id"], r["kind"]) for r in listed] == [(latest.id, "transcription")]
     shown = httpx.get(f"{srv.base_url}/inspect/api/{latest.id}", timeout=30).json()
     assert shown["summary"]["preview"] == latest.preview
+
+
+@pytest.mark.parametrize(
+    ("fields", "param"),
+    [
+        ({"temperature": "2"}, "temperature"),
+        ({"response_format": "xml"}, "response_format"),
+        ({"timestamp_granularities[]": "sentence"}, "timestamp_granularities.0"),
+        ({"stream": "maybe"}, "stream"),
+        ({}, "file"),
+    ],
+)
+def test_bad_fields_are_400s_naming_them(served, fields: dict[str, str], param: str) -> None:
+    srv, _, _ = served
+    files = {"file": ("s.wav", b"RIFF")} if param != "file" else {"other": ("x", b"x")}
+    res = httpx.post(
+        f"{srv.base_url}/v1/audio/transcriptions",
+        data={"model": "whisper-1", **fields},
+        files=files,
+        timeout=30,
+    )
+    assert res.status_code == 400, res.text
+    assert res.json()["error"]["param"] == param
