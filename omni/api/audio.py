@@ -5,6 +5,7 @@ its events, the same bytes)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -63,7 +64,7 @@ async def _create(task: str) -> Any:
     access.note(id=tid)
     if body.stream:
         return _stream(service, tid)
-    outcome = await job
+    outcome = await asyncio.shield(job)  # a client that leaves does not cut its record short
     if isinstance(outcome, OmniError):
         raise outcome
     return _answer(outcome, body, outcome["duration"], task)

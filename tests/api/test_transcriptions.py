@@ -12,6 +12,7 @@ import re
 import shutil
 import sqlite3
 import subprocess
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from difflib import SequenceMatcher
@@ -259,3 +260,25 @@ def test_bad_fields_are_400s_naming_them(served, fields: dict[str, str], param: 
     )
     assert res.status_code == 400, res.text
     assert res.json()["error"]["param"] == param
+
+
+def test_a_client_that_leaves_still_leaves_a_whole_record(served, speech) -> None:
+    srv, _, db = served
+    with sqlite3.connect(db) as conn:
+        (before,) = conn.execute("SELECT count(*) FROM transcriptions").fetchone()
+    with pytest.raises(httpx.TimeoutException):  # gone before Whisper is done
+        httpx.post(
+            f"{srv.base_url}/v1/audio/transcriptions",
+            data={"model": "whisper-1"},
+            files={"file": ("s.wav", speech["wav"])},
+            timeout=httpx.Timeout(30, read=0.2),
+        )
+    for _ in range(600):  # the transcription goes on to its end
+        with sqlite3.connect(db) as conn:
+            rows = conn.execute(
+                "SELECT status, text FROM transcriptions ORDER BY created_ms"
+            ).fetchall()
+        if len(rows) > before and rows[-1][0] != "in_progress":
+            break
+        time.sleep(0.1)
+    assert rows[-1][0] == "completed" and heard(rows[-1][1]) >= 0.8
