@@ -61,3 +61,23 @@ def test_what_is_not_audio_is_a_400_naming_the_file() -> None:
         decode(b"%PDF-1.7 not a sound" * 64, "report.pdf")
     assert err.value.status == 400 and err.value.param == "file"
     assert "report.pdf" in err.value.message
+
+
+def test_whisper_loads_without_mlx_audios_playback(whisper_dir: Path) -> None:
+    """mlx-audio's playback needs PortAudio (sounddevice), which a server may lack: loading
+    and running Whisper never imports it."""
+    import sys
+
+    probe = (
+        "import sys\n"
+        "from omni.jobs import TranscribeOptions\n"
+        "from omni.runtime.transcribe_worker import load, transcribe\n"
+        f"model = load({str(whisper_dir)!r})\n"
+        "transcribe(model, bytes(4 * 16000), TranscribeOptions())\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('sounddevice', 'mlx_audio.tts'))))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"
