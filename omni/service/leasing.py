@@ -22,6 +22,7 @@ from contextlib import asynccontextmanager
 
 from omni.errors import StoreError
 from omni.events.contract import Leases
+from omni.events.driver import now_ms
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,21 @@ class Leasing:
         if self.shared and self.leases is not None:
             if not await self.leases.claim([stream_id], self.replica, self.ttl_ms):
                 raise StoreError(f"{stream_id} is leased to another server")
+
+    async def lead(self, name: str) -> bool:
+        """Whether this server leads the work `name` stands for (a replay-cache key, say):
+        True where it took the lease (or no other server could hold it), False where
+        another server holds it now. Let go with release(), or by expiry if this one dies."""
+        if not self.shared or self.leases is None:
+            return True
+        return bool(await self.leases.claim([name], self.replica, self.ttl_ms))
+
+    async def holder(self, name: str) -> str | None:
+        """The server holding `name`'s lease now, if any (expired leases hold nothing)."""
+        if not self.shared or self.leases is None:
+            return None
+        held = await self.leases.holder(name)
+        return held[0] if held is not None and held[1] > now_ms() else None
 
     async def takeable(self, stream_ids: Sequence[str]) -> list[str]:
         """Of unfinished streams, those this server may take over (leased to it now)."""
