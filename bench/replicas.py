@@ -14,7 +14,8 @@ loopback server, user postgres): the bench makes a database of its own and drops
    response generates on `a`, one delta every --interval-ms; one client follows it through
    `a`, another through `b` (whose wake-ups come through LISTEN/NOTIFY), at once. Latency is
    from the engine's emit to the client's receipt of each delta, p50 and p99 for each, and
-   the other replica's extra latency.
+   the other replica's extra latency; and each delta's receipt through `b` after `a`.
+   Each replica is a process of its own, as replicas are.
 Prints a table and writes bench/out/replicas.json.
 """
 
@@ -93,48 +94,73 @@ def pipeline(
     return found
 
 
-def follow(base: str, response_id: str, engine: SyntheticEngine, into: list[float]) -> None:
+def replica(url: str, name: str, interval_s: float, conn: Any) -> None:
+    """A server of its own process (replicas are processes: none shares another's GIL) on
+    `url`; sends its base URL, then, told to stop, when its engine emitted each delta."""
+    engine = SyntheticEngine(interval_s=interval_s)
+    server = ServerThread(Settings(db_path=url, replica=name), engine).start()
+    conn.send(server.base_url)
+    conn.recv()
+    server.stop()
+    conn.send(engine.emitted_at)
+
+
+def follow(base: str, response_id: str, into: dict[int, float]) -> None:
+    """When each delta of the response reached this client (perf_counter: one clock for every
+    process of this machine)."""
     url = f"{base}/v1/responses/{response_id}?stream=true"
     with httpx.stream("GET", url, timeout=600) as stream:
         for line in stream.iter_lines():
             if line.startswith("data: ") and f'"{DELTA}"' in line:
                 now = time.perf_counter()
-                index = int(json.loads(line[6:])["delta"])
-                if index >= SKIPPED:
-                    into.append((now - engine.emitted_at[index]) * 1000)
+                into[int(json.loads(line[6:])["delta"])] = now
+
+
+def latencies(received: dict[int, float], since: dict[int, float]) -> dict[str, float]:
+    gaps = [(at - since[i]) * 1000 for i, at in received.items() if i >= SKIPPED]
+    return {
+        "deltas": len(gaps),
+        "p50_ms": statistics.median(gaps),
+        "p99_ms": percentile(gaps, 0.99),
+        "max_ms": max(gaps),
+    }
 
 
 def followers(url: str) -> dict[str, Any]:
-    engine = SyntheticEngine(interval_s=ARGS.interval_ms / 1000)
-    a = ServerThread(Settings(db_path=url, replica="a"), engine).start()
-    b = ServerThread(Settings(db_path=url, replica="b"), SyntheticEngine()).start()
+    ctx = multiprocessing.get_context("spawn")
+    pipes, procs = [], []
+    for name, interval in (("a", ARGS.interval_ms / 1000), ("b", 0.0)):
+        mine, theirs = ctx.Pipe()
+        proc = ctx.Process(target=replica, args=(url, name, interval, theirs), daemon=True)
+        proc.start()
+        pipes.append(mine)
+        procs.append(proc)
+    a_url, b_url = (pipe.recv() for pipe in pipes)
     try:
         body = {"input": "x", "background": True, "max_output_tokens": ARGS.follow_tokens}
-        response_id = httpx.post(f"{a.base_url}/v1/responses", json=body, timeout=60).json()["id"]
-        here: list[float] = []
-        there: list[float] = []
+        response_id = httpx.post(f"{a_url}/v1/responses", json=body, timeout=60).json()["id"]
+        here: dict[int, float] = {}
+        there: dict[int, float] = {}
         readers = [
-            threading.Thread(target=follow, args=(a.base_url, response_id, engine, here)),
-            threading.Thread(target=follow, args=(b.base_url, response_id, engine, there)),
+            threading.Thread(target=follow, args=(a_url, response_id, here)),
+            threading.Thread(target=follow, args=(b_url, response_id, there)),
         ]
         for reader in readers:
             reader.start()
         for reader in readers:
             reader.join()
     finally:
-        b.stop()
-        a.stop()
-    expected = ARGS.follow_tokens - SKIPPED
-    if len(here) != expected or len(there) != expected:
-        raise SystemExit(f"followers saw {len(here)} and {len(there)} deltas, not {expected}")
+        for pipe in pipes:
+            pipe.send("stop")
+        emitted, _ = (pipe.recv() for pipe in pipes)
+        for proc in procs:
+            proc.join(30)
+    if len(here) != ARGS.follow_tokens or len(there) != ARGS.follow_tokens:
+        raise SystemExit(f"followers saw {len(here)} and {len(there)} deltas")
     return {
-        side: {
-            "deltas": len(seen),
-            "p50_ms": statistics.median(seen),
-            "p99_ms": percentile(seen, 0.99),
-            "max_ms": max(seen),
-        }
-        for side, seen in (("generating_replica", here), ("other_replica", there))
+        "generating_replica": latencies(here, emitted),
+        "other_replica": latencies(there, emitted),
+        "other_after_generating": latencies(there, here),  # each delta: b's receipt - a's
     }
 
 
@@ -189,9 +215,11 @@ def main() -> None:
             f" max {figures['max_ms']:.2f} ms"
         )
     extra = result["other_replica_extra_ms"]
+    later = follow_figures["other_after_generating"]
     print(
         f"  the other replica's extra latency: p50 {extra['p50']:+.2f} ms,"
-        f" p99 {extra['p99']:+.2f} ms"
+        f" p99 {extra['p99']:+.2f} ms; each delta reached b's client after a's by"
+        f" p50 {later['p50_ms']:.2f} ms, p99 {later['p99_ms']:.2f} ms"
     )
     verdict = "all persisted and received" if not failures else "MISMATCH"
     print(f"verified against the events tables: {verdict}")
