@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 from omni import __version__, db, db_commands, inspect_cli, logs, models_cli
 from omni.api.keys import KeyRing, api_key, read_key_file
 from omni.errors import OmniError
-from omni.events.location import is_postgres, normal, shown
 from omni.heap import set_aside
+from omni.location import is_postgres, normal, shown
 from omni.service.defaults import Defaults
 from omni.settings import EngineSettings, ServerSettings, engine_knobs
 

@@ -17,9 +17,9 @@ from omni.api import access, chat, embeddings, errors, gate, inspector, metrics,
 from omni.api.gate import Access
 from omni.events import Appender, Notifier
 from omni.events.backends import LogStore, make_store
-from omni.events.location import is_postgres
 from omni.ids import new_id
 from omni.jobs import Engine
+from omni.location import is_postgres
 from omni.metrics import Metrics
 from omni.service.completions import CompletionsService
 from omni.service.defaults import Defaults

@@ -34,12 +34,12 @@ from omni.errors import SeqConflict, StoreError
 from omni.events import maintenance
 from omni.events.contract import Append, StoredEvent
 from omni.events.driver import Sql, now_ms, reason
-from omni.events.location import conninfo, postgres_url, require_driver, shown
 from omni.events.notifier import Notifier
 from omni.events.pg_cache import CACHE_UPKEEP_ROWS, INDEXED, PostgresCacheIndex
 from omni.events.pg_leases import PostgresLeases
 from omni.events.pg_listen import CHANNEL, Listener
 from omni.events.schema import events, items
+from omni.location import conninfo, postgres_url, require_driver, shown
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
