@@ -18,7 +18,7 @@ from typing import Any
 
 from omni.runtime import blas, weights
 from omni.runtime.batching import GENERATION_FAILED, seeded_sampler
-from omni.runtime.generation import Scorer, logits_processors
+from omni.runtime.generation import Scorer, ThinkBudget, logits_processors
 from omni.runtime.quiet import no_torch_advice
 from omni.runtime.types import Runtime
 from omni.runtime.wire import (
@@ -104,10 +104,6 @@ class VisionRunner:
                 self._take(conn, conn.recv())
                 continue
             spec = self.waiting.popleft()
-            if spec.id in self.stopping:  # cancelled while it waited
-                self.stopping.discard(spec.id)
-                conn.send([Finished(spec.id, "cancelled", len(spec.prompt), 0)])
-                continue
             conn.send([Started(spec.id, True)])
             try:
                 ended = self._generate(conn, spec)
@@ -122,7 +118,13 @@ class VisionRunner:
             case Spec():
                 self.waiting.append(message)
             case Cancel(job_id):
-                self.stopping.add(job_id)
+                waited = [w for w in self.waiting if w.id == job_id]
+                for spec in waited:  # cancelled while it waited: it ends now, never started
+                    self.waiting.remove(spec)
+                    done = len(spec.resume_tokens)
+                    conn.send([Finished(job_id, "cancelled", len(spec.prompt), done)])
+                if not waited:
+                    self.stopping.add(job_id)
             case Close():
                 self.closing = True
             case _:  # MaxBatch: one job at a time here, whatever the size
@@ -193,7 +195,14 @@ class VisionRunner:
         return make_sampler(temp=s.temperature, top_p=s.top_p, min_p=s.min_p, top_k=s.top_k)
 
     def _processors(self, spec: Spec) -> list[Any]:
+        """As the text engine's (omni.runtime.batching): penalties, a thinking budget, a
+        grammar."""
         processors = logits_processors(spec.sampling)
+        budget = spec.sampling.thinking_budget
+        start: tuple[int, ...] = self.tokenizer.think_start_tokens or ()
+        end: tuple[int, ...] = self.tokenizer.think_end_tokens or ()
+        if budget is not None and len(start) == 1 and len(end) == 1:
+            processors.append(ThinkBudget(start[0], end[0], budget))
         if spec.constraint is not None:
             if self._constraints is None:
                 from omni.runtime.constraints import Constraints

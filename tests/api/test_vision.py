@@ -25,6 +25,7 @@ from omni.runtime.loading import Loader
 from omni.runtime.tiny import build_tiny_llama
 from omni.runtime.tiny_vlm import IMAGE_SIZE, PATCH_SIZE, build_tiny_llava
 from omni.service.models import Models
+from tests.api._helpers import n_deltas, wait_for
 from tests.server import ServerThread
 
 VLM, LLM = "tiny-llava", "tiny-llama"
@@ -112,6 +113,21 @@ def test_a_response_sees_the_image_and_input_items_keep_it(
     assert image.detail == "auto"
 
 
+def test_another_image_gives_another_answer(client: OpenAI) -> None:
+    """The pixels reach the vision tower: greedy text on a red and on a blue picture differ."""
+
+    def answer(image: bytes) -> str:
+        response = client.responses.create(
+            model=VLM,
+            input=asking(data_url(image)),
+            max_output_tokens=8,
+            temperature=0,  # type: ignore[arg-type]
+        )
+        return response.output_text
+
+    assert answer(png((255, 0, 0))) != answer(png((0, 0, 255)))
+
+
 def test_a_streamed_response_with_an_image(client: OpenAI, text_only_tokens: int) -> None:
     stream = client.responses.create(
         model=VLM,
@@ -131,6 +147,23 @@ def test_a_streamed_response_with_an_image(client: OpenAI, text_only_tokens: int
     final = events[-1].response  # type: ignore[union-attr]
     assert final.usage is not None and final.usage.input_tokens == text_only_tokens + IMAGE_TOKENS
     assert "".join(d.delta for d in deltas) == final.output_text  # type: ignore[union-attr]
+
+
+def test_a_running_and_a_waiting_vision_response_are_cancelled(
+    client: OpenAI, server: ServerThread
+) -> None:
+    """One job at a time: the second waits in the engine process, and is cancelled there
+    before it starts; the first stops at its next token and keeps its output."""
+    long = {"model": VLM, "input": asking(PNG_URL), "max_output_tokens": 2000, "background": True}
+    running = client.responses.create(**long)  # type: ignore[call-overload]
+    waiting = client.responses.create(**long)  # type: ignore[call-overload]
+    assert wait_for(lambda: n_deltas(server, running.id) >= 5, timeout=60)
+    never = client.responses.cancel(waiting.id)
+    stopped = client.responses.cancel(running.id)
+    assert never.status == stopped.status == "cancelled"
+    assert never.usage is not None and never.usage.output_tokens == 0
+    assert stopped.usage is not None and 5 <= stopped.usage.output_tokens < 2000
+    assert stopped.output_text != ""
 
 
 def test_chat_takes_image_url_parts_as_objects_and_as_strings(
