@@ -10,6 +10,7 @@ import base64
 import importlib.util
 import io
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -27,6 +28,7 @@ from omni.runtime.tiny_vlm import IMAGE_SIZE, PATCH_SIZE, build_tiny_llava
 from omni.service.models import Models
 from tests.api._helpers import n_deltas, wait_for
 from tests.server import ServerThread
+from tests.test_cli import kill_mid_stream, serving
 
 VLM, LLM = "tiny-llava", "tiny-llama"
 IMAGE_TOKENS = (IMAGE_SIZE // PATCH_SIZE) ** 2  # CLIP's patches (its class token dropped)
@@ -298,3 +300,26 @@ def test_a_vision_model_without_the_extra_is_a_501_with_the_install_command(
         srv.stop()
     assert missing.value.status_code == 501
     assert "pip install 'omni-mlx[vision]'" in missing.value.message
+
+
+def test_omni_serve_continues_a_background_vision_response_after_kill_9(
+    shelf: Path, tmp_path: Path
+) -> None:
+    """`omni serve --model` on the VLM; killed mid-generation, the restarted server reads the
+    recorded image again and carries on token-exactly (greedy: as an uninterrupted run)."""
+    db = tmp_path / "omni.db"
+    body = {"model": VLM, "input": asking(PNG_URL), "max_output_tokens": 200, "temperature": 0}
+    with serving(shelf / VLM, db) as (base, proc):
+        created = httpx.post(f"{base}/v1/responses", json={**body, "background": True}, timeout=120)
+        rid = created.json()["id"]
+        kill_mid_stream(base, rid, proc, 20)
+    with serving(shelf / VLM, db) as (base, _):
+        with OpenAI(base_url=f"{base}/v1", api_key="x", max_retries=0) as client:
+            deadline = time.monotonic() + 300
+            while (final := client.responses.retrieve(rid)).status in ("queued", "in_progress"):
+                assert time.monotonic() < deadline, f"{rid} did not end"
+                time.sleep(0.2)
+            reference = client.responses.create(**body)  # type: ignore[call-overload]
+    assert final.status == reference.status and final.output_text == reference.output_text
+    assert final.usage is not None and reference.usage is not None
+    assert final.usage.input_tokens == reference.usage.input_tokens
