@@ -28,8 +28,9 @@ class Loader:
     def __call__(self, entry: ModelEntry) -> Any:
         if entry.kind == "embedding":
             return self.embedder(entry)
+        from omni.runtime.catalogue import takes_images
         from omni.runtime.mlx_engine import MLXEngine
-        from omni.runtime.vlm_engine import VLMEngine, takes_images
+        from omni.runtime.vlm_engine import VLMEngine
 
         source = self.source(entry)
         vision = takes_images(Path(source.path))

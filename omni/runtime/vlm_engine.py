@@ -7,7 +7,6 @@ its images' tokens."""
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,16 +14,6 @@ from typing import Any
 from omni.jobs import Capabilities
 from omni.runtime import vlm_worker
 from omni.runtime.mlx_engine import MLXEngine
-
-
-def takes_images(folder: Path) -> bool:
-    """A vision-language model's folder: its config has a vision tower's (HF's layout for
-    LLaVA, Qwen2-VL, Idefics, Gemma 3, PaliGemma, ...)."""
-    try:
-        config = json.loads((folder / "config.json").read_text())
-    except (OSError, ValueError):
-        return False
-    return isinstance(config, dict) and isinstance(config.get("vision_config"), dict)
 
 
 class VLMEngine(MLXEngine):

@@ -95,7 +95,7 @@ def text_only_tokens(server: ServerThread) -> int:
 
 
 def test_a_response_sees_the_image_and_input_items_keep_it(
-    client: OpenAI, text_only_tokens: int
+    client: OpenAI, server: ServerThread, text_only_tokens: int
 ) -> None:
     response = client.responses.create(
         model=VLM,
@@ -113,6 +113,10 @@ def test_a_response_sees_the_image_and_input_items_keep_it(
     assert text.type == "input_text" and text.text == QUESTION
     assert image.type == "input_image" and image.image_url == PNG_URL
     assert image.detail == "auto"
+    assert getattr(client.models.retrieve(VLM), "vision") is True  # noqa: B009
+    assert getattr(client.models.retrieve(LLM), "vision") is False  # noqa: B009
+    shown = httpx.get(f"{server.base_url}/inspect/api/{response.id}", timeout=30).json()
+    assert shown["request"]["input"][0]["text"] == f"{QUESTION} [image]"  # not its bytes
 
 
 def test_another_image_gives_another_answer(client: OpenAI) -> None:
