@@ -134,6 +134,30 @@ def test_another_image_gives_another_answer(client: OpenAI) -> None:
     assert answer(png((255, 0, 0))) != answer(png((0, 0, 255)))
 
 
+def test_a_conversation_keeps_its_image_and_a_text_model_refuses_its_chain(
+    client: OpenAI, text_only_tokens: int
+) -> None:
+    """The image of the first turn is in the second turn's prompt (read again from the log);
+    a text-only model asked to carry the conversation on is a 400 naming the chain."""
+    first = client.responses.create(model=VLM, input=asking(PNG_URL), max_output_tokens=3)  # type: ignore[arg-type]
+    second = client.responses.create(
+        model=VLM, previous_response_id=first.id, input="And now?", max_output_tokens=3
+    )
+    assert first.usage is not None and second.usage is not None
+    assert second.usage.input_tokens > first.usage.input_tokens + first.usage.output_tokens
+    assert first.usage.input_tokens == text_only_tokens + IMAGE_TOKENS
+    with pytest.raises(BadRequestError) as refused:
+        client.responses.create(model=LLM, previous_response_id=first.id, input="And now?")
+    assert refused.value.param == "previous_response_id"
+
+
+def test_the_features_say_vision_runs_here(server: ServerThread) -> None:
+    facts = httpx.get(f"{server.base_url}/v1/features", timeout=30).json()
+    listed = facts["data"] if isinstance(facts, dict) else facts
+    vision = next(f for f in listed if f["name"] == "vision")
+    assert vision["available"] is True and vision["extra"] == "vision"
+
+
 def test_a_streamed_response_with_an_image(client: OpenAI, text_only_tokens: int) -> None:
     stream = client.responses.create(
         model=VLM,
@@ -203,6 +227,25 @@ def test_chat_takes_image_url_parts_as_objects_and_as_strings(
     assert sdk.choices[0].message.role == "assistant"
     as_string = chat({"type": "image_url", "image_url": PNG_URL})
     assert as_string["usage"]["prompt_tokens"] == sdk.usage.prompt_tokens
+    chunks = list(
+        client.chat.completions.create(
+            model=VLM,
+            max_tokens=3,
+            stream=True,
+            stream_options={"include_usage": True},
+            messages=[
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "image_url", "image_url": {"url": PNG_URL}},
+                        {"type": "text", "text": QUESTION},
+                    ],
+                }
+            ],  # fmt: skip
+        )
+    )
+    usage = chunks[-1].usage
+    assert usage is not None and usage.prompt_tokens == sdk.usage.prompt_tokens
 
 
 class _Images(BaseHTTPRequestHandler):
