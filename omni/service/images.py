@@ -70,12 +70,12 @@ def refuse_images(engine: Engine, refs: Sequence[ImageRef]) -> None:
 
 
 async def load_images(refs: Iterable[ImageRef]) -> dict[str, bytes]:
-    """Each distinct image's bytes by its URL, checked to be an image (400s name the part)."""
+    """Each distinct image's bytes by its URL, checked to be an image (400s name the part);
+    read in a worker thread: decoding and checking megabytes is no work for the event loop."""
     loaded: dict[str, bytes] = {}
     for ref in refs:
         if ref.url not in loaded:
-            data = await asyncio.to_thread(_fetch, ref) if _remote(ref.url) else _decode(ref)
-            loaded[ref.url] = _checked(data, ref)
+            loaded[ref.url] = await asyncio.to_thread(_read, ref)
     return loaded
 
 
@@ -84,8 +84,9 @@ def pictures(refs: Iterable[ImageRef], loaded: Mapping[str, bytes]) -> tuple[byt
     return tuple(loaded[ref.url] for ref in refs)
 
 
-def _remote(url: str) -> bool:
-    return url.startswith(("http://", "https://"))
+def _read(ref: ImageRef) -> bytes:
+    remote = ref.url.startswith(("http://", "https://"))
+    return _checked(_fetch(ref) if remote else _decode(ref), ref)
 
 
 def _decode(ref: ImageRef) -> bytes:
