@@ -16,6 +16,7 @@ from collections import deque
 from multiprocessing.connection import Connection
 from typing import Any
 
+from omni.jobs import FinishReason
 from omni.runtime import blas, weights
 from omni.runtime.batching import GENERATION_FAILED, seeded_sampler
 from omni.runtime.generation import Scorer, ThinkBudget, logits_processors
@@ -154,7 +155,7 @@ class VisionRunner:
             prefill_step_size=self.chunk,
             **extra,
         )
-        reason = "length"
+        reason: FinishReason = "length"
         try:
             for y, logprobs in steps:
                 token = int(y)
@@ -172,7 +173,7 @@ class VisionRunner:
                     break
         finally:
             steps.close()
-        return Finished(spec.id, reason, len(spec.prompt), done)  # type: ignore[arg-type]
+        return Finished(spec.id, reason, len(spec.prompt), done)
 
     def _pixels(self, images: tuple[bytes, ...]) -> tuple[Any, dict[str, Any]]:
         """The vision tower's input for `images`, through the model's image processor, and
