@@ -24,3 +24,4 @@ class ModelEntry:
     draft: str = ""  # a draft model (its catalogue id), for speculative decoding
     draft_path: str = ""  # where it loads from (a folder, a .gguf, a repo id or a default's id)
     base: str = ""  # the id of the model an adapter or a draft model is loaded with
+    vision: bool = False  # a vision-language model: it takes images

@@ -60,6 +60,12 @@ FEATURES: dict[str, Feature] = {
     for f in (
         Feature("embeddings", "embeddings", ("mlx_embeddings",), "POST /v1/embeddings"),
         Feature("postgres", "postgres", ("psycopg",), "--db postgresql://… (replicas)"),
+        Feature(
+            "vision",
+            "vision",
+            ("mlx_vlm", "PIL"),
+            "input_image / image_url parts for vision models",
+        ),
     )
 }
 

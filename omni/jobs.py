@@ -91,6 +91,9 @@ class Job:
     constraint: dict[str, Any] | None = None
     # Other requests the server was still taking in as this one's job left for the engine.
     behind: int = 0
+    # The images (encoded files, in prompt order) that the prompt's image tokens stand for:
+    # a vision model's engine turns them into its vision tower's input.
+    images: tuple[bytes, ...] = ()
     outputs: asyncio.Queue[Output] = field(default_factory=asyncio.Queue)
     stop: threading.Event = field(default_factory=threading.Event)
     _claimed: bool = False
@@ -124,6 +127,7 @@ class Capabilities:
     template_tools: bool = False  # the chat template renders tools (and calls, results) itself
     tool_format: ToolFormat = ToolFormat()  # how the model writes calls
     thinking: tuple[str, str] | None = None  # the think block's markers, for a reasoning model
+    vision: bool = False  # it takes images (a vision-language model: omni.runtime.vlm_engine)
 
 
 class Engine(Protocol):

@@ -45,9 +45,19 @@ def _content_text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        texts = (p.get("text") or "" for p in content if isinstance(p, dict))
+        texts = (_part_text(p) for p in content if isinstance(p, dict))
         return " ".join(t for t in texts if t)
     return ""
+
+
+def _part_text(part: dict[str, Any]) -> str:
+    """A part's text; an image (input_image, image_url) as [image], with its URL unless it
+    is a data: URL (the image itself)."""
+    if part.get("type") not in ("input_image", "image_url"):
+        return str(part.get("text") or "")
+    url = part.get("image_url")
+    url = url.get("url") if isinstance(url, dict) else url
+    return "[image]" if not isinstance(url, str) or url.startswith("data:") else f"[image {url}]"
 
 
 def _item(item: dict[str, Any]) -> dict[str, Any]:

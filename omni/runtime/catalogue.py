@@ -68,7 +68,18 @@ def entry_for(path: Path, origin: Origin, model_id: str | None = None) -> ModelE
     if kind is None:
         return None
     name = model_id or path.name.lower()
-    return ModelEntry(name, kind, str(path), origin, _size(path))
+    vision = kind == "chat" and takes_images(path)
+    return ModelEntry(name, kind, str(path), origin, _size(path), vision=vision)
+
+
+def takes_images(folder: Path) -> bool:
+    """A vision-language model's folder: its config has a vision tower's (HF's layout for
+    LLaVA, Qwen2-VL, Idefics, Gemma 3, PaliGemma, ...)."""
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and isinstance(config.get("vision_config"), dict)
 
 
 def model_kind(folder: Path) -> ModelKind | None:

@@ -1,5 +1,6 @@
 """Loading a catalogue entry: a chat model in an engine process of its own (a GGUF file is
-converted once, a default fetched once), an embedding model in its embedder's process."""
+converted once, a default fetched once; a vision-language model on mlx-vlm), an embedding
+model in its embedder's process."""
 
 from __future__ import annotations
 
@@ -27,11 +28,16 @@ class Loader:
     def __call__(self, entry: ModelEntry) -> Any:
         if entry.kind == "embedding":
             return self.embedder(entry)
+        from omni.runtime.catalogue import takes_images
         from omni.runtime.mlx_engine import MLXEngine
+        from omni.runtime.vlm_engine import VLMEngine
 
         source = self.source(entry)
+        vision = takes_images(Path(source.path))
+        if vision:  # a vision-language model runs on mlx-vlm
+            features.require("vision")
         self.progress(f"loading model {entry.id} from {source.path}")
-        engine = MLXEngine(source, self.settings)
+        engine = (VLMEngine if vision else MLXEngine)(source, self.settings)
         engine.begin()  # its weights load while requests are taken in (they wait for them)
         return engine
 

@@ -28,10 +28,11 @@ from omni.ids import new_id
 from omni.jobs import Engine, Sampling
 from omni.metrics import UNREAD, Metrics
 from omni.projections.completions import fold_chat, fold_text
-from omni.projections.messages import chat_for_template
+from omni.projections.messages import chat_content, chat_for_template
 from omni.protocol.chat_recorder import ChunkRecorder, error_event
 from omni.schemas.chat import ChatCompletionCreate, CompletionCreate
 from omni.service.defaults import Defaults
+from omni.service.images import load_images, message_images, pictures, refuse_images
 from omni.service.models import Models
 from omni.service.ownership import cache_namespace
 from omni.service.plan import RunPlan
@@ -129,8 +130,14 @@ class CompletionsService:
             engine, tools, mode, body.response_format, "response_format", parallel
         )
         structured = engine.capabilities.template_tools
+        refs = message_images([m.content for m in body.messages])
+        refuse_images(engine, refs)
+        loaded = await load_images(refs)
         messages = chat_for_template(
-            [{**m.model_dump(exclude_none=True), "content": m.text()} for m in body.messages],
+            [
+                {**m.model_dump(exclude_none=True), "content": chat_content(m.content, loaded)}
+                for m in body.messages
+            ],
             structured,
         )
         thinking, budget = thinking_plan(engine, body.reasoning_effort, body.thinking_budget)
@@ -155,8 +162,9 @@ class CompletionsService:
         )
         key = cache_key(engine.model_id, body, owner) if self.cache else None
         cid = new_id("chatcmpl").replace("chatcmpl_", "chatcmpl-")
+        images = pictures(refs, loaded)
         if key is None or bypass_cache:
-            await self._generate(engine, cid, body, prompt, plan, key, owner)
+            await self._generate(engine, cid, body, prompt, plan, key, owner, images=images)
             return cid, False
         leader = self._leader(key)
         if leader is not None:  # single flight: follow the identical request under way
@@ -181,7 +189,7 @@ class CompletionsService:
                 await self._mirror(original, cid, body, key, owner)
                 self.metrics.replay_cache.labels("hit").inc()
                 return cid, True
-            await self._generate(engine, cid, body, prompt, plan, key, owner, flight)
+            await self._generate(engine, cid, body, prompt, plan, key, owner, flight, images)
             self.metrics.replay_cache.labels("miss").inc()
             return cid, False
         except BaseException:
@@ -230,6 +238,7 @@ class CompletionsService:
         key: str | None,
         owner: str | None,
         leased: tuple[str, ...] = (),
+        images: tuple[bytes, ...] = (),
     ) -> None:
         recorder = ChunkRecorder(
             "chat",
@@ -241,7 +250,9 @@ class CompletionsService:
             splitter=plan.splitter(engine),
             thinker=plan.thinker(engine, prompt),
         )
-        await self._start(engine, cid, "chat", body, recorder, prompt, plan, key, owner, leased)
+        await self._start(
+            engine, cid, "chat", body, recorder, prompt, plan, key, owner, leased, images
+        )
 
     async def create_text(self, body: CompletionCreate, owner: str | None = None) -> str:
         self.runs.check_capacity()
@@ -303,6 +314,7 @@ class CompletionsService:
         key: str | None,
         owner: str | None,
         leased: tuple[str, ...] = (),
+        images: tuple[bytes, ...] = (),
     ) -> None:
         request = {
             "kind": kind,
@@ -314,7 +326,7 @@ class CompletionsService:
             "plan": plan.to_json(),
         }
         opening = [NewEvent(t, dumps(d)) for t, d in recorder.opening()]
-        job = plan.job(prompt)
+        job = plan.job(prompt, images=images)
         # Not stored (store false, a chat's default; a legacy completion always): purged once
         # read. Only stored completions are replayed (the index's source says so).
         stored = kind == "chat" and bool(body.store)

@@ -344,6 +344,7 @@ class Models:
             "created": int(slot.loaded_at or self.started),
             "owned_by": "omni",
             "kind": entry.kind,
+            "vision": entry.vision,  # it takes images (input_image, image_url parts)
             "loaded": slot.model is not None and not warming,
             "loading": slot.loading is not None or warming,
             "origin": entry.origin,
