@@ -17,6 +17,7 @@ from omni.api import access, chat, embeddings, errors, gate, inspector, metrics,
 from omni.api.gate import Access
 from omni.events import Appender, Notifier
 from omni.events.backends import LogStore, make_store
+from omni.events.postgres import PostgresStore
 from omni.ids import new_id
 from omni.jobs import Engine
 from omni.location import is_postgres
@@ -124,6 +125,8 @@ def create_app(settings: Settings, served: Models | Engine) -> Quart:
         # A PostgreSQL log may be shared by several servers: each leases what it runs there.
         shared = settings.shared or is_postgres(settings.db_path)
         leasing = Leasing(store.leases, settings.replica, settings.lease_s, shared)
+        if shared and isinstance(store, PostgresStore):
+            store.replica = leasing.replica  # what another replica took over, it writes alone
         # What an earlier process left of unstored requests (and no other server serves).
         await purge_unstored(store, leasing)
         appender = Appender(store, notifier, metrics=figures)

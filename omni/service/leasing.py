@@ -16,6 +16,7 @@ import asyncio
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -109,10 +110,12 @@ class Leasing:
 
     async def _watch(self, take_over: Callable[[list[str]], Awaitable[None]]) -> None:
         assert self.leases is not None
+        renewed = time.monotonic()
         while True:
             await asyncio.sleep(self.ttl_ms / 3000)
             try:
                 await self.leases.renew(self.replica, self.ttl_ms)
+                renewed = self._renewed(renewed)
                 if expired := await self.leases.expired():
                     taken = await self.leases.claim(expired, self.replica, self.ttl_ms)
                     if taken:
@@ -122,6 +125,19 @@ class Leasing:
                 log.warning("lease upkeep failed: %s", exc)
             except Exception:
                 log.exception("lease upkeep failed")
+
+    def _renewed(self, last: float) -> float:
+        """Warn of renewals that come late: a lease that lapses while its work still runs
+        here is taken over by another server (and this one's appends to it are refused)."""
+        now = time.monotonic()
+        if now - last > self.ttl_ms / 1500:  # two thirds of a lease went unrenewed
+            log.warning(
+                "leases renewed %.1f s after the last renewal (they last %.1f s): this server "
+                "or its database is slow to answer; a longer --lease keeps its work here",
+                now - last,
+                self.ttl_ms / 1000,
+            )
+        return now
 
     async def close(self) -> None:
         if self._task is not None:
