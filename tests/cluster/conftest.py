@@ -24,7 +24,7 @@ from tests.server import free_port
 from tests.test_cli import serving
 
 MODEL = "tiny-llama"
-LEASE_S = 2  # a killed replica's work is taken over within a few seconds
+LEASE_S = 2  # a killed replica's work is taken over within a few seconds (a module's LEASE_S)
 UPSTREAM = "x-omni-upstream"  # the balancer's answer header naming the replica it used
 DELTA = "response.output_text.delta"
 
@@ -155,15 +155,18 @@ def balancer(prefix: Path, replicas: list[Replica]) -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def cluster(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+def cluster(
+    request: pytest.FixtureRequest, tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Cluster]:
     folder = tmp_path_factory.mktemp("cluster")
+    lease = getattr(request.module, "LEASE_S", LEASE_S)
     env = {"OMNI_HOME": str(folder / "home")}
     with ExitStack() as stack:
         url = stack.enter_context(database("omni_cluster"))
         replicas = []
         for name in ("a", "b"):
             log = folder / f"{name}.log"
-            extra = ("--replica-id", name, "--lease", str(LEASE_S))
+            extra = ("--replica-id", name, "--lease", str(lease))
             base, proc = stack.enter_context(
                 serving(tiny_model_dir, url, "info", log, *extra, env=env)  # type: ignore[arg-type]
             )
