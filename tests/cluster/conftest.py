@@ -101,6 +101,7 @@ http {{
     upstream omni {{
 {servers}
         keepalive 32;
+        keepalive_timeout 4s;
     }}
     server {{
         listen 127.0.0.1:{port};
@@ -121,6 +122,8 @@ http {{
 
 
 def nginx_config(port: int, replicas: list[Replica]) -> str:
+    """Idle connections to a replica are closed by nginx before Hypercorn's 5 s do: else a
+    request sent on one the replica is closing fails (a 502: nginx retries no POST)."""
     servers = "\n".join(f"        server {r.address};" for r in replicas)
     # As root, the workers would run as nobody, who may not enter the test's folders.
     user = "user root;" if os.geteuid() == 0 else ""
