@@ -10,10 +10,11 @@ import shutil
 import subprocess
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from concurrent.futures import ThreadPoolExecutor, wait
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import pytest
@@ -27,6 +28,7 @@ MODEL = "tiny-llama"
 LEASE_S = 2  # a killed replica's work is taken over within a few seconds (a module's LEASE_S)
 UPSTREAM = "x-omni-upstream"  # the balancer's answer header naming the replica it used
 DELTA = "response.output_text.delta"
+T = TypeVar("T")
 
 
 @dataclass
@@ -157,6 +159,17 @@ def balancer(prefix: Path, replicas: list[Replica]) -> Iterator[str]:
         proc.wait(timeout=30)
 
 
+def started(stack: ExitStack, starts: dict[str, AbstractContextManager[T]]) -> dict[str, T]:
+    """Enter the contexts at once (the replicas start side by side), each left by `stack`."""
+    with ThreadPoolExecutor(len(starts)) as pool:
+        entering = {name: pool.submit(cm.__enter__) for name, cm in starts.items()}
+        wait(entering.values())
+    for name, future in entering.items():
+        if future.exception() is None:
+            stack.push(starts[name].__exit__)
+    return {name: future.result() for name, future in entering.items()}
+
+
 @pytest.fixture(scope="module")
 def cluster(
     request: pytest.FixtureRequest, tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
@@ -166,14 +179,21 @@ def cluster(
     env = {"OMNI_HOME": str(folder / "home")}
     with ExitStack() as stack:
         url = stack.enter_context(database("omni_cluster"))
-        replicas = []
-        for name in ("a", "b"):
-            log = folder / f"{name}.log"
-            extra = ("--replica-id", name, "--lease", str(lease))
-            base, proc = stack.enter_context(
-                serving(tiny_model_dir, url, "info", log, *extra, env=env)  # type: ignore[arg-type]
+        starts = {
+            name: serving(
+                tiny_model_dir,
+                url,  # type: ignore[arg-type]
+                "info",
+                folder / f"{name}.log",
+                *("--replica-id", name, "--lease", str(lease)),
+                env=env,
             )
-            replicas.append(Replica(name, base, proc, log))
+            for name in ("a", "b")
+        }
+        replicas = [
+            Replica(name, base, proc, folder / f"{name}.log")
+            for name, (base, proc) in started(stack, starts).items()
+        ]
         front = stack.enter_context(balancer(folder / "nginx", replicas))
         yield Cluster(url, {r.name: r for r in replicas}, front)
 
