@@ -20,6 +20,7 @@ import httpx
 import pytest
 from openai import OpenAI
 
+from tests.api._helpers import strip_keepalives
 from tests.postgres import database, rows
 from tests.server import free_port
 from tests.test_cli import serving
@@ -69,6 +70,13 @@ class Cluster:
             self.db,
             "SELECT position, seq, type, data FROM events WHERE stream_id = %s ORDER BY seq",
             stream_id,
+        )
+
+    def sse(self, stream_id: str) -> bytes:
+        """What every replay of a response must send: its rows as SSE frames."""
+        return b"".join(
+            f"event: {type_}\ndata: {data}\nid: {seq}\n\n".encode()
+            for _, seq, type_, data in self.events(stream_id)
         )
 
     def deltas(self, stream_id: str) -> int:
@@ -200,3 +208,9 @@ def cluster(
 
 def data_of(row: tuple[Any, ...]) -> dict[str, Any]:
     return json.loads(row[3])  # type: ignore[no-any-return]
+
+
+def whole_frames(body: bytes) -> bytes:
+    """The complete frames of a stream cut anywhere (keep-alives left out)."""
+    body = strip_keepalives(body)
+    return body[: body.rfind(b"\n\n") + 2]

@@ -9,24 +9,8 @@ import threading
 
 import httpx
 
-from tests.api._helpers import parse_frames, strip_keepalives
-from tests.cluster.conftest import MODEL, Cluster, data_of
-
-TERMINAL = ("response.completed", "response.incomplete", "response.failed")
-
-
-def log_bytes(cluster: Cluster, stream_id: str) -> bytes:
-    """What every replay of a response must send: its rows as SSE frames."""
-    return b"".join(
-        f"event: {type_}\ndata: {data}\nid: {seq}\n\n".encode()
-        for _, seq, type_, data in cluster.events(stream_id)
-    )
-
-
-def whole_frames(body: bytes) -> bytes:
-    """The complete frames of a stream cut anywhere (keep-alives left out)."""
-    body = strip_keepalives(body)
-    return body[: body.rfind(b"\n\n") + 2]
+from tests.api._helpers import TERMINAL, parse_frames, strip_keepalives
+from tests.cluster.conftest import MODEL, Cluster, data_of, whole_frames
 
 
 def test_a_stream_cut_off_resumes_through_the_other_replica(cluster: Cluster) -> None:
@@ -63,7 +47,7 @@ def test_a_stream_cut_off_resumes_through_the_other_replica(cluster: Cluster) ->
         name: httpx.get(f"{r.base}/v1/responses/{response_id}?stream=true", timeout=60).content
         for name, r in cluster.replicas.items()
     }
-    assert whole["a"] == whole["b"] == log_bytes(cluster, response_id)
+    assert whole["a"] == whole["b"] == cluster.sse(response_id)
     frames = parse_frames(whole["a"])
     assert frames[-1].event in TERMINAL
     assert [f.seq for f in frames] == list(range(len(frames)))

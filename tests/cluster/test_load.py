@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 import httpx
 
 from tests.api._helpers import parse_frames, strip_keepalives
-from tests.cluster.conftest import MODEL, Cluster
+from tests.cluster.conftest import MODEL, Cluster, whole_frames
 from tests.postgres import rows
 
 # Nobody dies here: the default lease, which a busy replica renews in time (two, on two
@@ -19,7 +19,7 @@ from tests.postgres import rows
 LEASE_S = 10
 CLIENTS = 64
 REQUESTS = 10
-TERMINAL = ("response.completed", "response.incomplete")
+ENDED_WELL = ("response.completed", "response.incomplete")  # no failure among them
 Read = tuple[str, bytes, str]  # a response's id, the events its client read, who served it
 
 
@@ -30,11 +30,6 @@ def body(client: int, n: int, **extra: object) -> dict[str, object]:
         "max_output_tokens": 12,
         **extra,
     }
-
-
-def whole_frames(chunks: bytes) -> bytes:
-    chunks = strip_keepalives(chunks)
-    return chunks[: chunks.rfind(b"\n\n") + 2]
 
 
 def upstream(response: httpx.Response) -> str:
@@ -109,7 +104,7 @@ async def test_64_clients_over_two_replicas_lose_nothing(cluster: Cluster) -> No
     for rid, read, _ in reads:
         events = logged[rid]
         assert [seq for seq, _, _ in events] == list(range(len(events))), rid
-        assert events[-1][1] in TERMINAL, (rid, events[-1])
+        assert events[-1][1] in ENDED_WELL, (rid, events[-1])
         expected = b"".join(f"event: {t}\ndata: {d}\nid: {s}\n\n".encode() for s, t, d in events)
         assert read == expected, rid  # what the client read: the log, each event once
     served = Counter(replica for _, _, replica in reads)

@@ -4,18 +4,18 @@ that was committed; its foreground one ends `failed`, as after a restart."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from typing import Any
 
 import httpx
 
-from tests.api._helpers import parse_frames, strip_keepalives
+from tests.api._helpers import TERMINAL, parse_frames, strip_keepalives
 from tests.cluster.conftest import DELTA, MODEL, Cluster, data_of
 
 GREEDY = {"model": MODEL, "input": "carry on where it stopped", "temperature": 0}
 LIMIT = 1200  # still generating when killed, short enough to run twice more
-TERMINAL = ("response.completed", "response.incomplete", "response.failed")
 
 
 def follow(base: str, response_id: str) -> list[Any]:
@@ -39,7 +39,7 @@ def test_a_killed_replicas_work_is_taken_over(cluster: Cluster) -> None:
     ):
         lines = live.iter_lines()
         created = next(line for line in lines if line.startswith("data: "))
-        cut = data_of((0, 0, "", created.removeprefix("data: ")))["response"]["id"]
+        cut = json.loads(created.removeprefix("data: "))["response"]["id"]
         background = http.post(
             "/v1/responses", json={**GREEDY, "max_output_tokens": LIMIT, "background": True}
         ).json()["id"]
@@ -61,9 +61,7 @@ def test_a_killed_replicas_work_is_taken_over(cluster: Cluster) -> None:
     rows = cluster.events(background)
     assert [seq for _, seq, _, _ in rows] == list(range(len(rows)))
     assert rows[: len(committed)] == committed
-    assert [f.raw for f in frames] == [
-        f"event: {t}\ndata: {d}\nid: {s}\n\n".encode() for _, s, t, d in rows
-    ]
+    assert b"".join(f.raw for f in frames) == cluster.sse(background)
     assert [t for _, _, t, _ in rows if t in TERMINAL] == [rows[-1][2]]
     continued = data_of(rows[-1])["response"]
     assert continued["status"] in ("completed", "incomplete")
