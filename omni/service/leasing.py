@@ -75,7 +75,10 @@ class Leasing:
         """Of unfinished streams, those this server may take over (leased to it now)."""
         if not self.shared or self.leases is None or not stream_ids:
             return list(stream_ids)
-        return await self.leases.claim(stream_ids, self.replica, self.ttl_ms)
+        taken = await self.leases.claim(stream_ids, self.replica, self.ttl_ms)
+        if taken:  # an old owner's last appends, begun before the claim, are in the log first
+            await self.leases.settle()
+        return taken
 
     @asynccontextmanager
     async def taking(

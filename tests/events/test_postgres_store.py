@@ -229,3 +229,27 @@ async def test_a_replica_may_not_append_to_a_stream_another_replica_leases(pg_ur
     finally:
         await appender.stop()
         await store.close()
+
+
+async def test_settle_waits_for_an_append_another_server_has_under_way(pg_url: str) -> None:
+    """A takeover's barrier: an old owner's append that began before the claim (it holds the
+    log's lock until it commits) is in the log before the new owner reads the stream."""
+    from omni.events.postgres import LOG_LOCK
+
+    store = PostgresStore(pg_url)
+    await store.open()
+    try:
+        with psycopg.connect(pg_url) as other:  # the old owner, mid-append
+            other.execute(f"SELECT pg_advisory_xact_lock({LOG_LOCK})")
+            other.execute(
+                "INSERT INTO events (stream_id, seq, type, data, created_at)"
+                " VALUES ('resp_old', 0, 'response.created', '{}', 0)"
+            )
+            settling = asyncio.ensure_future(store.leases.settle())
+            await asyncio.sleep(0.3)
+            assert not settling.done()  # it cannot pass while that append is under way
+            other.commit()
+        await asyncio.wait_for(settling, 30)
+        assert [e.seq for e in await store.read("resp_old")] == [0]
+    finally:
+        await store.close()
