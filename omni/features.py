@@ -59,6 +59,7 @@ FEATURES: dict[str, Feature] = {
     f.name: f
     for f in (
         Feature("embeddings", "embeddings", ("mlx_embeddings",), "POST /v1/embeddings"),
+        Feature("speech", "audio", ("mlx_audio", "av"), "POST /v1/audio/speech"),
         Feature("postgres", "postgres", ("psycopg",), "--db postgresql://… (replicas)"),
         Feature(
             "vision",

@@ -1,0 +1,22 @@
+"""The body of POST /v1/audio/speech, as OpenAI's: the voice is checked by the service against
+the model's own voices, and the input's length against OpenAI's limit."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+MAX_INPUT = 4096  # characters, OpenAI's limit
+
+
+class SpeechCreate(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    model: str
+    input: str = Field(min_length=1, max_length=MAX_INPUT)
+    voice: str | None = None  # None: the model's default voice
+    response_format: Literal["mp3", "opus", "aac", "flac", "wav", "pcm"] = "mp3"
+    speed: float = Field(default=1.0, ge=0.25, le=4.0)
+    instructions: str | None = Field(default=None, max_length=MAX_INPUT)
+    stream_format: Literal["audio", "sse"] = "audio"
