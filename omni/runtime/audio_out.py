@@ -10,18 +10,9 @@ from typing import Any
 
 import numpy as np
 
-# OpenAI's formats: (container, codec) for PyAV, and the media type a response carries.
+# (container, codec) for PyAV of the formats it encodes (omni.schemas.speech names them all).
 CONTAINERS = {"mp3": ("mp3", "libmp3lame"), "opus": ("ogg", "libopus"),
               "aac": ("adts", "aac"), "flac": ("flac", "flac")}  # fmt: skip
-MEDIA_TYPES = {
-    "mp3": "audio/mpeg",
-    "opus": "audio/ogg",
-    "aac": "audio/aac",
-    "flac": "audio/flac",
-    "wav": "audio/wav",
-    "pcm": "audio/pcm",
-}
-FORMATS = tuple(MEDIA_TYPES)
 UNKNOWN_SIZE = 0xFFFFFFFF  # a streamed wav's sizes: decoders read its data to the end
 
 

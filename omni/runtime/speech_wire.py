@@ -18,7 +18,7 @@ class Speak:
     id: int
     text: str
     voice: str | None
-    response_format: str  # one of omni.runtime.audio_out.FORMATS
+    response_format: str  # a key of omni.schemas.speech.MEDIA_TYPES
     speed: float
     instructions: str | None = None
 

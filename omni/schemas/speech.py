@@ -8,6 +8,15 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 MAX_INPUT = 4096  # characters, OpenAI's limit
+# OpenAI's formats, and the media type an answer in each carries.
+MEDIA_TYPES = {
+    "mp3": "audio/mpeg",
+    "opus": "audio/ogg",
+    "aac": "audio/aac",
+    "flac": "audio/flac",
+    "wav": "audio/wav",
+    "pcm": "audio/pcm",
+}
 
 
 class SpeechCreate(BaseModel):

@@ -17,8 +17,7 @@ from omni.errors import InvalidRequest, OmniError
 from omni.events import Append, Appender, EventLog, NewEvent
 from omni.ids import new_id
 from omni.jobs import Speaker, Spoken
-from omni.runtime.audio_out import MEDIA_TYPES
-from omni.schemas.speech import SpeechCreate
+from omni.schemas.speech import MEDIA_TYPES, SpeechCreate
 from omni.service.leasing import Leasing
 from omni.service.streams import dumps, request_stream
 from omni.vocabulary import (
