@@ -14,6 +14,7 @@ from quart import Quart, Response
 
 from omni import db
 from omni.api import access, chat, embeddings, errors, gate, inspector, metrics, models, responses
+from omni.api import images as images_api
 from omni.api import speech as speech_api
 from omni.api.gate import Access
 from omni.events import Appender, Notifier
@@ -92,6 +93,7 @@ def create_app(settings: Settings, served: Models | Engine) -> Quart:
         app.register_blueprint(chat.bp, url_prefix=prefix, name=f"chat{prefix}")
         app.register_blueprint(embeddings.bp, url_prefix=prefix, name=f"embeddings{prefix}")
         app.register_blueprint(speech_api.bp, url_prefix=prefix, name=f"speech{prefix}")
+        app.register_blueprint(images_api.bp, url_prefix=prefix, name=f"images{prefix}")
     app.register_blueprint(metrics.bp)
     app.register_blueprint(inspector.bp)
 
