@@ -31,6 +31,7 @@ from omni.runtime.loading import Loader
 from omni.runtime.tiny_kokoro import FRAME, SAMPLE_RATE, VOICE
 from omni.service.models import Models
 from tests.server import ServerThread
+from tests.test_cli import omni
 
 SPEAKER, CHAT = "tiny-kokoro", "tiny-llama"
 SAID = "Hola."
@@ -205,6 +206,10 @@ def test_the_log_and_the_inspector_see_them(served) -> None:
             assert detail.output_text.endswith(f"s of audio, {len(answer.content)} bytes")
     finally:
         engine.dispose()
+    listed_by_cli = omni("ls", "--db", str(db), "--kind", "speech")
+    shown = omni("show", sid, "--db", str(db))
+    assert listed_by_cli.returncode == 0 and sid in listed_by_cli.stdout
+    assert shown.returncode == 0 and "s of audio" in shown.stdout and SAID in shown.stdout
 
 
 def test_without_the_audio_extra_speech_is_a_501_saying_how_to_install_it(
