@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 MAX_INPUT = 4096  # characters, OpenAI's limit
 # OpenAI's formats, and the media type an answer in each carries.
@@ -29,3 +29,9 @@ class SpeechCreate(BaseModel):
     speed: float = Field(default=1.0, ge=0.25, le=4.0)
     instructions: str | None = Field(default=None, max_length=MAX_INPUT)
     stream_format: Literal["audio", "sse"] = "audio"
+
+    @field_validator("voice", mode="before")
+    @classmethod
+    def _voice_id(cls, value: object) -> object:
+        """A custom voice comes as {"id": …}: its id is the voice's name."""
+        return value.get("id") if isinstance(value, dict) else value

@@ -87,7 +87,7 @@ async def stream(store: MemoryStore, sid: str) -> list[StoredEvent]:
 
 async def test_a_speech_spoken_whole_is_recorded_without_its_audio(setup) -> None:
     service, store, speaker = setup
-    sid, pieces = await spoken(service, response_format="wav")
+    sid, pieces = await spoken(service, response_format="wav", voice={"id": "af_one"})
     assert sid.startswith("spch-") and pieces[:2] == [b"RIFF", b"data"]
     assert isinstance(pieces[-1], Spoken) and speaker.asked == [("Hello.", "af_one")]
     (request,) = await store.read(f"{sid}/request")
