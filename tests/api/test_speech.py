@@ -129,22 +129,25 @@ def test_streamed_bytes_at_half_speed_last_twice_as_long(served) -> None:
     assert seconds == pytest.approx(foretold(end["usage"]["input_tokens"], 0.5), abs=1e-3)
 
 
-def test_sse_sends_base64_deltas_then_done_with_usage(served) -> None:
+def test_sse_sends_each_line_as_it_is_spoken_then_done_with_usage(served) -> None:
     _, client, _ = served
     with client.audio.speech.with_streaming_response.create(
-        model=SPEAKER, voice=VOICE, input=SAID, response_format="flac", stream_format="sse"
-    ) as streamed:
+        model=SPEAKER, voice=VOICE, input=f"{SAID}\nAdiós.", response_format="wav",
+        stream_format="sse",
+    ) as streamed:  # fmt: skip
         assert streamed.headers["content-type"].startswith("text/event-stream")
-        events = [
-            json.loads(line[6:]) for line in streamed.iter_lines() if line.startswith("data: ")
-        ]
+        lines = [line for line in streamed.iter_lines() if line.startswith("data: ")]
+    events = [json.loads(line.removeprefix("data: ")) for line in lines]
     types = [e["type"] for e in events]
-    assert types[-1] == "speech.audio.done" and set(types[:-1]) == {"speech.audio.delta"}
+    # Kokoro speaks line by line: each line's audio is sent once it is spoken.
+    assert types == ["speech.audio.delta"] * (len(types) - 1) + ["speech.audio.done"]
+    assert len(types) >= 3
     audio = b"".join(base64.b64decode(e["audio"]) for e in events[:-1])
-    codec, rate, seconds = decoded(audio, "flac")
+    codec, rate, seconds = decoded(audio, "wav")
     usage = events[-1]["usage"]
-    assert (codec, rate) == ("flac", SAMPLE_RATE) and usage["input_tokens"] > 0
-    assert seconds == pytest.approx(foretold(usage["input_tokens"]), abs=1e-3)
+    assert (codec, rate) == ("pcm_s16le", SAMPLE_RATE) and usage["input_tokens"] > 0
+    ends = 2 * FRAME / SAMPLE_RATE  # the second line's own frame at each end
+    assert seconds == pytest.approx(foretold(usage["input_tokens"]) + ends, abs=1e-3)
 
 
 @pytest.mark.parametrize(
@@ -171,8 +174,9 @@ def test_refusals_in_openais_shape(served, fields: dict[str, Any], status: int, 
         assert VOICE in error["message"]  # the model's voices, named
 
 
-def test_a_speech_model_is_not_a_chat_model(served) -> None:
+def test_a_speech_model_is_listed_as_one_and_is_not_a_chat_model(served) -> None:
     _, client, _ = served
+    assert getattr(client.models.retrieve(SPEAKER), "kind") == "speech"  # noqa: B009
     with pytest.raises(openai.BadRequestError, match="speech model"):
         client.responses.create(model=SPEAKER, input="Hola")
 
