@@ -16,6 +16,7 @@ import json
 import shutil
 import sqlite3
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -39,29 +40,35 @@ SAID = "Hola."
 SLACK_S = 0.12
 
 
-@pytest.fixture(scope="module")
-def served(
-    tiny_model_dir: Path, tiny_kokoro_dir: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[ServerThread, openai.OpenAI, Path]]:
-    """A server whose catalogue holds the tiny llama (loaded) and the tiny Kokoro (not)."""
-    root = tmp_path_factory.mktemp("speech")
+@contextmanager
+def serving(models_from: tuple[Path, Path], root: Path, db: str) -> Iterator[ServerThread]:
+    """A server on log `db` whose catalogue holds the tiny llama (loaded) and the tiny Kokoro
+    (loaded on its first request)."""
     shelf = root / "shelf"
-    shutil.copytree(tiny_model_dir, shelf / CHAT)
-    shutil.copytree(tiny_kokoro_dir, shelf / SPEAKER)
+    for folder, name in zip(models_from, (CHAT, SPEAKER), strict=True):
+        shutil.copytree(folder, shelf / name)
     home = root / "home"
     models = Models(scan(home, [shelf]), Loader(home), default=CHAT,
                     aliases={"gpt-4o-mini-tts": SPEAKER})  # fmt: skip
     chat = Loader(home)(models.find(CHAT))
     chat.wait_loaded()
     models.adopt(chat)
-    db = root / "omni.db"
-    srv = ServerThread(Settings(db_path=str(db)), models).start()
-    client = openai.OpenAI(base_url=f"{srv.base_url}/v1", api_key="x", max_retries=0)
+    srv = ServerThread(Settings(db_path=db), models).start()
     try:
-        yield srv, client, db
+        yield srv
     finally:
-        client.close()
         srv.stop()
+
+
+@pytest.fixture(scope="module")
+def served(
+    tiny_model_dir: Path, tiny_kokoro_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[ServerThread, openai.OpenAI, Path]]:
+    root = tmp_path_factory.mktemp("speech")
+    db = root / "omni.db"
+    with serving((tiny_model_dir, tiny_kokoro_dir), root, str(db)) as srv:
+        with openai.OpenAI(base_url=f"{srv.base_url}/v1", api_key="x", max_retries=0) as client:
+            yield srv, client, db
 
 
 def decoded(data: bytes, response_format: str) -> tuple[str, int, float]:
@@ -230,3 +237,20 @@ def test_without_the_audio_extra_speech_is_a_501_saying_how_to_install_it(
     answer = httpx.post(f"{srv.base_url}/v1/audio/speech", json=body, timeout=60)
     assert answer.status_code == 501
     assert "pip install 'omni-mlx[audio]'" in answer.json()["error"]["message"]
+
+
+def test_on_postgresql_a_speech_is_in_its_log(
+    tiny_model_dir: Path, tiny_kokoro_dir: Path, tmp_path: Path, pg_url: str
+) -> None:
+    from tests.postgres import rows
+
+    with serving((tiny_model_dir, tiny_kokoro_dir), tmp_path, pg_url) as srv:
+        with openai.OpenAI(base_url=f"{srv.base_url}/v1", api_key="x", max_retries=0) as client:
+            answer = client.audio.speech.create(model=SPEAKER, voice=VOICE, input=SAID,
+                                                response_format="opus")  # fmt: skip
+    sid = answer.response.headers["x-omni-speech-id"]
+    _, rate, seconds = decoded(answer.content, "opus")
+    query = "SELECT status, voice, bytes, duration_s FROM speeches WHERE id = %s"
+    (row,) = rows(pg_url, query, sid)
+    assert row[:3] == ("completed", VOICE, len(answer.content))
+    assert rate == 48000 and seconds == pytest.approx(row[3], abs=SLACK_S)
