@@ -1,7 +1,8 @@
 """POST /v1/audio/speech end to end: the OpenAI SDK against a real server whose model pool
 loads a tiny random-weight Kokoro on demand (mlx-audio's own loader, espeak-ng's phonemes,
 PyAV's encoders), each format decoded back by PyAV; streamed bytes, SSE events, refusals in
-OpenAI's shape, and the requests in the log and the inspector.
+OpenAI's shape, and the requests in the log (on SQLite and on PostgreSQL), the inspector and
+`omni ls` / `omni show`.
 
 The tiny Kokoro speaks each phoneme for exactly one frame of 600 samples at 24 kHz (two at
 half speed), plus a frame at each end: a request's length is foretold by the input tokens
