@@ -14,6 +14,8 @@ from quart import Quart, Response
 
 from omni import db
 from omni.api import access, chat, embeddings, errors, gate, inspector, metrics, models, responses
+from omni.api import images as images_api
+from omni.api import speech as speech_api
 from omni.api.gate import Access
 from omni.events import Appender, Notifier
 from omni.events.backends import LogStore, make_store
@@ -31,6 +33,7 @@ from omni.service.models import Models
 from omni.service.responses import ResponsesService
 from omni.service.retention import Retention
 from omni.service.sealing import Sealer
+from omni.service.speech import SpeechService
 from omni.service.stored import StoredCompletions
 from omni.settings import ServerSettings
 
@@ -53,6 +56,7 @@ class State:
     metrics: Metrics
     retention: Retention | None = None
     embeddings: EmbeddingsService | None = None  # None: no model pool to embed with
+    speech: SpeechService | None = None  # None: no model pool to speak with
     shutdown_grace_s: float = ServerSettings.shutdown_grace_s
     stopping: asyncio.Task[None] | None = None  # the graceful stop, once begun
 
@@ -89,6 +93,8 @@ def create_app(settings: Settings, served: Models | Engine) -> Quart:
         app.register_blueprint(models.bp, url_prefix=prefix, name=f"models{prefix}")
         app.register_blueprint(chat.bp, url_prefix=prefix, name=f"chat{prefix}")
         app.register_blueprint(embeddings.bp, url_prefix=prefix, name=f"embeddings{prefix}")
+        app.register_blueprint(speech_api.bp, url_prefix=prefix, name=f"speech{prefix}")
+        app.register_blueprint(images_api.bp, url_prefix=prefix, name=f"images{prefix}")
     app.register_blueprint(metrics.bp)
     app.register_blueprint(inspector.bp)
 
@@ -173,12 +179,15 @@ def create_app(settings: Settings, served: Models | Engine) -> Quart:
         await completions.recover()
         embedding = EmbeddingsService(store, appender, pool, figures, leasing)
         await embedding.recover()
+        speaking = SpeechService(store, appender, pool, leasing)
+        await speaking.recover()
 
         async def take_over(streams: list[str]) -> None:
             """Another server's work, its lease expired: as a restart would, here."""
             await service.recover(streams)
             await completions.recover(streams)
             await embedding.recover(streams)
+            await speaking.recover(streams)
             await purge_unstored(store, leasing)
             await leasing.release([s for s in streams if service.runs.get(s) is None])
 
@@ -196,6 +205,7 @@ def create_app(settings: Settings, served: Models | Engine) -> Quart:
             int(time.time()),
             figures,
             embeddings=embedding,
+            speech=speaking,
             shutdown_grace_s=settings.shutdown_grace_s,
         )
         if settings.retention_s is not None:  # after recovery: it ends what a crash left open

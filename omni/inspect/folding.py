@@ -90,6 +90,16 @@ def request_summary(kind: str, doc: dict[str, Any]) -> dict[str, Any]:
             "input": [{"type": "embedding_input", "role": None, "text": told}],
             "stream": False,
         }
+    if kind == "speech":  # the text spoken, as a response's input is kept
+        told = " ".join(str(body.get("input") or "").split())
+        return {
+            "model": body.get("model"),
+            "sampling": {k: body[k] for k in ("voice", "speed", "response_format") if k in body},
+            "instructions": body.get("instructions"),
+            "input": [{"type": "speech_input", "role": None,
+                       "text": told[:_TEXT] + ("…" if len(told) > _TEXT else "")}],
+            "stream": body.get("stream_format") == "sse",
+        }  # fmt: skip
     if kind == "response":
         sampling = dict((doc.get("plan") or doc).get("sampling") or {})  # older: beside
         items = [_item(i) for i in doc.get("input") or [] if isinstance(i, dict)]
@@ -108,6 +118,13 @@ def request_summary(kind: str, doc: dict[str, Any]) -> dict[str, Any]:
         "input": items,
         "stream": bool(body.get("stream")),
     }
+
+
+def speech_output(ending: dict[str, Any]) -> str:
+    """What a finished speech made (its audio is never kept): '1.25 s of audio, 20110 bytes'."""
+    if "duration_s" not in ending:
+        return ""
+    return f"{ending['duration_s']} s of audio, {ending.get('bytes')} bytes"
 
 
 def response_output(response: dict[str, Any]) -> tuple[str, list[dict[str, Any]], str]:

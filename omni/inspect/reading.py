@@ -20,11 +20,13 @@ from omni.inspect.folding import (
     preview,
     request_summary,
     response_output,
+    speech_output,
 )
 from omni.inspect.records import Detail, Stats, Summary, TimelineRow
 from omni.inspect.stats import percentile
 from omni.projections.completions import fold_chat, fold_text
 from omni.projections.response import fold_response
+from omni.vocabulary import SPEECH_COMPLETED
 
 _SUMMARY = (
     "SELECT s.*, t.data AS end_data FROM summaries s"
@@ -75,6 +77,9 @@ class Inspector:
             output, calls, reasoning = response_output(folded)
         elif kind == "embedding":  # vectors are never kept: no output to show
             output, calls, reasoning = "", [], ""
+        elif kind == "speech":  # nor audio: how long it was
+            endings = [_json(d) for _, t, d in events if t == SPEECH_COMPLETED]
+            output, calls, reasoning = speech_output(endings[0] if endings else {}), [], ""
         else:
             fold = fold_chat if kind == "chat.completion" else fold_text
             pairs = [(t, d) for _, t, d in events if t.endswith(".chunk") or t.endswith(".usage")]
@@ -247,6 +252,8 @@ class Inspector:
         known = None not in usage
         if known and row["kind"] == "response" and row["end_position"] is not None:
             return response_output(_json(row["end_data"] or "{}").get("response") or {})[0], *usage
+        if row["kind"] == "speech":  # its audio is not kept: the list shows what it said
+            return "", usage[0], None
         if row["kind"] == "embedding":  # no output; unfinished, its request's tokens
             if usage[0] is not None:
                 return "", usage[0], None

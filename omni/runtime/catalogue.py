@@ -21,6 +21,8 @@ log = logging.getLogger(__name__)
 _CONVERTED = re.compile(r"^(?P<stem>.+)-[0-9a-f]{12}$")  # model_source.gguf_cache_dir's names
 # Architectures that embed rather than generate (mlx-embeddings' families).
 _ENCODERS = ("BertModel", "XLMRobertaModel", "ModernBertModel", "NomicBertModel")
+# mlx-audio's text-to-speech families (a config's model_type) that speak rather than generate.
+_SPEAKERS = ("kokoro", "kitten_tts", "kitten", "melotts", "pocket_tts", "soprano", "spark")
 _DEPTH = 3  # how deep under a --models-dir a model may sit
 
 
@@ -83,7 +85,8 @@ def takes_images(folder: Path) -> bool:
 
 
 def model_kind(folder: Path) -> ModelKind | None:
-    """chat or embedding, from the folder's config; None: weights missing or unreadable."""
+    """chat, embedding or speech, from the folder's config; None: weights missing or
+    unreadable."""
     if not any(folder.glob("*.safetensors")):
         return None
     try:
@@ -93,6 +96,8 @@ def model_kind(folder: Path) -> ModelKind | None:
     architectures = config.get("architectures") or []
     if (folder / "modules.json").is_file() or any(a in _ENCODERS for a in architectures):
         return "embedding"
+    if config.get("model_type") in _SPEAKERS:
+        return "speech"
     return "chat"
 
 

@@ -1,6 +1,6 @@
 """Loading a catalogue entry: a chat model in an engine process of its own (a GGUF file is
 converted once, a default fetched once; a vision-language model on mlx-vlm), an embedding
-model in its embedder's process."""
+model in its embedder's process, a speech model in its speaker's."""
 
 from __future__ import annotations
 
@@ -28,6 +28,8 @@ class Loader:
     def __call__(self, entry: ModelEntry) -> Any:
         if entry.kind == "embedding":
             return self.embedder(entry)
+        if entry.kind == "speech":
+            return self.speaker(entry)
         from omni.runtime.catalogue import takes_images
         from omni.runtime.mlx_engine import MLXEngine
         from omni.runtime.vlm_engine import VLMEngine
@@ -62,3 +64,12 @@ class Loader:
         embedder = MLXEmbedder(path, entry.id)
         embedder.start()
         return embedder
+
+    def speaker(self, entry: ModelEntry) -> Any:
+        features.require("speech")
+        from omni.runtime.speech import MLXSpeaker
+
+        self.progress(f"loading speech model {entry.id} from {entry.path}")
+        speaker = MLXSpeaker(entry.path, entry.id)
+        speaker.start()
+        return speaker

@@ -20,13 +20,17 @@ from typing import Any, cast
 
 from omni.catalogue import ModelEntry, ModelKind
 from omni.errors import InvalidRequest, ModelLoadError, ModelNotFound, OmniError
-from omni.jobs import Embedder, Engine, Warming
+from omni.jobs import Embedder, Engine, Speaker, Warming
 
 log = logging.getLogger(__name__)
 
-Loaded = Engine | Embedder
+Loaded = Engine | Embedder | Speaker
 Loader = Callable[[ModelEntry], Loaded]  # blocking: run in a thread
 WAIT_S = 0.05  # how often a request waiting for room looks again
+# What a model of each kind is called in a refusal, and where it is used instead.
+_A = {"chat": "a chat", "embedding": "an embedding", "speech": "a speech"}
+_USE = {"chat": "chat, completions or responses", "embedding": "/v1/embeddings",
+        "speech": "/v1/audio/speech"}  # fmt: skip
 
 
 @dataclass(eq=False)
@@ -142,13 +146,9 @@ class Models:
             )
         entry = slot.entry
         if kind is not None and entry.kind != kind:
-            use = (
-                "/v1/embeddings" if entry.kind == "embedding" else "chat, completions or responses"
-            )
             raise InvalidRequest(
-                f"The model '{name}' is a{'n' if entry.kind == 'embedding' else ''} "
-                f"{entry.kind} model, not a{'n' if kind == 'embedding' else ''} {kind} model: "
-                f"use it with {use}.",
+                f"The model '{name}' is {_A[entry.kind]} model, not {_A[kind]} model: use it "
+                f"with {_USE[entry.kind]}.",
                 param="model",
             )
         return entry
@@ -235,6 +235,11 @@ class Models:
     async def use_embedder(self, name: str | None) -> AsyncIterator[Embedder]:
         async with self._using(self.find(name, "embedding")) as model:
             yield cast(Embedder, model)
+
+    @asynccontextmanager
+    async def use_speaker(self, name: str | None) -> AsyncIterator[Speaker]:
+        async with self._using(self.find(name, "speech")) as model:
+            yield cast(Speaker, model)
 
     async def engine(self, model_id: str) -> Engine:
         """The chat model `model_id` loaded, for a run that a restart continues."""
