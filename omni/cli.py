@@ -645,12 +645,14 @@ async def _set_aside_heap() -> None:
 def print_features(as_json: bool) -> int:
     from omni import features
 
-    for facts in features.every():
+    every = features.every()
+    width = max(len(str(f["serves"])) for f in every)
+    for facts in every:
         if as_json:
             print(json.dumps(facts))
         else:
             state = "yes" if facts["available"] else f"no: {facts['reason']}"
-            print(f"{facts['name']:<12} {facts['serves']:<40} {state}")
+            print(f"{facts['name']:<12} {facts['serves']:<{width}}  {state}")
     return 0
 
 
