@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-ModelKind = Literal["chat", "embedding", "transcription"]
+ModelKind = Literal["chat", "embedding", "speech", "transcription"]
 # Where an entry was found: a built-in default, OMNI_HOME/models, a --models-dir, the
 # Hugging Face cache, or named on the command line (--model, a repo id).
 Origin = Literal["default", "home", "models-dir", "hf-cache", "named"]
@@ -24,3 +24,4 @@ class ModelEntry:
     draft: str = ""  # a draft model (its catalogue id), for speculative decoding
     draft_path: str = ""  # where it loads from (a folder, a .gguf, a repo id or a default's id)
     base: str = ""  # the id of the model an adapter or a draft model is loaded with
+    vision: bool = False  # a vision-language model: it takes images

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 from omni import __version__, db, db_commands, inspect_cli, logs, models_cli
 from omni.api.keys import KeyRing, api_key, read_key_file
 from omni.errors import OmniError
-from omni.events.location import is_postgres, normal, shown
 from omni.heap import set_aside
+from omni.location import is_postgres, normal, shown
 from omni.service.defaults import Defaults
 from omni.settings import EngineSettings, ServerSettings, engine_knobs
 
@@ -647,12 +647,14 @@ async def _set_aside_heap() -> None:
 def print_features(as_json: bool) -> int:
     from omni import features
 
-    for facts in features.every():
+    every = features.every()
+    width = max(len(str(f["serves"])) for f in every)
+    for facts in every:
         if as_json:
             print(json.dumps(facts))
         else:
             state = "yes" if facts["available"] else f"no: {facts['reason']}"
-            print(f"{facts['name']:<12} {facts['serves']:<40} {state}")
+            print(f"{facts['name']:<12} {facts['serves']:<{width}}  {state}")
     return 0
 
 

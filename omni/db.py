@@ -20,7 +20,7 @@ from alembic.util import CommandError
 
 from omni import db_postgres
 from omni.errors import StoreError, UnusableDatabase
-from omni.events.location import is_postgres, postgres_url, shown
+from omni.location import is_postgres, postgres_url, shown
 
 # Inside the package, so that an install from a wheel or an sdist carries them; alembic.ini
 # at the repository's root points here too, for developers' `alembic` commands.

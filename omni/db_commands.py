@@ -15,7 +15,7 @@ from typing import Any
 from omni import db
 from omni.errors import StoreError
 from omni.events import maintenance
-from omni.events.location import is_postgres
+from omni.location import is_postgres
 from omni.service.retention import STATUSES, VOCABULARY
 
 DB_HELP = "SQLite file or postgresql:// URL (default: %(default)s)"

@@ -10,7 +10,7 @@ from typing import Any
 from alembic.script import ScriptDirectory
 
 from omni.errors import StoreError, UnusableDatabase
-from omni.events.location import conninfo, require_driver, shown
+from omni.location import conninfo, require_driver, shown
 
 # The key of the advisory lock that one upgrade holds (migrations/env.py): replicas that
 # start together migrate one after the other.

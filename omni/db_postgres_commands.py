@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import argparse
 from datetime import datetime
-
-from sqlalchemy import Engine, create_engine
-from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.pool import NullPool
+from typing import Any
 
 from omni import db, db_commands
 from omni.errors import StoreError
 from omni.events import pg_maintenance
-from omni.events.location import postgres_url, require_driver, shown
+from omni.location import shown
 from omni.service.retention import VOCABULARY
 
 
@@ -21,21 +18,14 @@ def run(args: argparse.Namespace) -> int:
         raise StoreError(pg_maintenance.BACKUP)
     if db.inspect(args.db, verify=False) is None:
         raise StoreError(f"{shown(args.db)} holds no Omni log yet (`omni db upgrade` makes one)")
-    require_driver()
-    engine = create_engine(postgres_url(args.db), poolclass=NullPool)
-    try:
+    with pg_maintenance.opened(args.db) as engine:
         if args.db_command == "check":
             return _check(engine, shown(args.db))
         before, statuses = db_commands.purge_bounds(args)
         return _purge(engine, before, statuses, args.dry_run)
-    except SQLAlchemyError as exc:
-        cause = getattr(exc, "orig", None) or exc
-        raise StoreError(f"{shown(args.db)}: {cause}") from None
-    finally:
-        engine.dispose()
 
 
-def _check(engine: Engine, where: str) -> int:
+def _check(engine: Any, where: str) -> int:
     with engine.connect() as conn:
         problems = pg_maintenance.check(conn, VOCABULARY)
         streams, rows = pg_maintenance.counts(conn)
@@ -48,7 +38,7 @@ def _check(engine: Engine, where: str) -> int:
     return 0
 
 
-def _purge(engine: Engine, before_ms: int, statuses: set[str] | None, dry_run: bool) -> int:
+def _purge(engine: Any, before_ms: int, statuses: set[str] | None, dry_run: bool) -> int:
     """No lock against a live server: a PostgreSQL store keeps no rows in memory, and each
     purge transaction holds the log's lock as an append does."""
     with engine.connect() as conn:

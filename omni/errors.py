@@ -78,6 +78,11 @@ class StoreUnavailable(StoreError):
     public = True  # says what happened and what to do, and quotes no driver
 
 
+class LeaseLost(StoreError):
+    """An append to a stream that another server has leased (it took the work over, this
+    one's lease having expired): refused, so that each stream has one writer."""
+
+
 class SeqConflict(StoreError):
     """An append's expected seq did not match the stream's next seq. Writers that decide on
     what they read hold the stream's lock (omni/service/serial.py), so one reaching a

@@ -35,7 +35,9 @@ class Feature:
     def why_not(self) -> str | None:
         """None where it can run; else what stops it, with the command that fixes it."""
         if not self.runs_here():
-            return f"{self.name} does not run on {sys.platform} (only {', '.join(self.platforms)})"
+            only = ", ".join(self.platforms)
+            here = sys.platform
+            return f"{self.name} does not run on {here} (only {only}: there, {self.install()})"
         missing = self.missing()
         if not missing:
             return None
@@ -59,7 +61,16 @@ FEATURES: dict[str, Feature] = {
     f.name: f
     for f in (
         Feature("embeddings", "embeddings", ("mlx_embeddings",), "POST /v1/embeddings"),
+        Feature("speech", "audio", ("mlx_audio", "av"), "POST /v1/audio/speech"),
+        # mflux pins MLX's CUDA build and PyTorch on Linux, which cannot stand beside Omni's MLX.
+        Feature("images", "images", ("mflux",), "POST /v1/images/generations", ("darwin",)),
         Feature("postgres", "postgres", ("psycopg",), "--db postgresql://… (replicas)"),
+        Feature(
+            "vision",
+            "vision",
+            ("mlx_vlm", "PIL"),
+            "input_image / image_url parts for vision models",
+        ),
         Feature(
             "transcription",
             "audio",

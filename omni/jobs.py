@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -91,6 +91,9 @@ class Job:
     constraint: dict[str, Any] | None = None
     # Other requests the server was still taking in as this one's job left for the engine.
     behind: int = 0
+    # The images (encoded files, in prompt order) that the prompt's image tokens stand for:
+    # a vision model's engine turns them into its vision tower's input.
+    images: tuple[bytes, ...] = ()
     outputs: asyncio.Queue[Output] = field(default_factory=asyncio.Queue)
     stop: threading.Event = field(default_factory=threading.Event)
     _claimed: bool = False
@@ -124,6 +127,7 @@ class Capabilities:
     template_tools: bool = False  # the chat template renders tools (and calls, results) itself
     tool_format: ToolFormat = ToolFormat()  # how the model writes calls
     thinking: tuple[str, str] | None = None  # the think block's markers, for a reasoning model
+    vision: bool = False  # it takes images (a vision-language model: omni.runtime.vlm_engine)
 
 
 class Engine(Protocol):
@@ -182,6 +186,29 @@ class EmbeddingCapabilities:
     vocab_size: int = 0  # token ids given as input are below this (0: not known, not checked)
 
 
+@dataclass(frozen=True, slots=True)
+class SpeechCapabilities:
+    """What a loaded speech model can do."""
+
+    sample_rate: int  # of the audio it speaks
+    voices: tuple[str, ...]  # the voices it has; empty: it names none (any is passed on)
+    default_voice: str | None
+    instructions: bool  # whether it takes instructions on how to speak
+
+
+@dataclass(frozen=True, slots=True)
+class Spoken:
+    """How much a speech request spoke: the last thing Speaker.speak yields."""
+
+    samples: int
+    sample_rate: int
+    input_tokens: int  # what the model read (Kokoro: phonemes)
+
+    @property
+    def seconds(self) -> float:
+        return self.samples / self.sample_rate if self.sample_rate else 0.0
+
+
 @runtime_checkable
 class Warming(Protocol):
     """A model handed over while its weights still load (jobs submitted meanwhile wait)."""
@@ -215,6 +242,33 @@ class Embedder(Protocol):
     async def embed(self, inputs: list[list[int]]) -> list[list[float]]:
         """One unit vector (L2-normalized, pooled as the model was trained) per input,
         in order; inputs are batched into passes of the model by the runner."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class Speaker(Protocol):
+    """What the service needs from a speech model's runner (omni.runtime.speech)."""
+
+    model_id: str
+
+    @property
+    def capabilities(self) -> SpeechCapabilities: ...
+
+    @property
+    def running(self) -> int:
+        """Requests being spoken or waiting to be (a model with any is never evicted)."""
+        ...
+
+    def speak(
+        self,
+        text: str,
+        voice: str | None,
+        response_format: str,
+        speed: float,
+        instructions: str | None = None,
+    ) -> AsyncIterator[bytes | Spoken]:
+        """The encoded audio's pieces as they are spoken, then one Spoken."""
         ...
 
     def close(self) -> None: ...

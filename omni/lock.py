@@ -87,7 +87,7 @@ class PostgresLock:
     @classmethod
     def acquire(cls, url: str, replica: str) -> PostgresLock:
         from omni.db_postgres import connect
-        from omni.events.location import shown
+        from omni.location import shown
 
         key = zlib.crc32(replica.encode()) - (1 << 31)  # an int4
         name = f"omni serve {replica}"

@@ -5,7 +5,8 @@ A response owns three streams (omni.service.streams): `resp_X`, exactly what the
 (OpenAI's `response.*` types); `resp_X/request`, the accepted request, cancel requests and
 the delete tombstone; `resp_X/tokens`, the token ids of a background generation. A chat or
 text completion's stream holds its chunks as the API streams them, then one ending. An
-embeddings request's stream `embd-X` holds its start and its ending (usage, timings). A
+embeddings request's stream `embd-X` holds its start and its ending (usage, timings), and a
+speech request's stream `spch-X` the same (the audio's length and size, never the audio). A
 transcription's stream `trsc-X` holds its start, its text's deltas, its segments and an ending.
 """
 
@@ -34,6 +35,15 @@ EMBEDDING_FAILED = "embedding.failed"
 # Every embeddings stream ends with exactly one of these.
 EMBEDDING_ENDS = frozenset({EMBEDDING_COMPLETED, EMBEDDING_FAILED})
 
+# --- speech (OpenAI streams only the audio: the public stream `spch-X` is Omni's record) --
+SPEECH_IN_PROGRESS = "speech.in_progress"  # accepted: its input is being spoken
+SPEECH_COMPLETED = "speech.completed"  # the audio's duration and bytes, never the audio
+SPEECH_FAILED = "speech.failed"
+SPEECH_ENDS = frozenset({SPEECH_COMPLETED, SPEECH_FAILED})
+# What `stream_format: "sse"` sends (OpenAI's types), never stored: they carry the audio.
+SPEECH_AUDIO_DELTA = "speech.audio.delta"
+SPEECH_AUDIO_DONE = "speech.audio.done"
+
 # --- transcriptions and translations (`trsc-X`): OpenAI's stream events, between Omni's
 # start, its segments (with timestamps: what verbose_json, srt and vtt are made of) and a
 # failure. A stream sends the `transcript.*` ones and a failure.
@@ -55,7 +65,13 @@ COMPLETION_DELETED = "omni.completion.deleted"
 
 # The API each object belongs to (the `kind` its accepted request records) and its id prefix.
 # Each API answers 404 for ids of another kind, before it reads or writes anything else.
-RESPONSE, CHAT, TEXT, EMBEDDING = "response", "chat", "text", "embedding"
-ID_PREFIXES = {RESPONSE: "resp_", CHAT: "chatcmpl-", TEXT: "cmpl-", EMBEDDING: "embd-"}
+RESPONSE, CHAT, TEXT, EMBEDDING, SPEECH = "response", "chat", "text", "embedding", "speech"
+ID_PREFIXES = {
+    RESPONSE: "resp_",
+    CHAT: "chatcmpl-",
+    TEXT: "cmpl-",
+    EMBEDDING: "embd-",
+    SPEECH: "spch-",
+}
 TRANSCRIPTION = "transcription"  # a transcription or a translation (its request's `task`)
 ID_PREFIXES[TRANSCRIPTION] = "trsc-"

@@ -105,3 +105,10 @@ def client(server: ServerThread):  # type: ignore[no-untyped-def]
         _strict_response_validation=True,
     ) as c:
         yield c
+
+
+@pytest.fixture(scope="session")
+def tiny_kokoro_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from omni.runtime.tiny_kokoro import build_tiny_kokoro
+
+    return build_tiny_kokoro(tmp_path_factory.mktemp("models") / "tiny-kokoro")

@@ -50,9 +50,15 @@ def kill_mid_stream(base: str, response_id: str, proc: subprocess.Popen[str], de
 
 @contextmanager
 def serving(
-    model: Path, db: Path, log_level: str = "warning", log: Path | None = None, *extra: str
+    model: Path,
+    db: Path,
+    log_level: str = "warning",
+    log: Path | None = None,
+    *extra: str,
+    env: dict[str, str] | None = None,
 ) -> Iterator[tuple[str, subprocess.Popen[str]]]:
-    """`omni serve` on a free port until the block ends (SIGTERM); its stderr goes to `log`."""
+    """`omni serve` on a free port until the block ends (SIGTERM); its stderr goes to `log`,
+    `env` added to its environment."""
     port = free_port()
     stderr = log.open("w") if log else None
     proc = subprocess.Popen(
@@ -73,6 +79,7 @@ def serving(
         ],
         text=True,
         stderr=stderr,
+        env={**os.environ, **(env or {})},
     )
     base = f"http://127.0.0.1:{port}"
     try:

@@ -25,12 +25,15 @@ from omni.api import (
     models,
     responses,
 )
+from omni.api import images as images_api
+from omni.api import speech as speech_api
 from omni.api.gate import Access
 from omni.events import Appender, Notifier
 from omni.events.backends import LogStore, make_store
-from omni.events.location import is_postgres
+from omni.events.postgres import PostgresStore
 from omni.ids import new_id
 from omni.jobs import Engine
+from omni.location import is_postgres
 from omni.metrics import Metrics
 from omni.service.completions import CompletionsService
 from omni.service.defaults import Defaults
@@ -41,6 +44,7 @@ from omni.service.models import Models
 from omni.service.responses import ResponsesService
 from omni.service.retention import Retention
 from omni.service.sealing import Sealer
+from omni.service.speech import SpeechService
 from omni.service.stored import StoredCompletions
 from omni.service.transcriptions import TranscriptionsService
 from omni.settings import ServerSettings
@@ -64,6 +68,7 @@ class State:
     metrics: Metrics
     retention: Retention | None = None
     embeddings: EmbeddingsService | None = None  # None: no model pool to embed with
+    speech: SpeechService | None = None  # None: no model pool to speak with
     transcriptions: TranscriptionsService | None = None  # None: no model pool to hear with
     shutdown_grace_s: float = ServerSettings.shutdown_grace_s
     stopping: asyncio.Task[None] | None = None  # the graceful stop, once begun
@@ -101,6 +106,8 @@ def create_app(settings: Settings, served: Models | Engine) -> Quart:
         app.register_blueprint(models.bp, url_prefix=prefix, name=f"models{prefix}")
         app.register_blueprint(chat.bp, url_prefix=prefix, name=f"chat{prefix}")
         app.register_blueprint(embeddings.bp, url_prefix=prefix, name=f"embeddings{prefix}")
+        app.register_blueprint(speech_api.bp, url_prefix=prefix, name=f"speech{prefix}")
+        app.register_blueprint(images_api.bp, url_prefix=prefix, name=f"images{prefix}")
         app.register_blueprint(audio.bp, url_prefix=prefix, name=f"audio{prefix}")
     app.register_blueprint(metrics.bp)
     app.register_blueprint(inspector.bp)
@@ -138,6 +145,8 @@ def create_app(settings: Settings, served: Models | Engine) -> Quart:
         # A PostgreSQL log may be shared by several servers: each leases what it runs there.
         shared = settings.shared or is_postgres(settings.db_path)
         leasing = Leasing(store.leases, settings.replica, settings.lease_s, shared)
+        if shared and isinstance(store, PostgresStore):
+            store.replica = leasing.replica  # what another replica took over, it writes alone
         # What an earlier process left of unstored requests (and no other server serves).
         await purge_unstored(store, leasing)
         appender = Appender(store, notifier, metrics=figures)
@@ -184,6 +193,8 @@ def create_app(settings: Settings, served: Models | Engine) -> Quart:
         await completions.recover()
         embedding = EmbeddingsService(store, appender, pool, figures, leasing)
         await embedding.recover()
+        speaking = SpeechService(store, appender, pool, leasing)
+        await speaking.recover()
         hearing = TranscriptionsService(
             store, appender, notifier, pool, leasing, settings.keepalive
         )
@@ -194,6 +205,7 @@ def create_app(settings: Settings, served: Models | Engine) -> Quart:
             await service.recover(streams)
             await completions.recover(streams)
             await embedding.recover(streams)
+            await speaking.recover(streams)
             await hearing.recover(streams)
             await purge_unstored(store, leasing)
             await leasing.release([s for s in streams if service.runs.get(s) is None])
@@ -212,6 +224,7 @@ def create_app(settings: Settings, served: Models | Engine) -> Quart:
             int(time.time()),
             figures,
             embeddings=embedding,
+            speech=speaking,
             transcriptions=hearing,
             shutdown_grace_s=settings.shutdown_grace_s,
         )

@@ -7,7 +7,7 @@ import logging
 import time
 from collections.abc import Sequence
 
-from omni.errors import SeqConflict, StoreError, StoreUnavailable
+from omni.errors import LeaseLost, SeqConflict, StoreError, StoreUnavailable
 from omni.events.contract import Append, EventLog, StoredEvent
 from omni.events.notifier import Notifier
 from omni.metrics import UNREAD, Metrics
@@ -145,6 +145,9 @@ class Appender:
         appends, future = item
         if isinstance(exc, SeqConflict):  # the seq is taken: no gap, no outage
             log.warning("append refused: %s", exc)
+        elif isinstance(exc, LeaseLost):  # another server writes it now: none of ours after
+            log.warning("%s", exc)
+            self._note_gaps(appends)
         else:
             self._note_gaps(appends)
             self.failing += 1

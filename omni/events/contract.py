@@ -123,6 +123,11 @@ class Leases(Protocol):
     async def holder(self, stream_id: str) -> tuple[str, int] | None:
         """(owner, expiry) of the stream's lease, if it has one."""
 
+    async def settle(self) -> None:
+        """Return once every append other servers began before this call has committed or
+        failed: after a claim of another owner's expired streams, their last appends are in
+        the log (or never will be) before the new owner reads them."""
+
 
 class Store(EventLog, Protocol):
     """An event log with its replay-cache index and its leases: what the services are given."""

@@ -308,3 +308,6 @@ class MemoryLeases:
 
     async def holder(self, stream_id: str) -> tuple[str, int] | None:
         return self._leases.get(stream_id)
+
+    async def settle(self) -> None:
+        """Nothing to wait for: an append to memory is whole once it returns."""

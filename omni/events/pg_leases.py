@@ -51,6 +51,15 @@ class PostgresLeases:
         rows = await self._store._fetch(sql.holder(stream_id))
         return (str(rows[0][0]), int(rows[0][1])) if rows else None
 
+    async def settle(self) -> None:
+        """Take the log's lock once (omni/events/postgres.py: every append holds it through
+        its commit): the appends under way, an old owner's last among them, are through."""
+
+        async def nothing(conn: Any) -> None:
+            return None
+
+        await self._store._write(nothing, "settle")
+
     async def _execute(self, statement: Any) -> tuple[list[Any], int]:
         """Run one statement (autocommit: it commits alone); its rows and its row count."""
         engine = self._store._open_engine()

@@ -8,12 +8,17 @@ rows in memory, so a purge under a running server is safe), an online copy (pg_d
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection, Engine, create_engine, text
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.pool import NullPool
 
+from omni.errors import StoreError
 from omni.events.maintenance import PER_TRANSACTION, Finished, Problem, Vocabulary, streams_of
 from omni.events.postgres import LOG_LOCK, json_path
+from omni.location import postgres_url, require_driver, shown
 
 BACKUP = (
     "omni db backup copies an SQLite file; back a PostgreSQL log up with PostgreSQL's own"
@@ -22,6 +27,21 @@ BACKUP = (
 _DELETE = text("DELETE FROM events WHERE stream_id = ANY(:s)")
 _TERMINALS = "count(*) FILTER (WHERE type = ANY(:ends))"
 _LAST_END = "max(seq) FILTER (WHERE type = ANY(:ends))"
+
+
+@contextmanager
+def opened(url: str) -> Iterator[Engine]:
+    """A sync engine on the log for one command (no pool: it holds a connection or two), its
+    driver's errors as one StoreError line."""
+    require_driver()
+    engine = create_engine(postgres_url(url), poolclass=NullPool)
+    try:
+        yield engine
+    except SQLAlchemyError as exc:
+        cause = getattr(exc, "orig", None) or exc
+        raise StoreError(f"{shown(url)}: {cause}") from None
+    finally:
+        engine.dispose()
 
 
 def check(conn: Connection, vocabulary: Vocabulary) -> list[Problem]:

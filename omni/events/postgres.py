@@ -14,6 +14,11 @@ There is no memory of recent rows here (SQLite's RecentRows): another process ma
 a stream (a cancel, say), and rows this store did not commit would be missing from it, so
 every read asks the database (correctness first; a read is one pooled round trip).
 
+A replica (`replica` set) appends only to streams no other replica leases: its lease may have
+expired while it still ran the work (a stalled process, a slow database), and another replica
+taken the stream over; its appends are refused from then on (LeaseLost), in the insert itself,
+so a stream never has two writers.
+
 Reads go through SQLAlchemy's async engine (psycopg 3), in autocommit: one statement each.
 Driver errors become StoreError; a duplicate (stream_id, seq) is a SeqConflict.
 """
@@ -30,16 +35,16 @@ from sqlalchemy import Connection, func, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from omni.errors import SeqConflict, StoreError
+from omni.errors import LeaseLost, SeqConflict, StoreError
 from omni.events import maintenance
 from omni.events.contract import Append, StoredEvent
 from omni.events.driver import Sql, now_ms, reason
-from omni.events.location import conninfo, postgres_url, require_driver, shown
 from omni.events.notifier import Notifier
 from omni.events.pg_cache import CACHE_UPKEEP_ROWS, INDEXED, PostgresCacheIndex
 from omni.events.pg_leases import PostgresLeases
 from omni.events.pg_listen import CHANNEL, Listener
 from omni.events.schema import events, items
+from omni.location import conninfo, postgres_url, require_driver, shown
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -50,6 +55,12 @@ _INSERT = (
     "INSERT INTO events (stream_id, seq, type, data, created_at)"
     " SELECT s, q, t, d, %s::bigint FROM unnest(%s::text[], %s::int[], %s::text[], %s::text[])"
     " AS u(s, q, t, d) RETURNING position, stream_id, seq"
+)
+# A replica's append: nothing at all if a stream of it is leased to another replica.
+_FENCED_INSERT = _INSERT.replace(
+    " RETURNING",
+    " WHERE NOT EXISTS (SELECT 1 FROM leases WHERE stream_id = ANY(%s::text[]) AND owner <> %s)"
+    " RETURNING",
 )
 _NOTIFY = f"SELECT pg_notify('{CHANNEL}', s) FROM unnest(%s::text[]) AS s"
 _DELETE = "DELETE FROM events WHERE stream_id = ANY(%s::text[])"
@@ -79,6 +90,7 @@ class PostgresStore:
         self.cache_max_age_ms = int(cache_max_age_s * 1000)
         self.cache = PostgresCacheIndex(self)  # in the same database, bounded in each append
         self.leases = PostgresLeases(self)  # who runs what, among replicas sharing the log
+        self.replica: str | None = None  # the server's: its appends are fenced by the leases
         self._notifier = notifier
         self._pool_size = pool_size
         self._engine: AsyncEngine | None = None
@@ -204,7 +216,10 @@ class PostgresStore:
 
         async def insert(conn: Any) -> Any:
             cursor = conn.cursor()
-            await cursor.execute(_INSERT, (now, *columns))
+            if self.replica is None:
+                await cursor.execute(_INSERT, (now, *columns))
+            else:
+                await cursor.execute(_FENCED_INSERT, (now, *columns, streams, self.replica))
             await conn.execute(_NOTIFY, (streams,))  # delivered at the commit, to listeners
             for sql, params in upkeep:
                 for p in params:
@@ -213,6 +228,8 @@ class PostgresStore:
 
         cursor = await self._write(insert, "append")
         positions = {(sid, seq): pos for pos, sid, seq in await cursor.fetchall()}
+        if len(positions) < len(rows):  # fenced: nothing was inserted
+            raise LeaseLost(f"append to {', '.join(streams)} refused: leased to another server")
         return [
             StoredEvent(positions[(sid, seq)], sid, seq, type_, data, now)
             for sid, seq, type_, data in rows

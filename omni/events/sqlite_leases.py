@@ -58,3 +58,6 @@ class SqliteLeases:
             return await self._store._write(work)
         except SQLAlchemyError as exc:
             raise StoreError(f"lease write failed: {reason(exc)}") from exc
+
+    async def settle(self) -> None:
+        """Nothing to wait for: one server writes an SQLite log."""

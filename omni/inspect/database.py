@@ -12,7 +12,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.pool import NullPool
 
 from omni.errors import StoreError
-from omni.events.location import is_postgres, postgres_url, require_driver
+from omni.location import is_postgres, postgres_url, require_driver
 
 NEEDED = ("summaries", "responses", "chat_completions", "timeline")  # migration 0005's
 

@@ -46,9 +46,19 @@ def _content_text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        texts = (p.get("text") or "" for p in content if isinstance(p, dict))
+        texts = (_part_text(p) for p in content if isinstance(p, dict))
         return " ".join(t for t in texts if t)
     return ""
+
+
+def _part_text(part: dict[str, Any]) -> str:
+    """A part's text; an image (input_image, image_url) as [image], with its URL unless it
+    is a data: URL (the image itself)."""
+    if part.get("type") not in ("input_image", "image_url"):
+        return str(part.get("text") or "")
+    url = part.get("image_url")
+    url = url.get("url") if isinstance(url, dict) else url
+    return "[image]" if not isinstance(url, str) or url.startswith("data:") else f"[image {url}]"
 
 
 def _item(item: dict[str, Any]) -> dict[str, Any]:
@@ -81,6 +91,16 @@ def request_summary(kind: str, doc: dict[str, Any]) -> dict[str, Any]:
             "input": [{"type": "embedding_input", "role": None, "text": told}],
             "stream": False,
         }
+    if kind == "speech":  # the text spoken, as a response's input is kept
+        told = " ".join(str(body.get("input") or "").split())
+        return {
+            "model": body.get("model"),
+            "sampling": {k: body[k] for k in ("voice", "speed", "response_format") if k in body},
+            "instructions": body.get("instructions"),
+            "input": [{"type": "speech_input", "role": None,
+                       "text": told[:_TEXT] + ("…" if len(told) > _TEXT else "")}],
+            "stream": body.get("stream_format") == "sse",
+        }  # fmt: skip
     if kind == "transcription":  # the audio is not kept: what it was
         audio = doc.get("audio") or {}
         told = f"{audio.get('filename')}: {audio.get('seconds')} s of audio ({doc.get('task')})"
@@ -109,6 +129,13 @@ def request_summary(kind: str, doc: dict[str, Any]) -> dict[str, Any]:
         "input": items,
         "stream": bool(body.get("stream")),
     }
+
+
+def speech_output(ending: dict[str, Any]) -> str:
+    """What a finished speech made (its audio is never kept): '1.25 s of audio, 20110 bytes'."""
+    if "duration_s" not in ending:
+        return ""
+    return f"{ending['duration_s']} s of audio, {ending.get('bytes')} bytes"
 
 
 def response_output(response: dict[str, Any]) -> tuple[str, list[dict[str, Any]], str]:

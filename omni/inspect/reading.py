@@ -20,12 +20,14 @@ from omni.inspect.folding import (
     preview,
     request_summary,
     response_output,
+    speech_output,
     transcript_text,
 )
 from omni.inspect.records import Detail, Stats, Summary, TimelineRow
 from omni.inspect.stats import percentile
 from omni.projections.completions import fold_chat, fold_text
 from omni.projections.response import fold_response
+from omni.vocabulary import SPEECH_COMPLETED
 
 _SUMMARY = (
     "SELECT s.*, t.data AS end_data FROM summaries s"
@@ -76,6 +78,9 @@ class Inspector:
             output, calls, reasoning = response_output(folded)
         elif kind == "embedding":  # vectors are never kept: no output to show
             output, calls, reasoning = "", [], ""
+        elif kind == "speech":  # nor audio: how long it was
+            endings = [_json(d) for _, t, d in events if t == SPEECH_COMPLETED]
+            output, calls, reasoning = speech_output(endings[0] if endings else {}), [], ""
         elif kind == "transcription":
             output, calls, reasoning = transcript_text([(t, d) for _, t, d in events]), [], ""
         else:
@@ -250,6 +255,8 @@ class Inspector:
         known = None not in usage
         if known and row["kind"] == "response" and row["end_position"] is not None:
             return response_output(_json(row["end_data"] or "{}").get("response") or {})[0], *usage
+        if row["kind"] == "speech":  # its audio is not kept: the list shows what it said
+            return "", usage[0], None
         if row["kind"] == "transcription":
             pairs = [(t, d) for _, t, d in self.events(row["id"])]
             return transcript_text(pairs), *usage

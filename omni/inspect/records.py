@@ -17,7 +17,9 @@ def iso(ms: int) -> str:
 # What `status` may be, from accepted to an end.
 STATUSES = ("queued", "in_progress", "completed", "incomplete", "failed", "cancelled")
 # The kinds of object the log holds (a summary's `kind`).
-KINDS = ("response", "chat.completion", "text_completion", "embedding", "transcription")
+KINDS = (
+    "response", "chat.completion", "text_completion", "embedding", "speech", "transcription"
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -25,7 +27,7 @@ class Summary:
     """One response or completion, as a list shows it."""
 
     id: str
-    kind: str  # "response" | "chat.completion" | "text_completion" | "embedding"
+    kind: str  # one of KINDS
     created: str  # ISO-8601 UTC
     created_ms: int
     status: str  # one of STATUSES

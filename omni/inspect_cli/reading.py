@@ -9,8 +9,8 @@ from pathlib import Path
 
 from omni import db
 from omni.errors import NotFound, StoreError
-from omni.events.location import is_postgres, shown
 from omni.inspect import Inspector, missing, open_log
+from omni.location import is_postgres, shown
 
 
 @contextmanager

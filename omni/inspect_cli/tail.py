@@ -7,10 +7,10 @@ import argparse
 import sys
 import time
 
-from omni.events.location import shown
 from omni.inspect import Inspector, open_log
 from omni.inspect_cli.output import Out
 from omni.inspect_cli.reading import inspector, unknown
+from omni.location import shown
 from omni.vocabulary import COMPLETION_ENDS, RESPONSE_ENDS
 
 ENDS = RESPONSE_ENDS | COMPLETION_ENDS

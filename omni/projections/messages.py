@@ -7,7 +7,7 @@ so templates that allow a single system message still work.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 SYSTEM_ROLES = ("system", "developer")
@@ -16,6 +16,39 @@ SYSTEM_ROLES = ("system", "developer")
 def _text(item: dict[str, Any]) -> str:
     parts = item.get("content", [])
     return "\n".join(p.get("text") or p.get("refusal") or "" for p in parts)
+
+
+def _content(item: dict[str, Any], images: Mapping[str, bytes] | None) -> str | list[Any]:
+    """A message's content for the template: its text, or, where it holds images and their
+    bytes are given (a vision model), its parts in order, each image as its bytes."""
+    parts = item.get("content", [])
+    if images is None or not any(p.get("type") == "input_image" for p in parts):
+        return _text(item)
+    return [
+        {"type": "image", "image": images[p["image_url"]]}
+        if p.get("type") == "input_image"
+        else {"type": "text", "text": p.get("text") or p.get("refusal") or ""}
+        for p in parts
+    ]
+
+
+def chat_content(content: str | list[Any] | None, images: Mapping[str, bytes] | None) -> Any:
+    """A chat message's content for the template: its text, or, as `_content`, its parts
+    with each image_url part as the image's bytes."""
+    if not isinstance(content, list):
+        return content or ""
+    if images is None or not any(p.get("type") == "image_url" for p in content):
+        return "".join(p.get("text") or p.get("refusal") or "" for p in content)
+    return [
+        {"type": "image", "image": images[_url(p["image_url"])]}
+        if p.get("type") == "image_url"
+        else {"type": "text", "text": p.get("text") or ""}
+        for p in content
+    ]
+
+
+def _url(ref: Any) -> str:
+    return ref if isinstance(ref, str) else str(ref["url"])
 
 
 def _arguments(raw: str) -> Any:
@@ -44,9 +77,11 @@ def to_chat_messages(
     instructions: str | None,
     items: Sequence[dict[str, Any]],
     structured_tools: bool,
+    images: Mapping[str, bytes] | None = None,
 ) -> list[dict[str, Any]]:
     """Chat messages for the template; tool items as tool_calls/tool messages, or as text
-    when the template knows no tools."""
+    when the template knows no tools; `images`: the bytes of the items' images by URL, for a
+    vision model (else images are left out)."""
     system = [instructions] if instructions else []
     messages: list[dict[str, Any]] = []
     names: dict[str, str] = {}
@@ -55,7 +90,7 @@ def to_chat_messages(
         if kind == "message" and item["role"] in SYSTEM_ROLES:
             system.append(_text(item))
         elif kind == "message":
-            messages.append({"role": item["role"], "content": _text(item)})
+            messages.append({"role": item["role"], "content": _content(item, images)})
         elif kind == "function_call":
             names[item["call_id"]] = item["name"]
             call = {"name": item["name"], "arguments": _arguments(item["arguments"])}

@@ -25,6 +25,8 @@ log = logging.getLogger(__name__)
 _CONVERTED = re.compile(r"^(?P<stem>.+)-[0-9a-f]{12}$")  # model_source.gguf_cache_dir's names
 # Architectures that embed rather than generate (mlx-embeddings' families).
 _ENCODERS = ("BertModel", "XLMRobertaModel", "ModernBertModel", "NomicBertModel")
+# mlx-audio's text-to-speech families (a config's model_type) that speak rather than generate.
+_SPEAKERS = ("kokoro", "kitten_tts", "kitten", "melotts", "pocket_tts", "soprano", "spark")
 _DEPTH = 3  # how deep under a --models-dir a model may sit
 
 
@@ -72,11 +74,23 @@ def entry_for(path: Path, origin: Origin, model_id: str | None = None) -> ModelE
     if kind is None:
         return None
     name = model_id or path.name.lower()
-    return ModelEntry(name, kind, str(path), origin, _size(path))
+    vision = kind == "chat" and takes_images(path)
+    return ModelEntry(name, kind, str(path), origin, _size(path), vision=vision)
+
+
+def takes_images(folder: Path) -> bool:
+    """A vision-language model's folder: its config has a vision tower's (HF's layout for
+    LLaVA, Qwen2-VL, Idefics, Gemma 3, PaliGemma, ...)."""
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and isinstance(config.get("vision_config"), dict)
 
 
 def model_kind(folder: Path) -> ModelKind | None:
-    """chat or embedding, from the folder's config; None: weights missing or unreadable."""
+    """chat, embedding, speech or transcription, from the folder's config; None: weights
+    missing or unreadable."""
     if not any(folder.glob("*.safetensors")):
         return None
     try:
@@ -88,6 +102,8 @@ def model_kind(folder: Path) -> ModelKind | None:
     architectures = config.get("architectures") or []
     if (folder / "modules.json").is_file() or any(a in _ENCODERS for a in architectures):
         return "embedding"
+    if config.get("model_type") in _SPEAKERS:
+        return "speech"
     return "chat"
 
 
@@ -96,8 +112,8 @@ def _defaults(home: Path) -> Iterator[ModelEntry]:
     yield ModelEntry(default_model.DEFAULT_MODEL_ID, "chat", "", "default", _size(chat))
     embedding = default_embedding_dir(home)
     yield ModelEntry(DEFAULT_EMBEDDING_ID, "embedding", "", "default", _size(embedding))
-    speech = default_transcription_dir(home)
-    yield ModelEntry(DEFAULT_TRANSCRIPTION_ID, "transcription", "", "default", _size(speech))
+    heard = default_transcription_dir(home)
+    yield ModelEntry(DEFAULT_TRANSCRIPTION_ID, "transcription", "", "default", _size(heard))
 
 
 def _home(home: Path) -> Iterator[ModelEntry]:

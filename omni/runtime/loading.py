@@ -1,6 +1,7 @@
 """Loading a catalogue entry: a chat model in an engine process of its own (a GGUF file is
-converted once, a default fetched once), an embedding model in its embedder's process, a
-transcription model (Whisper) in its own."""
+converted once, a default fetched once; a vision-language model on mlx-vlm), an embedding
+model in its embedder's process, a speech model in its speaker's, a transcription model
+(Whisper) in its own."""
 
 from __future__ import annotations
 
@@ -28,13 +29,20 @@ class Loader:
     def __call__(self, entry: ModelEntry) -> Any:
         if entry.kind == "embedding":
             return self.embedder(entry)
+        if entry.kind == "speech":
+            return self.speaker(entry)
         if entry.kind == "transcription":
             return self.transcriber(entry)
+        from omni.runtime.catalogue import takes_images
         from omni.runtime.mlx_engine import MLXEngine
+        from omni.runtime.vlm_engine import VLMEngine
 
         source = self.source(entry)
+        vision = takes_images(Path(source.path))
+        if vision:  # a vision-language model runs on mlx-vlm
+            features.require("vision")
         self.progress(f"loading model {entry.id} from {source.path}")
-        engine = MLXEngine(source, self.settings)
+        engine = (VLMEngine if vision else MLXEngine)(source, self.settings)
         engine.begin()  # its weights load while requests are taken in (they wait for them)
         return engine
 
@@ -59,6 +67,15 @@ class Loader:
         embedder = MLXEmbedder(path, entry.id)
         embedder.start()
         return embedder
+
+    def speaker(self, entry: ModelEntry) -> Any:
+        features.require("speech")
+        from omni.runtime.speech import MLXSpeaker
+
+        self.progress(f"loading speech model {entry.id} from {entry.path}")
+        speaker = MLXSpeaker(entry.path, entry.id)
+        speaker.start()
+        return speaker
 
     def transcriber(self, entry: ModelEntry) -> Any:
         features.require("transcription")

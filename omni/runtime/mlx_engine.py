@@ -74,6 +74,8 @@ class MLXEngine:
 
     # Told, from the reader thread, how many jobs got a token in each step (/metrics).
     on_step: Callable[[int], None] | None = None
+    # What the engine process runs (a vision model's engine runs its own: omni.runtime.vlm_worker).
+    worker_main: Callable[..., None] = staticmethod(worker.main)
 
     def __init__(
         self,
@@ -121,7 +123,7 @@ class MLXEngine:
         ctx = multiprocessing.get_context("spawn")  # never fork a process that holds threads
         conn, child = ctx.Pipe()
         self._process = ctx.Process(
-            target=worker.main,
+            target=self.worker_main,
             args=(child, self.source.path, settings, self.source.adapter, self.source.draft),
             name="omni-engine",
         )
@@ -335,6 +337,7 @@ class MLXEngine:
             job.sampling,
             job.constraint,
             job.behind,
+            job.images,
         )
         self._send(spec)
         # Sent after the job itself, so the engine always knows the id it is asked to stop;

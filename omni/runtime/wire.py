@@ -26,6 +26,7 @@ class Spec:
     # Other requests the server was still taking in when it sent this one (they are on their
     # way here): an idle engine waits a little for them rather than start this one alone.
     behind: int = 0
+    images: tuple[bytes, ...] = ()  # what the prompt's image tokens stand for (vision models)
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,26 +27,38 @@ class ChatMessage(BaseModel):
         return self
 
     def text(self) -> str:
-        """The content as text; parts other than text are refused by the validator below."""
+        """The content's text (image parts carry none)."""
         if self.content is None:
             return ""
         if isinstance(self.content, str):
             return self.content
         return "".join(p.get("text") or p.get("refusal") or "" for p in self.content)
 
-    @field_validator("content")
-    @classmethod
-    def _text_parts_only(
-        cls, value: str | list[dict[str, Any]] | None
-    ) -> str | list[dict[str, Any]] | None:
-        if isinstance(value, list):
-            for part in value:
-                if part.get("type") not in ("text", "refusal"):
-                    raise ValueError(
-                        f"content parts of type {part.get('type')!r} are not supported "
-                        "(this model takes text only)"
-                    )
-        return value
+    @model_validator(mode="after")
+    def _known_parts(self) -> ChatMessage:
+        """Text and refusal parts; image_url parts in user messages (a string, or an object
+        with `url` and `detail`): whether the model takes images is the service's to say."""
+        if not isinstance(self.content, list):
+            return self
+        for part in self.content:
+            kind = part.get("type")
+            if kind == "image_url":
+                if self.role != "user":
+                    raise ValueError("image_url parts are accepted in user messages only")
+                _image_url(part.get("image_url"))
+            elif kind not in ("text", "refusal"):
+                raise ValueError(
+                    f"content parts of type {kind!r} are not supported (text, refusal, image_url)"
+                )
+        return self
+
+
+def _image_url(value: Any) -> None:
+    url = value.get("url") if isinstance(value, dict) else value
+    if not isinstance(url, str) or not url:
+        raise ValueError("an image_url part needs `image_url` (a URL, or {url, detail})")
+    if isinstance(value, dict) and value.get("detail") not in (None, "auto", "low", "high"):
+        raise ValueError("image_url.detail is one of auto, low and high")
 
 
 class _Sampling(SamplingExtras):

@@ -24,6 +24,13 @@ class TextPart(_Item):
     refusal: str | None = None
 
 
+class ImagePart(_Item):
+    type: Literal["input_image"]
+    image_url: str | None = None
+    file_id: str | None = None
+    detail: Literal["low", "high", "auto", "original"] | None = None
+
+
 class Message(_Item):
     type: Literal["message"] = "message"
     role: Literal["user", "assistant", "system", "developer"]
@@ -77,13 +84,16 @@ def _parts(message: Message, param: str) -> list[dict[str, Any]]:
     parts: list[dict[str, Any]] = []
     for j, part in enumerate(raw):
         where = f"{param}.content[{j}]"
+        if isinstance(part, dict) and part.get("type") == "input_image":
+            parts.append(_image(part, message.role, where))
+            continue
         try:
             parsed = TextPart.model_validate(part)
         except ValidationError:
             ptype = part.get("type") if isinstance(part, dict) else None
             raise InvalidRequest(
-                f"Unsupported content part type {ptype!r}: this model takes text only "
-                "(input_text, output_text).",
+                f"Unsupported content part type {ptype!r}: content parts are input_text, "
+                "output_text, refusal and input_image.",
                 param=where,
             ) from None
         if parsed.type == "refusal":
@@ -98,6 +108,33 @@ def _parts(message: Message, param: str) -> list[dict[str, Any]]:
         else:
             parts.append({"type": "input_text", "text": parsed.text})
     return parts
+
+
+def _image(part: dict[str, Any], role: str, where: str) -> dict[str, Any]:
+    """An input_image part as stored: its URL as the client sent it (a data: URL too), which
+    input_items returns; whether the model takes images is the service's to say."""
+    try:
+        image = ImagePart.model_validate(part)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"])
+        raise InvalidRequest(f"Invalid input_image: {loc}: {err['msg']}", param=where) from None
+    if role != "user":
+        raise InvalidRequest("Images are accepted in user messages only.", param=where)
+    if image.file_id is not None:
+        raise InvalidRequest(
+            "file_id images are not supported: this server has no files API. Send the image "
+            "as image_url (an http(s) URL or a data: URL).",
+            param=f"{where}.file_id",
+        )
+    if not image.image_url:
+        raise InvalidRequest("An input_image needs `image_url`.", param=f"{where}.image_url")
+    return {
+        "type": "input_image",
+        "detail": image.detail or "auto",
+        "file_id": None,
+        "image_url": image.image_url,
+    }
 
 
 ITEM_REFERENCE = "item_reference"

@@ -28,10 +28,11 @@ from omni.ids import new_id
 from omni.jobs import Engine, Sampling
 from omni.metrics import UNREAD, Metrics
 from omni.projections.completions import fold_chat, fold_text
-from omni.projections.messages import chat_for_template
+from omni.projections.messages import chat_content, chat_for_template
 from omni.protocol.chat_recorder import ChunkRecorder, error_event
 from omni.schemas.chat import ChatCompletionCreate, CompletionCreate
 from omni.service.defaults import Defaults
+from omni.service.images import load_images, message_images, pictures, refuse_images
 from omni.service.models import Models
 from omni.service.ownership import cache_namespace
 from omni.service.plan import RunPlan
@@ -47,12 +48,19 @@ from omni.settings import ServerSettings
 from omni.vocabulary import ACCEPTED, COMPLETION_CHUNK, COMPLETION_ENDS
 
 MIRROR_PAGE = 512
+# A twin on another server waits this long at most for the leader's request to be in the log.
+REMOTE_POLLS, REMOTE_POLL_S = 40, 0.05
 RESTARTED = "The server restarted before this completion finished."
 log = logging.getLogger(__name__)
 
 
 def is_end(event: StoredEvent) -> bool:
     return event.type in COMPLETION_ENDS
+
+
+def flight_lease(key: str) -> str:
+    """The lease that says which server generates a replay-cache key now."""
+    return f"flight:{key}"
 
 
 def cache_key(model_id: str, body: ChatCompletionCreate, owner: str | None = None) -> str | None:
@@ -122,8 +130,14 @@ class CompletionsService:
             engine, tools, mode, body.response_format, "response_format", parallel
         )
         structured = engine.capabilities.template_tools
+        refs = message_images([m.content for m in body.messages])
+        refuse_images(engine, refs)
+        loaded = await load_images(refs)
         messages = chat_for_template(
-            [{**m.model_dump(exclude_none=True), "content": m.text()} for m in body.messages],
+            [
+                {**m.model_dump(exclude_none=True), "content": chat_content(m.content, loaded)}
+                for m in body.messages
+            ],
             structured,
         )
         thinking, budget = thinking_plan(engine, body.reasoning_effort, body.thinking_budget)
@@ -148,8 +162,9 @@ class CompletionsService:
         )
         key = cache_key(engine.model_id, body, owner) if self.cache else None
         cid = new_id("chatcmpl").replace("chatcmpl_", "chatcmpl-")
+        images = pictures(refs, loaded)
         if key is None or bypass_cache:
-            await self._generate(engine, cid, body, prompt, plan, key, owner)
+            await self._generate(engine, cid, body, prompt, plan, key, owner, images=images)
             return cid, False
         leader = self._leader(key)
         if leader is not None:  # single flight: follow the identical request under way
@@ -157,18 +172,48 @@ class CompletionsService:
             self.metrics.replay_cache.labels("hit").inc()
             return cid, True
         self._inflight[key] = cid  # reserved before any await: concurrent twins follow us
+        flight: tuple[str, ...] = ()
         try:
+            # Servers sharing the log: one of them generates a stored key at a time, and
+            # twins sent to the others follow its stream (a lease on the key says which).
+            if body.store and self.runs.leasing.shared:
+                if await self.runs.leasing.lead(flight_lease(key)):
+                    flight = (flight_lease(key),)
+                elif (remote := await self._remote_leader(key)) is not None:
+                    await self._mirror(remote, cid, body, key, owner)
+                    self.metrics.replay_cache.labels("hit").inc()
+                    return cid, True
             original = await self.store.cache.lookup(key)
             if original is not None:
+                await self.runs.leasing.release(flight)
                 await self._mirror(original, cid, body, key, owner)
                 self.metrics.replay_cache.labels("hit").inc()
                 return cid, True
-            await self._generate(engine, cid, body, prompt, plan, key, owner)
+            await self._generate(engine, cid, body, prompt, plan, key, owner, flight, images)
             self.metrics.replay_cache.labels("miss").inc()
             return cid, False
         except BaseException:
             self._stop_leading(cid)
+            if flight:
+                await asyncio.shield(self.runs.leasing.release(flight))
             raise
+
+    async def _remote_leader(self, key: str) -> str | None:
+        """The completion another server generates for `key` (it holds the key's lease), once
+        its request is in the log: its lease is taken just before. None where that server let
+        go meanwhile (its answer is then in the cache, or it failed) or never writes it."""
+        for _ in range(REMOTE_POLLS):
+            accepted = await self.store.streams_with(ACCEPTED, [("$.key", key)])
+            for request in reversed(accepted):
+                cid = request.removesuffix("/request")
+                last = await self.store.last(cid)
+                if last is None or not is_end(last):
+                    return cid  # under way: followed live
+                break
+            if await self.runs.leasing.holder(flight_lease(key)) is None:
+                return None
+            await asyncio.sleep(REMOTE_POLL_S)
+        return None
 
     def _leader(self, key: str) -> str | None:
         """The completion answering this key right now, unless it is being cancelled."""
@@ -192,6 +237,8 @@ class CompletionsService:
         plan: RunPlan,
         key: str | None,
         owner: str | None,
+        leased: tuple[str, ...] = (),
+        images: tuple[bytes, ...] = (),
     ) -> None:
         recorder = ChunkRecorder(
             "chat",
@@ -203,7 +250,9 @@ class CompletionsService:
             splitter=plan.splitter(engine),
             thinker=plan.thinker(engine, prompt),
         )
-        await self._start(engine, cid, "chat", body, recorder, prompt, plan, key, owner)
+        await self._start(
+            engine, cid, "chat", body, recorder, prompt, plan, key, owner, leased, images
+        )
 
     async def create_text(self, body: CompletionCreate, owner: str | None = None) -> str:
         self.runs.check_capacity()
@@ -264,6 +313,8 @@ class CompletionsService:
         plan: RunPlan,
         key: str | None,
         owner: str | None,
+        leased: tuple[str, ...] = (),
+        images: tuple[bytes, ...] = (),
     ) -> None:
         request = {
             "kind": kind,
@@ -275,10 +326,11 @@ class CompletionsService:
             "plan": plan.to_json(),
         }
         opening = [NewEvent(t, dumps(d)) for t, d in recorder.opening()]
-        job = plan.job(prompt)
+        job = plan.job(prompt, images=images)
         # Not stored (store false, a chat's default; a legacy completion always): purged once
         # read. Only stored completions are replayed (the index's source says so).
-        run = Run(cid, recorder, job, engine, store=kind == "chat" and bool(body.store))
+        stored = kind == "chat" and bool(body.store)
+        run = Run(cid, recorder, job, engine, store=stored, leased=leased)
         run.on_done = lambda: self._stop_leading(cid)  # failed or cancelled: not to be followed
         await self.runs.open(
             run,

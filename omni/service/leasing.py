@@ -16,12 +16,14 @@ import asyncio
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 
 from omni.errors import StoreError
 from omni.events.contract import Leases
+from omni.events.driver import now_ms
 
 log = logging.getLogger(__name__)
 
@@ -54,11 +56,29 @@ class Leasing:
             if not await self.leases.claim([stream_id], self.replica, self.ttl_ms):
                 raise StoreError(f"{stream_id} is leased to another server")
 
+    async def lead(self, name: str) -> bool:
+        """Whether this server leads the work `name` stands for (a replay-cache key, say):
+        True where it took the lease (or no other server could hold it), False where
+        another server holds it now. Let go with release(), or by expiry if this one dies."""
+        if not self.shared or self.leases is None:
+            return True
+        return bool(await self.leases.claim([name], self.replica, self.ttl_ms))
+
+    async def holder(self, name: str) -> str | None:
+        """The server holding `name`'s lease now, if any (expired leases hold nothing)."""
+        if not self.shared or self.leases is None:
+            return None
+        held = await self.leases.holder(name)
+        return held[0] if held is not None and held[1] > now_ms() else None
+
     async def takeable(self, stream_ids: Sequence[str]) -> list[str]:
         """Of unfinished streams, those this server may take over (leased to it now)."""
         if not self.shared or self.leases is None or not stream_ids:
             return list(stream_ids)
-        return await self.leases.claim(stream_ids, self.replica, self.ttl_ms)
+        taken = await self.leases.claim(stream_ids, self.replica, self.ttl_ms)
+        if taken:  # an old owner's last appends, begun before the claim, are in the log first
+            await self.leases.settle()
+        return taken
 
     @asynccontextmanager
     async def taking(
@@ -93,10 +113,12 @@ class Leasing:
 
     async def _watch(self, take_over: Callable[[list[str]], Awaitable[None]]) -> None:
         assert self.leases is not None
+        renewed = time.monotonic()
         while True:
             await asyncio.sleep(self.ttl_ms / 3000)
             try:
                 await self.leases.renew(self.replica, self.ttl_ms)
+                renewed = self._renewed(renewed)
                 if expired := await self.leases.expired():
                     taken = await self.leases.claim(expired, self.replica, self.ttl_ms)
                     if taken:
@@ -106,6 +128,19 @@ class Leasing:
                 log.warning("lease upkeep failed: %s", exc)
             except Exception:
                 log.exception("lease upkeep failed")
+
+    def _renewed(self, last: float) -> float:
+        """Warn of renewals that come late: a lease that lapses while its work still runs
+        here is taken over by another server (and this one's appends to it are refused)."""
+        now = time.monotonic()
+        if now - last > self.ttl_ms / 1500:  # two thirds of a lease went unrenewed
+            log.warning(
+                "leases renewed %.1f s after the last renewal (they last %.1f s): this server "
+                "or its database is slow to answer; a longer --lease keeps its work here",
+                now - last,
+                self.ttl_ms / 1000,
+            )
+        return now
 
     async def close(self) -> None:
         if self._task is not None:

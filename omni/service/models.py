@@ -20,22 +20,19 @@ from typing import Any, cast
 
 from omni.catalogue import ModelEntry, ModelKind
 from omni.errors import InvalidRequest, ModelLoadError, ModelNotFound, OmniError
-from omni.jobs import Embedder, Engine, Transcriber, Warming
+from omni.jobs import Embedder, Engine, Speaker, Transcriber, Warming
 
 log = logging.getLogger(__name__)
 
-Loaded = Engine | Embedder | Transcriber
+Loaded = Engine | Embedder | Speaker | Transcriber
 Loader = Callable[[ModelEntry], Loaded]  # blocking: run in a thread
 WAIT_S = 0.05  # how often a request waiting for room looks again
-_USES = {  # where a model of each kind is used, for a 400 that names it
-    "chat": "chat, completions or responses",
-    "embedding": "/v1/embeddings",
-    "transcription": "/v1/audio/transcriptions or /v1/audio/translations",
-}
-
-
-def _a(kind: str) -> str:
-    return f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}"
+# What a model of each kind is called in a refusal, and where it is used instead.
+_A = {"chat": "a chat", "embedding": "an embedding", "speech": "a speech",
+      "transcription": "a transcription"}  # fmt: skip
+_USE = {"chat": "chat, completions or responses", "embedding": "/v1/embeddings",
+        "speech": "/v1/audio/speech",
+        "transcription": "/v1/audio/transcriptions or /v1/audio/translations"}  # fmt: skip
 
 
 @dataclass(eq=False)
@@ -156,8 +153,8 @@ class Models:
         entry = slot.entry
         if kind is not None and entry.kind != kind:
             raise InvalidRequest(
-                f"The model '{name}' is {_a(entry.kind)} model, not {_a(kind)} model: "
-                f"use it with {_USES[entry.kind]}.",
+                f"The model '{name}' is {_A[entry.kind]} model, not {_A[kind]} model: use it "
+                f"with {_USE[entry.kind]}.",
                 param="model",
             )
         return entry
@@ -244,6 +241,11 @@ class Models:
     async def use_embedder(self, name: str | None) -> AsyncIterator[Embedder]:
         async with self._using(self.find(name, "embedding")) as model:
             yield cast(Embedder, model)
+
+    @asynccontextmanager
+    async def use_speaker(self, name: str | None) -> AsyncIterator[Speaker]:
+        async with self._using(self.find(name, "speech")) as model:
+            yield cast(Speaker, model)
 
     @asynccontextmanager
     async def use_transcriber(self, name: str | None) -> AsyncIterator[Transcriber]:
@@ -358,6 +360,7 @@ class Models:
             "created": int(slot.loaded_at or self.started),
             "owned_by": "omni",
             "kind": entry.kind,
+            "vision": entry.vision,  # it takes images (input_image, image_url parts)
             "loaded": slot.model is not None and not warming,
             "loading": slot.loading is not None or warming,
             "origin": entry.origin,

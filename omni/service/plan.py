@@ -29,13 +29,19 @@ class RunPlan:
     constraint: dict[str, Any] | None = None  # the grammar the output follows
     cache_namespace: str = ""
 
-    def job(self, prompt: list[int], resume_tokens: list[int] | None = None) -> Job:
+    def job(
+        self,
+        prompt: list[int],
+        resume_tokens: list[int] | None = None,
+        images: tuple[bytes, ...] = (),
+    ) -> Job:
         return Job(
             prompt,
             self.sampling,
             resume_tokens=list(resume_tokens or []),
             cache_namespace=self.cache_namespace,
             constraint=self.constraint,
+            images=images,
         )
 
     def splitter(self, engine: Engine) -> CallSplitter | None:

@@ -21,6 +21,7 @@ from omni.events import Append, NewEvent
 from omni.jobs import Failed, Finished
 from omni.projections.response import fold_response
 from omni.protocol.recorder import ResponseRecorder
+from omni.service.images import ImageRef, load_images, pictures
 from omni.service.plan import stored_plan
 from omni.service.reasoning import reasoning_tokens
 from omni.service.runs import Run
@@ -108,10 +109,15 @@ async def _recover(service: ResponsesService, unfinished: list[str]) -> None:
             end = Finished("cancelled", len(prompt), len(tokens))
             await _finish(service, response_id, first, recorder.on_finished(end))
         else:
-            run = Run(
-                response_id, recorder, plan.job(prompt, tokens), engine, True, True,
-                tokens_seq=len(token_rows),
-            )  # fmt: skip
+            refs = [ImageRef(url, "input") for url in request.get("images") or []]
+            try:  # the images its prompt shows, read again from their URLs
+                loaded = await load_images(refs)
+            except InvalidRequest as exc:
+                reason = f"Its images could not be read again after the restart ({exc.message})."
+                await _end(service, response_id, first, folded, cancelled, prompt, tokens, reason)
+                continue
+            job = plan.job(prompt, tokens, pictures(refs, loaded))
+            run = Run(response_id, recorder, job, engine, True, True, tokens_seq=len(token_rows))
             service.runs.start(run)
             log.info("continuing %s after %d recorded tokens", response_id, len(tokens))
 

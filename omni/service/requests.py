@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from omni.errors import InvalidRequest
@@ -30,12 +31,13 @@ def render_prompt(
     tools: list[dict[str, Any]],
     mode: str = "auto",
     thinking: bool | None = None,
+    images: Mapping[str, bytes] | None = None,
 ) -> list[int]:
     """`tools` in the chat shape. A template that renders tools gets them; for one that does
     not, they (and the JSON answer format) go into the system message, unless no call may be
-    made."""
+    made. `images`: the items' images by URL, for a vision model."""
     structured = engine.capabilities.template_tools
-    messages = to_chat_messages(instructions, items, structured)
+    messages = to_chat_messages(instructions, items, structured, images)
     return rendered(engine, messages, tools, mode, structured, thinking=thinking)
 
 

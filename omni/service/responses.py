@@ -28,6 +28,7 @@ from omni.schemas.items import normalize_input
 from omni.schemas.responses import ResponseCreate
 from omni.service import recovery, references
 from omni.service.defaults import Defaults
+from omni.service.images import ImageRef, item_images, load_images, pictures, refuse_images
 from omni.service.models import Models
 from omni.service.ownership import cache_namespace, visible
 from omni.service.plan import RunPlan
@@ -124,8 +125,12 @@ class ResponsesService:
         constraint = decoding_constraint(engine, callable_tools, mode, fmt, "text.format", parallel)
         effort = (body.reasoning or {}).get("effort")
         thinking, budget = thinking_plan(engine, effort, body.thinking_budget)
-        prompt = await self.prompter.run(
-            self._fit, engine, body, conversation, callable_tools, mode, thinking
+        history = conversation[: len(conversation) - len(items)]
+        refs = [*item_images(history, "previous_response_id"), *item_images(items)]
+        refuse_images(engine, refs)
+        loaded = await load_images(refs)
+        prompt, shown = await self.prompter.run(
+            self._fit, engine, body, conversation, callable_tools, mode, thinking, loaded
         )
         wants_logprobs = "message.output_text.logprobs" in (body.include or [])
         defaults = self.defaults
@@ -171,8 +176,10 @@ class ResponsesService:
             request["variant"] = variant  # adapters, a draft: loaded again by a restart
         if body.background:
             request["prompt"] = prompt  # so a restart can run or continue it exactly
+            if shown:  # and the images its image tokens stand for
+                request["images"] = [ref.url for ref in shown]
         opening = [NewEvent(e["type"], dumps(e)) for e in recorder.opening()]
-        job = plan.job(prompt)
+        job = plan.job(prompt, images=pictures(shown, loaded))
         await self.runs.open(
             Run(response_id, recorder, job, engine, body.store, body.background),
             Append(request_stream(response_id), 0, [NewEvent(ACCEPTED, dumps(request))]),
@@ -188,19 +195,25 @@ class ResponsesService:
         tools: list[dict[str, Any]],
         mode: Mode,
         thinking: bool | None = None,
-    ) -> list[int]:
-        """The prompt (on the prompter's thread); with truncation "auto", the oldest items go
-        until it fits the context."""
+        images: dict[str, bytes] | None = None,
+    ) -> tuple[list[int], list[ImageRef]]:
+        """The prompt (on the prompter's thread), and the images it shows; with truncation
+        "auto", the oldest items go until it fits the context."""
+        shown: list[list[ImageRef]] = [[]]
 
         def render(start: int) -> list[int]:
-            return render_prompt(engine, body.instructions, items[start:], tools, mode, thinking)
+            prompt = render_prompt(
+                engine, body.instructions, items[start:], tools, mode, thinking, images or None
+            )
+            shown[0] = item_images(items[start:])  # the last render that fits is the prompt
+            return prompt
 
         sizes = [len(item_text(item).encode()) for item in items]
         fixed = len((body.instructions or "").encode())
         if body.truncation != "auto" or not items:
             refuse_unfittable(engine, fixed + sum(sizes), "input")
-            return render(0)
-        return fit_suffix(engine, sizes, render, fixed)
+            return render(0), shown[0]
+        return fit_suffix(engine, sizes, render, fixed), shown[0]
 
     async def cancel(self, response_id: str, owner: str | None = None) -> dict[str, Any]:
         """Cancel a background response; a finished one is returned unchanged."""

@@ -42,6 +42,8 @@ class Run:
     engine: Engine  # the model it runs on
     store: bool = True
     background: bool = False
+    # Leases it holds beside its stream's, let go with it (a replay-cache flight's key).
+    leased: tuple[str, ...] = ()
     tokens_seq: int = 0  # next seq of <stream>/tokens (background runs record their tokens)
     # Single-flight followers copying this stream: while any, a disconnect does not cancel,
     # and an unstored stream is not purged.
@@ -129,7 +131,7 @@ class Runs:
             await self.appender.append(*opening)
         except BaseException:
             run.job.cancel()
-            await self.leasing.release([run.stream_id])
+            await self.leasing.release([run.stream_id, *run.leased])
             raise
         self._track(run)
 
@@ -298,7 +300,7 @@ class Runs:
                 log.debug("purge of %s failed: %s", run.stream_id, exc)
         self._runs.pop(run.stream_id, None)
         # Done with, or left for the next start (a stop): another server may take it now.
-        await self.leasing.release([run.stream_id])
+        await self.leasing.release([run.stream_id, *run.leased])
 
     def _ended(self, run: Run) -> None:
         on_done, run.on_done = run.on_done, None

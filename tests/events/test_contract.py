@@ -429,3 +429,11 @@ async def test_of_claims_at_once_each_stream_goes_to_one(backend: Store) -> None
     streams = [f"resp_{i}" for i in range(20)]
     won = await asyncio.gather(*[backend.leases.claim(streams, o, 60_000) for o in "abcd"])
     assert sorted(s for w in won for s in w) == sorted(streams)
+
+
+async def test_settle_leaves_the_log_as_it_is(backend: Store) -> None:
+    """The barrier a new owner passes before reading what it took over (its waiting for
+    another server's appends: tests/events/test_postgres_store.py)."""
+    await backend.append([deltas("resp_s", 0, 3)])
+    await backend.leases.settle()
+    assert [e.seq for e in await backend.read("resp_s")] == [0, 1, 2]

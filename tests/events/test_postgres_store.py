@@ -11,8 +11,8 @@ import random
 import psycopg
 import pytest
 
-from omni.errors import StoreError
-from omni.events import Append, Notifier
+from omni.errors import LeaseLost, StoreError
+from omni.events import Append, Appender, Notifier
 from omni.events.postgres import PostgresStore
 
 from ._helpers import deltas, ev
@@ -194,3 +194,62 @@ def _terminate(url: str, query: str) -> None:
             (query,),
         ).fetchone()  # type: ignore[misc]
     assert n == 1
+
+
+async def test_a_replica_may_not_append_to_a_stream_another_replica_leases(pg_url: str) -> None:
+    """A lease that lapsed while its owner still ran the work, and another replica took over:
+    the old owner's appends to that stream are refused whole; its other streams commit."""
+    store = PostgresStore(pg_url)
+    await store.open()
+    store.replica = "a"
+    appender = Appender(store, Notifier())
+    appender.start()
+    try:
+        assert await store.leases.claim(["mine", "theirs"], "a", 60_000) == ["mine", "theirs"]
+        await store.append([deltas("mine", 0, 1), deltas("theirs", 0, 1)])
+        assert await store.leases.claim(["theirs"], "b", 60_000) == []  # a's while it lasts
+        await store.leases.claim(["theirs"], "a", -1)  # a's lease lapses
+        assert await store.leases.claim(["theirs"], "b", 60_000) == ["theirs"]
+
+        with pytest.raises(LeaseLost):
+            await store.append([deltas("mine", 1, 1), deltas("theirs", 1, 1)])
+        assert [e.seq for e in await store.read("mine")] == [0]  # nothing of it was written
+
+        # Queued together, the appends commit apart: a's own stream, and the unleased one.
+        refused = appender.submit(deltas("theirs", 1, 1))
+        mine = appender.submit(deltas("mine", 1, 1))
+        unleased = appender.submit(deltas("free", 0, 1))
+        later = appender.submit(deltas("theirs", 2, 1))
+        with pytest.raises(LeaseLost):
+            await refused
+        assert [e.seq for e in await mine] == [1] and [e.seq for e in await unleased] == [0]
+        with pytest.raises(StoreError):  # after a refused one: no gap left to fill
+            await later
+        assert [e.seq for e in await store.read("theirs")] == [0]
+    finally:
+        await appender.stop()
+        await store.close()
+
+
+async def test_settle_waits_for_an_append_another_server_has_under_way(pg_url: str) -> None:
+    """A takeover's barrier: an old owner's append that began before the claim (it holds the
+    log's lock until it commits) is in the log before the new owner reads the stream."""
+    from omni.events.postgres import LOG_LOCK
+
+    store = PostgresStore(pg_url)
+    await store.open()
+    try:
+        with psycopg.connect(pg_url) as other:  # the old owner, mid-append
+            other.execute(f"SELECT pg_advisory_xact_lock({LOG_LOCK})")
+            other.execute(
+                "INSERT INTO events (stream_id, seq, type, data, created_at)"
+                " VALUES ('resp_old', 0, 'response.created', '{}', 0)"
+            )
+            settling = asyncio.ensure_future(store.leases.settle())
+            await asyncio.sleep(0.3)
+            assert not settling.done()  # it cannot pass while that append is under way
+            other.commit()
+        await asyncio.wait_for(settling, 30)
+        assert [e.seq for e in await store.read("resp_old")] == [0]
+    finally:
+        await store.close()

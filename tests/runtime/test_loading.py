@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,23 @@ def test_features_say_what_runs_here_and_how_to_add_the_rest(
     assert facts["postgres"]["available"] is True and facts["postgres"]["install"] is None
     with pytest.raises(NotInstalled, match=r"omni-mlx\[embeddings\]"):
         features.require("embeddings")
+
+
+def test_a_speech_model_without_the_audio_extra_says_how_to_install_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from omni import features
+
+    found = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "av" else found(name, *a)
+    )
+    with pytest.raises(NotInstalled, match=r"needs av, .*pip install 'omni-mlx\[audio\]'"):
+        Loader(tmp_path)(ModelEntry("kokoro", "speech", str(tmp_path), "named"))
+    facts = {f["name"]: f for f in features.every()}
+    assert facts["speech"]["serves"] == "POST /v1/audio/speech"
+    assert facts["speech"]["install"] == "pip install 'omni-mlx[audio]'"
+    assert facts["images"]["available"] is (sys.platform == "darwin" and found("mflux") is not None)
 
 
 def test_transcription_without_its_extra_says_how_to_install_it(

@@ -11,12 +11,15 @@ from typing import Any
 
 from omni.events import MemoryStore, Notifier
 from omni.jobs import Delta, Finished
+from omni.schemas.chat import ChatCompletionCreate
 from omni.schemas.responses import ResponseCreate
+from omni.service.completions import cache_key, flight_lease
 from omni.service.leasing import Leasing
 
 from .conftest import ScriptedEngine, serving
 
 BACKGROUND = {"model": "scripted", "input": "hi", "background": True}
+CHAT = {"messages": [{"role": "user", "content": "hi"}], "temperature": 0, "store": True}
 
 
 def body(**fields: Any) -> ResponseCreate:
@@ -117,3 +120,35 @@ async def test_a_cancel_sent_to_another_server_stops_the_run_where_it_runs() -> 
             cancelled = await asyncio.wait_for(served_b.responses.cancel(rid), 30)
             assert cancelled["status"] == "cancelled"
             assert a_engine.jobs[0].stop.is_set()  # A's engine was told to stop
+
+
+async def test_twins_sent_to_two_servers_generate_once() -> None:
+    """The replay cache's single flight across servers: the key's lease says who leads, and
+    the twin on the other server follows the leader's stream live."""
+    store = MemoryStore()
+    notifier = Notifier()
+    a_engine, b_engine = ScriptedEngine(), ScriptedEngine()
+    a_engine.scripts = [[Delta("Hel", 10)]]  # holds until told to finish, below
+    a = Leasing(store.leases, "a", shared=True)
+    b = Leasing(store.leases, "b", shared=True)
+    chat = ChatCompletionCreate.model_validate(CHAT)
+    async with serving(store, a_engine, a, notifier) as served_a:
+        leader, hit = await served_a.completions.create_chat(chat)
+        assert not hit
+        key = cache_key("scripted", chat)
+        assert key is not None
+        assert (await store.leases.holder(flight_lease(key)) or ("", 0))[0] == "a"
+        async with serving(store, b_engine, b, notifier) as served_b:
+            twin, hit = await served_b.completions.create_chat(chat)
+            assert hit and twin != leader and b_engine.jobs == []  # B generated nothing
+            a_engine.jobs[0].outputs.put_nowait(Delta("lo", 11))
+            a_engine.jobs[0].outputs.put_nowait(Finished("stop", 3, 2))
+            first = served_a.completions.fold("chat", await served_a.completions.wait(leader))
+            copy = served_b.completions.fold("chat", await served_b.completions.wait(twin))
+            assert copy["id"] == twin and copy["choices"] == first["choices"]
+            assert first["choices"][0]["message"]["content"] == "Hello"
+            await until(lambda: _released(store, flight_lease(key)))
+            # Once the leader is done, a third twin on B is a plain cache hit.
+            third, hit = await served_b.completions.create_chat(chat)
+            assert hit and b_engine.jobs == []
+            await served_b.completions.wait(third)

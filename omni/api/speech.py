@@ -1,0 +1,62 @@
+"""POST /v1/audio/speech: the audio's bytes as the model speaks them (OpenAI's default), or
+`stream_format: "sse"`'s `speech.audio.delta` events (base64 pieces) and `speech.audio.done`
+(usage). The request and the audio's length are recorded in the log, not the audio."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from quart import Blueprint, current_app, request
+from quart.wrappers import Response
+
+from omni import features
+from omni.api import access
+from omni.api.gate import owner
+from omni.errors import ModelNotFound, ShuttingDown
+from omni.jobs import Spoken
+from omni.schemas.responses import parse_body
+from omni.schemas.speech import SpeechCreate
+from omni.service.speech import Speech, usage
+from omni.vocabulary import SPEECH_AUDIO_DELTA, SPEECH_AUDIO_DONE
+
+bp = Blueprint("speech", __name__)
+
+
+@bp.post("/audio/speech")
+async def create_speech() -> Any:
+    features.require("speech")
+    state = current_app.config["OMNI"]
+    body = parse_body(await request.get_data(), SpeechCreate)
+    if state.responses.runs.closing:
+        raise ShuttingDown("The server is shutting down; retry shortly.")
+    if state.speech is None:  # a server started without a model pool
+        raise ModelNotFound("This server serves no speech model.", param="model")
+    speech = await state.speech.create(body, owner())
+    access.note(id=speech.id)
+    if body.stream_format == "sse":
+        response = Response(_events(speech), content_type="text/event-stream")
+        response.headers["cache-control"] = "no-cache"
+    else:
+        response = Response(_audio(speech), content_type=speech.media_type)
+    response.headers["x-omni-speech-id"] = speech.id
+    response.timeout = None
+    return response
+
+
+async def _audio(speech: Speech) -> AsyncIterator[bytes]:
+    async for piece in speech.pieces:
+        if isinstance(piece, bytes):
+            yield piece
+
+
+async def _events(speech: Speech) -> AsyncIterator[bytes]:
+    async for piece in speech.pieces:
+        if isinstance(piece, Spoken):
+            data: dict[str, Any] = {"type": SPEECH_AUDIO_DONE, "usage": usage(piece)}
+        else:
+            data = {"type": SPEECH_AUDIO_DELTA, "audio": base64.b64encode(piece).decode()}
+        text = json.dumps(data, separators=(",", ":"))
+        yield f"event: {data['type']}\ndata: {text}\n\n".encode()

@@ -1,0 +1,64 @@
+"""What crosses the pipe between the server (omni.runtime.speech) and a speech model's process
+(omni.runtime.speech_worker): one value per message. Audio travels already encoded in the
+format the client asked for, a piece a message, so the server only passes bytes on."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from omni.runtime.wire import LoadFailed
+
+__all__ = ["Audio", "Close", "Done", "Failed", "LoadFailed", "Loaded", "Speak"]
+
+# The server to the model's process.
+
+
+@dataclass(frozen=True, slots=True)
+class Speak:
+    id: int
+    text: str
+    voice: str | None
+    response_format: str  # a key of omni.schemas.speech.MEDIA_TYPES
+    speed: float
+    instructions: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Close:
+    """End the process."""
+
+
+Request = Speak | Close
+
+# The model's process to the server: once, Loaded or LoadFailed; then for each Speak its
+# Audio pieces, in order, and one Done or Failed.
+
+
+@dataclass(frozen=True, slots=True)
+class Loaded:
+    sample_rate: int
+    voices: tuple[str, ...]  # the voices it has (empty: the model names none)
+    default_voice: str | None
+    instructions: bool  # whether its generate() takes instructions
+
+
+@dataclass(frozen=True, slots=True)
+class Audio:
+    id: int
+    data: bytes  # the next bytes of the encoded file
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    id: int
+    samples: int  # spoken, at the model's sample rate
+    input_tokens: int  # what the model read (Kokoro: phonemes)
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    id: int
+    message: str
+
+
+Reply = Audio | Done | Failed

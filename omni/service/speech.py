@@ -1,0 +1,224 @@
+"""Speech over the event log. Each request is a stream `spch-X`: `speech.in_progress` when
+accepted (its request on `spch-X/request`: model, voice, format, the input as a response
+records its input, owner), then `speech.completed` (the audio's duration, samples and bytes,
+usage, timings) or `speech.failed`. The audio is the answer, not the record: never written."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from omni.errors import InvalidRequest, OmniError
+from omni.events import Append, Appender, EventLog, NewEvent
+from omni.ids import new_id
+from omni.jobs import Speaker, Spoken
+from omni.schemas.speech import MEDIA_TYPES, SpeechCreate
+from omni.service.leasing import Leasing
+from omni.service.streams import dumps, request_stream
+from omni.vocabulary import (
+    ACCEPTED,
+    ID_PREFIXES,
+    SPEECH,
+    SPEECH_COMPLETED,
+    SPEECH_ENDS,
+    SPEECH_FAILED,
+    SPEECH_IN_PROGRESS,
+)
+
+RESTARTED = "The server restarted before this speech was spoken."
+GONE = "The client went away before its speech was spoken."
+log = logging.getLogger(__name__)
+
+
+class SpeakerSource(Protocol):
+    """What the service asks of the model pool (omni.service.models.Models)."""
+
+    def use_speaker(self, name: str | None) -> AbstractAsyncContextManager[Speaker]:
+        """The speech model `name` names, loaded and kept loaded while the request is taken
+        in; a ModelNotFound, or an InvalidRequest for a model of another kind."""
+        ...
+
+
+@dataclass(frozen=True)
+class Speech:
+    """An accepted speech request: its id, the answer's media type, and its audio's pieces
+    (bytes), then one Spoken."""
+
+    id: str
+    model: str
+    media_type: str
+    pieces: AsyncIterator[bytes | Spoken]
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def voice_for(body: SpeechCreate, speaker: Speaker) -> str | None:
+    """The voice to speak with: the one asked for, which the model must have, else its
+    default; a 400 naming the model's voices."""
+    caps = speaker.capabilities
+    if body.voice is None:
+        return caps.default_voice
+    if caps.voices and body.voice not in caps.voices:
+        shown = ", ".join(caps.voices[:20]) + (", …" if len(caps.voices) > 20 else "")
+        raise InvalidRequest(
+            f"The voice '{body.voice}' is not one of model '{speaker.model_id}''s voices: {shown}.",
+            param="voice",
+        )
+    return body.voice
+
+
+class SpeechService:
+    def __init__(
+        self,
+        store: EventLog,
+        appender: Appender,
+        models: SpeakerSource,
+        leasing: Leasing | None = None,
+    ):
+        self.store = store
+        self.appender = appender
+        self.models = models
+        self.leasing = leasing or Leasing()
+
+    async def create(self, body: SpeechCreate, owner: str | None = None) -> Speech:
+        """`owner`'s speech, accepted and its first audio spoken (so that a model's failure
+        is still an error the client reads, not a cut file)."""
+        queued_at = _now_ms()
+        async with self.models.use_speaker(body.model) as speaker:
+            voice = voice_for(body, speaker)
+            if body.instructions and not speaker.capabilities.instructions:
+                raise InvalidRequest(
+                    f"Model '{speaker.model_id}' does not take instructions on how to speak.",
+                    param="instructions",
+                )
+            sid = new_id("spch").replace("spch_", ID_PREFIXES[SPEECH])
+            await self.leasing.claim(sid)
+            try:
+                await self._accept(sid, body, speaker.model_id, voice, owner, queued_at)
+                timings = {"queued_at": queued_at, "started_at": _now_ms()}
+                pieces = speaker.speak(
+                    body.input, voice, body.response_format, body.speed, body.instructions
+                )
+                first = await self._first(sid, speaker.model_id, pieces, timings)
+            except BaseException:
+                await self.leasing.release([sid])
+                raise
+        rest = self._rest(sid, speaker.model_id, first, pieces, timings)
+        return Speech(sid, speaker.model_id, MEDIA_TYPES[body.response_format], rest)
+
+    async def _first(
+        self,
+        sid: str,
+        model_id: str,
+        pieces: AsyncIterator[bytes | Spoken],
+        timings: dict[str, int],
+    ) -> bytes | Spoken:
+        try:
+            return await anext(pieces)
+        except asyncio.CancelledError:
+            self._end(sid, SPEECH_FAILED, model_id, timings, _error(GONE, "cancelled"))
+            raise
+        except Exception as exc:
+            failure = exc if isinstance(exc, OmniError) else OmniError(str(exc))
+            await self._end(sid, SPEECH_FAILED, model_id, timings, failure.body())
+            raise failure from None
+
+    async def _rest(
+        self,
+        sid: str,
+        model_id: str,
+        first: bytes | Spoken,
+        pieces: AsyncIterator[bytes | Spoken],
+        timings: dict[str, int],
+    ) -> AsyncIterator[bytes | Spoken]:
+        """The pieces from the first on; the log's ending once the last is spoken, or once
+        the model fails or the client goes (after the headers: the file is cut short)."""
+        sent, piece = 0, first
+        try:
+            while not isinstance(piece, Spoken):
+                sent += len(piece)
+                yield piece
+                piece = await anext(pieces)
+            done = {
+                "duration_s": round(piece.seconds, 3),
+                "samples": piece.samples,
+                "sample_rate": piece.sample_rate,
+                "bytes": sent,
+                "usage": usage(piece),
+            }
+            await self._end(sid, SPEECH_COMPLETED, model_id, timings, done)
+            yield piece
+        except (asyncio.CancelledError, GeneratorExit):
+            self._end(sid, SPEECH_FAILED, model_id, timings, _error(GONE, "cancelled"))
+            raise
+        except Exception as exc:
+            log.warning("speech %s failed after its first audio: %s", sid, exc)
+            failure = exc if isinstance(exc, OmniError) else OmniError(str(exc))
+            await self._end(sid, SPEECH_FAILED, model_id, timings, failure.body())
+        finally:
+            await pieces.aclose()  # type: ignore[attr-defined]
+            await self.leasing.release([sid])
+
+    async def _accept(
+        self,
+        sid: str,
+        body: SpeechCreate,
+        model_id: str,
+        voice: str | None,
+        owner: str | None,
+        queued_at: int,
+    ) -> None:
+        request = {
+            "kind": SPEECH,
+            "model": model_id,
+            "body": body.model_dump(mode="json"),
+            "voice": voice,
+            "input_chars": len(body.input),
+            "owner": owner,
+            "created": queued_at // 1000,
+        }
+        opening = {"id": sid, "model": model_id, "voice": voice,
+                   "response_format": body.response_format}  # fmt: skip
+        await self.appender.append(
+            Append(request_stream(sid), 0, [NewEvent(ACCEPTED, dumps(request))]),
+            Append(sid, 0, [NewEvent(SPEECH_IN_PROGRESS, dumps(opening))]),
+        )
+
+    def _end(
+        self, sid: str, type_: str, model_id: str, timings: dict[str, int], fields: dict[str, Any]
+    ) -> asyncio.Future[Any]:
+        """The ending's append, queued (awaited but where the request was cancelled)."""
+        timings = {**timings, "finished_at": _now_ms()}
+        data = {"id": sid, "model": model_id, **fields, "timings": timings}
+        return self.appender.submit(Append(sid, 1, [NewEvent(type_, dumps(data))]))
+
+    async def recover(self, among: Sequence[str] | None = None) -> int:
+        """End every speech request a crash left open (its client went with the old
+        process). Returns how many."""
+        ended = 0
+        unfinished = await self.store.unfinished(SPEECH_IN_PROGRESS, sorted(SPEECH_ENDS))
+        async with self.leasing.taking(unfinished, among) as taken:
+            for sid in taken:
+                data = {"id": sid, "error": _error(RESTARTED, "server_error")["error"]}
+                await self.appender.append(Append(sid, 1, [NewEvent(SPEECH_FAILED, dumps(data))]))
+                ended += 1
+        if ended:
+            log.warning("ended %d speech requests a restart interrupted", ended)
+        return ended
+
+
+def usage(spoken: Spoken) -> dict[str, int]:
+    """OpenAI's usage of a speech: the model's input tokens; it counts no output tokens."""
+    return {"input_tokens": spoken.input_tokens, "output_tokens": 0,
+            "total_tokens": spoken.input_tokens}  # fmt: skip
+
+
+def _error(message: str, code: str) -> dict[str, Any]:
+    return {"error": {"message": message, "type": "server_error", "param": None, "code": code}}
