@@ -648,13 +648,14 @@ def print_features(as_json: bool) -> int:
     from omni import features
 
     every = features.every()
+    named = max(len(str(f["name"])) for f in every)
     width = max(len(str(f["serves"])) for f in every)
     for facts in every:
         if as_json:
             print(json.dumps(facts))
         else:
             state = "yes" if facts["available"] else f"no: {facts['reason']}"
-            print(f"{facts['name']:<12} {facts['serves']:<{width}}  {state}")
+            print(f"{facts['name']:<{named}}  {facts['serves']:<{width}}  {state}")
     return 0
 
 
