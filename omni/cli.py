@@ -364,6 +364,13 @@ def _add_access(serve: argparse.ArgumentParser) -> None:
     _add_number(
         serve, "--max-body-mb", float, 0.001, 1e6, "16", "largest request body, in MB (413 beyond)"
     )
+    serve.add_argument(
+        "--no-image-urls",
+        action="store_true",
+        default=(_env("NO_IMAGE_URLS", "") or "").lower() in ("1", "true", "yes"),
+        help="fetch no http(s) image URL a request names (images come as data: URLs only): "
+        "clients cannot make the server reach other hosts",
+    )
 
 
 def _add_defaults(serve: argparse.ArgumentParser) -> None:
@@ -576,6 +583,7 @@ def _serve(args: argparse.Namespace) -> None:
         shutdown_grace_s=args.shutdown_grace,
         replica=args.replica_id,
         lease_s=args.lease,
+        fetch_images=not args.no_image_urls,
     )
     app = create_app(settings, models)
     # Runs after the app's own start-up hooks (Quart runs them in order), recovery included.

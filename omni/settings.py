@@ -31,6 +31,7 @@ class ServerSettings:
     retention_s: float | None = None  # purge what ended longer ago than this (None: keep all)
     retention_every_s: float = 3600.0
     shutdown_grace_s: float = 10.0  # for running generations to end, once a stop is asked
+    fetch_images: bool = True  # http(s) image URLs are fetched (False: --no-image-urls)
     # Servers sharing one log: each leases what it runs (omni.service.leasing). Always on
     # for a PostgreSQL log; SQLite's file has one server (tests share a MemoryStore).
     shared: bool = False

@@ -189,6 +189,7 @@ def create_app(settings: Settings, served: Models | Engine) -> Quart:
             observe(model)
         pool.start()
         service.runs.leasing = leasing
+        service.fetch_images = completions.fetch_images = settings.fetch_images
         await service.recover()
         await completions.recover()
         embedding = EmbeddingsService(store, appender, pool, figures, leasing)

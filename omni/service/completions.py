@@ -96,6 +96,7 @@ class CompletionsService:
     ):
         self.defaults = defaults or Defaults()
         self.prompter = prompter or Prompter()
+        self.fetch_images = True  # http(s) image URLs are fetched (--no-image-urls: refused)
         self.store = store
         self.appender = appender
         self.notifier = notifier
@@ -132,7 +133,7 @@ class CompletionsService:
         structured = engine.capabilities.template_tools
         refs = message_images([m.content for m in body.messages])
         refuse_images(engine, refs)
-        loaded = await load_images(refs)
+        loaded = await load_images(refs, self.fetch_images)
         messages = chat_for_template(
             [
                 {**m.model_dump(exclude_none=True), "content": chat_content(m.content, loaded)}

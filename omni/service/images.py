@@ -69,13 +69,15 @@ def refuse_images(engine: Engine, refs: Sequence[ImageRef]) -> None:
         )
 
 
-async def load_images(refs: Iterable[ImageRef]) -> dict[str, bytes]:
+async def load_images(refs: Iterable[ImageRef], fetch: bool = True) -> dict[str, bytes]:
     """Each distinct image's bytes by its URL, checked to be an image (400s name the part);
-    read in a worker thread: decoding and checking megabytes is no work for the event loop."""
+    read in a worker thread: decoding and checking megabytes is no work for the event loop.
+    `fetch` False: an http(s) URL is a 400 (`--no-image-urls`: a server that clients must
+    not make reach other hosts, its own network's included)."""
     loaded: dict[str, bytes] = {}
     for ref in refs:
         if ref.url not in loaded:
-            loaded[ref.url] = await asyncio.to_thread(_read, ref)
+            loaded[ref.url] = await asyncio.to_thread(_read, ref, fetch)
     return loaded
 
 
@@ -84,8 +86,15 @@ def pictures(refs: Iterable[ImageRef], loaded: Mapping[str, bytes]) -> tuple[byt
     return tuple(loaded[ref.url] for ref in refs)
 
 
-def _read(ref: ImageRef) -> bytes:
+def _read(ref: ImageRef, fetch: bool) -> bytes:
     remote = ref.url.startswith(("http://", "https://"))
+    if remote and not fetch:
+        raise InvalidRequest(
+            "This server does not fetch images from URLs (it runs with --no-image-urls): "
+            "send the image as a data: URL (data:image/png;base64,...).",
+            param=ref.param,
+            code="invalid_image_url",
+        )
     return _checked(_fetch(ref) if remote else _decode(ref), ref)
 
 

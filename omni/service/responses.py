@@ -74,6 +74,7 @@ class ResponsesService:
         self.keepalive = keepalive
         self.runs = Runs(store, appender, notifier, max_queued)
         self.prompter = Prompter()  # shared with chat: one request's prompt built at a time
+        self.fetch_images = True  # http(s) image URLs are fetched (--no-image-urls: refused)
         self.facts = ObjectLocks()  # a response's cancel and delete facts, one at a time
 
     # --- commands -------------------------------------------------------------
@@ -128,7 +129,7 @@ class ResponsesService:
         history = conversation[: len(conversation) - len(items)]
         refs = [*item_images(history, "previous_response_id"), *item_images(items)]
         refuse_images(engine, refs)
-        loaded = await load_images(refs)
+        loaded = await load_images(refs, self.fetch_images)
         prompt, shown = await self.prompter.run(
             self._fit, engine, body, conversation, callable_tools, mode, thinking, loaded
         )

@@ -65,10 +65,11 @@ def shelf(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def serve(shelf: Path, tmp: Path) -> ServerThread:
+def serve(shelf: Path, tmp: Path, fetch_images: bool = True) -> ServerThread:
     home = tmp / "home"
     models = Models(scan(home, [shelf]), Loader(home), default=VLM, max_loaded=2)
-    return ServerThread(Settings(db_path=str(tmp / "omni.db")), models).start()
+    settings = Settings(db_path=str(tmp / "omni.db"), fetch_images=fetch_images)
+    return ServerThread(settings, models).start()
 
 
 @pytest.fixture(scope="module")
@@ -249,7 +250,10 @@ def test_chat_takes_image_url_parts_as_objects_and_as_strings(
 
 
 class _Images(BaseHTTPRequestHandler):
+    asked: list[str] = []  # every path asked for, by any test
+
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        _Images.asked.append(self.path)
         body = png((10, 200, 10))
         self.send_response(200 if self.path == "/cat.png" else 404)
         self.send_header("Content-Type", "image/png")
@@ -283,6 +287,26 @@ def test_an_image_fetched_from_an_http_url(
         client.responses.create(model=VLM, input=asking(f"{image_host}/nope.png"))  # type: ignore[arg-type]
     assert gone.value.code == "failed_to_download_image"
     assert gone.value.param == "input[0].content[1]"
+
+
+def test_a_server_without_image_urls_takes_data_urls_alone(
+    shelf: Path, tmp_path: Path, image_host: str
+) -> None:
+    """--no-image-urls: clients cannot make the server reach another host."""
+    srv = serve(shelf, tmp_path, fetch_images=False)
+    asked = len(_Images.asked)
+    try:
+        with OpenAI(base_url=f"{srv.base_url}/v1", api_key="x", max_retries=0) as sdk:
+            with pytest.raises(BadRequestError) as refused:
+                sdk.responses.create(model=VLM, input=asking(f"{image_host}/cat.png"))  # type: ignore[arg-type]
+            assert refused.value.code == "invalid_image_url"
+            assert refused.value.param == "input[0].content[1]"
+            assert "--no-image-urls" in refused.value.message
+            answered = sdk.responses.create(model=VLM, input=asking(PNG_URL), max_output_tokens=2)  # type: ignore[arg-type]
+            assert answered.status in ("completed", "incomplete")
+    finally:
+        srv.stop()
+    assert len(_Images.asked) == asked  # nothing was fetched
 
 
 def test_a_text_only_model_refuses_images(client: OpenAI) -> None:
