@@ -1,0 +1,157 @@
+"""A model in a process of its own, spoken to over a pipe: the embedder, the transcriber and
+the speaker share it. The process is spawned (never forked from a process that holds
+threads) with the engine's BLAS preloaded (omni.runtime.blas: on MLX's CPU build the matrix
+products run there), and sends one message once its model is loaded or could not be. Each
+request then has an id; a reader thread hands each reply to the event loop that asked, so
+the loop never waits on the pipe, and once the process is gone every request still waiting
+is told why."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import multiprocessing
+import threading
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from typing import Any
+
+from omni.errors import ModelLoadError, OmniError
+from omni.runtime import blas
+
+log = logging.getLogger(__name__)
+
+
+class ModelProcess:
+    """`what`: the model, for messages ("embedding model"); `name`: the process's name;
+    `closing`: the message that asks the process to stop."""
+
+    def __init__(self, path: str, what: str, name: str, closing: Any):
+        self.path = path
+        self._what = what
+        self._name = name
+        self._closing = closing
+        self._process: Any = None
+        self._conn: Connection | None = None
+        self._send_lock = threading.Lock()
+        self._ids = itertools.count()
+        # Each request waiting: the loop that asked, and what receives its replies.
+        self._pending: dict[int, tuple[asyncio.AbstractEventLoop, Any]] = {}
+        self._gone: str | None = None  # why the model's process is no longer there
+        self._reader = threading.Thread(target=self._read, name=f"{name}-reader", daemon=True)
+
+    @property
+    def running(self) -> int:
+        return len(self._pending)
+
+    def launch(self, target: Callable[..., None], args: tuple[Any, ...], loaded: type) -> Any:
+        """Start `target(conn, *args)` in the model's process and wait for its first message:
+        returned if it is a `loaded`, else ModelLoadError with the process's reason."""
+        ctx = multiprocessing.get_context("spawn")
+        conn, child = ctx.Pipe()
+        self._process = ctx.Process(target=target, args=(child, *args), name=self._name)
+        with blas.preloaded(blas.preload(blas.AUTO)):
+            self._process.start()
+        child.close()
+        try:
+            message = conn.recv()
+        except EOFError:
+            self._process.join()
+            why = f"its process exited ({self._process.exitcode})"
+        else:
+            if isinstance(message, loaded):
+                self._conn = conn
+                self._reader.start()
+                return message
+            why = message.message
+        conn.close()
+        self._process.join(timeout=5)
+        self._process = None
+        raise ModelLoadError(f"cannot load {self._what} {self.path}: {why}")
+
+    async def ask(self, make: Callable[[int], Any]) -> Any:
+        """Send `make(id)` and wait for its one answer (answer() of its reply)."""
+        if self._gone is not None:
+            raise OmniError(self._gone)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        job_id = next(self._ids)
+        self._pending[job_id] = (loop, future)
+        try:
+            # A big request is megabytes of pickle: sent from a thread, the loop goes on.
+            await asyncio.to_thread(self._send, make(job_id))
+            return await future
+        finally:
+            self._pending.pop(job_id, None)
+
+    def answer(self, reply: Any) -> Any:
+        """What ask() returns (or raises, an exception) for `reply` (in the reader thread)."""
+        return reply
+
+    def deliver(self, loop: asyncio.AbstractEventLoop, receiver: Any, value: Any) -> None:
+        """Hand `value` to a request's receiver, on its loop: ask()'s future by default."""
+        settle(loop, receiver, value)
+
+    def close(self) -> None:
+        """Stop the model's process (requests in progress fail)."""
+        if self._process is None:
+            return
+        self._gone = self._gone or "the server is shutting down"
+        try:
+            self._send(self._closing)
+        except OmniError:
+            pass
+        self._process.join(timeout=30)
+        if self._process.is_alive():
+            self._process.terminate()
+            self._process.join(timeout=5)
+        if self._reader.is_alive():
+            self._reader.join(timeout=5)
+        if self._conn is not None:
+            self._conn.close()
+        self._process = None
+
+    def _send(self, message: Any) -> None:
+        if self._conn is None:
+            raise OmniError(self._gone or f"the {self._what} is not loaded")
+        try:
+            with self._send_lock:
+                self._conn.send(message)
+        except (OSError, ValueError):  # the process is gone; the reader reports it
+            raise OmniError(self._gone or f"the {self._what}'s process is gone") from None
+
+    def _read(self) -> None:
+        conn = self._conn
+        assert conn is not None
+        while True:
+            try:
+                reply = conn.recv()
+            except (EOFError, OSError):
+                break
+            entry = self._pending.get(reply.id)
+            if entry is not None:  # else its client went away: the reply has no reader
+                self.deliver(*entry, self.answer(reply))
+        exit_code = self._process.exitcode if self._process is not None else None
+        if self._gone is None:
+            self._gone = f"the {self._what}'s process exited unexpectedly ({exit_code})"
+            log.error("%s", self._gone)
+        for loop, receiver in list(self._pending.values()):
+            self.deliver(loop, receiver, OmniError(self._gone))
+
+
+def settle(loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any], value: Any) -> None:
+    """Set `future` (an exception where `value` is one) on its loop, from another thread."""
+
+    def put() -> None:
+        if future.done():
+            return
+        if isinstance(value, BaseException):
+            future.set_exception(value)
+        else:
+            future.set_result(value)
+
+    try:
+        loop.call_soon_threadsafe(put)
+    except RuntimeError:  # that event loop is closed: nobody is left to read it
+        pass
