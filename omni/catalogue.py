@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-ModelKind = Literal["chat", "embedding", "speech", "transcription"]
+ModelKind = Literal["chat", "embedding", "speech", "transcription", "image"]
 # Where an entry was found: a built-in default, OMNI_HOME/models, a --models-dir, the
 # Hugging Face cache, or named on the command line (--model, a repo id).
 Origin = Literal["default", "home", "models-dir", "hf-cache", "named"]

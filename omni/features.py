@@ -19,6 +19,8 @@ class Feature:
     modules: tuple[str, ...]  # importable where the extra is installed
     serves: str  # the endpoints or parts it adds, for people
     platforms: tuple[str, ...] = ("linux", "darwin")  # sys.platform values it runs on
+    # A second command after the extra's, on some platforms: (sys.platform, command) pairs.
+    then: tuple[tuple[str, str], ...] = ()
 
     def missing(self) -> list[str]:
         return [m for m in self.modules if importlib.util.find_spec(m) is None]
@@ -29,8 +31,12 @@ class Feature:
     def available(self) -> bool:
         return self.runs_here() and not self.missing()
 
-    def install(self) -> str:
-        return f"pip install 'omni-mlx[{self.extra}]'"
+    def install(self, checkout: bool = False) -> str:
+        """The command that installs it here (`checkout`: into a source checkout)."""
+        where = "-e '." if checkout else "'omni-mlx"
+        command = f"pip install {where}[{self.extra}]'"
+        then = dict(self.then).get(sys.platform)
+        return f"{command} && {then}" if then else command
 
     def why_not(self) -> str | None:
         """None where it can run; else what stops it, with the command that fixes it."""
@@ -43,7 +49,7 @@ class Feature:
             return None
         return (
             f"{self.name} needs {', '.join(missing)}, which this install lacks: {self.install()}"
-            f" (from a checkout: pip install -e '.[{self.extra}]'), then restart the server"
+            f" (from a checkout: {self.install(checkout=True)}), then restart the server"
         )
 
     def facts(self) -> dict[str, object]:
@@ -57,13 +63,23 @@ class Feature:
         }
 
 
+# mflux's wheel pins MLX's CUDA build and PyTorch on Linux, which cannot stand beside Omni's
+# MLX; its code runs on MLX's CPU build without either. So on Linux the extra brings what
+# mflux imports, and mflux itself comes without its pins, at the version tested here.
+MFLUX_LINUX = "pip install --no-deps 'mflux==0.24.0'"
+
 FEATURES: dict[str, Feature] = {
     f.name: f
     for f in (
         Feature("embeddings", "embeddings", ("mlx_embeddings",), "POST /v1/embeddings"),
         Feature("speech", "audio", ("mlx_audio", "av"), "POST /v1/audio/speech"),
-        # mflux pins MLX's CUDA build and PyTorch on Linux, which cannot stand beside Omni's MLX.
-        Feature("images", "images", ("mflux",), "POST /v1/images/generations", ("darwin",)),
+        Feature(
+            "images",
+            "images",
+            ("mflux", "PIL", "piexif", "platformdirs", "toml"),
+            "POST /v1/images/generations",
+            then=(("linux", MFLUX_LINUX),),
+        ),
         Feature("postgres", "postgres", ("psycopg",), "--db postgresql://… (replicas)"),
         Feature(
             "vision",

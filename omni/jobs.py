@@ -274,6 +274,76 @@ class Speaker(Protocol):
     def close(self) -> None: ...
 
 
+@dataclass(frozen=True, slots=True)
+class ImageCapabilities:
+    """What a loaded image generation model can do."""
+
+    default_steps: int  # the denoising steps it is made to take (medium quality)
+
+
+@dataclass(frozen=True, slots=True)
+class ImageOrder:
+    """What one image generation request asks of the model."""
+
+    prompt: str
+    n: int
+    width: int
+    height: int
+    steps: int
+    seed: int  # the first image's; the next ones take seed + 1, seed + 2, ...
+    output_format: str  # png, jpeg or webp
+    compression: int  # 0-100 (jpeg, webp)
+    partial_images: int  # 0-3 of each image
+
+
+@dataclass(frozen=True, slots=True)
+class PartialPicture:
+    """An image on its way, decoded from its latents at an intermediate step."""
+
+    image: int  # which of the request's n
+    index: int  # 0-based, within its image
+    data: bytes  # encoded as the request asked
+
+
+@dataclass(frozen=True, slots=True)
+class Picture:
+    """One image drawn, and what it took (OpenAI's usage of one image)."""
+
+    image: int
+    seed: int
+    data: bytes
+    input_tokens: int  # the prompt's, as the text encoder read it
+    output_tokens: int  # the latent patches it took
+
+
+@dataclass(frozen=True, slots=True)
+class Drawn:
+    """How much an image request took: the last thing Imager.draw yields."""
+
+    input_tokens: int  # the prompt's, as the text encoder read it
+    output_tokens: int  # the latent patches made, for all n
+
+
+class Imager(Protocol):
+    """What the service needs from an image generation model's runner (omni.runtime.imager)."""
+
+    model_id: str
+
+    @property
+    def capabilities(self) -> ImageCapabilities: ...
+
+    @property
+    def running(self) -> int:
+        """Requests being drawn or waiting to be (a model with any is never evicted)."""
+        ...
+
+    def draw(self, order: ImageOrder) -> AsyncIterator[PartialPicture | Picture | Drawn]:
+        """Each image's partial pictures then the picture, in order, then one Drawn."""
+        ...
+
+    def close(self) -> None: ...
+
+
 @dataclass(frozen=True)
 class Audio:
     """An upload decoded to what Whisper hears."""

@@ -8,6 +8,8 @@ text completion's stream holds its chunks as the API streams them, then one endi
 embeddings request's stream `embd-X` holds its start and its ending (usage, timings), and a
 speech request's stream `spch-X` the same (the audio's length and size, never the audio). A
 transcription's stream `trsc-X` holds its start, its text's deltas, its segments and an ending.
+An image generation's stream `img-X` holds its start, each image's making (its seed, size in
+bytes: never the picture) and an ending.
 """
 
 from __future__ import annotations
@@ -55,6 +57,16 @@ TRANSCRIPTION_FAILED = "transcription.failed"
 # Every transcription stream ends with exactly one of these.
 TRANSCRIPTION_ENDS = frozenset({TRANSCRIPT_DONE, TRANSCRIPTION_FAILED})
 
+# --- image generations (`img-X`): Omni's record; OpenAI streams only the pictures --------
+IMAGES_IN_PROGRESS = "images.in_progress"  # accepted: its images are being drawn
+IMAGES_IMAGE = "images.image"  # one image drawn: its index, seed and bytes, never the picture
+IMAGES_COMPLETED = "images.completed"  # usage and timings
+IMAGES_FAILED = "images.failed"
+IMAGES_ENDS = frozenset({IMAGES_COMPLETED, IMAGES_FAILED})
+# What `stream: true` sends (OpenAI's types), never stored: they carry the pictures.
+IMAGE_PARTIAL = "image_generation.partial_image"
+IMAGE_COMPLETED = "image_generation.completed"
+
 # --- Omni's own events (the request streams, tokens, metadata) ------------------------
 ACCEPTED = "omni.request.accepted"
 CANCEL_REQUESTED = "omni.response.cancel_requested"
@@ -75,3 +87,5 @@ ID_PREFIXES = {
 }
 TRANSCRIPTION = "transcription"  # a transcription or a translation (its request's `task`)
 ID_PREFIXES[TRANSCRIPTION] = "trsc-"
+IMAGE = "image"  # an image generation
+ID_PREFIXES[IMAGE] = "img-"

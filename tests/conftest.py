@@ -112,3 +112,22 @@ def tiny_kokoro_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from omni.runtime.tiny_kokoro import build_tiny_kokoro
 
     return build_tiny_kokoro(tmp_path_factory.mktemp("models") / "tiny-kokoro")
+
+
+@pytest.fixture(scope="session")
+def tiny_flux_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random-weight FLUX.2 [klein]. mflux is no dependency pip can install on Linux
+    (its wheel pins MLX's CUDA build): .ci/run installs it with --no-deps, so in CI its
+    absence is a failure; elsewhere these tests are skipped, saying how to run them."""
+    import importlib.util
+
+    from omni.features import feature
+
+    if importlib.util.find_spec("mflux") is None:
+        command = feature("images").install(checkout=True)
+        if os.environ.get("CI"):
+            pytest.fail(f"mflux is not installed; .ci/run installs it: {command}")
+        pytest.skip(f"mflux is not installed (to run these: {command})")
+    from omni.runtime.tiny_flux import build_tiny_flux2
+
+    return build_tiny_flux2(tmp_path_factory.mktemp("models") / "tiny-flux2")

@@ -38,6 +38,7 @@ from omni.metrics import Metrics
 from omni.service.completions import CompletionsService
 from omni.service.defaults import Defaults
 from omni.service.embeddings import EmbeddingsService
+from omni.service.generations import ImagesService
 from omni.service.leasing import Leasing
 from omni.service.leftovers import purge_unstored
 from omni.service.models import Models
@@ -69,6 +70,7 @@ class State:
     retention: Retention | None = None
     embeddings: EmbeddingsService | None = None  # None: no model pool to embed with
     speech: SpeechService | None = None  # None: no model pool to speak with
+    images: ImagesService | None = None  # None: no model pool to draw with
     transcriptions: TranscriptionsService | None = None  # None: no model pool to hear with
     shutdown_grace_s: float = ServerSettings.shutdown_grace_s
     stopping: asyncio.Task[None] | None = None  # the graceful stop, once begun
@@ -196,6 +198,8 @@ def create_app(settings: Settings, served: Models | Engine) -> Quart:
         await embedding.recover()
         speaking = SpeechService(store, appender, pool, leasing)
         await speaking.recover()
+        drawing = ImagesService(store, appender, pool, leasing)
+        await drawing.recover()
         hearing = TranscriptionsService(
             store, appender, notifier, pool, leasing, settings.keepalive
         )
@@ -207,6 +211,7 @@ def create_app(settings: Settings, served: Models | Engine) -> Quart:
             await completions.recover(streams)
             await embedding.recover(streams)
             await speaking.recover(streams)
+            await drawing.recover(streams)
             await hearing.recover(streams)
             await purge_unstored(store, leasing)
             await leasing.release([s for s in streams if service.runs.get(s) is None])
@@ -226,6 +231,7 @@ def create_app(settings: Settings, served: Models | Engine) -> Quart:
             figures,
             embeddings=embedding,
             speech=speaking,
+            images=drawing,
             transcriptions=hearing,
             shutdown_grace_s=settings.shutdown_grace_s,
         )

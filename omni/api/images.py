@@ -1,17 +1,29 @@
-"""POST /v1/images/generations: image generation through mflux, which runs on macOS only
-(omni/features.py). Elsewhere, and where its extra is missing, a 501 that says why and what
-installs it; no engine serves it yet, so where it could run the answer is a 404 naming that."""
+"""POST /v1/images/generations: the images base64-encoded in OpenAI's ImagesResponse, or with
+`stream: true` OpenAI's `image_generation.partial_image` events (`partial_images` of each
+image, decoded from its latents on the way) and one `image_generation.completed` per image.
+The request and each image's seed and size are recorded in the log, not the pictures.
+Where mflux cannot run, or its extra is missing, a 501 that says why and what installs it."""
 
 from __future__ import annotations
 
+import base64
+import json
+import time
+from collections.abc import AsyncIterator
 from typing import Any
 
-from quart import Blueprint, request
+from quart import Blueprint, current_app, request
+from quart.wrappers import Response
 
 from omni import features
-from omni.errors import ModelNotFound
+from omni.api import access
+from omni.api.gate import owner
+from omni.errors import ModelNotFound, OmniError, ShuttingDown
+from omni.jobs import Drawn, PartialPicture, Picture
 from omni.schemas.images import ImageGenerate
 from omni.schemas.responses import parse_body
+from omni.service.generations import Generation, usage
+from omni.vocabulary import IMAGE_COMPLETED, IMAGE_PARTIAL
 
 bp = Blueprint("images", __name__)
 
@@ -19,7 +31,75 @@ bp = Blueprint("images", __name__)
 @bp.post("/images/generations")
 async def create_image() -> Any:
     features.require("images")
+    state = current_app.config["OMNI"]
     body = parse_body(await request.get_data(), ImageGenerate)
-    raise ModelNotFound(
-        f"No image generation model is served here (asked for '{body.model}').", param="model"
-    )
+    if state.responses.runs.closing:
+        raise ShuttingDown("The server is shutting down; retry shortly.")
+    if state.images is None:  # a server started without a model pool
+        raise ModelNotFound("This server serves no image generation model.", param="model")
+    generation = await state.images.create(body, owner())
+    access.note(id=generation.id)
+    if body.stream:
+        response = Response(_events(generation), content_type="text/event-stream")
+        response.headers["cache-control"] = "no-cache"
+        response.timeout = None
+    else:
+        response = Response(
+            json.dumps(await _answer(generation), separators=(",", ":")),
+            content_type="application/json",
+        )
+    response.headers["x-omni-image-id"] = generation.id
+    return response
+
+
+def _described(generation: Generation) -> dict[str, Any]:
+    return {
+        "background": "opaque",
+        "output_format": generation.output_format,
+        "quality": generation.quality,
+        "size": generation.size,
+    }
+
+
+async def _answer(generation: Generation) -> dict[str, Any]:
+    """OpenAI's ImagesResponse, once every image is drawn."""
+    data, spent = [], None
+    async for piece in generation.pieces:
+        if isinstance(piece, Picture):
+            data.append({"b64_json": base64.b64encode(piece.data).decode()})
+        elif isinstance(piece, Drawn):
+            spent = usage(piece.input_tokens, piece.output_tokens)
+    return {"created": generation.created, "data": data, **_described(generation),
+            "usage": spent}  # fmt: skip
+
+
+async def _events(generation: Generation) -> AsyncIterator[bytes]:
+    described = _described(generation)
+    try:
+        async for piece in generation.pieces:
+            if isinstance(piece, PartialPicture):
+                data: dict[str, Any] = {
+                    "type": IMAGE_PARTIAL,
+                    "b64_json": base64.b64encode(piece.data).decode(),
+                    "created_at": int(time.time()),
+                    "partial_image_index": piece.index,
+                    **described,
+                }
+            elif isinstance(piece, Picture):
+                data = {
+                    "type": IMAGE_COMPLETED,
+                    "b64_json": base64.b64encode(piece.data).decode(),
+                    "created_at": int(time.time()),
+                    **described,
+                    "usage": usage(piece.input_tokens, piece.output_tokens),
+                }
+            else:
+                continue
+            yield _frame(data)
+    except OmniError as exc:  # after the headers: the failure is an event (and in the log)
+        yield _frame({"type": "error", "error": exc.body()["error"]})
+
+
+def _frame(data: dict[str, Any]) -> bytes:
+    text = json.dumps(data, separators=(",", ":"))
+    return f"event: {data['type']}\ndata: {text}\n\n".encode()

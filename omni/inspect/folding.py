@@ -101,6 +101,20 @@ def request_summary(kind: str, doc: dict[str, Any]) -> dict[str, Any]:
                        "text": told[:_TEXT] + ("…" if len(told) > _TEXT else "")}],
             "stream": body.get("stream_format") == "sse",
         }  # fmt: skip
+    if kind == "image":  # the prompt drawn, as a response's input is kept
+        told = " ".join(str(body.get("prompt") or "").split())
+        drawn: dict[str, Any] = {
+            k: doc[k] for k in ("size", "quality", "steps", "seed") if k in doc
+        }
+        drawn.update({k: body[k] for k in ("n", "output_format") if k in body})
+        return {
+            "model": body.get("model"),
+            "sampling": drawn,
+            "instructions": None,
+            "input": [{"type": "image_prompt", "role": None,
+                       "text": told[:_TEXT] + ("…" if len(told) > _TEXT else "")}],
+            "stream": bool(body.get("stream")),
+        }  # fmt: skip
     if kind == "transcription":  # the audio is not kept: what it was
         audio = doc.get("audio") or {}
         told = f"{audio.get('filename')}: {audio.get('seconds')} s of audio ({doc.get('task')})"
@@ -136,6 +150,16 @@ def speech_output(ending: dict[str, Any]) -> str:
     if "duration_s" not in ending:
         return ""
     return f"{ending['duration_s']} s of audio, {ending.get('bytes')} bytes"
+
+
+def images_output(request: dict[str, Any], ending: dict[str, Any]) -> str:
+    """What a finished image generation made (its pictures are never kept):
+    '2 images 64x48 png, 20110 bytes'."""
+    if "images" not in ending:
+        return ""
+    n, body = ending["images"], request.get("body") or {}
+    made = f"{n} image{'' if n == 1 else 's'} {request.get('size')}"
+    return f"{made} {body.get('output_format', 'png')}, {ending.get('bytes')} bytes"
 
 
 def response_output(response: dict[str, Any]) -> tuple[str, list[dict[str, Any]], str]:

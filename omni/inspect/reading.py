@@ -17,6 +17,7 @@ from omni.inspect import pg_queries
 from omni.inspect.folding import (
     completion_output,
     decode_rate,
+    images_output,
     preview,
     request_summary,
     response_output,
@@ -27,7 +28,7 @@ from omni.inspect.records import Detail, Stats, Summary, TimelineRow
 from omni.inspect.stats import percentile
 from omni.projections.completions import fold_chat, fold_text
 from omni.projections.response import fold_response
-from omni.vocabulary import SPEECH_COMPLETED
+from omni.vocabulary import IMAGES_COMPLETED, SPEECH_COMPLETED
 
 _SUMMARY = (
     "SELECT s.*, t.data AS end_data FROM summaries s"
@@ -81,6 +82,9 @@ class Inspector:
         elif kind == "speech":  # nor audio: how long it was
             endings = [_json(d) for _, t, d in events if t == SPEECH_COMPLETED]
             output, calls, reasoning = speech_output(endings[0] if endings else {}), [], ""
+        elif kind == "image":  # nor pictures: how many, how big
+            endings = [_json(d) for _, t, d in events if t == IMAGES_COMPLETED]
+            output, calls, reasoning = images_output(request, endings[0] if endings else {}), [], ""
         elif kind == "transcription":
             output, calls, reasoning = transcript_text([(t, d) for _, t, d in events]), [], ""
         else:
@@ -255,8 +259,8 @@ class Inspector:
         known = None not in usage
         if known and row["kind"] == "response" and row["end_position"] is not None:
             return response_output(_json(row["end_data"] or "{}").get("response") or {})[0], *usage
-        if row["kind"] == "speech":  # its audio is not kept: the list shows what it said
-            return "", usage[0], None
+        if row["kind"] in ("speech", "image"):  # not kept: the list shows what was asked
+            return "", *usage
         if row["kind"] == "transcription":
             pairs = [(t, d) for _, t, d in self.events(row["id"])]
             return transcript_text(pairs), *usage

@@ -18,7 +18,8 @@ def iso(ms: int) -> str:
 STATUSES = ("queued", "in_progress", "completed", "incomplete", "failed", "cancelled")
 # The kinds of object the log holds (a summary's `kind`).
 KINDS = (
-    "response", "chat.completion", "text_completion", "embedding", "speech", "transcription"
+    "response", "chat.completion", "text_completion", "embedding", "speech", "transcription",
+    "image",
 )  # fmt: skip
 
 

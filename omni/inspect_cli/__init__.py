@@ -25,7 +25,7 @@ def add_parsers(sub: Any, default_db: str) -> None:
         p.add_argument("--db", default=default_db, help=DB_HELP)
         return p
 
-    p = command("ls", "recent responses, completions, embeddings and speech, one line each")
+    p = command("ls", "recent responses, completions, embeddings, speech and images, one line each")
     p.add_argument("--status", choices=STATUSES, help="only this status")
     p.add_argument("--kind", choices=KINDS, help="only this kind of object")
     p.add_argument("--model", help="only this model")

@@ -28,6 +28,8 @@ _ENCODERS = ("BertModel", "XLMRobertaModel", "ModernBertModel", "NomicBertModel"
 # mlx-audio's text-to-speech families (a config's model_type) that speak rather than generate.
 _SPEAKERS = ("kokoro", "kitten_tts", "kitten", "melotts", "pocket_tts", "soprano", "spark")
 _DEPTH = 3  # how deep under a --models-dir a model may sit
+# Diffusers pipelines (a snapshot's model_index.json) that mflux draws with.
+_DRAWERS = ("Flux2KleinPipeline",)
 
 
 def scan(
@@ -68,6 +70,8 @@ def entry_for(path: Path, origin: Origin, model_id: str | None = None) -> ModelE
     """The entry of an mlx-lm folder or a .gguf file, else None (not a model)."""
     if path.is_file() and path.suffix.lower() == ".gguf":
         return ModelEntry(model_id or path.stem.lower(), "chat", str(path), origin, _size(path))
+    if draws_images(path):
+        return ModelEntry(model_id or path.name.lower(), "image", str(path), origin, _size(path))
     if not path.is_dir() or not (path / "config.json").is_file():
         return None
     kind = model_kind(path)
@@ -76,6 +80,20 @@ def entry_for(path: Path, origin: Origin, model_id: str | None = None) -> ModelE
     name = model_id or path.name.lower()
     vision = kind == "chat" and takes_images(path)
     return ModelEntry(name, kind, str(path), origin, _size(path), vision=vision)
+
+
+def draws_images(folder: Path) -> bool:
+    """An image generation model's folder: a diffusers snapshot of a pipeline mflux loads
+    (model_index.json), its transformer's weights there."""
+    try:
+        index = json.loads((folder / "model_index.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return (
+        isinstance(index, dict)
+        and index.get("_class_name") in _DRAWERS
+        and any((folder / "transformer").glob("*.safetensors"))
+    )
 
 
 def takes_images(folder: Path) -> bool:

@@ -1,7 +1,7 @@
 """Loading a catalogue entry: a chat model in an engine process of its own (a GGUF file is
 converted once, a default fetched once; a vision-language model on mlx-vlm), an embedding
 model in its embedder's process, a speech model in its speaker's, a transcription model
-(Whisper) in its own."""
+(Whisper) in its own, an image generation model (mflux's FLUX.2 [klein]) in its imager's."""
 
 from __future__ import annotations
 
@@ -33,6 +33,8 @@ class Loader:
             return self.speaker(entry)
         if entry.kind == "transcription":
             return self.transcriber(entry)
+        if entry.kind == "image":
+            return self.imager(entry)
         from omni.runtime.catalogue import takes_images
         from omni.runtime.mlx_engine import MLXEngine
         from omni.runtime.vlm_engine import VLMEngine
@@ -90,3 +92,12 @@ class Loader:
         transcriber = MLXTranscriber(path, entry.id)
         transcriber.start()
         return transcriber
+
+    def imager(self, entry: ModelEntry) -> Any:
+        features.require("images")
+        from omni.runtime.imager import MLXImager
+
+        self.progress(f"loading image model {entry.id} from {entry.path}")
+        imager = MLXImager(entry.path, entry.id)
+        imager.start()
+        return imager

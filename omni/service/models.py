@@ -20,19 +20,20 @@ from typing import Any, cast
 
 from omni.catalogue import ModelEntry, ModelKind
 from omni.errors import InvalidRequest, ModelLoadError, ModelNotFound, OmniError
-from omni.jobs import Embedder, Engine, Speaker, Transcriber, Warming
+from omni.jobs import Embedder, Engine, Imager, Speaker, Transcriber, Warming
 
 log = logging.getLogger(__name__)
 
-Loaded = Engine | Embedder | Speaker | Transcriber
+Loaded = Engine | Embedder | Speaker | Transcriber | Imager
 Loader = Callable[[ModelEntry], Loaded]  # blocking: run in a thread
 WAIT_S = 0.05  # how often a request waiting for room looks again
 # What a model of each kind is called in a refusal, and where it is used instead.
 _A = {"chat": "a chat", "embedding": "an embedding", "speech": "a speech",
-      "transcription": "a transcription"}  # fmt: skip
+      "transcription": "a transcription", "image": "an image generation"}  # fmt: skip
 _USE = {"chat": "chat, completions or responses", "embedding": "/v1/embeddings",
         "speech": "/v1/audio/speech",
-        "transcription": "/v1/audio/transcriptions or /v1/audio/translations"}  # fmt: skip
+        "transcription": "/v1/audio/transcriptions or /v1/audio/translations",
+        "image": "/v1/images/generations"}  # fmt: skip
 
 
 @dataclass(eq=False)
@@ -136,6 +137,13 @@ class Models:
     def find(self, name: str | None, kind: ModelKind | None = None) -> ModelEntry:
         """The entry `name` (an id or an alias; None: the default of `kind`) stands for, else
         404. With `kind`, a model of the other kind is a 400 saying so."""
+        if name is None and kind == "image":  # the one image model, where there is one
+            drawers = [s.entry.id for s in self._slots.values() if s.entry.kind == "image"]
+            if len(drawers) != 1:
+                served = f"this server serves {len(drawers)}" if drawers else "none is served"
+                raise InvalidRequest(f"`model` is required: name an image model ({served}).",
+                                     param="model")  # fmt: skip
+            name = drawers[0]
         if name is None:
             defaults = {"embedding": self.default_embedding,
                         "transcription": self.default_transcription}  # fmt: skip
@@ -251,6 +259,11 @@ class Models:
     async def use_transcriber(self, name: str | None) -> AsyncIterator[Transcriber]:
         async with self._using(self.find(name, "transcription")) as model:
             yield cast(Transcriber, model)
+
+    @asynccontextmanager
+    async def use_imager(self, name: str | None) -> AsyncIterator[Imager]:
+        async with self._using(self.find(name, "image")) as model:
+            yield cast(Imager, model)
 
     async def engine(self, model_id: str) -> Engine:
         """The chat model `model_id` loaded, for a run that a restart continues."""

@@ -1,7 +1,8 @@
-"""POST /v1/images/generations where mflux cannot run: Linux, whatever is installed (its wheels
-pin MLX's CUDA build there), and a Mac without the extra, each a 501 in OpenAI's shape that
-says why and what installs it, through the OpenAI SDK; on a Mac with it, the body is checked
-(a 400 naming the field) before the model is looked for."""
+"""POST /v1/images/generations where mflux cannot run: a platform MLX does not run on, and a
+Mac or Linux without it (on Linux: the extra, then mflux without its pins), each a 501 in
+OpenAI's shape that says why and what installs it, through the OpenAI SDK; with it, the body
+is checked (a 400 naming the field) before the model is looked for. The engine itself:
+tests/api/test_image_generation.py."""
 
 from __future__ import annotations
 
@@ -31,8 +32,9 @@ def pretend(monkeypatch: pytest.MonkeyPatch, platform: str, mflux: bool) -> None
 @pytest.mark.parametrize(
     ("platform", "mflux", "says"),
     [
-        ("linux", True, "images does not run on linux (only darwin: there, pip install"),
+        ("win32", True, "images does not run on win32 (only linux, darwin: there, pip install"),
         ("darwin", False, "images needs mflux, which this install lacks: pip install"),
+        ("linux", False, "lacks: pip install 'omni-mlx[images]' && pip install --no-deps 'mflux=="),
     ],
 )
 def test_where_mflux_cannot_run_it_is_a_501_with_the_install_command(
@@ -47,12 +49,18 @@ def test_where_mflux_cannot_run_it_is_a_501_with_the_install_command(
     assert says in error["message"] and "'omni-mlx[images]'" in error["message"]
 
 
-def test_on_a_mac_with_mflux_the_body_is_checked_first(
-    server: Any, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("platform", ["darwin", "linux"])
+def test_with_mflux_the_body_is_checked_first(
+    server: Any, monkeypatch: pytest.MonkeyPatch, platform: str
 ) -> None:
-    pretend(monkeypatch, "darwin", True)
+    pretend(monkeypatch, platform, True)
     url = f"{server.base_url}/v1/images/generations"
     bad = httpx.post(url, json={"prompt": "x", "response_format": "url"}, timeout=30)
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "response_format"
-    unknown = httpx.post(url, json={"prompt": "x", "model": MODEL, "size": "64x64"}, timeout=30)
+    body = {"prompt": "x", "model": "no-such-model", "size": "64x64"}
+    unknown = httpx.post(url, json=body, timeout=30)
     assert unknown.status_code == 404 and unknown.json()["error"]["param"] == "model"
+    chat = httpx.post(url, json={**body, "model": MODEL}, timeout=30)
+    assert chat.status_code == 400 and "not an image generation model" in chat.text
+    unnamed = httpx.post(url, json={"prompt": "x"}, timeout=30)  # and it serves none
+    assert unnamed.status_code == 400 and "none is served" in unnamed.text
