@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
@@ -204,6 +204,8 @@ class Spoken:
     samples: int
     sample_rate: int
     input_tokens: int  # what the model read (Kokoro: phonemes)
+    segments: int = 0  # the model's pieces (Kokoro: sentences or lines)
+    cancelled: bool = False  # stopped by cancel() before the model was done
 
     @property
     def seconds(self) -> float:
@@ -277,15 +279,16 @@ class Speaker(Protocol):
         """Requests being spoken or waiting to be (a model with any is never evicted)."""
         ...
 
-    def speak(
+    async def speak(
         self,
         text: str,
         voice: str | None,
         response_format: str,
         speed: float,
         instructions: str | None = None,
-    ) -> AsyncIterator[bytes | Spoken]:
-        """The encoded audio's pieces as they are spoken, then one Spoken."""
+    ) -> Answer[bytes | Spoken]:
+        """Sent to the model: the encoded audio's pieces as they are spoken, then one
+        Spoken."""
         ...
 
     def close(self) -> None: ...

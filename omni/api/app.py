@@ -247,6 +247,8 @@ def create_app(settings: Settings, served: Models | Engine) -> Quart:
             await state.responses.close()
             if state.transcriptions is not None:
                 await state.transcriptions.close()
+            if state.speech is not None:
+                await state.speech.close()
             await state.appender.stop()
             await state.models.close()
         finally:  # what reached the writer commits before the process exits

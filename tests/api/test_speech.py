@@ -16,6 +16,7 @@ import io
 import json
 import shutil
 import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -138,7 +139,7 @@ def test_streamed_bytes_at_half_speed_last_twice_as_long(served) -> None:
 
 
 def test_sse_sends_each_line_as_it_is_spoken_then_done_with_usage(served) -> None:
-    _, client, _ = served
+    _, client, db = served
     with client.audio.speech.with_streaming_response.create(
         model=SPEAKER, voice=VOICE, input=f"{SAID}\nAdiós.", response_format="wav",
         stream_format="sse",
@@ -156,6 +157,37 @@ def test_sse_sends_each_line_as_it_is_spoken_then_done_with_usage(served) -> Non
     assert (codec, rate) == ("pcm_s16le", SAMPLE_RATE) and usage["input_tokens"] > 0
     ends = 2 * FRAME / SAMPLE_RATE  # the second line's own frame at each end
     assert seconds == pytest.approx(foretold(usage["input_tokens"]) + ends, abs=1e-3)
+    assert ending(db, streamed.headers["x-omni-speech-id"])["segments"] == 2  # one a line
+
+
+LINES = 6
+
+
+@pytest.mark.parametrize("stream_format", ["audio", "sse"])
+def test_a_client_that_leaves_stops_the_model(served, stream_format: str) -> None:
+    """Six lines, one segment each; the client leaves at its first audio: the model stops
+    after the line it is speaking, and the log's ending says so and how much it spoke."""
+    srv, _, db = served
+    with httpx.stream(
+        "POST",
+        f"{srv.base_url}/v1/audio/speech",
+        json={"model": SPEAKER, "voice": VOICE, "input": "\n".join([SAID] * LINES),
+              "response_format": "wav", "stream_format": stream_format},
+        timeout=120,
+    ) as res:  # fmt: skip
+        assert res.status_code == 200
+        sid = res.headers["x-omni-speech-id"]
+        next(res.iter_raw())
+    for _ in range(1200):  # the model stops at its next line's end
+        with sqlite3.connect(db) as conn:
+            row = conn.execute("SELECT status FROM speeches WHERE id = ?", (sid,)).fetchone()
+        if row != ("in_progress",):
+            break
+        time.sleep(0.1)
+    assert row == ("cancelled",)
+    end = ending(db, sid)
+    assert end["error"]["code"] == "cancelled" and end["spoken"]["stopped"] is True
+    assert 1 <= end["spoken"]["segments"] < LINES
 
 
 @pytest.mark.parametrize(
