@@ -194,10 +194,10 @@ def create_app(settings: Settings, served: Models | Engine) -> Quart:
         await completions.recover()
         embedding = EmbeddingsService(store, appender, pool, figures, leasing)
         await embedding.recover()
-        speaking = SpeechService(store, appender, pool, leasing)
+        speaking = SpeechService(store, appender, pool, leasing, figures)
         await speaking.recover()
         hearing = TranscriptionsService(
-            store, appender, notifier, pool, leasing, settings.keepalive
+            store, appender, notifier, pool, leasing, settings.keepalive, figures
         )
         await hearing.recover()
 

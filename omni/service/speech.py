@@ -19,6 +19,7 @@ from omni.errors import InvalidRequest, OmniError
 from omni.events import Append, Appender, EventLog, NewEvent
 from omni.ids import new_id
 from omni.jobs import Answer, Speaker, Spoken
+from omni.metrics import UNREAD, Metrics
 from omni.schemas.speech import MEDIA_TYPES, SpeechCreate
 from omni.service.leasing import Leasing
 from omni.service.streams import dumps, request_stream
@@ -83,8 +84,10 @@ class SpeechService:
         appender: Appender,
         models: SpeakerSource,
         leasing: Leasing | None = None,
+        metrics: Metrics = UNREAD,
     ):
         self.store = store
+        self.metrics = metrics
         self.appender = appender
         self.models = models
         self.leasing = leasing or Leasing()
@@ -245,9 +248,18 @@ class SpeechService:
     def _end(
         self, sid: str, type_: str, model_id: str, timings: dict[str, int], fields: dict[str, Any]
     ) -> asyncio.Future[Any]:
-        """The ending's append."""
+        """The ending's append (and its metrics)."""
         timings = {**timings, "finished_at": _now_ms()}
         data = {"id": sid, "model": model_id, **fields, "timings": timings}
+        if type_ == SPEECH_COMPLETED:
+            status, spoken = "completed", float(fields["duration_s"])
+        else:
+            cancelled = fields["error"]["code"] == "cancelled"
+            status = "cancelled" if cancelled else "failed"
+            spoken = float(fields.get("spoken", {}).get("duration_s", 0.0))
+        self.metrics.speeches.labels(status).inc()
+        self.metrics.speech_audio.inc(spoken)
+        self.metrics.speech_seconds.observe((timings["finished_at"] - timings["started_at"]) / 1000)
         return self.appender.submit(Append(sid, 1, [NewEvent(type_, dumps(data))]))
 
     async def close(self) -> None:

@@ -22,6 +22,7 @@ from omni.events import Append, Appender, EventLog, NewEvent, Notifier, StoredEv
 from omni.events.follow import follow
 from omni.ids import new_id
 from omni.jobs import Answer, Audio, Heard, TranscribeOptions, Transcriber, Transcript
+from omni.metrics import UNREAD, Metrics
 from omni.protocol import transcripts
 from omni.schemas.audio import TranscriptionCreate
 from omni.service.leasing import Leasing
@@ -83,8 +84,10 @@ class TranscriptionsService:
         models: TranscriberSource,
         leasing: Leasing | None = None,
         keepalive: float = 15.0,
+        metrics: Metrics = UNREAD,
     ):
         self.store, self.appender, self.notifier = store, appender, notifier
+        self.metrics = metrics
         self.models = models
         self.leasing = leasing or Leasing()
         self.keepalive = keepalive
@@ -172,6 +175,26 @@ class TranscriptionsService:
     ) -> dict[str, Any] | OmniError:
         """Each window's text recorded as the model hears it, then the segments and the
         done event; a failure, or a cancel (its client went away), ends it instead."""
+        started = time.perf_counter()
+        outcome, heard = await self._hear(tid, body, task, decoded, model)
+        status = "completed" if isinstance(outcome, dict) else "failed"
+        if isinstance(outcome, OmniError) and outcome.code == "cancelled":
+            status = "cancelled"
+        m = self.metrics
+        m.transcriptions.labels(task, status).inc()
+        m.transcription_audio.labels(task).inc(heard)
+        m.transcription_seconds.labels(task).observe(time.perf_counter() - started)
+        return outcome
+
+    async def _hear(
+        self,
+        tid: str,
+        body: TranscriptionCreate,
+        task: str,
+        decoded: Audio,
+        model: Transcriber,
+    ) -> tuple[dict[str, Any] | OmniError, float]:
+        """_run's outcome, and the seconds of audio the model heard."""
         options = TranscribeOptions(
             language=body.language,
             prompt=body.prompt,
@@ -179,7 +202,7 @@ class TranscriptionsService:
             translate=task == "translate",
             words=body.words,
         )
-        started_at, seq, said = _now_ms(), 1, False
+        started_at, seq, said, heard_s = _now_ms(), 1, False, 0.0
         end: Transcript | None = None
         answer: Answer[Heard | Transcript] | None = None
         self._answers[tid] = None
@@ -199,19 +222,22 @@ class TranscriptionsService:
                     said = True
                 await self.appender.append(Append(tid, seq, events))
                 seq += len(events)
+                heard_s = piece.seconds
         except Exception as exc:  # noqa: BLE001 - recorded, and handed back as a value
             failure = exc if isinstance(exc, OmniError) else OmniError(str(exc))
-            return await self._fail(tid, seq, failure, started_at)
+            return await self._fail(tid, seq, failure, started_at), heard_s
         finally:
             self._answers.pop(tid, None)
             self._cancelled.discard(tid)
             if answer is not None:
                 await answer.aclose()  # over already, but where this task was cancelled
         if end is None:
-            return await self._fail(tid, seq, OmniError("no transcript came"), started_at)
+            failure = OmniError("no transcript came")
+            return await self._fail(tid, seq, failure, started_at), heard_s
         if end.cancelled:
             failure = OmniError(GONE, code="cancelled")
-            return await self._fail(tid, seq, failure, started_at, windows=end.windows)
+            ended = await self._fail(tid, seq, failure, started_at, windows=end.windows)
+            return ended, heard_s
         result, seconds = end.result, decoded.seconds
         heard_all: dict[str, Any] = {
             "language": result.get("language"),
@@ -223,7 +249,7 @@ class TranscriptionsService:
         events = [NewEvent(TRANSCRIPTION_SEGMENTS, dumps(heard_all))]
         events.append(NewEvent(TRANSCRIPT_DONE, dumps(transcripts.done(result, seconds))))
         await self.appender.append(Append(tid, seq, events))
-        return {**result, "duration": seconds}
+        return {**result, "duration": seconds}, seconds
 
     async def _fail(
         self, tid: str, seq: int, failure: OmniError, started_at: int, **fields: Any

@@ -33,6 +33,7 @@ from omni.runtime.catalogue import scan
 from omni.runtime.loading import Loader
 from omni.runtime.tiny_kokoro import FRAME, SAMPLE_RATE, VOICE
 from omni.service.models import Models
+from tests.api.test_metrics import scrape, value
 from tests.server import ServerThread
 from tests.test_cli import omni
 
@@ -188,6 +189,23 @@ def test_a_client_that_leaves_stops_the_model(served, stream_format: str) -> Non
     end = ending(db, sid)
     assert end["error"]["code"] == "cancelled" and end["spoken"]["stopped"] is True
     assert 1 <= end["spoken"]["segments"] < LINES
+
+
+def test_metrics_count_them_by_status_with_the_audio_spoken(served) -> None:
+    srv, client, db = served
+    before = scrape(srv)
+    answer = client.audio.speech.create(model=SPEAKER, voice=VOICE, input=SAID)
+    sid = answer.response.headers["x-omni-speech-id"]
+    after = scrape(srv)  # its ending is written before its answer's body ends
+
+    def moved(name: str, **labels: str) -> float:
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    assert moved("omni_speech_requests_total", status="completed") == 1
+    assert moved("omni_speech_requests_total", status="cancelled") == 0
+    spoken = moved("omni_speech_audio_seconds_total")
+    assert spoken == pytest.approx(ending(db, sid)["duration_s"], abs=1e-3) and spoken > 0
+    assert moved("omni_speech_request_seconds_count") == 1
 
 
 @pytest.mark.parametrize(

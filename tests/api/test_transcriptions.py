@@ -30,6 +30,7 @@ from omni.runtime.default_transcription import DEFAULT_TRANSCRIPTION_ID
 from omni.runtime.transcriber import MLXTranscriber
 from omni.service.transcriptions import TranscriptionsService
 from tests.api._helpers import MODEL
+from tests.api.test_metrics import scrape, value
 from tests.server import running
 
 SENTENCE = "Please open the door and turn on the lights."
@@ -93,7 +94,11 @@ def served(
         with running(tiny_engine, db) as (srv, client):
             state = srv.state
             state.transcriptions = TranscriptionsService(
-                state.store, state.appender, state.notifier, OneTranscriber(transcriber)
+                state.store,
+                state.appender,
+                state.notifier,
+                OneTranscriber(transcriber),
+                metrics=state.metrics,
             )
             yield srv, client, db
     finally:
@@ -393,3 +398,24 @@ def test_a_stream_whose_client_leaves_stops_the_model(served, passages) -> None:
         assert conn.execute(
             "SELECT status FROM transcriptions WHERE id = ?", (tid,)
         ).fetchone() == ("cancelled",)
+
+
+def test_metrics_count_them_by_task_and_status_with_the_audio_heard(served, speech) -> None:
+    srv, client, db = served
+    before = scrape(srv)
+    client.audio.transcriptions.create(model="whisper-1", file=("s.wav", speech["wav"]))
+    after = scrape(srv)
+    with sqlite3.connect(db) as conn:
+        (seconds,) = conn.execute(
+            "SELECT audio_seconds FROM transcriptions ORDER BY created_ms DESC LIMIT 1"
+        ).fetchone()
+
+    def moved(name: str, **labels: str) -> float:
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    assert moved("omni_transcriptions_total", task="transcribe", status="completed") == 1
+    assert moved("omni_transcriptions_total", task="transcribe", status="failed") == 0
+    heard = moved("omni_transcription_audio_seconds_total", task="transcribe")
+    assert heard == pytest.approx(seconds, abs=1e-3)
+    assert moved("omni_transcription_request_seconds_count", task="transcribe") == 1
+    assert moved("omni_transcription_request_seconds_sum", task="transcribe") > 0
