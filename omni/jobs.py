@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 from omni.protocol.tool_calls import ToolFormat
 
 FinishReason = Literal["stop", "length", "cancelled"]
+T_co = TypeVar("T_co", covariant=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,10 +204,28 @@ class Spoken:
     samples: int
     sample_rate: int
     input_tokens: int  # what the model read (Kokoro: phonemes)
+    segments: int = 0  # the model's pieces (Kokoro: sentences or lines)
+    cancelled: bool = False  # stopped by cancel() before the model was done
 
     @property
     def seconds(self) -> float:
         return self.samples / self.sample_rate if self.sample_rate else 0.0
+
+
+class Answer(Protocol[T_co]):
+    """A model's answer as it comes, from a process that does one request at a time: an
+    async iterator whose cancel() asks the model to stop at its next piece (what it sent
+    already still comes, then its last value, which says it was cancelled)."""
+
+    def __aiter__(self) -> Answer[T_co]: ...
+
+    async def __anext__(self) -> T_co: ...
+
+    def cancel(self) -> None: ...
+
+    async def aclose(self) -> None:
+        """Stop reading (cancelling the request if it is not over)."""
+        ...
 
 
 @runtime_checkable
@@ -260,15 +279,16 @@ class Speaker(Protocol):
         """Requests being spoken or waiting to be (a model with any is never evicted)."""
         ...
 
-    def speak(
+    async def speak(
         self,
         text: str,
         voice: str | None,
         response_format: str,
         speed: float,
         instructions: str | None = None,
-    ) -> AsyncIterator[bytes | Spoken]:
-        """The encoded audio's pieces as they are spoken, then one Spoken."""
+    ) -> Answer[bytes | Spoken]:
+        """Sent to the model: the encoded audio's pieces as they are spoken, then one
+        Spoken."""
         ...
 
     def close(self) -> None: ...
@@ -362,6 +382,27 @@ class TranscribeOptions:
     words: bool = False  # word timestamps
 
 
+@dataclass(frozen=True)
+class Heard:
+    """One window of a recording heard (Whisper's 30 s): its segments with text, in the
+    shape of Transcript's, and the seconds of audio heard so far."""
+
+    window: int  # 0, 1, …
+    segments: list[dict[str, Any]]
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Transcript:
+    """A whole recording heard (after its windows): {text, language, segments: [{id, seek,
+    start, end, text, tokens, temperature, avg_logprob, compression_ratio, no_speech_prob,
+    words?}]}, as mlx-audio's Whisper gives it. `cancelled`: stopped after `windows`."""
+
+    result: dict[str, Any]
+    windows: int
+    cancelled: bool = False
+
+
 class Transcriber(Protocol):
     """What the service needs from a speech-to-text model's runner (omni.runtime.transcriber)."""
 
@@ -377,10 +418,11 @@ class Transcriber(Protocol):
         `file` for what holds none."""
         ...
 
-    async def transcribe(self, audio: Audio, options: TranscribeOptions) -> dict[str, Any]:
-        """{text, language, segments: [{id, seek, start, end, text, tokens, temperature,
-        avg_logprob, compression_ratio, no_speech_prob, words?}]}, as mlx-audio's Whisper
-        gives it."""
+    async def transcribe(
+        self, audio: Audio, options: TranscribeOptions
+    ) -> Answer[Heard | Transcript]:
+        """Sent to the model: each window as it is heard, then the Transcript (a failure
+        raises OmniError)."""
         ...
 
     def close(self) -> None: ...

@@ -17,6 +17,8 @@ LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 
 PER_TOKEN = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 COMMIT = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 BATCH = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+# Seconds of a request on audio: a sentence takes a second, an hour of recording minutes.
+AUDIO = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
 
 
 class Metrics:
@@ -83,6 +85,42 @@ class Metrics:
             "omni_embeddings_request_seconds",
             "From an embeddings request's arrival to its vectors (a model's load included)",
             buckets=LATENCY,
+            registry=r,
+        )
+        self.transcriptions = Counter(
+            "omni_transcriptions",
+            "Transcriptions and translations ended, by task and status (completed, failed,"
+            " cancelled: its client went away)",
+            ["task", "status"],
+            registry=r,
+        )
+        self.transcription_audio = Counter(
+            "omni_transcription_audio_seconds",
+            "Seconds of audio the transcription models heard",
+            ["task"],
+            registry=r,
+        )
+        self.transcription_seconds = Histogram(
+            "omni_transcription_request_seconds",
+            "From a transcription's acceptance to its ending",
+            ["task"],
+            buckets=AUDIO,
+            registry=r,
+        )
+        self.speeches = Counter(
+            "omni_speech_requests",
+            "Speech requests ended, by status (completed, failed, cancelled: its client went away)",
+            ["status"],
+            registry=r,
+        )
+        self.speech_audio = Counter(
+            "omni_speech_audio_seconds", "Seconds of audio the speech models spoke", registry=r
+        )
+        self.speech_seconds = Histogram(
+            "omni_speech_request_seconds",
+            "From a speech request's acceptance to its ending (its last audio, or its model"
+            " stopping)",
+            buckets=AUDIO,
             registry=r,
         )
         self.queued = Gauge("omni_jobs_queued", "Jobs waiting for the model", registry=r)

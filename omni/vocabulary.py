@@ -50,6 +50,8 @@ SPEECH_AUDIO_DONE = "speech.audio.done"
 # start, its segments (with timestamps: what verbose_json, srt and vtt are made of) and a
 # failure. A stream sends the `transcript.*` ones and a failure.
 TRANSCRIPTION_IN_PROGRESS = "transcription.in_progress"  # accepted: the audio is being heard
+# One 30 s window heard (its number, the seconds heard so far); its text's deltas follow.
+TRANSCRIPTION_WINDOW = "transcription.window"
 TRANSCRIPT_DELTA = "transcript.text.delta"
 TRANSCRIPTION_SEGMENTS = "transcription.segments"  # language, duration, segments, words
 TRANSCRIPT_DONE = "transcript.text.done"  # the whole text and usage (seconds of audio)

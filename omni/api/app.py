@@ -196,12 +196,12 @@ def create_app(settings: Settings, served: Models | Engine) -> Quart:
         await completions.recover()
         embedding = EmbeddingsService(store, appender, pool, figures, leasing)
         await embedding.recover()
-        speaking = SpeechService(store, appender, pool, leasing)
+        speaking = SpeechService(store, appender, pool, leasing, figures)
         await speaking.recover()
         drawing = ImagesService(store, appender, pool, leasing)
         await drawing.recover()
         hearing = TranscriptionsService(
-            store, appender, notifier, pool, leasing, settings.keepalive
+            store, appender, notifier, pool, leasing, settings.keepalive, figures
         )
         await hearing.recover()
 
@@ -253,6 +253,8 @@ def create_app(settings: Settings, served: Models | Engine) -> Quart:
             await state.responses.close()
             if state.transcriptions is not None:
                 await state.transcriptions.close()
+            if state.speech is not None:
+                await state.speech.close()
             await state.appender.stop()
             await state.models.close()
         finally:  # what reached the writer commits before the process exits

@@ -20,7 +20,7 @@ from omni.api.sse import KEEPALIVE_FRAME, error_frame, frame
 from omni.errors import InvalidRequest, ModelNotFound, OmniError, ShuttingDown, StoreError
 from omni.protocol import transcripts
 from omni.schemas.audio import TranscriptionCreate, form_fields
-from omni.service.transcriptions import TranscriptionsService, Upload, sent
+from omni.service.transcriptions import TranscriptionsService, Upload, is_end, sent
 
 bp = Blueprint("audio", __name__)
 
@@ -63,8 +63,12 @@ async def _create(task: str) -> Any:
     tid, job = await service.create(body, Upload(data, upload.filename or "audio", task), owner())
     access.note(id=tid)
     if body.stream:
-        return _stream(service, tid)
-    outcome = await asyncio.shield(job)  # a client that leaves does not cut its record short
+        return _stream(service, tid, creator=True)
+    try:
+        outcome = await asyncio.shield(job)  # its record is whole, whoever leaves
+    except asyncio.CancelledError:  # the client went away: the model stops after its window
+        service.cancel(tid)
+        raise
     if isinstance(outcome, OmniError):
         raise outcome
     return _answer(outcome, body, outcome["duration"], task)
@@ -78,18 +82,27 @@ def _answer(result: dict[str, Any], body: TranscriptionCreate, seconds: float, t
     return Response(text, content_type=content_type)
 
 
-def _stream(service: TranscriptionsService, tid: str, after: int = -1) -> Response:
+def _stream(
+    service: TranscriptionsService, tid: str, after: int = -1, creator: bool = False
+) -> Response:
+    """The events after `after` as SSE; the `creator`'s leaving cancels the transcription
+    (a replay's does not)."""
+
     async def body() -> AsyncIterator[bytes]:
-        seq = after
+        seq, ended = after, False
         try:
             async for event in service.events(tid, after):
                 if event is None:
                     yield KEEPALIVE_FRAME
                 elif sent(event):
                     seq = event.seq
+                    ended = is_end(event)
                     yield frame(event.type, event.data, event.seq)
         except StoreError as exc:  # the log cannot be read (its file is gone): say so, end
             yield error_frame(exc, seq + 1)
+        finally:
+            if creator and not ended:
+                service.cancel(tid)
 
     response = Response(body(), content_type="text/event-stream")
     response.headers["cache-control"] = "no-cache"

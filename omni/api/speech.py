@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from typing import Any
 
 from quart import Blueprint, current_app, request
@@ -47,16 +48,19 @@ async def create_speech() -> Any:
 
 
 async def _audio(speech: Speech) -> AsyncIterator[bytes]:
-    async for piece in speech.pieces:
-        if isinstance(piece, bytes):
-            yield piece
+    # Closed with this body, however it ends: a client that leaves stops the model.
+    async with aclosing(speech.pieces):
+        async for piece in speech.pieces:
+            if isinstance(piece, bytes):
+                yield piece
 
 
 async def _events(speech: Speech) -> AsyncIterator[bytes]:
-    async for piece in speech.pieces:
-        if isinstance(piece, Spoken):
-            data: dict[str, Any] = {"type": SPEECH_AUDIO_DONE, "usage": usage(piece)}
-        else:
-            data = {"type": SPEECH_AUDIO_DELTA, "audio": base64.b64encode(piece).decode()}
-        text = json.dumps(data, separators=(",", ":"))
-        yield f"event: {data['type']}\ndata: {text}\n\n".encode()
+    async with aclosing(speech.pieces):
+        async for piece in speech.pieces:
+            if isinstance(piece, Spoken):
+                data: dict[str, Any] = {"type": SPEECH_AUDIO_DONE, "usage": usage(piece)}
+            else:
+                data = {"type": SPEECH_AUDIO_DELTA, "audio": base64.b64encode(piece).decode()}
+            text = json.dumps(data, separators=(",", ":"))
+            yield f"event: {data['type']}\ndata: {text}\n\n".encode()

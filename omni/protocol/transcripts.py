@@ -16,9 +16,15 @@ LANGUAGE_NAMES = {"en": "english"}  # verbose_json names the language; Whisper g
 def deltas(result: dict[str, Any]) -> list[dict[str, Any]]:
     """The text as a stream sends it: one `transcript.text.delta` a segment, the first without
     its leading space, so that the deltas join into the done event's text."""
+    return window_deltas(result["segments"], started=False)
+
+
+def window_deltas(segments: list[dict[str, Any]], started: bool) -> list[dict[str, Any]]:
+    """deltas() of some segments, after others whose deltas were `started` already (the
+    windows of a recording, as they are heard, join into the same deltas)."""
     out: list[dict[str, Any]] = []
-    for segment in result["segments"]:
-        piece = segment["text"] if out else segment["text"].lstrip()
+    for segment in segments:
+        piece = segment["text"] if out or started else segment["text"].lstrip()
         if piece:
             out.append({"type": TRANSCRIPT_DELTA, "delta": piece, "logprobs": None})
     return out

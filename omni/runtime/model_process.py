@@ -15,12 +15,14 @@ import multiprocessing
 import threading
 from collections.abc import Callable
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from omni.errors import ModelLoadError, OmniError
 from omni.runtime import blas
+from omni.runtime.wire import Cancel
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class ModelProcess:
@@ -85,13 +87,39 @@ class ModelProcess:
         finally:
             self._pending.pop(job_id, None)
 
+    async def stream(
+        self, make: Callable[[int], Any], read: Callable[[Any], tuple[T, bool]]
+    ) -> Replies[T]:
+        """Send `make(id)`; its replies, each as `read` makes it a value (and says whether it
+        is the last), as they come (omni.jobs.Answer)."""
+        if self._gone is not None:
+            raise OmniError(self._gone)
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        job_id = next(self._ids)
+        self._pending[job_id] = (asyncio.get_running_loop(), queue)
+        try:
+            # Megabytes of audio, and a busy process reads it only when its request is
+            # done: sent from a thread, the loop goes on.
+            await asyncio.to_thread(self._send, make(job_id))
+        except BaseException:
+            self._pending.pop(job_id, None)
+            raise
+        return Replies(self, job_id, queue, read)
+
     def answer(self, reply: Any) -> Any:
         """What ask() returns (or raises, an exception) for `reply` (in the reader thread)."""
         return reply
 
     def deliver(self, loop: asyncio.AbstractEventLoop, receiver: Any, value: Any) -> None:
-        """Hand `value` to a request's receiver, on its loop: ask()'s future by default."""
-        settle(loop, receiver, value)
+        """Hand `value` to a request's receiver, on its loop: ask()'s future, or stream()'s
+        queue."""
+        if isinstance(receiver, asyncio.Queue):
+            try:
+                loop.call_soon_threadsafe(receiver.put_nowait, value)
+            except RuntimeError:  # that event loop is closed: nobody is left to read it
+                pass
+        else:
+            settle(loop, receiver, value)
 
     def close(self) -> None:
         """Stop the model's process (requests in progress fail)."""
@@ -138,6 +166,58 @@ class ModelProcess:
             log.error("%s", self._gone)
         for loop, receiver in list(self._pending.values()):
             self.deliver(loop, receiver, OmniError(self._gone))
+
+
+class Replies(Generic[T]):
+    """One request's replies, read from its queue (omni.jobs.Answer). The reader thread puts
+    them there, or the OmniError that says the process is gone."""
+
+    def __init__(
+        self,
+        process: ModelProcess,
+        job_id: int,
+        queue: asyncio.Queue[Any],
+        read: Callable[[Any], tuple[T, bool]],
+    ):
+        self._process, self._id, self._queue, self._read = process, job_id, queue, read
+        self._over = self._cancelled = False
+
+    def __aiter__(self) -> Replies[T]:
+        return self
+
+    async def __anext__(self) -> T:
+        if self._over:
+            raise StopAsyncIteration
+        reply = await self._queue.get()
+        try:
+            if isinstance(reply, BaseException):
+                raise reply
+            value, last = self._read(reply)
+        except BaseException:
+            self._end()
+            raise
+        if last:
+            self._end()
+        return value
+
+    def cancel(self) -> None:
+        """Ask the process to stop this request at its next piece (once)."""
+        if self._over or self._cancelled:
+            return
+        self._cancelled = True
+        try:
+            self._process._send(Cancel(self._id))
+        except OmniError:  # the process is gone: the reader says so to the queue
+            pass
+
+    async def aclose(self) -> None:
+        if not self._over:
+            self.cancel()
+            self._end()
+
+    def _end(self) -> None:
+        self._over = True
+        self._process._pending.pop(self._id, None)
 
 
 def settle(loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any], value: Any) -> None:

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from omni.runtime.wire import LoadFailed
+from omni.runtime.wire import Cancel, LoadFailed
 
-__all__ = ["Audio", "Close", "Done", "Failed", "LoadFailed", "Loaded", "Speak"]
+__all__ = ["Audio", "Cancel", "Close", "Done", "Failed", "LoadFailed", "Loaded", "Speak"]
 
 # The server to the model's process.
 
@@ -28,10 +28,11 @@ class Close:
     """End the process."""
 
 
-Request = Speak | Close
+Request = Speak | Cancel | Close
 
 # The model's process to the server: once, Loaded or LoadFailed; then for each Speak its
-# Audio pieces, in order, and one Done or Failed.
+# Audio pieces, in order, and one Done or Failed. A Cancel stops it after the segment the
+# model is speaking: its Done says so.
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +54,8 @@ class Done:
     id: int
     samples: int  # spoken, at the model's sample rate
     input_tokens: int  # what the model read (Kokoro: phonemes)
+    segments: int = 0  # the model's pieces spoken (Kokoro: sentences or lines)
+    cancelled: bool = False  # stopped by a Cancel before the model was done
 
 
 @dataclass(frozen=True, slots=True)

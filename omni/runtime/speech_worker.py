@@ -1,7 +1,8 @@
 """A speech model's process: loads a text-to-speech model with mlx-audio, then speaks what the
 server sends, one request at a time, until it closes. Each segment the model yields (Kokoro:
-a sentence or a line) is encoded and sent at once. Only mlx-audio's model code is imported,
-never its command-line generator, whose audio player needs PortAudio."""
+a sentence or a line) is encoded and sent at once; a cancel is read between segments. Only
+mlx-audio's model code is imported, never its command-line generator, whose audio player
+needs PortAudio."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 
 from omni.runtime import worker
 from omni.runtime.audio_out import Encoder
+from omni.runtime.inbox import Inbox
 from omni.runtime.quiet import no_torch_advice
 from omni.runtime.speech_wire import Audio, Close, Done, Failed, Loaded, LoadFailed, Speak
 
@@ -33,25 +35,39 @@ class Speaker:
         params = inspect.signature(self.model.generate).parameters
         self.takes_instructions = "instruct" in params
 
-    def speak(self, conn: Connection, job: Speak) -> None:
+    def speak(self, conn: Connection, inbox: Inbox, job: Speak) -> None:
+        """Each segment's audio, encoded, as the model yields it; a cancel stops the model
+        before its next segment (the file is left unfinished: nobody is left to read it)."""
         import numpy as np
 
         encoder = Encoder(job.response_format, self.rate)
-        samples = tokens = 0
+        samples = tokens = segments = 0
+        if inbox.cancelled():
+            conn.send(Done(job.id, 0, 0, 0, True))
+            return
         options: dict[str, Any] = {"voice": job.voice, "speed": job.speed}
         if self.kokoro and job.voice and job.voice[0] in KOKORO_LANGUAGES:
             options["lang_code"] = job.voice[0]
         if job.instructions is not None:
             options["instruct"] = job.instructions
-        for segment in self.model.generate(job.text, **options):
-            audio = np.asarray(segment.audio, dtype=np.float32).reshape(-1)
-            samples += audio.shape[0]
-            tokens += int(segment.token_count or 0)
-            if data := encoder.feed(audio):
-                conn.send(Audio(job.id, data))
+        spoken = self.model.generate(job.text, **options)
+        try:
+            for segment in spoken:
+                audio = np.asarray(segment.audio, dtype=np.float32).reshape(-1)
+                samples += audio.shape[0]
+                tokens += int(segment.token_count or 0)
+                segments += 1
+                if data := encoder.feed(audio):
+                    conn.send(Audio(job.id, data))
+                if inbox.cancelled():
+                    conn.send(Done(job.id, samples, tokens, segments, True))
+                    return
+        finally:
+            if inspect.isgenerator(spoken):  # its pipeline let go at once, not when collected
+                spoken.close()
         if data := encoder.close():
             conn.send(Audio(job.id, data))
-        conn.send(Done(job.id, samples, tokens))
+        conn.send(Done(job.id, samples, tokens, segments))
 
 
 def _voices(model: Any, folder: Path) -> tuple[str, ...]:
@@ -80,12 +96,13 @@ def main(conn: Connection, path: str) -> None:
 
 
 def serve(conn: Connection, speaker: Speaker) -> None:
+    inbox = Inbox(conn, Close)
     while True:
-        match conn.recv():
+        match inbox.next():
             case Close():
                 return
             case Speak() as job:
                 try:
-                    speaker.speak(conn, job)
+                    speaker.speak(conn, inbox, job)
                 except Exception as exc:  # noqa: BLE001 - reported to the server as a value
                     conn.send(Failed(job.id, f"{type(exc).__name__}: {exc}"))

@@ -1,5 +1,7 @@
 """What crosses the pipe to a transcription model's process (omni.runtime.transcribe_worker):
-frozen values, audio as 16 kHz mono float32 bytes, a transcript as plain JSON types."""
+frozen values, audio as 16 kHz mono float32 bytes, a transcript as plain JSON types. For each
+Transcribe the process sends a Window as each 30 s window is heard, then one Transcript (or
+Failed); a Cancel stops it after the window under way, its Transcript saying so."""
 
 from __future__ import annotations
 
@@ -7,6 +9,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from omni.jobs import TranscribeOptions
+from omni.runtime.wire import Cancel
+
+__all__ = ["Cancel", "Close", "Failed", "LoadFailed", "Loaded", "Transcribe", "Transcript",
+           "Window"]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -21,7 +27,7 @@ class Close:
     pass
 
 
-Request = Transcribe | Close
+Request = Transcribe | Cancel | Close
 
 
 @dataclass(frozen=True)
@@ -35,11 +41,23 @@ class LoadFailed:
 
 
 @dataclass(frozen=True)
+class Window:
+    """One window heard: its segments with text (in the Transcript's shape)."""
+
+    id: int
+    window: int
+    segments: list[dict[str, Any]]
+    seconds: float  # of audio heard so far
+
+
+@dataclass(frozen=True)
 class Transcript:
-    """omni.jobs.Transcriber.transcribe's result."""
+    """omni.jobs.Transcript's fields."""
 
     id: int
     result: dict[str, Any]
+    windows: int
+    cancelled: bool = False
 
 
 @dataclass(frozen=True)
@@ -48,4 +66,4 @@ class Failed:
     message: str
 
 
-Reply = Transcript | Failed
+Reply = Window | Transcript | Failed

@@ -1,5 +1,6 @@
 """A transcription model's process: loads mlx-audio's Whisper from a converted folder, then
-transcribes what the server sends, one recording at a time, until it closes. Only Whisper's
+transcribes what the server sends, one recording at a time, each window sent as it is heard
+(omni.runtime.whisper_windows), until it closes. Only Whisper's
 own modules are imported: mlx-audio's playback (sounddevice, PortAudio) never is."""
 
 from __future__ import annotations
@@ -7,12 +8,14 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Generator
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
 from omni.jobs import TranscribeOptions
 from omni.runtime import worker
+from omni.runtime.inbox import Inbox
 from omni.runtime.quiet import no_torch_advice
 from omni.runtime.transcribe_wire import (
     Close,
@@ -21,6 +24,7 @@ from omni.runtime.transcribe_wire import (
     LoadFailed,
     Transcribe,
     Transcript,
+    Window,
 )
 
 FALLBACK = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)  # Whisper's temperatures, tried in turn
@@ -43,23 +47,65 @@ def load(path: str) -> Any:
     return Model.post_load_hook(model, folder)
 
 
-def transcribe(model: Any, samples: bytes, options: TranscribeOptions) -> dict[str, Any]:
+def hear(model: Any, samples: bytes, options: TranscribeOptions) -> Generator[Any, None, None]:
+    """The recording's windows as they are heard (omni.runtime.whisper_windows.Window)."""
     import mlx.core as mx
     import numpy as np
 
-    audio = mx.array(np.frombuffer(samples, dtype="<f4"))
+    from omni.runtime.whisper_windows import Hearing, windows
+
     temperature = options.temperature or 0.0
-    out = model.generate(
-        audio,
+    hearing = Hearing(
         language=options.language if model.is_multilingual else "en",
         task="translate" if options.translate and model.is_multilingual else "transcribe",
-        temperature=FALLBACK if temperature == 0.0 else temperature,
-        initial_prompt=options.prompt,
-        word_timestamps=options.words,
+        temperatures=FALLBACK if temperature == 0.0 else (temperature,),
+        prompt=options.prompt,
+        words=options.words,
         fp16=model.dtype == mx.float16,
     )
-    segments = [_plain(s) for s in out.segments or [] if s.get("text")]
-    return {"text": out.text.strip(), "language": out.language, "segments": segments}
+    return windows(model, mx.array(np.frombuffer(samples, dtype="<f4")), hearing)
+
+
+def segments(window: Any) -> list[dict[str, Any]]:
+    """A window's segments with text, as JSON holds them."""
+    return [_plain(s) for s in window.segments if s.get("text")]
+
+
+def transcript(language: str, heard: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"text": "".join(s["text"] for s in heard).strip(), "language": language,
+            "segments": heard}  # fmt: skip
+
+
+def transcribe(model: Any, samples: bytes, options: TranscribeOptions) -> dict[str, Any]:
+    """The whole recording at once."""
+    heard, language = [], "en"
+    for window in hear(model, samples, options):
+        heard += segments(window)
+        language = window.language
+    return transcript(language, heard)
+
+
+def run(conn: Connection, inbox: Inbox, model: Any, job: Transcribe) -> None:
+    """Send each window as it is heard, then the transcript; a cancel stops it between
+    windows (the transcript so far says so)."""
+    heard: list[dict[str, Any]] = []
+    language, count = "en", 0
+    windows = hear(model, job.samples, job.options)
+    stop = inbox.cancelled()  # before it began: nothing is heard
+    try:
+        for window in () if stop else windows:
+            language = window.language
+            these = segments(window)
+            heard += these
+            conn.send(Window(job.id, count, these, window.seconds))
+            count += 1
+            if window.last:  # heard whole: a cancel that came meanwhile has nothing to stop
+                break
+            if stop := inbox.cancelled():
+                break
+    finally:
+        windows.close()
+    conn.send(Transcript(job.id, transcript(language, heard), count, stop))
 
 
 def _plain(segment: dict[str, Any]) -> dict[str, Any]:
@@ -99,17 +145,16 @@ def main(conn: Connection, path: str) -> None:
         conn.send(LoadFailed(f"{type(exc).__name__}: {exc}"))
         return
     conn.send(Loaded(bool(model.is_multilingual)))
+    inbox = Inbox(conn, Close)
     try:
         while True:
-            message = conn.recv()
+            message = inbox.next()
             if isinstance(message, Close):
                 return
             assert isinstance(message, Transcribe)
             try:
-                result = transcribe(model, message.samples, message.options)
+                run(conn, inbox, model, message)
             except Exception as exc:  # noqa: BLE001 - reported to the server as a value
                 conn.send(Failed(message.id, f"{type(exc).__name__}: {exc}"))
-                continue
-            conn.send(Transcript(message.id, result))
     except (EOFError, OSError):  # the server is gone: nobody is left to transcribe for
         pass

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from omni.errors import ModelLoadError, OmniError
-from omni.jobs import Audio, TranscribeOptions
+from omni.jobs import Audio, Heard, TranscribeOptions, Transcript
 from omni.runtime import audio, transcribe_wire, transcribe_worker
-from omni.runtime.model_process import ModelProcess
+from omni.runtime.model_process import ModelProcess, Replies
 
 
 class MLXTranscriber(ModelProcess):
@@ -32,16 +32,21 @@ class MLXTranscriber(ModelProcess):
     def decode(self, data: bytes, filename: str) -> Audio:
         return audio.decode(data, filename)
 
-    async def transcribe(self, heard: Audio, options: TranscribeOptions) -> dict[str, Any]:
-        # Megabytes of audio: ask() sends them off the loop.
-        result: dict[str, Any] = await self.ask(
-            lambda i: transcribe_wire.Transcribe(i, heard.samples, options)
+    async def transcribe(
+        self, heard: Audio, options: TranscribeOptions
+    ) -> Replies[Heard | Transcript]:
+        """Each window as the model's process hears it, then the transcript."""
+        return await self.stream(
+            lambda i: transcribe_wire.Transcribe(i, heard.samples, options), _read
         )
-        return result
 
-    def answer(self, reply: Any) -> Any:
-        match reply:
-            case transcribe_wire.Transcript(_, result):
-                return result
-            case transcribe_wire.Failed(_, message):
-                return OmniError(f"the transcription model failed: {message}")
+
+def _read(reply: Any) -> tuple[Heard | Transcript, bool]:
+    match reply:
+        case transcribe_wire.Window(_, window, segments, seconds):
+            return Heard(window, segments, seconds), False
+        case transcribe_wire.Transcript(_, result, windows, cancelled):
+            return Transcript(result, windows, cancelled), True
+        case transcribe_wire.Failed(_, message):
+            raise OmniError(f"the transcription model failed: {message}")
+    raise OmniError(f"the transcription model sent {type(reply).__name__}")

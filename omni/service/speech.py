@@ -1,14 +1,16 @@
 """Speech over the event log. Each request is a stream `spch-X`: `speech.in_progress` when
 accepted (its request on `spch-X/request`: model, voice, format, the input as a response
 records its input, owner), then `speech.completed` (the audio's duration, samples and bytes,
-usage, timings) or `speech.failed`. The audio is the answer, not the record: never written."""
+usage, timings) or `speech.failed` (code `cancelled` where the client went away: once the
+model stopped, with how much it had spoken). The audio is the answer, not the record: never
+written."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -16,7 +18,8 @@ from typing import Any, Protocol
 from omni.errors import InvalidRequest, OmniError
 from omni.events import Append, Appender, EventLog, NewEvent
 from omni.ids import new_id
-from omni.jobs import Speaker, Spoken
+from omni.jobs import Answer, Speaker, Spoken
+from omni.metrics import UNREAD, Metrics
 from omni.schemas.speech import MEDIA_TYPES, SpeechCreate
 from omni.service.leasing import Leasing
 from omni.service.streams import dumps, request_stream
@@ -52,7 +55,7 @@ class Speech:
     id: str
     model: str
     media_type: str
-    pieces: AsyncIterator[bytes | Spoken]
+    pieces: AsyncGenerator[bytes | Spoken, None]
 
 
 def _now_ms() -> int:
@@ -81,11 +84,15 @@ class SpeechService:
         appender: Appender,
         models: SpeakerSource,
         leasing: Leasing | None = None,
+        metrics: Metrics = UNREAD,
     ):
         self.store = store
+        self.metrics = metrics
         self.appender = appender
         self.models = models
         self.leasing = leasing or Leasing()
+        # The requests whose client went away, ending once their model stopped.
+        self._stopping: dict[str, asyncio.Task[None]] = {}
 
     async def create(self, body: SpeechCreate, owner: str | None = None) -> Speech:
         """`owner`'s speech, accepted and its first audio spoken (so that a model's failure
@@ -103,12 +110,13 @@ class SpeechService:
             try:
                 await self._accept(sid, body, speaker.model_id, voice, owner, queued_at)
                 timings = {"queued_at": queued_at, "started_at": _now_ms()}
-                pieces = speaker.speak(
+                pieces = await speaker.speak(
                     body.input, voice, body.response_format, body.speed, body.instructions
                 )
                 first = await self._first(sid, speaker.model_id, pieces, timings)
             except BaseException:
-                await self.leasing.release([sid])
+                if sid not in self._stopping:  # else it lets go once it has ended
+                    await self.leasing.release([sid])
                 raise
         rest = self._rest(sid, speaker.model_id, first, pieces, timings)
         return Speech(sid, speaker.model_id, MEDIA_TYPES[body.response_format], rest)
@@ -117,13 +125,13 @@ class SpeechService:
         self,
         sid: str,
         model_id: str,
-        pieces: AsyncIterator[bytes | Spoken],
+        pieces: Answer[bytes | Spoken],
         timings: dict[str, int],
     ) -> bytes | Spoken:
         try:
             return await anext(pieces)
         except asyncio.CancelledError:
-            self._end(sid, SPEECH_FAILED, model_id, timings, _error(GONE, "cancelled"))
+            self._stop(sid, model_id, pieces, timings, 0)
             raise
         except Exception as exc:
             failure = exc if isinstance(exc, OmniError) else OmniError(str(exc))
@@ -135,12 +143,12 @@ class SpeechService:
         sid: str,
         model_id: str,
         first: bytes | Spoken,
-        pieces: AsyncIterator[bytes | Spoken],
+        pieces: Answer[bytes | Spoken],
         timings: dict[str, int],
-    ) -> AsyncIterator[bytes | Spoken]:
+    ) -> AsyncGenerator[bytes | Spoken, None]:
         """The pieces from the first on; the log's ending once the last is spoken, or once
         the model fails or the client goes (after the headers: the file is cut short)."""
-        sent, piece = 0, first
+        sent, piece, stopping = 0, first, False
         try:
             while not isinstance(piece, Spoken):
                 sent += len(piece)
@@ -151,20 +159,66 @@ class SpeechService:
                 "samples": piece.samples,
                 "sample_rate": piece.sample_rate,
                 "bytes": sent,
+                "segments": piece.segments,
                 "usage": usage(piece),
             }
             await self._end(sid, SPEECH_COMPLETED, model_id, timings, done)
             yield piece
         except (asyncio.CancelledError, GeneratorExit):
-            self._end(sid, SPEECH_FAILED, model_id, timings, _error(GONE, "cancelled"))
+            stopping = True
+            self._stop(sid, model_id, pieces, timings, sent)
             raise
         except Exception as exc:
             log.warning("speech %s failed after its first audio: %s", sid, exc)
             failure = exc if isinstance(exc, OmniError) else OmniError(str(exc))
             await self._end(sid, SPEECH_FAILED, model_id, timings, failure.body())
         finally:
-            await pieces.aclose()  # type: ignore[attr-defined]
-            await self.leasing.release([sid])
+            if not stopping:  # else _stopped() ends it
+                await pieces.aclose()
+                await self.leasing.release([sid])
+
+    def _stop(
+        self,
+        sid: str,
+        model_id: str,
+        pieces: Answer[bytes | Spoken],
+        timings: dict[str, int],
+        sent: int,
+    ) -> None:
+        """The client went away: stop the model after its segment, and end the log once it
+        has (in a task of its own: the request's is being cancelled)."""
+        pieces.cancel()
+        task = asyncio.get_running_loop().create_task(
+            self._stopped(sid, model_id, pieces, timings, sent)
+        )
+        self._stopping[sid] = task
+        task.add_done_callback(lambda _: self._stopping.pop(sid, None))
+
+    async def _stopped(
+        self,
+        sid: str,
+        model_id: str,
+        pieces: Answer[bytes | Spoken],
+        timings: dict[str, int],
+        sent: int,
+    ) -> None:
+        """`speech.failed` (code `cancelled`) with how much the model spoke before it
+        stopped: the pieces after the client left are read to the model's last."""
+        fields: dict[str, Any] = {**_error(GONE, "cancelled"), "bytes": sent}
+        try:
+            async for piece in pieces:
+                if isinstance(piece, Spoken):
+                    fields["spoken"] = {"segments": piece.segments, "samples": piece.samples,
+                                        "duration_s": round(piece.seconds, 3),
+                                        "stopped": piece.cancelled}  # fmt: skip
+        except OmniError as exc:  # the model failed, or its process went, meanwhile
+            log.warning("speech %s, cancelled, then: %s", sid, exc)
+        finally:
+            await pieces.aclose()
+            try:
+                await self._end(sid, SPEECH_FAILED, model_id, timings, fields)
+            finally:
+                await self.leasing.release([sid])
 
     async def _accept(
         self,
@@ -194,10 +248,24 @@ class SpeechService:
     def _end(
         self, sid: str, type_: str, model_id: str, timings: dict[str, int], fields: dict[str, Any]
     ) -> asyncio.Future[Any]:
-        """The ending's append, queued (awaited but where the request was cancelled)."""
+        """The ending's append (and its metrics)."""
         timings = {**timings, "finished_at": _now_ms()}
         data = {"id": sid, "model": model_id, **fields, "timings": timings}
+        if type_ == SPEECH_COMPLETED:
+            status, spoken = "completed", float(fields["duration_s"])
+        else:
+            cancelled = fields["error"]["code"] == "cancelled"
+            status = "cancelled" if cancelled else "failed"
+            spoken = float(fields.get("spoken", {}).get("duration_s", 0.0))
+        self.metrics.speeches.labels(status).inc()
+        self.metrics.speech_audio.inc(spoken)
+        self.metrics.speech_seconds.observe((timings["finished_at"] - timings["started_at"]) / 1000)
         return self.appender.submit(Append(sid, 1, [NewEvent(type_, dumps(data))]))
+
+    async def close(self) -> None:
+        """Let the cancelled requests' models stop and their endings be written."""
+        if self._stopping:
+            await asyncio.wait(list(self._stopping.values()), timeout=30)
 
     async def recover(self, among: Sequence[str] | None = None) -> int:
         """End every speech request a crash left open (its client went with the old

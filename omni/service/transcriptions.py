@@ -21,7 +21,8 @@ from omni.errors import NotFound, OmniError
 from omni.events import Append, Appender, EventLog, NewEvent, Notifier, StoredEvent
 from omni.events.follow import follow
 from omni.ids import new_id
-from omni.jobs import Audio, TranscribeOptions, Transcriber
+from omni.jobs import Answer, Audio, Heard, TranscribeOptions, Transcriber, Transcript
+from omni.metrics import UNREAD, Metrics
 from omni.protocol import transcripts
 from omni.schemas.audio import TranscriptionCreate
 from omni.service.leasing import Leasing
@@ -37,9 +38,11 @@ from omni.vocabulary import (
     TRANSCRIPTION_FAILED,
     TRANSCRIPTION_IN_PROGRESS,
     TRANSCRIPTION_SEGMENTS,
+    TRANSCRIPTION_WINDOW,
 )
 
 RESTARTED = "The server restarted before this transcription was done."
+GONE = "The client went away before its transcription was done."
 log = logging.getLogger(__name__)
 
 
@@ -81,12 +84,17 @@ class TranscriptionsService:
         models: TranscriberSource,
         leasing: Leasing | None = None,
         keepalive: float = 15.0,
+        metrics: Metrics = UNREAD,
     ):
         self.store, self.appender, self.notifier = store, appender, notifier
+        self.metrics = metrics
         self.models = models
         self.leasing = leasing or Leasing()
         self.keepalive = keepalive
         self._jobs: set[asyncio.Task[Any]] = set()
+        # The transcriptions under way (None: being sent to the model).
+        self._answers: dict[str, Answer[Heard | Transcript] | None] = {}
+        self._cancelled: set[str] = set()  # asked to stop before the model began them
 
     async def create(
         self, body: TranscriptionCreate, upload: Upload, owner: str | None = None
@@ -165,6 +173,28 @@ class TranscriptionsService:
         decoded: Audio,
         model: Transcriber,
     ) -> dict[str, Any] | OmniError:
+        """Each window's text recorded as the model hears it, then the segments and the
+        done event; a failure, or a cancel (its client went away), ends it instead."""
+        started = time.perf_counter()
+        outcome, heard = await self._hear(tid, body, task, decoded, model)
+        status = "completed" if isinstance(outcome, dict) else "failed"
+        if isinstance(outcome, OmniError) and outcome.code == "cancelled":
+            status = "cancelled"
+        m = self.metrics
+        m.transcriptions.labels(task, status).inc()
+        m.transcription_audio.labels(task).inc(heard)
+        m.transcription_seconds.labels(task).observe(time.perf_counter() - started)
+        return outcome
+
+    async def _hear(
+        self,
+        tid: str,
+        body: TranscriptionCreate,
+        task: str,
+        decoded: Audio,
+        model: Transcriber,
+    ) -> tuple[dict[str, Any] | OmniError, float]:
+        """_run's outcome, and the seconds of audio the model heard."""
         options = TranscribeOptions(
             language=body.language,
             prompt=body.prompt,
@@ -172,28 +202,71 @@ class TranscriptionsService:
             translate=task == "translate",
             words=body.words,
         )
-        started_at = _now_ms()
+        started_at, seq, said, heard_s = _now_ms(), 1, False, 0.0
+        end: Transcript | None = None
+        answer: Answer[Heard | Transcript] | None = None
+        self._answers[tid] = None
         try:
-            result = await model.transcribe(decoded, options)
+            answer = self._answers[tid] = await model.transcribe(decoded, options)
+            if tid in self._cancelled:
+                answer.cancel()
+            async for piece in answer:
+                if isinstance(piece, Transcript):
+                    end = piece
+                    break
+                heard = {"window": piece.window, "seconds": round(piece.seconds, 3),
+                         "segments": len(piece.segments)}  # fmt: skip
+                events = [NewEvent(TRANSCRIPTION_WINDOW, dumps(heard))]
+                for delta in transcripts.window_deltas(piece.segments, said):
+                    events.append(NewEvent(TRANSCRIPT_DELTA, dumps(delta)))
+                    said = True
+                await self.appender.append(Append(tid, seq, events))
+                seq += len(events)
+                heard_s = piece.seconds
         except Exception as exc:  # noqa: BLE001 - recorded, and handed back as a value
             failure = exc if isinstance(exc, OmniError) else OmniError(str(exc))
-            data = {"id": tid, **failure.body(), "timings": self._timings(started_at)}
-            await self.appender.append(
-                Append(tid, 1, [NewEvent(TRANSCRIPTION_FAILED, dumps(data))])
-            )
-            return failure
-        seconds = decoded.seconds
-        heard = {
+            return await self._fail(tid, seq, failure, started_at), heard_s
+        finally:
+            self._answers.pop(tid, None)
+            self._cancelled.discard(tid)
+            if answer is not None:
+                await answer.aclose()  # over already, but where this task was cancelled
+        if end is None:
+            failure = OmniError("no transcript came")
+            return await self._fail(tid, seq, failure, started_at), heard_s
+        if end.cancelled:
+            failure = OmniError(GONE, code="cancelled")
+            ended = await self._fail(tid, seq, failure, started_at, windows=end.windows)
+            return ended, heard_s
+        result, seconds = end.result, decoded.seconds
+        heard_all: dict[str, Any] = {
             "language": result.get("language"),
             "duration": round(seconds, 3),
             "segments": result["segments"],
+            "windows": end.windows,
             "timings": self._timings(started_at),
         }
-        events = [NewEvent(TRANSCRIPT_DELTA, dumps(d)) for d in transcripts.deltas(result)]
-        events.append(NewEvent(TRANSCRIPTION_SEGMENTS, dumps(heard)))
+        events = [NewEvent(TRANSCRIPTION_SEGMENTS, dumps(heard_all))]
         events.append(NewEvent(TRANSCRIPT_DONE, dumps(transcripts.done(result, seconds))))
-        await self.appender.append(Append(tid, 1, events))
-        return {**result, "duration": seconds}
+        await self.appender.append(Append(tid, seq, events))
+        return {**result, "duration": seconds}, seconds
+
+    async def _fail(
+        self, tid: str, seq: int, failure: OmniError, started_at: int, **fields: Any
+    ) -> OmniError:
+        data = {"id": tid, **failure.body(), **fields, "timings": self._timings(started_at)}
+        await self.appender.append(Append(tid, seq, [NewEvent(TRANSCRIPTION_FAILED, dumps(data))]))
+        return failure
+
+    def cancel(self, tid: str) -> None:
+        """Stop a transcription under way after the window the model is hearing (its client
+        went away); it ends `transcription.failed` with the code `cancelled`."""
+        if tid not in self._answers:
+            return  # over already
+        if (answer := self._answers[tid]) is None:
+            self._cancelled.add(tid)  # the model is being sent it
+        else:
+            answer.cancel()
 
     @staticmethod
     def _timings(started_at: int) -> dict[str, int]:

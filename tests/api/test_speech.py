@@ -16,6 +16,7 @@ import io
 import json
 import shutil
 import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -32,6 +33,7 @@ from omni.runtime.catalogue import scan
 from omni.runtime.loading import Loader
 from omni.runtime.tiny_kokoro import FRAME, SAMPLE_RATE, VOICE
 from omni.service.models import Models
+from tests.api.test_metrics import scrape, value
 from tests.server import ServerThread
 from tests.test_cli import omni
 
@@ -138,7 +140,7 @@ def test_streamed_bytes_at_half_speed_last_twice_as_long(served) -> None:
 
 
 def test_sse_sends_each_line_as_it_is_spoken_then_done_with_usage(served) -> None:
-    _, client, _ = served
+    _, client, db = served
     with client.audio.speech.with_streaming_response.create(
         model=SPEAKER, voice=VOICE, input=f"{SAID}\nAdiós.", response_format="wav",
         stream_format="sse",
@@ -156,6 +158,54 @@ def test_sse_sends_each_line_as_it_is_spoken_then_done_with_usage(served) -> Non
     assert (codec, rate) == ("pcm_s16le", SAMPLE_RATE) and usage["input_tokens"] > 0
     ends = 2 * FRAME / SAMPLE_RATE  # the second line's own frame at each end
     assert seconds == pytest.approx(foretold(usage["input_tokens"]) + ends, abs=1e-3)
+    assert ending(db, streamed.headers["x-omni-speech-id"])["segments"] == 2  # one a line
+
+
+LINES = 6
+
+
+@pytest.mark.parametrize("stream_format", ["audio", "sse"])
+def test_a_client_that_leaves_stops_the_model(served, stream_format: str) -> None:
+    """Six lines, one segment each; the client leaves at its first audio: the model stops
+    after the line it is speaking, and the log's ending says so and how much it spoke."""
+    srv, _, db = served
+    with httpx.stream(
+        "POST",
+        f"{srv.base_url}/v1/audio/speech",
+        json={"model": SPEAKER, "voice": VOICE, "input": "\n".join([SAID] * LINES),
+              "response_format": "wav", "stream_format": stream_format},
+        timeout=120,
+    ) as res:  # fmt: skip
+        assert res.status_code == 200
+        sid = res.headers["x-omni-speech-id"]
+        next(res.iter_raw())
+    for _ in range(1200):  # the model stops at its next line's end
+        with sqlite3.connect(db) as conn:
+            row = conn.execute("SELECT status FROM speeches WHERE id = ?", (sid,)).fetchone()
+        if row != ("in_progress",):
+            break
+        time.sleep(0.1)
+    assert row == ("cancelled",)
+    end = ending(db, sid)
+    assert end["error"]["code"] == "cancelled" and end["spoken"]["stopped"] is True
+    assert 1 <= end["spoken"]["segments"] < LINES
+
+
+def test_metrics_count_them_by_status_with_the_audio_spoken(served) -> None:
+    srv, client, db = served
+    before = scrape(srv)
+    answer = client.audio.speech.create(model=SPEAKER, voice=VOICE, input=SAID)
+    sid = answer.response.headers["x-omni-speech-id"]
+    after = scrape(srv)  # its ending is written before its answer's body ends
+
+    def moved(name: str, **labels: str) -> float:
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    assert moved("omni_speech_requests_total", status="completed") == 1
+    assert moved("omni_speech_requests_total", status="cancelled") == 0
+    spoken = moved("omni_speech_audio_seconds_total")
+    assert spoken == pytest.approx(ending(db, sid)["duration_s"], abs=1e-3) and spoken > 0
+    assert moved("omni_speech_request_seconds_count") == 1
 
 
 @pytest.mark.parametrize(

@@ -30,6 +30,7 @@ from omni.runtime.default_transcription import DEFAULT_TRANSCRIPTION_ID
 from omni.runtime.transcriber import MLXTranscriber
 from omni.service.transcriptions import TranscriptionsService
 from tests.api._helpers import MODEL
+from tests.api.test_metrics import scrape, value
 from tests.server import running
 
 SENTENCE = "Please open the door and turn on the lights."
@@ -93,7 +94,11 @@ def served(
         with running(tiny_engine, db) as (srv, client):
             state = srv.state
             state.transcriptions = TranscriptionsService(
-                state.store, state.appender, state.notifier, OneTranscriber(transcriber)
+                state.store,
+                state.appender,
+                state.notifier,
+                OneTranscriber(transcriber),
+                metrics=state.metrics,
             )
             yield srv, client, db
     finally:
@@ -159,7 +164,8 @@ def test_a_stream_sends_the_text_then_done_and_replays_the_same(served, speech) 
             "SELECT type FROM events WHERE stream_id = ? ORDER BY seq", (tid,)
         )]  # fmt: skip
     assert tid.startswith("trsc-")
-    assert stored == ["transcription.in_progress", *types[:-1], "transcription.segments", types[-1]]
+    assert stored == ["transcription.in_progress", "transcription.window", *types[:-1],
+                      "transcription.segments", types[-1]]  # fmt: skip
     live = httpx.get(f"{srv.base_url}/v1/audio/transcriptions/{tid}?stream=true", timeout=30)
     assert live.headers["content-type"].startswith("text/event-stream")
     assert [json.loads(line[6:])["type"] for line in live.text.splitlines()
@@ -282,3 +288,134 @@ def test_a_client_that_leaves_still_leaves_a_whole_record(served, speech) -> Non
             break
         time.sleep(0.1)
     assert rows[-1][0] == "completed" and heard(rows[-1][1]) >= 0.8
+
+
+# Spoken by espeak-ng at 150 words a minute: ~34 s, two of Whisper's 30 s windows.
+PASSAGE = (
+    "Please open the door and turn on the lights. The weather today is cold and windy, so"
+    " bring a warm coat. We will meet at the station at nine in the morning. After lunch we"
+    " can walk along the river and look at the boats. The museum closes at five, so we should"
+    " arrive early. In the evening there is a concert in the park. My brother plays the violin"
+    " and my sister sings in the choir. Tomorrow we travel north by train to visit our"
+    " grandparents. They live in a small house near the sea, with a garden full of apple trees."
+)
+# ~70 s: three windows.
+LONGER = PASSAGE + (
+    " On Sunday the whole family cooks dinner together. My father bakes bread and my mother"
+    " makes a soup of carrots and onions. The children set the table and fold the napkins."
+    " After dinner we play cards by the fire until it is late. In the spring we plant"
+    " tomatoes, beans and flowers in the garden. The birds build their nests in the old oak"
+    " tree behind the house. Every summer we swim in the lake and sleep in a tent under the"
+    " stars. When autumn comes, the leaves turn red and gold, and we gather apples for pies."
+)
+
+
+@pytest.fixture(scope="module")
+def passages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
+    espeak = shutil.which("espeak-ng")
+    assert espeak is not None, "the tests need espeak-ng (Debian's espeak-ng)"
+    out = {}
+    for name, text in (("passage", PASSAGE), ("longer", LONGER)):
+        wav = tmp_path_factory.mktemp("speech") / f"{name}.wav"
+        subprocess.run([espeak, "-s", "150", "-w", str(wav), text], check=True)
+        out[name] = wav.read_bytes()
+    return out
+
+
+def _log(db: Path, tid: str) -> list[tuple[int, str, dict[str, Any]]]:
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute(
+            "SELECT position, type, data FROM events WHERE stream_id = ? ORDER BY seq", (tid,)
+        ).fetchall()
+    return [(p, t, json.loads(d)) for p, t, d in rows]
+
+
+def _latest(db: Path) -> str:
+    with sqlite3.connect(db) as conn:
+        (tid,) = conn.execute(
+            "SELECT id FROM transcriptions ORDER BY created_ms DESC LIMIT 1"
+        ).fetchone()
+    return str(tid)
+
+
+def test_a_stream_gets_each_windows_text_as_it_is_heard(served, passages) -> None:
+    """Two windows: the first window's deltas are committed before the model's process said
+    it had heard the last (its `transcription.window`, recorded as its message came); the
+    text and segments are those of the same audio heard without a stream."""
+    _, client, db = served
+    events = list(
+        client.audio.transcriptions.create(
+            model="whisper-1", file=("passage.wav", passages["passage"]), stream=True
+        )
+    )
+    log = _log(db, _latest(db))
+    windows = [(p, d) for p, t, d in log if t == "transcription.window"]
+    deltas = [(p, d) for p, t, d in log if t == "transcript.text.delta"]
+    assert [d["window"] for _, d in windows] == [0, 1] and len(deltas) > 1
+    assert windows[0][0] < deltas[0][0] < windows[-1][0] < deltas[-1][0]
+    assert windows[-1][1]["seconds"] > 30
+    text = "".join(d["delta"] for _, d in deltas)
+    assert [e.delta for e in events[:-1]] == [d["delta"] for _, d in deltas]  # type: ignore[union-attr]
+    assert text == events[-1].text == log[-1][2]["text"]  # type: ignore[union-attr]
+    assert SequenceMatcher(None, words(PASSAGE), words(text)).ratio() >= 0.8, text
+    plain = client.audio.transcriptions.create(
+        model="whisper-1", file=("passage.wav", passages["passage"]),
+        response_format="verbose_json",
+    )  # fmt: skip
+    streamed = next(d for _, t, d in log if t == "transcription.segments")
+    assert plain.text == text
+    assert [s.model_dump() for s in plain.segments or []] == [
+        {k: v for k, v in s.items() if k != "words"} for s in streamed["segments"]
+    ]
+
+
+def test_a_stream_whose_client_leaves_stops_the_model(served, passages) -> None:
+    """Three windows; the client leaves at the first delta: the model's process stops after
+    the window it is hearing, and the log ends `cancelled` with fewer windows heard."""
+    srv, _, db = served
+    with httpx.stream(
+        "POST",
+        f"{srv.base_url}/v1/audio/transcriptions",
+        data={"model": "whisper-1", "stream": "true"},
+        files={"file": ("longer.wav", passages["longer"])},
+        timeout=120,
+    ) as res:
+        for line in res.iter_lines():
+            if line.startswith("data: ") and "transcript.text.delta" in line:
+                break
+    tid = _latest(db)
+    for _ in range(1200):  # the model stops at its next window's end
+        log = _log(db, tid)
+        if log[-1][1] in ("transcript.text.done", "transcription.failed"):
+            break
+        time.sleep(0.1)
+    _, end, ending = log[-1]
+    assert end == "transcription.failed" and ending["error"]["code"] == "cancelled"
+    heard = [d for _, t, d in log if t == "transcription.window"]
+    assert log[0][2]["seconds"] > 60  # three windows, of which it heard fewer
+    assert ending["windows"] == len(heard) < 3 and heard[-1]["seconds"] < 60
+    with sqlite3.connect(db) as conn:
+        assert conn.execute(
+            "SELECT status FROM transcriptions WHERE id = ?", (tid,)
+        ).fetchone() == ("cancelled",)
+
+
+def test_metrics_count_them_by_task_and_status_with_the_audio_heard(served, speech) -> None:
+    srv, client, db = served
+    before = scrape(srv)
+    client.audio.transcriptions.create(model="whisper-1", file=("s.wav", speech["wav"]))
+    after = scrape(srv)
+    with sqlite3.connect(db) as conn:
+        (seconds,) = conn.execute(
+            "SELECT audio_seconds FROM transcriptions ORDER BY created_ms DESC LIMIT 1"
+        ).fetchone()
+
+    def moved(name: str, **labels: str) -> float:
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    assert moved("omni_transcriptions_total", task="transcribe", status="completed") == 1
+    assert moved("omni_transcriptions_total", task="transcribe", status="failed") == 0
+    heard = moved("omni_transcription_audio_seconds_total", task="transcribe")
+    assert heard == pytest.approx(seconds, abs=1e-3)
+    assert moved("omni_transcription_request_seconds_count", task="transcribe") == 1
+    assert moved("omni_transcription_request_seconds_sum", task="transcribe") > 0

@@ -1,5 +1,5 @@
-"""Migration 0008 on a log written by hand: a transcription's summaries row and its
-`transcriptions` view row from its events alone (done, failed, running), the same on
+"""Migrations 0008 and 0010 on a log written by hand: a transcription's summaries row and its
+`transcriptions` view row from its events alone (done, failed, cancelled, running), the same on
 PostgreSQL (its own triggers, fed the same events), the same after a rebuild, and `omni ls`
 and `omni show` listing them."""
 
@@ -26,8 +26,9 @@ def _append(
 
 
 def _events(conn: sqlite3.Connection) -> None:
-    """Three transcriptions: one heard, one failed, one still being heard."""
-    for n, tid in enumerate(["trsc-done", "trsc-broke", "trsc-running"]):
+    """Four transcriptions: one heard, one failed, one whose client left, one still being
+    heard."""
+    for n, tid in enumerate(["trsc-done", "trsc-broke", "trsc-running", "trsc-left"]):
         audio = {"filename": "a.wav", "bytes": 1234, "sha256": "0" * 64, "seconds": 2.5}
         request = {"kind": "transcription", "task": "transcribe", "model": "whisper",
                    "body": {"model": "whisper-1", "stream": False}, "audio": audio,
@@ -40,6 +41,9 @@ def _events(conn: sqlite3.Connection) -> None:
     _append(conn, "trsc-done", 2, "transcript.text.done", {"text": "Hello.", "usage": usage}, 40)
     error = {"message": "why", "type": "server_error", "param": None, "code": "server_error"}
     _append(conn, "trsc-broke", 1, "transcription.failed", {"error": error}, 3000)
+    _append(conn, "trsc-left", 1, "transcription.window", {"window": 0, "seconds": 30.0}, 3500)
+    gone = {**error, "message": "The client went away.", "code": "cancelled"}
+    _append(conn, "trsc-left", 2, "transcription.failed", {"error": gone, "windows": 1}, 4000)
 
 
 def _log(path: Path) -> None:
@@ -66,6 +70,8 @@ def test_each_ending_in_summaries_and_the_view(tmp_path: Path) -> None:
          "server_error"),
         ("trsc-running", "in_progress", "whisper", "transcribe", 2.5, 1234, None, None, None,
          None, None),
+        ("trsc-left", "cancelled", "whisper", "transcribe", 2.5, 1234, None, None, None, 1000,
+         "cancelled"),
     ]  # fmt: skip
 
 
@@ -95,7 +101,8 @@ def test_omni_ls_and_show(tmp_path: Path) -> None:
     listed = omni("ls", "--kind", "transcription", "--db", str(path))
     assert listed.returncode == 0, listed.stderr
     lines = listed.stdout.splitlines()[1:]  # after the header
-    assert [line.split("\t")[0] for line in lines] == ["trsc-running", "trsc-broke", "trsc-done"]
+    assert [line.split("\t")[0] for line in lines] == ["trsc-left", "trsc-running", "trsc-broke",
+                                                            "trsc-done"]  # fmt: skip
     shown = omni("show", "trsc-done", "--db", str(path))
     assert shown.returncode == 0, shown.stderr
     assert "Hello." in shown.stdout and "a.wav: 2.5 s of audio (transcribe)" in shown.stdout

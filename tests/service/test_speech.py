@@ -19,9 +19,46 @@ from omni.schemas.speech import SpeechCreate
 from omni.service.speech import SpeechService
 
 
+class Script:
+    """A scripted speaker's answer: each item a piece of the file, an exception raised there,
+    or None (wait until cancelled); then a Spoken of 24,000 samples, or, cancelled, of the
+    pieces spoken so far (1,000 samples each)."""
+
+    def __init__(self, script: list[bytes | Exception | None]) -> None:
+        self.script, self.at, self.over = list(script), 0, False
+        self.stopped = asyncio.Event()
+
+    def __aiter__(self) -> Script:
+        return self
+
+    async def __anext__(self) -> bytes | Spoken:
+        if self.over:
+            raise StopAsyncIteration
+        if self.at < len(self.script) and not self.stopped.is_set():
+            item = self.script[self.at]
+            if isinstance(item, Exception):
+                self.over = True
+                raise item
+            if item is None:
+                await self.stopped.wait()
+            else:
+                self.at += 1
+                return item
+        self.over = True
+        if self.stopped.is_set():
+            return Spoken(1000 * self.at, 24000, 7, self.at, True)
+        return Spoken(24000, 24000, 7, self.at)
+
+    def cancel(self) -> None:
+        self.stopped.set()
+
+    async def aclose(self) -> None:
+        self.cancel()
+        self.over = True
+
+
 class ScriptedSpeaker:
-    """Speaks its script: each item a piece of the file, an exception raised there, or None
-    (wait until cancelled); then a Spoken of 24,000 samples."""
+    """Speaks its script (Script)."""
 
     model_id = "scripted-tts"
     capabilities = SpeechCapabilities(24000, ("af_one", "bf_two"), "af_one", False)
@@ -34,16 +71,9 @@ class ScriptedSpeaker:
     async def speak(
         self, text: str, voice: str | None, response_format: str, speed: float,
         instructions: str | None = None,
-    ) -> AsyncIterator[bytes | Spoken]:  # fmt: skip
+    ) -> Script:  # fmt: skip
         self.asked.append((text, voice))
-        for item in self.script:
-            if isinstance(item, Exception):
-                raise item
-            if item is None:
-                await asyncio.Event().wait()
-            assert item is not None
-            yield item
-        yield Spoken(24000, 24000, 7)
+        return Script(self.script)
 
     def close(self) -> None:
         pass
@@ -136,10 +166,13 @@ async def test_a_client_that_leaves_midway_ends_it_cancelled(setup) -> None:
     speaker.script = [b"ID3", None]
     speech = await service.create(body())
     assert await anext(speech.pieces) == b"ID3"
-    await speech.pieces.aclose()  # type: ignore[attr-defined]
-    await service.appender.append()  # what was queued before it has committed
+    await speech.pieces.aclose()
+    await service.close()  # its model stopped, its ending written
     end = (await stream(store, speech.id))[-1]
-    assert end.type == "speech.failed" and json.loads(end.data)["error"]["code"] == "cancelled"
+    ended = json.loads(end.data)
+    assert end.type == "speech.failed" and ended["error"]["code"] == "cancelled"
+    assert ended["spoken"] == {"segments": 1, "samples": 1000, "duration_s": 0.042,
+                               "stopped": True} and ended["bytes"] == 3  # fmt: skip
 
 
 async def test_recovery_ends_what_a_crash_left_open(setup) -> None:
