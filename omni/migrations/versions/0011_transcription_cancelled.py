@@ -3,8 +3,8 @@ the `transcriptions` view), as a speech request does (0009): its `transcription.
 carries the error code `cancelled`. 0008's ending trigger is made again with that status,
 and the rows already ended are folded again by the same statement.
 
-Revision ID: 0010
-Revises: 0009
+Revision ID: 0011
+Revises: 0010
 Create Date: 2026-12-04
 """
 
@@ -16,8 +16,8 @@ from alembic import op
 
 from omni.migrations import pgsql
 
-revision = "0010"
-down_revision = "0009"
+revision = "0011"
+down_revision = "0010"
 branch_labels = None
 depends_on = None
 
