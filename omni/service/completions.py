@@ -142,12 +142,9 @@ class CompletionsService:
             structured,
         )
         thinking, budget = thinking_plan(engine, body.reasoning_effort, body.thinking_budget)
-        nbytes = text_bytes(messages)
-        refuse_unfittable(engine, nbytes, "messages")
-        prompt = await self.prompter.render(
-            None if refs or tools else nbytes,
-            rendered,
-            *(engine, messages, tools, mode, structured, "messages", thinking),
+        refuse_unfittable(engine, text_bytes(messages), "messages")
+        prompt = await self.prompter.run(
+            rendered, engine, messages, tools, mode, structured, "messages", thinking
         )
         logprobs = body.top_logprobs if body.logprobs else None
         if body.logprobs and logprobs is None:

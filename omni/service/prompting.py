@@ -4,66 +4,34 @@ Rendering and tokenizing are CPU work in proportion to the request: on the event
 request would stall every other client (and /health). One worker thread takes them in turn, so
 at most one request's tokens are being built at once; a text longer than the context could
 hold even at the tokenizer's longest token is refused before any tokenizing.
-
-A small prompt (INLINE_BYTES) renders on the loop while other requests are being taken in: the
-engine waits for them before it prefills (omni.service.intake), and the hop to the thread and
-back costs more than such a render (on the H200's host 8 requests at once waited ~0.4 ms a hop
-for a render of ~0.1 ms, one after another, bench/README.md, intake).
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from omni.errors import InvalidRequest
 from omni.jobs import Engine
-from omni.service.intake import Intake
 
 T = TypeVar("T")
 
 # Normalizers may shrink text a little (NFKC, stripped spaces): the floor is halved for them.
 SHRINK = 2
 
-# The most text a prompt rendered on the event loop holds: ~0.5 ms to render and tokenize on
-# this project's 2-core CPU (SmolLM2's template and tokenizer: 0.14 ms for 50 bytes, 0.44 for
-# 1,000, 1.6 for 4,000).
-INLINE_BYTES = 2048
-
 
 class Prompter:
-    """Runs prompt work on one thread of its own, in order of arrival; small prompts on the
-    event loop while `intake` is taking in others."""
+    """Runs prompt work on one thread of its own, in order of arrival."""
 
-    def __init__(self, intake: Intake | None = None) -> None:
+    def __init__(self) -> None:
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="omni-prompt")
-        self.intake = intake
-        # Benchmarks compare with OMNI_INLINE_BYTES=0 (every prompt on the thread).
-        given = os.environ.get("OMNI_INLINE_BYTES", "").strip()
-        self.inline_bytes = int(given) if given else INLINE_BYTES
 
     async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, functools.partial(fn, *args, **kwargs))
-
-    async def render(self, nbytes: int | None, fn: Callable[..., T], *args: Any) -> T:
-        """`fn(*args)`, the prompt of a request of `nbytes` bytes of text (None: more than
-        text, images): here when it is small and others are being taken in, else on the
-        thread (which lets the others in meanwhile: one alone says nobody is behind it, and
-        the engine would start it alone)."""
-        intake = self.intake
-        if (
-            nbytes is not None
-            and nbytes <= self.inline_bytes
-            and intake is not None
-            and intake.taking > 1
-        ):
-            return fn(*args)
-        return await self.run(fn, *args)
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)

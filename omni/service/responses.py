@@ -73,8 +73,7 @@ class ResponsesService:
         self.models = models if isinstance(models, Models) else Models.single(models)
         self.keepalive = keepalive
         self.runs = Runs(store, appender, notifier, max_queued)
-        # Shared with chat: one request's prompt built at a time.
-        self.prompter = Prompter(self.runs.intake)
+        self.prompter = Prompter()  # shared with chat: one request's prompt built at a time
         self.fetch_images = True  # http(s) image URLs are fetched (--no-image-urls: refused)
         self.facts = ObjectLocks()  # a response's cancel and delete facts, one at a time
 
@@ -131,10 +130,8 @@ class ResponsesService:
         refs = [*item_images(history, "previous_response_id"), *item_images(items)]
         refuse_images(engine, refs)
         loaded = await load_images(refs, self.fetch_images)
-        prompt, shown = await self.prompter.render(
-            None if refs or callable_tools else input_bytes(body, conversation),
-            self._fit,
-            *(engine, body, conversation, callable_tools, mode, thinking, loaded),
+        prompt, shown = await self.prompter.run(
+            self._fit, engine, body, conversation, callable_tools, mode, thinking, loaded
         )
         wants_logprobs = "message.output_text.logprobs" in (body.include or [])
         defaults = self.defaults
@@ -359,9 +356,3 @@ class ResponsesService:
         earlier = await self._history(request["body"].get("previous_response_id"), owner)
         items: list[dict[str, Any]] = [*earlier, *request["input"], *previous["output"]]
         return items
-
-
-def input_bytes(body: ResponseCreate, conversation: Sequence[dict[str, Any]]) -> int:
-    """The bytes of text a response's prompt renders: its instructions and its items'."""
-    text = sum(len(item_text(item).encode()) for item in conversation)
-    return text + len((body.instructions or "").encode())

@@ -58,7 +58,6 @@ def watched(tiny_engine: MLXEngine, tmp_path: Path) -> Iterator[tuple[ServerThre
     server = ServerThread(Settings(db_path=str(tmp_path / "omni.db")), engine).start()
     engine.intake = server.state.responses.runs.intake
     engine.intake.settle_s = 30  # a loaded machine renders slowly: wait for all of them
-    server.state.responses.prompter.inline_bytes = 0  # renders wait: never on the loop
     engine.appender = server.state.appender
     yield server, engine
     server.stop()
