@@ -128,7 +128,6 @@ class Runs:
         run.job.behind = self.intake.handed()
         run.engine.submit(run.job)
         try:
-            await self.intake.settled()  # the others first: the engine waits for them
             await self.appender.append(*opening)
         except BaseException:
             run.job.cancel()
