@@ -31,6 +31,7 @@ from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_p
 from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p, make_sampler
 
 from omni.jobs import FinishReason, Sampling
+from omni.runtime import first_tokens
 from omni.runtime.generation import PrefixCache, Scorer, ThinkBudget, logits_processors
 from omni.runtime.observe import QUIET, Observer
 from omni.runtime.wire import (
@@ -147,6 +148,10 @@ class BatchScheduler:
         self.waiting: deque[Spec] = deque()
         self.prefills: deque[Start] = deque()  # long prompts, fed a chunk a step, in turn
         self.ready: deque[Start] = deque()  # taken off the queue, to start as short prompts
+        self.group: list[Start] = []  # short prompts to feed together in this step
+        # Whether a group's first tokens come from its prefill pass (omni.runtime.first_tokens);
+        # else BatchGenerator feeds new prompts itself.
+        self.first_from_prefill = first_tokens.joins(self.batch)
         self.solo: Solo | None = None
         self.eos = set(eos)
         self.stopping: set[int] = set()  # job ids asked to stop
@@ -161,7 +166,9 @@ class BatchScheduler:
 
     @property
     def busy(self) -> bool:
-        return bool(self.slots or self.waiting or self.solo or self.prefills or self.ready)
+        return bool(
+            self.slots or self.waiting or self.solo or self.prefills or self.ready or self.group
+        )
 
     def run(self, conn: Connection) -> None:
         # MLX lets go of the interpreter while it computes: a thread sees a step in progress.
@@ -191,9 +198,13 @@ class BatchScheduler:
             if self.prefills:
                 self._prefill_chunk()
                 # A prompt just fed takes its first token in this step, beside the batch's.
+                if self.first_from_prefill and self.solo is None and self.slots:
+                    self._take_group(waiting=False)
                 while self.ready and self.solo is None and 0 < len(self.slots) < self.max_batch:
                     self._begin(self._lead, self.ready.popleft())
-            if (solo := self.solo) is not None:
+            if self.group:  # its first tokens are the step's outputs; the batch's wait a step
+                self._feed_group()
+            elif (solo := self.solo) is not None:
                 try:
                     self._solo_step(solo)
                 except Exception:  # errors travel as values (their text: the log)
@@ -236,7 +247,12 @@ class BatchScheduler:
             (startable and not hold) or self.solo.slot.spec.id in self.stopping
         ):
             self._end_solo()
-        if startable == 1 and not self.slots and self.solo is None and not expecting:
+        if (
+            startable == 1
+            and not (self.slots or self.group)
+            and self.solo is None
+            and not expecting
+        ):
             if self.ready and _solo_ok(self.ready[0].slot.spec):
                 self._begin(self._start_solo, self.ready.popleft())
             elif self.waiting and _solo_ok(self.waiting[0]):
@@ -244,16 +260,34 @@ class BatchScheduler:
         grouped = bool(
             (self.ready or self.waiting)
             and not hold
-            and len(self.slots) < self.max_batch
+            and len(self.slots) + len(self.group) < self.max_batch
             and self._groups_align()
         )
         if grouped:
-            while self.ready and len(self.slots) < self.max_batch:
-                self._begin(self._lead, self.ready.popleft())
-            while self.waiting and len(self.slots) + len(self.prefills) < self.max_batch:
-                self._begin_spec(self._admit, self.waiting.popleft())
+            if self.first_from_prefill:
+                self._take_group()
+            else:
+                while self.ready and len(self.slots) < self.max_batch:
+                    self._begin(self._lead, self.ready.popleft())
+                while self.waiting and len(self.slots) + len(self.prefills) < self.max_batch:
+                    self._begin_spec(self._admit, self.waiting.popleft())
         self._cancel_stopped()
         return grouped
+
+    def _take_group(self, waiting: bool = True) -> None:
+        """A prefill group's worth of prompts to feed in this step (_feed_group): long ones
+        fed but for their last tokens first, then (`waiting`) short ones off the queue. The
+        rest wait for the next step's group, as BatchGenerator would feed them a group a step.
+        A job that was decoded alone and joins the batch (_join) is fed with them, over."""
+        room = self.max_batch - len(self.slots) - len(self.prefills) - len(self.group)
+        room = min(room, self.batch.prefill_batch_size)
+        while self.ready and room > 0:
+            self.group.append(self.ready.popleft())
+            room -= 1
+        while waiting and self.waiting and room > 0:
+            if (start := self._taken(self.waiting.popleft())) is not None:
+                self.group.append(start)
+                room -= 1
 
     def _schedule_speculative(self) -> None:
         """With a draft model, jobs are decoded one at a time, each alone through mlx-lm's
@@ -303,6 +337,7 @@ class BatchScheduler:
         kept: deque[Spec] = deque()
         for spec in self.waiting:
             running = len(self.slots) + (self.solo is not None) + len(self.prefills)
+            running += len(self.group)
             if not self._long(_fed(spec)) or running + len(self.ready) >= self.max_batch:
                 kept.append(spec)
                 continue
@@ -338,6 +373,73 @@ class BatchScheduler:
             self.ready.append(self.prefills.popleft())
         else:
             self.prefills.rotate(-1)
+
+    def _feed_group(self) -> None:
+        """Feed this step's group in one pass that gives each its first token, then let the
+        group join the batch's decoding (its next token is computed while the step's outputs
+        go to the server)."""
+        group, self.group = self.group, []
+        rows = [
+            first_tokens.Row(
+                s.rest,
+                s.cache,
+                list(s.slot.fed),
+                self._sampler(s.slot.spec.sampling),
+                s.slot.processors,
+            )
+            for s in group
+        ]
+        began = time.perf_counter()
+        try:
+            with mx.stream(self.batch.stream):
+                fed = first_tokens.feed(self.model, rows)
+        except Exception:  # errors travel as values (their text: the log)
+            log.exception("prefill step failed")
+            self.out.extend(Failed(s.id, GENERATION_FAILED) for s in group)
+            return
+        self.observer.on_prefill(time.perf_counter() - began, sum(len(r.rest) for r in rows), False)
+        keep = [i for i, start in enumerate(group) if self._first(start, fed, i)]
+        if not keep:
+            return
+        left = [group[i].slot for i in keep]
+        try:
+            with mx.stream(self.batch.stream):
+                uids = first_tokens.join(
+                    self.batch,
+                    self.model,
+                    fed,
+                    rows,
+                    keep,
+                    [slot.spec.sampling.max_tokens - slot.done for slot in left],
+                )
+        except Exception:  # errors travel as values (their text: the log)
+            log.exception("generation step failed")
+            self.out.extend(Failed(slot.spec.id, GENERATION_FAILED) for slot in left)
+            return
+        self.slots.update(zip(uids, left, strict=True))
+
+    def _first(self, start: Start, fed: first_tokens.Fed, i: int) -> bool:
+        """Hand out row `i`'s first token; whether the job goes on (else it ended there, an
+        end token or its last, and its cache is kept for reuse)."""
+        slot, token = start.slot, fed.tokens[i]
+        spec = slot.spec
+        self._started(start)
+        reason: FinishReason | None = None
+        if token in self.eos:  # an end-of-sequence token: not output
+            reason = "stop"
+        else:
+            slot.fed.append(token)
+            slot.done += 1
+            k = spec.sampling.logprobs
+            scored = None if k is None else self.scorer(token, fed.logprobs[i], k)
+            self.out.append(Token(spec.id, token, scored))
+            if slot.done >= spec.sampling.max_tokens:
+                reason = "length"
+        if reason is None:
+            return True
+        self._keep(slot, [c.extract(i) for c in fed.cache], None)  # (it holds the prompt alone)
+        self.out.append(Finished(spec.id, reason, len(spec.prompt), slot.done, slot.cached))
+        return False
 
     def _watch(self, seconds: float) -> None:
         """Log a step far longer than usual, with what it did."""
@@ -432,7 +534,9 @@ class BatchScheduler:
         A job that comes alone says nobody is behind it and starts at once."""
         return (
             self._behind > 0
-            and not (self.slots or self.solo is not None or self.prefills or self.ready)
+            and not (
+                self.slots or self.solo is not None or self.prefills or self.ready or self.group
+            )
             and 0 < len(self.waiting) < self.batch.prefill_batch_size
             and now - self._oldest_wait < self.gather_s
         )
@@ -447,7 +551,7 @@ class BatchScheduler:
         nothing from company (a group is padded out to its longest).
         `arrived`: jobs received since the last step."""
         step, self._checked = now - self._checked, now
-        running = len(self.slots) + (self.solo is not None)
+        running = len(self.slots) + (self.solo is not None) + len(self.group)
         group = self.batch.prefill_batch_size
         return (
             arrived > 0
@@ -656,7 +760,7 @@ class BatchScheduler:
         if can_trim_prompt_cache(cache):
             back = min(FEED_AT_LEAST, len(slot.fed))  # the cache holds all of slot.fed
             trim_prompt_cache(cache, back)
-            self._insert(slot, cache, slot.fed[len(slot.fed) - back :])
+            self._join(Start(slot, cache, slot.fed[len(slot.fed) - back :], told=True))
             return
         # A cache that cannot be cut back (a sliding window past its size, a recurrent
         # state): it starts again from the longest cached prefix of what it has seen, fed a
@@ -666,7 +770,14 @@ class BatchScheduler:
         if self._long(len(rest)):
             self.prefills.append(start)
         else:
-            self._insert(slot, cache, rest)
+            self._join(start)
+
+    def _join(self, start: Start) -> None:
+        """A job that was decoded alone goes on in the batch: fed with this step's group."""
+        if self.first_from_prefill:
+            self.group.append(start)
+        else:
+            self._insert(start.slot, start.cache, start.rest)
 
     def _processors(self, spec: Spec) -> list[Any]:
         processors = logits_processors(spec.sampling)

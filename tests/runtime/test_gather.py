@@ -163,8 +163,9 @@ def test_prefill_steps_are_counted_by_time_when_asked(loaded: tuple[Any, Any]) -
 def test_a_job_that_stops_keeps_its_end_token_in_the_prefix_cache(
     loaded: tuple[Any, Any],
 ) -> None:
-    """The end token was fed to the model before it was seen: the kept cache holds it, and is
-    named with it (a follow-up turn's prompt carries it too)."""
+    """Decoding alone, the end token was fed to the model before it was seen: the kept cache
+    holds it, and is named with it (a follow-up turn's prompt carries it too). A job whose first
+    token is the end took it from its prompt's pass: its cache holds the prompt."""
     model, tokenizer = loaded
     eos = sorted(tokenizer.eos_token_ids)[0]
 
@@ -173,13 +174,13 @@ def test_a_job_that_stops_keeps_its_end_token_in_the_prefix_cache(
         return Spec(i, [1, 2, 3, 10 + i], [], "", sampling)
 
     # Job 0 alone (decoded on its own), then 1 and 2 together (in the batch).
-    for steps in ([[ending(0)]], [[ending(1), ending(2)]]):
+    for steps, held in (([[ending(0)]], 1), ([[ending(1), ending(2)]], 0)):
         store = PrefixCache(model, 8, 1 << 30)
         scheduler = BatchScheduler(model, tokenizer, store, 8, 0.0)
         scheduler.run(Script([*steps, [], [], [Close()]]))  # type: ignore[arg-type]
         for prompt in (spec.prompt for spec in steps[0]):
             cache, rest = store.nearest("", [*prompt, eos, 77])
-            assert (cache[0].offset, rest) == (len(prompt) + 1, [77])
+            assert (cache[0].offset, rest) == (len(prompt) + held, [eos, 77][held:])
 
 
 def test_kept_caches_hold_only_their_own_memory(loaded: tuple[Any, Any]) -> None:
@@ -216,36 +217,51 @@ def prefill_passes(
     max_batch: int = 32,
     group: int = PREFILL_GROUP,
 ) -> tuple[list[int], Script]:
-    """The prompts of each prefill pass BatchGenerator ran, and the pipe."""
-    from mlx_lm.generate import PromptProcessingBatch
-
-    passes: list[int] = []
-    prompt = PromptProcessingBatch.prompt
-
-    def counted(self: Any, tokens: list[list[int]]) -> None:
-        if tokens:
-            passes.append(len(tokens))
-        prompt(self, tokens)
-
-    monkeypatch.setattr(PromptProcessingBatch, "prompt", counted)
+    """The prompts of each prefill pass the engine ran, and the pipe."""
+    fed = counting_passes(monkeypatch)
     model, tokenizer = loaded
     scheduler = BatchScheduler(model, tokenizer, store, max_batch, 0.0, prefill_group=group)
     script = Script([*steps, *([[]] * 60), [Close()]])
     scheduler.run(script)  # type: ignore[arg-type]
-    return passes, script
+    return [len(rows) for rows in fed], script
+
+
+def counting_passes(monkeypatch: pytest.MonkeyPatch) -> list[list[int]]:
+    """Each prefill pass from now on, as the token counts it fed its prompts: BatchGenerator's
+    (PromptProcessingBatch.prompt) and the engine's own groups' (first_tokens.feed)."""
+    from mlx_lm.generate import PromptProcessingBatch
+
+    from omni.runtime import first_tokens
+
+    passes: list[list[int]] = []
+    prompt, feed = PromptProcessingBatch.prompt, first_tokens.feed
+
+    def counted(self: Any, tokens: list[list[int]]) -> None:
+        if tokens:
+            passes.append([len(t) for t in tokens])
+        prompt(self, tokens)
+
+    def fed(model: Any, rows: list[first_tokens.Row]) -> first_tokens.Fed:
+        passes.append([len(r.rest) for r in rows])
+        return feed(model, rows)
+
+    monkeypatch.setattr(PromptProcessingBatch, "prompt", counted)
+    monkeypatch.setattr(first_tokens, "feed", fed)
+    return passes
 
 
 @pytest.mark.parametrize("group", [PREFILL_GROUP, CUDA_PREFILL_GROUP])
 def test_a_burst_is_prefilled_in_groups_of_the_engines_size(
     loaded: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch, group: int
 ) -> None:
-    """A burst of 64 (as a benchmark's round): 64 / group passes of `group` prompts, the first
-    job's solo start included, and every job's tokens."""
+    """A burst of 64 (as a benchmark's round): 64 / group passes of `group` prompts, and every
+    job's tokens. The first job, decoded alone since it came first, is fed its last tokens
+    again with the first group (over its size: one more row in a pass costs next to nothing)."""
     n = 64
     steps = [[job(0)], [job(i) for i in range(1, n)]]
     store = PrefixCache(loaded[0], 0, 0)
     passes, script = prefill_passes(loaded, steps, store, monkeypatch, max_batch=n, group=group)
-    assert passes == [group] * (n // group)
+    assert passes == [group + 1] + [group] * (n // group - 2) + [group - 1]
     assert sum(isinstance(o, Token) for sent in script.sent for o in sent) == 40 * n
 
 
@@ -259,14 +275,14 @@ def test_a_prefill_group_holds_one_prompt_at_least(loaded: tuple[Any, Any]) -> N
 def test_a_job_moving_out_of_the_solo_path_is_prefilled_with_its_group(
     loaded: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Job 0 runs alone; 15 more come at once. 16 jobs are two prefill groups: two passes.
-    (Handed over with one token, the moved job went to decoding at once yet took a place in
-    the first group: the other 7 were prefilled, then one more, then 7 ...: every group after
-    it in two passes.)"""
+    """Job 0 runs alone; 15 more come at once. 16 jobs are two prefill groups: two passes, the
+    moved job fed with the first. (Handed to BatchGenerator with one token, it went to decoding
+    at once yet took a place in the first group: the other 7 were prefilled, then one more,
+    then 7 ...: every group after it in two passes.)"""
     n = 2 * PREFILL_GROUP
     steps = [[job(0)], [], [job(i) for i in range(1, n)]]
     passes, script = prefill_passes(loaded, steps, PrefixCache(loaded[0], 0, 0), monkeypatch)
-    assert passes == [PREFILL_GROUP, PREFILL_GROUP]
+    assert passes == [PREFILL_GROUP + 1, PREFILL_GROUP - 1]
     assert sum(isinstance(o, Token) for sent in script.sent for o in sent) == 40 * n
 
 
@@ -295,32 +311,31 @@ def test_a_job_cached_but_for_its_last_token_is_prefilled_with_its_group(
 def test_jobs_joining_while_a_short_group_finishes_do_not_split_every_group_after(
     loaded: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Job 0 runs alone; 12 come, then 19 the next step. The 13 are a group of 8 and one of 5.
-    BatchGenerator fills a prefill group up to its size counting the group it just prefilled,
-    so 19 handed over while those 5 were still in it were prefilled 3, then 5, 3, 5 ...: every
-    group after in two passes (on an H200, one round in six at 64 streams took twice the
-    prefill time). They wait a step for those 5 to move on: full groups."""
+    """Job 0 runs alone; 12 come, then 19 the next step. BatchGenerator filled a prefill group
+    up to its size counting the group it had just prefilled, so 19 handed over while 5 were
+    still in it were prefilled 3, then 5, 3, 5 ...: every group after in two passes (on an
+    H200, one round in six at 64 streams took twice the prefill time). The engine's own
+    groups are full ones, a group a step, whatever came when."""
     steps = [[job(0)], [job(i) for i in range(1, 13)], [job(i) for i in range(13, 32)]]
     passes, script = prefill_passes(loaded, steps, PrefixCache(loaded[0], 0, 0), monkeypatch)
-    assert passes == [PREFILL_GROUP, 5, PREFILL_GROUP, PREFILL_GROUP, 3]
+    assert passes == [PREFILL_GROUP + 1, PREFILL_GROUP, PREFILL_GROUP, 7]
     assert sum(isinstance(o, Token) for sent in script.sent for o in sent) == 40 * 32
 
 
 def test_jobs_that_fit_beside_a_finishing_group_join_it_at_once(
     loaded: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Groups of 5 (job 0 and four more: prefilled in the step they came, nothing else
-    decoding), 3, 5, 1, then 8. The 5 fit in the room the 3 being prefilled leave (8 - 3), the
-    1 beside those 5: each starts in the step it came. The 8 do not fit beside the 1 and wait
-    the one step it takes to move on (test_jobs_joining_while_a_short_group_finishes...)."""
+    """Groups of 5 (job 0, decoded alone, and four more), 3, 5, 1, then 8: each fed in the step
+    it came, whatever was fed the step before (BatchGenerator's own groups made the 8 wait a
+    step for the 1 to move on: test_jobs_joining_while_a_short_group_finishes...)."""
     sizes = [1, 4, 3, 5, 1, 8]
     ids = iter(range(sum(sizes)))
     steps = [[job(next(ids)) for _ in range(n)] for n in sizes]
     passes, script = prefill_passes(loaded, steps, PrefixCache(loaded[0], 0, 0), monkeypatch)
     assert passes == [5, 3, 5, 1, PREFILL_GROUP]
     started = [o.id for out in script.sent for o in out if isinstance(o, Started)]
-    by_step = [len([o for o in out if isinstance(o, Started)]) for out in script.sent[:7]]
-    assert by_step == [1, 4, 3, 5, 1, 0, 8]
+    by_step = [len([o for o in out if isinstance(o, Started)]) for out in script.sent[:6]]
+    assert by_step == [1, 4, 3, 5, 1, 8]
     assert started == list(range(sum(sizes)))
 
 

@@ -11,14 +11,13 @@ from typing import Any
 
 import pytest
 from mlx_lm import load
-from mlx_lm.generate import PromptProcessingBatch
 
 from omni.jobs import Sampling
 from omni.runtime import batching
 from omni.runtime.batching import BatchScheduler
 from omni.runtime.generation import PrefixCache
 from omni.runtime.wire import Cancel, Close, Finished, Output, Request, Spec, Started, Token
-from tests.runtime.test_gather import Script
+from tests.runtime.test_gather import Script, counting_passes
 
 CHUNK = 16
 LONG = 40 * CHUNK  # forty chunks
@@ -71,15 +70,7 @@ def tokens_of(script: Script, job_id: int) -> list[int]:
 def test_running_streams_get_a_token_between_every_two_chunks(
     loaded: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    rows: list[list[int]] = []  # the prompt lengths of each pass BatchGenerator fed
-    prompt = PromptProcessingBatch.prompt
-
-    def counted(self: Any, tokens: list[list[int]]) -> None:
-        if tokens:
-            rows.append([len(t) for t in tokens])
-        prompt(self, tokens)
-
-    monkeypatch.setattr(PromptProcessingBatch, "prompt", counted)
+    rows = counting_passes(monkeypatch)  # the prompt lengths of each pass of a group
     # Two short jobs decode (in the batch); a long prompt comes at step 3.
     steps = [[job(0, [1, 2, 3]), job(1, [1, 2, 4])], [], [], [job(2, long_prompt(1), 4)]]
     script, _ = run(loaded, steps)

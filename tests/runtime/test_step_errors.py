@@ -29,7 +29,7 @@ def boom(*_: Any) -> None:
 
 @pytest.mark.parametrize(
     ("where", "jobs"),
-    [("_start_solo", 1), ("_solo_step", 1), ("_admit", 2), ("_step", 2)],  # one job runs solo
+    [("_start_solo", 1), ("_solo_step", 1), ("_step", 2)],  # one job runs solo
 )
 def test_a_failed_generation_says_so_without_the_exception(
     loaded: tuple[Any, Any], where: str, jobs: int, caplog: pytest.LogCaptureFixture
@@ -45,3 +45,38 @@ def test_a_failed_generation_says_so_without_the_exception(
     assert failed == [Failed(i, GENERATION_FAILED) for i in range(jobs)]
     assert SECRET not in GENERATION_FAILED
     assert SECRET in caplog.text  # the operator still reads what happened
+
+
+@pytest.mark.parametrize("where", ["feed", "join"])
+def test_a_failed_group_pass_fails_its_jobs_without_the_exception(
+    loaded: tuple[Any, Any],
+    where: str,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The pass that feeds a group its prompts (or its joining the batch) raises: the group's
+    jobs fail, the engine goes on with the next job."""
+    from omni.runtime import first_tokens
+    from omni.runtime.wire import Token
+
+    model, tokenizer = loaded
+    scheduler = BatchScheduler(model, tokenizer, PrefixCache(model, 0, 0), 4, 0.0)
+    real = getattr(first_tokens, where)
+    calls = 0
+
+    def once(*args: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            boom()
+        return real(*args)
+
+    monkeypatch.setattr(first_tokens, where, once)
+    steps = [[job(0, tokens=4), job(1, tokens=4)], [], [job(2, tokens=4), job(3, tokens=4)]]
+    script = Script([*steps, *([[]] * 8), [Close()]])
+    scheduler.run(script)  # type: ignore[arg-type]
+    sent = [o for out in script.sent for o in out]
+    assert sorted(o.id for o in sent if isinstance(o, Failed)) == [0, 1]
+    assert all(o.message == GENERATION_FAILED for o in sent if isinstance(o, Failed))
+    assert {o.id for o in sent if isinstance(o, Token)} >= {2, 3}
+    assert SECRET in caplog.text
