@@ -202,9 +202,7 @@ class BatchScheduler:
                     self._take_group(waiting=False)
                 while self.ready and self.solo is None and 0 < len(self.slots) < self.max_batch:
                     self._begin(self._lead, self.ready.popleft())
-            if self.group:  # its first tokens are the step's outputs; the batch's wait a step
-                self._feed_group()
-            elif (solo := self.solo) is not None:
+            if (solo := self.solo) is not None:
                 try:
                     self._solo_step(solo)
                 except Exception:  # errors travel as values (their text: the log)
@@ -217,6 +215,10 @@ class BatchScheduler:
                 except Exception:  # errors travel as values; the batch starts over
                     log.exception("generation step failed")
                     self._fail_all(GENERATION_FAILED)
+            # After the batch's decode step, as BatchGenerator prefills a group after its own:
+            # the running streams wait for one pass, however many groups come in a row.
+            if self.group:
+                self._feed_group()
             now = clock()
             self._step_began = None
             self._watch(now - mark)
