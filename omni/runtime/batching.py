@@ -254,6 +254,7 @@ class BatchScheduler:
             and not (self.slots or self.group)
             and self.solo is None
             and not expecting
+            and len(self.prefills) < self.max_batch  # long prompts being fed count too
         ):
             if self.ready and _solo_ok(self.ready[0].slot.spec):
                 self._begin(self._start_solo, self.ready.popleft())

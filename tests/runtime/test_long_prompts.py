@@ -171,3 +171,18 @@ def test_only_short_prompts_wait_for_company(loaded: tuple[Any, Any]) -> None:
     script, _ = run(loaded, steps, chunk=32, gather_s=60.0)
     assert step_of(script, Started, 1) == step_of(script, Started, 2) == 4
     assert step_of(script, Started, 3) == 7
+
+
+def test_long_prompts_being_fed_count_against_the_batch_size(loaded: tuple[Any, Any]) -> None:
+    """Three long prompts and a short job come at once with room for three: the short one
+    waits for a place (it does not start alone beside the three being fed)."""
+    model, tokenizer = loaded
+    scheduler = BatchScheduler(
+        model, tokenizer, PrefixCache(model, 0, 0), 3, 0.0, prefill_chunk=CHUNK
+    )
+    jobs = [job(i, long_prompt(i), 6) for i in range(3)] + [job(3, [1, 2, 3], 6)]
+    script = Script([jobs, *([[]] * 300), [Close()]])
+    scheduler.run(script)  # type: ignore[arg-type]
+    ended = {o.id: k for k, out in enumerate(script.sent) for o in out if isinstance(o, Finished)}
+    assert step_of(script, Token, 3) > min(ended[i] for i in range(3))
+    assert all(len(tokens_of(script, i)) == 6 for i in range(4))
