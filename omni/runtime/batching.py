@@ -163,6 +163,7 @@ class BatchScheduler:
         self._usual_s = 0.0  # a step's usual length (a moving average), for the slow-step log
         self._chunked: tuple[int, int, int, int] | None = None  # the step's chunk: id, n, fed, of
         self._step_began: float | None = None  # when the step in progress began (the watchdog)
+        self._feeding = 0  # prompts of the group being fed now (the watchdog)
 
     @property
     def busy(self) -> bool:
@@ -190,7 +191,10 @@ class BatchScheduler:
             now = clock()
             observe.on_wake(now - mark, arrived)
             mark = now
-            grouped = self._schedule(now, arrived)
+            if arrived or self.waiting or self.ready or self.stopping:
+                grouped = self._schedule(now, arrived)
+            else:  # nothing to take in or stop: a decode step's worth of Python saved
+                grouped, self._checked = False, now
             now = clock()
             observe.on_admit(now - mark, grouped)
             mark = now
@@ -393,6 +397,7 @@ class BatchScheduler:
             for s in group
         ]
         began = time.perf_counter()
+        self._feeding = len(rows)
         try:
             with mx.stream(self.batch.stream):
                 fed = first_tokens.feed(self.model, rows)
@@ -400,6 +405,8 @@ class BatchScheduler:
             log.exception("prefill step failed")
             self.out.extend(Failed(s.id, GENERATION_FAILED) for s in group)
             return
+        finally:
+            self._feeding = 0
         self.observer.on_prefill(time.perf_counter() - began, sum(len(r.rest) for r in rows), False)
         keep = [i for i, start in enumerate(group) if self._first(start, fed, i)]
         if not keep:
@@ -473,6 +480,8 @@ class BatchScheduler:
         """What the step in progress is doing, in words (read from the watchdog's thread: a
         snapshot, for the log)."""
         parts = []
+        if feeding := self._feeding:
+            parts.append(f"feeding a group of {feeding} prompts")
         if prefills := list(self.prefills):
             p = prefills[0]
             fed, total = len(p.slot.fed) - len(p.rest), len(p.slot.fed)
