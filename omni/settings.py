@@ -55,13 +55,12 @@ class EngineSettings:
     gather_s: float = 0.05  # the longest a job waits for others to be prefilled with
     stats: bool = False  # print where the engine process's time went, at exit
     trace: str | None = None  # a file for the engine's step trace
-    send_thread: bool = True  # the engine sends its outputs from a thread (omni.runtime.outbox)
 
 
 def engine_knobs(env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The engine settings tests and benchmarks give through the environment (OMNI_PREFILL_GROUP,
-    OMNI_PREFILL_CHUNK, OMNI_GATHER_MS, OMNI_ENGINE_STATS, OMNI_ENGINE_TRACE, OMNI_SEND_THREAD=0),
-    as keyword arguments of EngineSettings; ValueError names a variable that is set wrong."""
+    OMNI_PREFILL_CHUNK, OMNI_GATHER_MS, OMNI_ENGINE_STATS, OMNI_ENGINE_TRACE), as keyword
+    arguments of EngineSettings; ValueError names a variable that is set wrong."""
     env = os.environ if env is None else env
     gather_ms = env.get("OMNI_GATHER_MS", "").strip()
     return {
@@ -70,7 +69,6 @@ def engine_knobs(env: Mapping[str, str] | None = None) -> dict[str, Any]:
         "gather_s": float(gather_ms) / 1000 if gather_ms else EngineSettings.gather_s,
         "stats": bool(env.get("OMNI_ENGINE_STATS")),
         "trace": env.get("OMNI_ENGINE_TRACE") or None,
-        "send_thread": env.get("OMNI_SEND_THREAD", "1").strip() != "0",
     }
 
 

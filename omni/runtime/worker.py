@@ -17,7 +17,6 @@ from omni.heap import set_aside
 from omni.runtime import blas, gemv, weights
 from omni.runtime.cpu_attention import use_exp2_attention
 from omni.runtime.observe import QUIET, Observer, StepStats
-from omni.runtime.outbox import Outbox
 from omni.runtime.quiet import no_torch_advice
 from omni.runtime.types import Runtime
 from omni.runtime.wire import Loaded, LoadFailed
@@ -168,14 +167,10 @@ def main(
         conn.send(LoadFailed(f"{type(exc).__name__}: {exc}"))
         return
     conn.send(Loaded(context_length(model), sorted(tokenizer.eos_token_ids), runtime))
-    link = Outbox(conn) if settings.send_thread else conn
     try:
-        scheduler.run(link)  # type: ignore[arg-type]
+        scheduler.run(conn)
     except (EOFError, OSError):  # the server is gone: nobody is left to decode for
         pass
-    finally:
-        if isinstance(link, Outbox):
-            link.close()
     observer.close()
 
 
