@@ -96,6 +96,7 @@ class MLXEngine:
         self.context_length = 0
         self.max_token_bytes = 1  # the most bytes one token stands for (set once loaded)
         self._tokenizer: Any = None
+        self._capabilities: tuple[tuple[Any, int, int], Capabilities] | None = None
         self._process: Any = None
         self._conn: Connection | None = None
         self._send_lock = threading.Lock()
@@ -235,14 +236,19 @@ class MLXEngine:
 
     @property
     def capabilities(self) -> Capabilities:
-        """What the loaded model can do, in one value."""
-        return Capabilities(
-            self.context_length,
-            self.max_token_bytes,
-            self.supports_tools,
-            self.tool_format,
-            self.thinking,
-        )
+        """What the loaded model can do, in one value. Read several times a request: built
+        again only once what it is made of changed (the tokenizer, the context, at load)."""
+        made_of = (self._tokenizer, self.context_length, self.max_token_bytes)
+        if self._capabilities is None or self._capabilities[0] != made_of:
+            value = Capabilities(
+                self.context_length,
+                self.max_token_bytes,
+                self.supports_tools,
+                self.tool_format,
+                self.thinking,
+            )
+            self._capabilities = (made_of, value)
+        return self._capabilities[1]
 
     @property
     def thinking(self) -> tuple[str, str] | None:
