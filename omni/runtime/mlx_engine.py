@@ -15,6 +15,7 @@ import dataclasses
 import itertools
 import logging
 import multiprocessing
+import pickle
 import shutil
 import threading
 import time
@@ -380,7 +381,9 @@ class MLXEngine:
         try:
             with self._send_lock:
                 if self._conn is not None:
-                    self._conn.send(message)
+                    # Pickled plainly: Connection.send's ForkingPickler (for handles and
+                    # sockets, which no message carries) made a job's send a third dearer.
+                    self._conn.send_bytes(pickle.dumps(message, pickle.HIGHEST_PROTOCOL))
                 elif not self._loaded.is_set():  # sent once the weights are loaded
                     self._early.append(message)
         except (OSError, ValueError):  # the engine process is gone; the reader reports it
