@@ -6,13 +6,19 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from operator import attrgetter
 from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 from omni.protocol.tool_calls import ToolFormat
 
 FinishReason = Literal["stop", "length", "cancelled"]
 T_co = TypeVar("T_co", covariant=True)
+
+
+def fields_getter(*names: str) -> Callable[[Any], tuple[Any, ...]]:
+    """A frozen dataclass's fields in order, as one tuple: what it pickles as (__reduce__)."""
+    return attrgetter(*names)  # more than one name: a tuple
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +35,12 @@ class Sampling:
     frequency_penalty: float | None = None
     logit_bias: tuple[tuple[int, float], ...] = ()
     thinking_budget: int | None = None  # most tokens inside a think block, then it is closed
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Sampling, _fields_of(self))  # see wire.Spec.__reduce__
+
+
+_fields_of = fields_getter(*(f.name for f in fields(Sampling)))
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ from typing import Any
 from quart import Blueprint, Response, current_app, request
 
 from omni.api import access
+from omni.api.body import body_bytes
 from omni.api.gate import owner
 from omni.api.query import page_args
 from omni.api.sse import DONE_FRAME, KEEPALIVE_FRAME, chunk_frames
@@ -87,7 +88,7 @@ async def create_chat() -> Any:
     state = _state()
     service: CompletionsService = state.completions
     with state.responses.runs.intake.request():
-        body = parse_body(await request.get_data(), ChatCompletionCreate)
+        body = parse_body(await body_bytes(), ChatCompletionCreate)
         state.responses.check_model(body.model)
         cid, hit = await service.create_chat(body, bypass_cache=_no_cache(), owner=owner())
     if body.stream:
@@ -106,7 +107,7 @@ async def create_text() -> Any:
     state = _state()
     service: CompletionsService = state.completions
     with state.responses.runs.intake.request():
-        body = parse_body(await request.get_data(), CompletionCreate)
+        body = parse_body(await body_bytes(), CompletionCreate)
         state.responses.check_model(body.model)
         cid = await service.create_text(body, owner())
     if body.stream:
@@ -143,7 +144,7 @@ async def chat_messages(cid: str) -> Any:
 
 @bp.post("/chat/completions/<cid>")
 async def update_chat(cid: str) -> Any:
-    return await _state().stored.update(cid, load_json(await request.get_data()), owner())
+    return await _state().stored.update(cid, load_json(await body_bytes()), owner())
 
 
 @bp.delete("/chat/completions/<cid>")

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from quart import Blueprint, current_app, request
+from quart import Blueprint, current_app
 
 from omni.api import access
+from omni.api.body import body_bytes
 from omni.api.gate import owner
 from omni.errors import ModelNotFound, ShuttingDown
 from omni.schemas.embeddings import EmbeddingCreate
@@ -18,7 +19,7 @@ bp = Blueprint("embeddings", __name__)
 @bp.post("/embeddings")
 async def create_embeddings() -> Any:
     state = current_app.config["OMNI"]
-    body = parse_body(await request.get_data(), EmbeddingCreate)
+    body = parse_body(await body_bytes(), EmbeddingCreate)
     if state.responses.runs.closing:
         raise ShuttingDown("The server is shutting down; retry shortly.")
     if state.embeddings is None:  # a server started without a model pool

@@ -24,6 +24,7 @@ ALLOW_HEADERS = ("authorization", "content-type", "last-event-id")
 # The OpenAI SDK for JavaScript sends these too; a browser page using it needs them allowed.
 ALLOW_HEADER_PREFIXES = ("x-stainless-", "openai-")
 EXPOSE_HEADERS = "x-request-id, x-omni-cache"
+MAX_HOSTS = 256  # Host headers whose verdict is kept (any beyond are checked each time)
 ALLOW_METHODS = "GET, POST, DELETE, OPTIONS"
 
 
@@ -70,11 +71,24 @@ def origin_allowed(origin: str, allowed: tuple[str, ...]) -> bool:
 def install(app: Quart, access: Access) -> None:
     own = access.own_names()
     app.config["MAX_CONTENT_LENGTH"] = access.max_body_bytes  # a chunked body is cut there too
+    # Host header -> allowed: a server hears few names, and parsing one as an IP address on
+    # every request costs more than the rest of the host check.
+    hosts: dict[str, bool] = {}
+
+    def host_ok(header: str) -> bool:
+        allowed = hosts.get(header)
+        if allowed is None:
+            name = host_name(header)
+            allowed = not name or host_allowed(name, own, access.allowed_hosts)
+            if len(hosts) < MAX_HOSTS:
+                hosts[header] = allowed
+        return allowed
 
     @app.before_request
     async def gate() -> Response | None:
-        name = host_name(request.headers.get("host", ""))
-        if name and not host_allowed(name, own, access.allowed_hosts):
+        header = request.headers.get("host", "")
+        if not host_ok(header):
+            name = host_name(header)
             raise Forbidden(
                 f"Host '{name}' is not this server's; start it with --allowed-hosts {name} "
                 "to answer under that name.",
@@ -95,19 +109,21 @@ def install(app: Quart, access: Access) -> None:
         g.owner = None
         if open_path(request.path):
             return None
-        g.owner = access.keys.owner(request.headers.get("authorization"))
-        if g.owner is not None:
-            note(key=g.owner)
-        if request.content_length is not None and request.content_length > access.max_body_bytes:
+        g.owner = owner = access.keys.owner(request.headers.get("authorization"))
+        if owner is not None:
+            note(key=owner)
+        length = request.content_length
+        if length is not None and length > access.max_body_bytes:
             raise PayloadTooLarge(
-                f"The request body is {request.content_length} bytes; this server takes "
+                f"The request body is {length} bytes; this server takes "
                 f"at most {access.max_body_bytes} (see --max-body-mb)."
             )
-        if request.method in ("POST", "PUT", "PATCH") and _has_body():
-            if request.mimetype != "application/json" and not _upload():
+        if request.method in ("POST", "PUT", "PATCH") and _has_body(length):
+            mimetype = request.mimetype
+            if mimetype != "application/json" and not _upload(mimetype):
                 raise UnsupportedMediaType(
                     "The request body must be JSON, sent with 'Content-Type: application/json'"
-                    f" (got {request.mimetype or 'no content type'!r})."
+                    f" (got {mimetype or 'no content type'!r})."
                 )
         return None
 
@@ -125,9 +141,9 @@ def install(app: Quart, access: Access) -> None:
         return response
 
 
-def _upload() -> bool:
+def _upload(mimetype: str) -> bool:
     """An audio file, sent as OpenAI's audio endpoints take it: a multipart form."""
-    return request.mimetype == "multipart/form-data" and "/audio/" in request.path
+    return mimetype == "multipart/form-data" and "/audio/" in request.path
 
 
 def _same_origin(origin: str) -> bool:
@@ -141,9 +157,9 @@ async def _finish_body(response: Response, limit: int) -> None:
     the client's next request (HTTP/1.1 cannot start one with a body half-sent; Hypercorn
     would drop the connection under it), or, for a body too large to read, say the
     connection closes."""
-    if request.method not in ("POST", "PUT", "PATCH") or not _has_body():
-        return
     length = request.content_length
+    if request.method not in ("POST", "PUT", "PATCH") or not _has_body(length):
+        return
     if length is not None and length <= limit and response.status_code != 413:
         try:
             await request.get_data(cache=True)
@@ -154,10 +170,11 @@ async def _finish_body(response: Response, limit: int) -> None:
         response.headers["connection"] = "close"
 
 
-def _has_body() -> bool:
-    """HTTP/1.1 says a body's length or that it is chunked; HTTP/2 need say neither."""
-    if request.content_length is not None:
-        return request.content_length > 0
+def _has_body(length: int | None) -> bool:
+    """HTTP/1.1 says a body's length (`length`, its Content-Length) or that it is chunked;
+    HTTP/2 need say neither."""
+    if length is not None:
+        return length > 0
     chunked = "chunked" in request.headers.get("transfer-encoding", "").lower()
     return chunked or not request.http_version.startswith("1")
 

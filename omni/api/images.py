@@ -12,11 +12,12 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from quart import Blueprint, current_app, request
+from quart import Blueprint, current_app
 from quart.wrappers import Response
 
 from omni import features
 from omni.api import access
+from omni.api.body import body_bytes
 from omni.api.gate import owner
 from omni.errors import ModelNotFound, OmniError, ShuttingDown
 from omni.jobs import Drawn, PartialPicture, Picture
@@ -32,7 +33,7 @@ bp = Blueprint("images", __name__)
 async def create_image() -> Any:
     features.require("images")
     state = current_app.config["OMNI"]
-    body = parse_body(await request.get_data(), ImageGenerate)
+    body = parse_body(await body_bytes(), ImageGenerate)
     if state.responses.runs.closing:
         raise ShuttingDown("The server is shutting down; retry shortly.")
     if state.images is None:  # a server started without a model pool

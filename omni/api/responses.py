@@ -10,6 +10,7 @@ from typing import Any
 from quart import Blueprint, Response, current_app, request
 
 from omni.api import access
+from omni.api.body import body_bytes
 from omni.api.gate import owner
 from omni.api.query import bool_arg, int_arg, page_args
 from omni.api.sse import KEEPALIVE_FRAME, error_frame, frame
@@ -65,7 +66,7 @@ def _sse(
 async def create() -> Any:
     service = _service()
     with service.runs.intake.request():
-        body = parse_body(await request.get_data(), ResponseCreate)
+        body = parse_body(await body_bytes(), ResponseCreate)
         created = await service.create(body, owner())
     response_id = created["id"]
     access.note(id=response_id)

@@ -10,11 +10,12 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any
 
-from quart import Blueprint, current_app, request
+from quart import Blueprint, current_app
 from quart.wrappers import Response
 
 from omni import features
 from omni.api import access
+from omni.api.body import body_bytes
 from omni.api.gate import owner
 from omni.errors import ModelNotFound, ShuttingDown
 from omni.jobs import Spoken
@@ -30,7 +31,7 @@ bp = Blueprint("speech", __name__)
 async def create_speech() -> Any:
     features.require("speech")
     state = current_app.config["OMNI"]
-    body = parse_body(await request.get_data(), SpeechCreate)
+    body = parse_body(await body_bytes(), SpeechCreate)
     if state.responses.runs.closing:
         raise ShuttingDown("The server is shutting down; retry shortly.")
     if state.speech is None:  # a server started without a model pool

@@ -15,6 +15,7 @@ import dataclasses
 import itertools
 import logging
 import multiprocessing
+import pickle
 import shutil
 import threading
 import time
@@ -96,6 +97,7 @@ class MLXEngine:
         self.context_length = 0
         self.max_token_bytes = 1  # the most bytes one token stands for (set once loaded)
         self._tokenizer: Any = None
+        self._capabilities: tuple[tuple[Any, int, int], Capabilities] | None = None
         self._process: Any = None
         self._conn: Connection | None = None
         self._send_lock = threading.Lock()
@@ -235,14 +237,19 @@ class MLXEngine:
 
     @property
     def capabilities(self) -> Capabilities:
-        """What the loaded model can do, in one value."""
-        return Capabilities(
-            self.context_length,
-            self.max_token_bytes,
-            self.supports_tools,
-            self.tool_format,
-            self.thinking,
-        )
+        """What the loaded model can do, in one value. Read several times a request: built
+        again only once what it is made of changed (the tokenizer, the context, at load)."""
+        made_of = (self._tokenizer, self.context_length, self.max_token_bytes)
+        if self._capabilities is None or self._capabilities[0] != made_of:
+            value = Capabilities(
+                self.context_length,
+                self.max_token_bytes,
+                self.supports_tools,
+                self.tool_format,
+                self.thinking,
+            )
+            self._capabilities = (made_of, value)
+        return self._capabilities[1]
 
     @property
     def thinking(self) -> tuple[str, str] | None:
@@ -374,7 +381,9 @@ class MLXEngine:
         try:
             with self._send_lock:
                 if self._conn is not None:
-                    self._conn.send(message)
+                    # Pickled plainly: Connection.send's ForkingPickler (for handles and
+                    # sockets, which no message carries) made a job's send a third dearer.
+                    self._conn.send_bytes(pickle.dumps(message, pickle.HIGHEST_PROTOCOL))
                 elif not self._loaded.is_set():  # sent once the weights are loaded
                     self._early.append(message)
         except (OSError, ValueError):  # the engine process is gone; the reader reports it

@@ -4,10 +4,10 @@ its class. A decode step's outputs go back as one message, a list of them."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
-from omni.jobs import FinishReason, Logprobs, Sampling
+from omni.jobs import FinishReason, Logprobs, Sampling, fields_getter
 from omni.runtime.types import Runtime
 
 # The server to the engine.
@@ -27,6 +27,14 @@ class Spec:
     # way here): an idle engine waits a little for them rather than start this one alone.
     behind: int = 0
     images: tuple[bytes, ...] = ()  # what the prompt's image tokens stand for (vision models)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # One a request, pickled on the event loop: its fields as a tuple pickle in half the
+        # time of a slotted dataclass's own state (a list built from dataclasses.fields()).
+        return (Spec, _spec_fields(self))
+
+
+_spec_fields = fields_getter(*(f.name for f in fields(Spec)))
 
 
 @dataclass(frozen=True, slots=True)

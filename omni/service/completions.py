@@ -5,7 +5,6 @@ non-streaming answer is their fold, and a cache hit is a copy of a finished stre
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import hashlib
 import json
 import logging
@@ -153,7 +152,7 @@ class CompletionsService:
             body.limit, engine.capabilities.context_length - len(prompt)
         )
         plan = RunPlan(
-            dataclasses.replace(self._sampling(body, limit, logprobs), thinking_budget=budget),
+            self._sampling(body, limit, logprobs, thinking_budget=budget),
             tuple(tools),
             mode,
             parallel,
@@ -293,14 +292,15 @@ class CompletionsService:
             )
         return prompt
 
-    def _sampling(self, body: Any, limit: int, logprobs: int | None) -> Sampling:
+    def _sampling(self, body: Any, limit: int, logprobs: int | None, **chosen: Any) -> Sampling:
+        """`chosen`: fields the service settled itself, over the body's (a thinking budget)."""
         defaults = self.defaults
         return Sampling(
             temperature=defaults.temperature if body.temperature is None else body.temperature,
             top_p=defaults.top_p if body.top_p is None else body.top_p,
             max_tokens=limit,
             logprobs=logprobs,
-            **body.sampling_fields(),
+            **(body.sampling_fields() | chosen),
         )
 
     async def _start(

@@ -13,7 +13,7 @@ import hashlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -36,6 +36,20 @@ _USE = {"chat": "chat, completions or responses", "embedding": "/v1/embeddings",
         "image": "/v1/images/generations"}  # fmt: skip
 
 
+# isinstance against a runtime-checkable Protocol looks up each of its members every time (a
+# few µs, on every request's way in): the answer is kept per class.
+_WARMING: dict[type, bool] = {}
+
+
+def warming(model: object) -> Warming | None:
+    """`model` as one whose weights may still be loading, else None."""
+    kind = type(model)
+    known = _WARMING.get(kind)
+    if known is None:
+        known = _WARMING[kind] = isinstance(model, Warming)
+    return cast(Warming, model) if known else None
+
+
 @dataclass(eq=False)
 class _Slot:
     entry: ModelEntry
@@ -50,7 +64,7 @@ class _Slot:
         model = self.model
         if self.users or self.loading is not None or model is None:
             return True
-        if isinstance(model, Warming) and model.loading:
+        if (w := warming(model)) is not None and w.loading:
             return True
         return bool(model.running or getattr(model, "queued", 0))
 
@@ -231,19 +245,18 @@ class Models:
             name = self.with_draft(name, recorded["draft"])
         return name
 
-    @asynccontextmanager
-    async def use(
+    def use(
         self, name: str | None, adapter: str | None = None, draft: str | None = None
-    ) -> AsyncIterator[Engine]:
+    ) -> AbstractAsyncContextManager[Engine]:
         """The chat model `name` stands for (with LoRA `adapter`s, decoded speculatively with
         `draft`), loaded, and kept loaded while the caller takes a request in on it (a job
-        it submits keeps it loaded afterwards)."""
+        it submits keeps it loaded afterwards). _using's own context, not one around it: each
+        request enters this one."""
         if adapter is not None:
             name = self.with_adapter(name, adapter)
         if draft is not None:
             name = self.with_draft(name, draft)
-        async with self._using(self.find(name, "chat")) as model:
-            yield cast(Engine, model)
+        return cast(AbstractAsyncContextManager[Engine], self._using(self.find(name, "chat")))
 
     @asynccontextmanager
     async def use_embedder(self, name: str | None) -> AsyncIterator[Embedder]:
@@ -286,7 +299,7 @@ class Models:
         while True:
             if self._closed:
                 raise ModelLoadError("the server is shutting down")
-            if isinstance(slot.model, Warming) and slot.model.load_error is not None:
+            if (w := warming(slot.model)) is not None and w.load_error is not None:
                 await self._unload(slot, "its weights failed to load: loading again")
             if slot.model is not None:
                 return slot.model
@@ -366,7 +379,8 @@ class Models:
     def describe(self, entry: ModelEntry) -> dict[str, Any]:
         """An entry as /v1/models lists it (OpenAI's fields, then Omni's)."""
         slot = self._slots[entry.id]
-        warming = isinstance(slot.model, Warming) and slot.model.loading
+        warm = warming(slot.model)
+        loading = warm is not None and warm.loading
         return {
             "id": entry.id,
             "object": "model",
@@ -374,8 +388,8 @@ class Models:
             "owned_by": "omni",
             "kind": entry.kind,
             "vision": entry.vision,  # it takes images (input_image, image_url parts)
-            "loaded": slot.model is not None and not warming,
-            "loading": slot.loading is not None or warming,
+            "loaded": slot.model is not None and not loading,
+            "loading": slot.loading is not None or loading,
             "origin": entry.origin,
             "size_bytes": entry.size_bytes,
             "aliases": sorted(a for a, t in self.aliases.items() if t == entry.id),

@@ -9,9 +9,9 @@ hold even at the tokenizer's longest token is refused before any tokenizing.
 from __future__ import annotations
 
 import asyncio
-import functools
+import queue
+import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from omni.errors import InvalidRequest
@@ -23,18 +23,76 @@ T = TypeVar("T")
 SHRINK = 2
 
 
+# One piece of prompt work: the loop that waits, its future, the call.
+_Work = tuple[
+    asyncio.AbstractEventLoop,
+    "asyncio.Future[Any]",
+    Callable[..., Any],
+    tuple[Any, ...],
+    dict[str, Any],
+]
+
+
 class Prompter:
-    """Runs prompt work on one thread of its own, in order of arrival."""
+    """Runs prompt work on one thread of its own, in order of arrival.
+
+    A queue and a future, not an executor: run_in_executor's concurrent future, the lock and
+    callbacks that chain it to the loop's own were most of what a hop cost the event loop,
+    which takes every request in."""
 
     def __init__(self) -> None:
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix="omni-prompt")
+        self._queue: queue.SimpleQueue[_Work | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None  # started by the first work
+        self._closed = False
 
     async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        if self._closed:
+            raise RuntimeError("cannot schedule new futures after shutdown")  # as an executor
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, functools.partial(fn, *args, **kwargs))
+        done: asyncio.Future[T] = loop.create_future()
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._serve, name="omni-prompt", daemon=True)
+            self._thread.start()
+        self._queue.put((loop, done, fn, args, kwargs))
+        return await done
+
+    def _serve(self) -> None:
+        while (work := self._queue.get()) is not None:
+            loop, done, fn, args, kwargs = work
+            if done.cancelled():  # its caller is gone: nobody wants it any more
+                continue
+            try:
+                result, error = fn(*args, **kwargs), None
+            except BaseException as exc:  # the caller's, as an executor hands it back
+                result, error = None, exc
+            try:
+                loop.call_soon_threadsafe(_settle, done, result, error)
+            except RuntimeError:  # the loop is closed: nobody waits
+                pass
 
     def close(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        """Work not begun is cancelled; the thread ends after the one it is doing."""
+        self._closed = True
+        while True:
+            try:
+                work = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if work is not None:
+                try:
+                    work[0].call_soon_threadsafe(work[1].cancel)
+                except RuntimeError:  # its loop is closed: nobody waits
+                    pass
+        self._queue.put(None)
+
+
+def _settle(done: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if done.cancelled():
+        return
+    if error is not None:
+        done.set_exception(error)
+    else:
+        done.set_result(result)
 
 
 def token_floor(engine: Engine, nbytes: int) -> int:
