@@ -202,10 +202,11 @@ class BatchScheduler:
             if self.prefills:
                 self._prefill_chunk()
                 # A prompt just fed takes its first token in this step, beside the batch's.
-                if self.first_from_prefill and self.solo is None and self.slots:
+                if not self.first_from_prefill:
+                    while self.ready and self.solo is None and 0 < len(self.slots) < self.max_batch:
+                        self._begin(self._lead, self.ready.popleft())
+                elif self.solo is None and self.slots:  # (the others: the next step's group)
                     self._take_group(waiting=False)
-                while self.ready and self.solo is None and 0 < len(self.slots) < self.max_batch:
-                    self._begin(self._lead, self.ready.popleft())
             if (solo := self.solo) is not None:
                 try:
                     self._solo_step(solo)
@@ -292,9 +293,16 @@ class BatchScheduler:
             self.group.append(self.ready.popleft())
             room -= 1
         while waiting and self.waiting and room > 0:
-            if (start := self._taken(self.waiting.popleft())) is not None:
+            if (start := self._taken(self.waiting.popleft())) is None:
+                continue
+            room -= 1
+            if self._long(len(start.rest)):  # (room freed since _take_long: a chunk a step)
+                self._started(start)
+                self.prefills.append(start)
+            elif not start.rest:  # nothing to feed (an empty prompt): nothing to predict from
+                self.out.append(Failed(start.id, GENERATION_FAILED))
+            else:
                 self.group.append(start)
-                room -= 1
 
     def _schedule_speculative(self) -> None:
         """With a draft model, jobs are decoded one at a time, each alone through mlx-lm's
@@ -408,7 +416,13 @@ class BatchScheduler:
         finally:
             self._feeding = 0
         self.observer.on_prefill(time.perf_counter() - began, sum(len(r.rest) for r in rows), False)
-        keep = [i for i, start in enumerate(group) if self._first(start, fed, i)]
+        ended: set[int] = set()
+        try:
+            keep = [i for i, start in enumerate(group) if self._first(start, fed, i, ended)]
+        except Exception:  # errors travel as values (their text: the log)
+            log.exception("generation step failed")
+            self.out.extend(Failed(s.id, GENERATION_FAILED) for s in group if s.id not in ended)
+            return
         if not keep:
             return
         left = [group[i].slot for i in keep]
@@ -428,11 +442,12 @@ class BatchScheduler:
             return
         self.slots.update(zip(uids, left, strict=True))
 
-    def _first(self, start: Start, fed: first_tokens.Fed, i: int) -> bool:
+    def _first(self, start: Start, fed: first_tokens.Fed, i: int, ended: set[int]) -> bool:
         """Hand out row `i`'s first token; whether the job goes on (else it ended there, an
-        end token or its last, and its cache is kept for reuse)."""
+        end token or its last, and its cache is kept for reuse; its id is added to `ended`)."""
         slot, token = start.slot, fed.tokens[i]
         spec = slot.spec
+        held = list(slot.fed)  # what the pass fed: the first token is not in the cache
         self._started(start)
         reason: FinishReason | None = None
         if token in self.eos:  # an end-of-sequence token: not output
@@ -447,8 +462,10 @@ class BatchScheduler:
                 reason = "length"
         if reason is None:
             return True
-        self._keep(slot, [c.extract(i) for c in fed.cache], None)  # (it holds the prompt alone)
+        # Named by what it holds (a cache with no offset, a recurrent state, is taken at its word).
+        self.cache.insert(spec.cache_namespace, held, [c.extract(i) for c in fed.cache])
         self.out.append(Finished(spec.id, reason, len(spec.prompt), slot.done, slot.cached))
+        ended.add(spec.id)
         return False
 
     def _watch(self, seconds: float) -> None:

@@ -126,3 +126,44 @@ def test_the_first_token_carries_its_logprobs(loaded: tuple[Any, Any]) -> None:
     by_job = {0: [o for o in first if o.id == 0], 1: [o for o in first if o.id == 1]}
     assert all(o.logprobs is not None and len(o.logprobs.top) == 2 for o in by_job[0])
     assert all(o.logprobs is None for o in by_job[1])
+
+
+def test_a_kept_cache_is_named_by_the_tokens_it_holds(
+    loaded: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job ending at its first token keeps a cache of its prompt alone (the pass never fed
+    that token): named by the prompt, which a cache with no offset (a recurrent state) could
+    not have corrected."""
+    model = loaded[0]
+    store = PrefixCache(model, 8, 1 << 30, 1)
+    named: list[list[int]] = []
+    insert = store.insert
+    monkeypatch.setattr(
+        store,
+        "insert",
+        lambda ns, tokens, cache: (named.append(list(tokens)), insert(ns, tokens, cache)),
+    )
+    run(loaded, [[spec(0, [1, 2, 3, 4], 1), spec(1, [5, 6, 7], 1)]], store)
+    assert sorted(named) == [[1, 2, 3, 4], [5, 6, 7]]
+
+
+def test_an_empty_prompt_fails_alone(loaded: tuple[Any, Any]) -> None:
+    from omni.runtime.wire import Failed
+
+    script = run(loaded, [[spec(0, []), spec(1, [1, 2, 3], 4), spec(2, [4, 5, 6], 4)]])
+    sent = [o for out in script.sent for o in out]
+    assert [o.id for o in sent if isinstance(o, Failed)] == [0]
+    assert len(tokens_of(script, 1)) == len(tokens_of(script, 2)) == 4
+
+
+def test_a_long_prompt_the_group_takes_off_the_queue_is_fed_a_chunk_a_step(
+    loaded: tuple[Any, Any],
+) -> None:
+    """Room can free after the long prompts left the queue (a job alone, cancelled, ends in
+    the same step): one still waiting goes to the chunked prefill, not into the group's pass."""
+    model, tokenizer = loaded
+    scheduler = BatchScheduler(model, tokenizer, PrefixCache(model, 0, 0), 4, 0.0, prefill_chunk=16)
+    scheduler.waiting.extend([spec(0, list(range(5, 205))), spec(1, [1, 2, 3])])
+    scheduler._take_group()
+    assert [s.id for s in scheduler.prefills] == [0]
+    assert [s.id for s in scheduler.group] == [1]
