@@ -449,18 +449,7 @@ class BatchScheduler:
         spec = slot.spec
         held = list(slot.fed)  # what the pass fed: the first token is not in the cache
         self._started(start)
-        reason: FinishReason | None = None
-        if token in self.eos:  # an end-of-sequence token: not output
-            reason = "stop"
-        else:
-            slot.fed.append(token)
-            slot.done += 1
-            k = spec.sampling.logprobs
-            scored = None if k is None else self.scorer(token, fed.logprobs[i], k)
-            self.out.append(Token(spec.id, token, scored))
-            if slot.done >= spec.sampling.max_tokens:
-                reason = "length"
-        if reason is None:
+        if (reason := self._emit(slot, token, fed.logprobs[i])) is None:
             return True
         # Named by what it holds (a cache with no offset, a recurrent state, is taken at its word).
         self.cache.insert(spec.cache_namespace, held, [c.extract(i) for c in fed.cache])
@@ -746,16 +735,20 @@ class BatchScheduler:
             self._end_solo()
             return
         token = int(y.item() if hasattr(y, "item") else y)
-        if token in self.eos:  # an end-of-sequence token: not output
-            self._end_solo("stop", token)
-            return
+        if (reason := self._emit(slot, token, logprobs)) is not None:
+            self._end_solo(reason, token if reason == "stop" else None)
+
+    def _emit(self, slot: Slot, token: int, logprobs: Any) -> FinishReason | None:
+        """Hand out a job's new token (an end-of-sequence token is not output); why the job
+        ends with it, if it does."""
+        if token in self.eos:
+            return "stop"
         slot.fed.append(token)
         slot.done += 1
         k = slot.spec.sampling.logprobs
         scored = None if k is None else self.scorer(token, logprobs, k)
         self.out.append(Token(slot.spec.id, token, scored))
-        if slot.done >= slot.spec.sampling.max_tokens:
-            self._end_solo("length")
+        return "length" if slot.done >= slot.spec.sampling.max_tokens else None
 
     def _heard_stop(self, job_id: int) -> None:
         """Between prompt chunks: take in what the server sent; stop if this job is cancelled."""
