@@ -146,9 +146,10 @@ def purged_rows(server: Any) -> Iterator[dict[str, list[Any]]]:
     seen: dict[str, list[Any]] = {}
 
     async def reading_first(stream_ids: Any) -> int:
-        for sid in stream_ids:
-            seen[sid] = await store.read(sid)
-        return int(await purge(stream_ids))
+        rows = {sid: await store.read(sid) for sid in stream_ids}
+        purged = int(await purge(stream_ids))
+        seen.update(rows)  # only once the purge has committed: a waiter may read the log next
+        return purged
 
     store.purge = reading_first
     try:
