@@ -156,11 +156,12 @@ async def _finish_body(response: Response, limit: int) -> None:
     """A request refused before its body was read: read the rest, so the connection can carry
     the client's next request (HTTP/1.1 cannot start one with a body half-sent; Hypercorn
     would drop the connection under it), or, for a body too large to read, say the
-    connection closes."""
+    connection closes. An HTTP/2 body that says no length is read too: Hypercorn 0.18 fails
+    the whole connection on a DATA frame for a stream it has already answered and closed."""
     length = request.content_length
     if request.method not in ("POST", "PUT", "PATCH") or not _has_body(length):
         return
-    if length is not None and length <= limit and response.status_code != 413:
+    if (length is None or length <= limit) and response.status_code != 413:
         try:
             await request.get_data(cache=True)
             return

@@ -369,6 +369,28 @@ def test_an_http2_body_without_a_length_is_checked_too(keyed: ServerThread) -> N
     assert events_in(keyed) == before
 
 
+def test_an_http2_body_sent_after_the_refusal_keeps_the_connection(
+    keyed: ServerThread, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The server refuses on headers alone but answers once the body is in: a DATA frame for a
+    stream Hypercorn had already answered and closed would fail the whole connection."""
+
+    def late_body() -> Iterator[bytes]:
+        time.sleep(0.5)  # the refusal is ready by now; the body follows it
+        yield b'{"model": "tiny-llama", "input": "hi"}'
+
+    headers = {"content-type": "text/plain", "authorization": f"Bearer {KEY_A}"}
+    caplog.set_level(logging.ERROR)
+    with httpx.Client(base_url=keyed.base_url, http1=False, http2=True, timeout=30) as c:
+        refused = c.post("/v1/responses", content=late_body(), headers=headers)
+        models = c.get("/v1/models", headers={"authorization": f"Bearer {KEY_A}"})
+        assert refused.http_version == models.http_version == "HTTP/2"
+        assert_error(refused, 415, code="unsupported_media_type")
+        assert models.status_code == 200
+    failed = [r for r in caplog.records if r.exc_info or "Unhandled exception" in r.getMessage()]
+    assert failed == []
+
+
 def test_refusals_are_logged_and_counted_by_route_with_the_key(
     raw: httpx.Client, caplog: pytest.LogCaptureFixture
 ) -> None:
