@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.api._helpers import UNENDING
 from tests.server import free_port
 
 
@@ -285,7 +286,7 @@ def test_kill_9_mid_generation_leaves_a_failed_response(
     tmp_path: Path, tiny_model_dir: Path
 ) -> None:
     db = tmp_path / "omni.db"
-    body = {"input": "hi", "max_output_tokens": 100000, "stream": True}
+    body = {"input": "hi", "max_output_tokens": 100000, "stream": True, **UNENDING}  # killed first
     with serving(tiny_model_dir, db) as (base, proc):
         with httpx.stream("POST", f"{base}/v1/responses", json=body, timeout=60) as stream:
             lines = stream.iter_lines()
@@ -320,6 +321,7 @@ def test_kill_9_mid_chat_completion_ends_it_at_the_next_start(
         "max_tokens": 100000,
         "stream": True,
         "store": True,
+        **UNENDING,  # still generating when killed
     }
     with serving(tiny_model_dir, db) as (base, proc):
         with httpx.stream("POST", f"{base}/v1/chat/completions", json=body, timeout=60) as res:
@@ -367,6 +369,7 @@ def test_kill_9_mid_unstored_completion_purges_it_at_the_next_start(
         "messages": [{"role": "user", "content": marker}],
         "max_tokens": 100000,
         "stream": True,
+        **UNENDING,  # still generating when killed
     }
     with serving(tiny_model_dir, db) as (base, proc):
         with httpx.stream("POST", f"{base}/v1/chat/completions", json=body, timeout=60) as res:

@@ -20,6 +20,7 @@ from alembic import command
 
 from omni.db import alembic_config
 from omni.vocabulary import RESPONSE_ENDS
+from tests.api._helpers import UNENDING
 from tests.test_cli import assert_one_line_error, kill_mid_stream, omni, serving
 
 MODEL = "tiny-llama"
@@ -287,7 +288,9 @@ def test_ls_counts_a_running_responses_tokens_as_they_come(
 def test_ls_says_why_a_response_failed(tiny_model_dir: Path, tmp_path: Path) -> None:
     db = tmp_path / "omni.db"
     with serving(tiny_model_dir, db) as (base, proc):
+        # Unending: still generating when killed, so the restart ends it failed.
         body = {"model": MODEL, "input": "long", "max_output_tokens": 1500, "stream": True}
+        body.update(UNENDING)
         with httpx.stream("POST", f"{base}/v1/responses", json=body, timeout=60) as s:
             deltas = 0
             for line in s.iter_lines():

@@ -215,9 +215,15 @@ def holding(server) -> Iterator[Held]:  # type: ignore[no-untyped-def]
 # Long runs: greedy decoding of this prompt is deterministic and (checked) never meets EOS
 # within LONG tokens, while sampling at temperature 1 meets it within a few hundred tokens
 # about one time in three; so long runs are greedy, and every one is cancelled by its test.
-LONG = 4000  # ~8 s of the tiny model if nothing stops it
+# More than the tiny model's 2,048-token context holds: a LONG_RUN left going ends there,
+# after ~2,025 tokens (~2.5 s on an idle machine).
+LONG = 4000
 GREEDY = {"input": "go on and on", "temperature": 0.0}
 LONG_RUN = {**GREEDY, "max_output_tokens": LONG}
+# A run that must outlast what its test does to it (a cancel, a hang-up, a kill), however
+# long that takes: greedy, and its end token banned, so only the test (or max tokens) ends it.
+EOS = 2  # <|im_end|> of the tiny tokenizer, its only end token
+UNENDING = {"temperature": 0.0, "logit_bias": {str(EOS): -100}}
 CANCEL_REQUESTED = "omni.response.cancel_requested"
 
 

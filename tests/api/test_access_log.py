@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.api._helpers import MODEL, wait_for
+from tests.api._helpers import MODEL, UNENDING, wait_for
 from tests.server import ServerThread
 
 
@@ -85,7 +85,13 @@ def test_errors_are_logged_with_their_status(
 def test_a_stream_left_early_is_logged_once(
     server: ServerThread, access: pytest.LogCaptureFixture
 ) -> None:
-    body = {"model": MODEL, "input": "go on", "max_output_tokens": 100000, "stream": True}
+    body = {
+        "model": MODEL,
+        "input": "go on",
+        "max_output_tokens": 100000,
+        "stream": True,
+        **UNENDING,  # still running when left
+    }
     with httpx.stream("POST", f"{server.base_url}/v1/responses", json=body, timeout=30) as s:
         for line in s.iter_lines():
             if "output_text.delta" in line:

@@ -65,11 +65,13 @@ def test_cancel_running_background(client: OpenAI, http: httpx.Client, server, c
 
     start = time.monotonic()
     cancelled = client.responses.cancel(rid)
-    assert time.monotonic() - start < 1.0, "cancel was not prompt"
+    # A hang's bound, with room for a loaded machine: the run, left going, ends within ~2.5 s
+    # (the tiny model's context); the output tokens below show the cancel was prompt.
+    assert time.monotonic() - start < 5.0, "cancel was not prompt"
     assert cancelled.id == rid
     assert cancelled.status == "cancelled"
     assert cancelled.background is True
-    assert 10 <= cancelled.usage.output_tokens < LONG
+    assert 10 <= cancelled.usage.output_tokens < LONG // 4  # left going: ~2,000
     assert cancelled.completed_at is None
 
     # The output so far is kept: its text is the deltas of the log.
@@ -151,7 +153,7 @@ def test_cancel_queued(client: OpenAI, http: httpx.Client, server, cleanup) -> N
 
         start = time.monotonic()
         cancelled = client.responses.cancel(queued)
-        assert time.monotonic() - start < 1.0
+        assert time.monotonic() - start < 5.0  # not once `busy` ends (it runs until cancelled)
         assert cancelled.status == "cancelled"
         assert cancelled.usage.output_tokens == 0
         assert not is_finished(server, busy), "the busy response must still run"

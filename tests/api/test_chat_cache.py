@@ -21,10 +21,15 @@ import httpx
 import pytest
 
 from omni.api.app import Settings
+from omni.events import driver, sqlite_cache
+from omni.events import store as event_store
 from tests.api._helpers import KEEPALIVE, MODEL, capture, read_log, wait_for
 from tests.server import ServerThread
 
 DONE = b"data: [DONE]\n\n"
+# A hang's bound only: a 2,000-token answer takes ~2.5 s on an idle machine, many times that
+# on a loaded one.
+HTTP_TIMEOUT = 120.0
 USAGE = "chat.completion.usage"
 
 
@@ -41,7 +46,7 @@ def body_for(text: str, **extra: Any) -> dict[str, Any]:
 
 def post(srv: ServerThread, body: dict[str, Any], **headers: str) -> tuple[str, dict[str, Any]]:
     """Non-streaming create: (x-omni-cache header, JSON body)."""
-    with httpx.Client(base_url=srv.base_url, timeout=30) as h:
+    with httpx.Client(base_url=srv.base_url, timeout=HTTP_TIMEOUT) as h:
         res = h.post("/v1/chat/completions", json=body, headers=headers)
     assert res.status_code == 200, res.text
     return res.headers["x-omni-cache"], res.json()
@@ -56,7 +61,7 @@ def payloads(raw: bytes) -> list[str]:
 
 def stream(srv: ServerThread, body: dict[str, Any], **headers: str) -> tuple[str, list[str]]:
     """Streaming create: (x-omni-cache header, raw data payloads)."""
-    with httpx.Client(base_url=srv.base_url, timeout=30) as h:
+    with httpx.Client(base_url=srv.base_url, timeout=HTTP_TIMEOUT) as h:
         res, raw = capture(
             h, "POST", "/v1/chat/completions", json={**body, "stream": True}, headers=headers
         )
@@ -275,7 +280,7 @@ def test_single_flight_concurrent_identical_requests_generate_once(server) -> No
     barrier = threading.Barrier(4)
 
     def go(_: int) -> tuple[str, dict[str, Any]]:
-        with httpx.Client(base_url=server.base_url, timeout=30) as h:
+        with httpx.Client(base_url=server.base_url, timeout=HTTP_TIMEOUT) as h:
             assert h.get("/health").status_code == 200  # connected: the POSTs leave together
             barrier.wait()
             res = h.post("/v1/chat/completions", json=body)
@@ -301,7 +306,7 @@ def test_single_flight_followers_join_a_running_generation(server) -> None:
             if chunk.count(b"data: ") >= 1:
                 started.set()
 
-        with httpx.Client(base_url=server.base_url, timeout=30) as h:
+        with httpx.Client(base_url=server.base_url, timeout=HTTP_TIMEOUT) as h:
             res, raw = capture(
                 h, "POST", "/v1/chat/completions", json={**body, "stream": True}, on_chunk=seen
             )
@@ -342,7 +347,7 @@ def test_a_leader_hanging_up_does_not_cut_off_its_followers(server) -> None:
     body = {**LONG, "messages": [{"role": "user", "content": "leader leaves early"}]}
     g = generations(server)
     result: dict[str, Any] = {}
-    with httpx.Client(base_url=server.base_url, timeout=30) as h:
+    with httpx.Client(base_url=server.base_url, timeout=HTTP_TIMEOUT) as h:
         with h.stream("POST", "/v1/chat/completions", json={**body, "stream": True}) as res:
             lines = res.iter_lines()
             first_line = next(lines)
@@ -390,7 +395,7 @@ def test_a_request_right_after_a_disconnect_is_not_answered_from_the_cancelled_s
     gone client, an identical request must generate afresh, not follow the stream that is
     about to end cancelled (a truncated answer with no finish_reason)."""
     body = {**LONG, "max_tokens": 2000, "messages": [{"role": "user", "content": "hang up, retry"}]}
-    with httpx.Client(base_url=server.base_url, timeout=30) as retry:
+    with httpx.Client(base_url=server.base_url, timeout=HTTP_TIMEOUT) as retry:
         assert retry.get("/health").status_code == 200  # connected before the hang-up
         cid = hang_up_after(server, body, chunks=5)
         run = server.state.responses.runs.get(cid)
@@ -512,7 +517,7 @@ def test_no_cache_setting_never_hits(make_server, off: dict[str, Any]) -> None:
     barrier = threading.Barrier(3)
 
     def go(_: int) -> str:
-        with httpx.Client(base_url=srv.base_url, timeout=30) as h:
+        with httpx.Client(base_url=srv.base_url, timeout=HTTP_TIMEOUT) as h:
             assert h.get("/health").status_code == 200  # connected: the POSTs leave together
             barrier.wait()
             res = h.post("/v1/chat/completions", json=twins)
@@ -541,12 +546,15 @@ def test_max_entries_evicts_the_oldest(make_server) -> None:
     check_index_points_at_finished_streams(db_of(srv))
 
 
-def test_max_age_expires_entries(make_server) -> None:
-    srv = make_server(cache_max_age_s=0.5)
+def test_max_age_expires_entries(make_server, monkeypatch: pytest.MonkeyPatch) -> None:
+    srv = make_server(cache_max_age_s=60)
     body = body_for("short lived")
     assert post(srv, body)[0] == "miss"
-    assert post(srv, body)[0] == "hit"
-    time.sleep(0.7)
+    assert post(srv, body)[0] == "hit"  # well within its age, however slow the machine
+    # The clock the log and its cache index read moves past the max age: no sleep.
+    later = driver.now_ms() + 61_000
+    for module in (event_store, sqlite_cache):
+        monkeypatch.setattr(module, "now_ms", lambda: later)
     g = generations(srv)
     assert post(srv, body)[0] == "miss"
     assert generations(srv) == g + 1

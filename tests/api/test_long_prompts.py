@@ -94,6 +94,9 @@ def test_a_cancel_during_a_long_prefill_ends_it_within_a_chunk(client: OpenAI, s
     assert cancelled.usage is not None and cancelled.usage.output_tokens == 0
     asked = positions(server, f"{b.id}/request", CANCEL_REQUESTED)[0]
     ended = read_log(server, b.id)[-1].position
-    # Its prompt was some 300 chunks, hundreds of the running stream's steps; it ended
-    # within a step or two of the cancel (the pipe's and the log's lag included).
-    assert deltas_between(server, a, asked, ended) <= 8
+    # Its prompt was some 300 chunks, as many of the running stream's steps: it ended long
+    # before the prefill would have. The bound leaves room for the server's own lag (the
+    # pipe, the loop, the log's commit), steps of a few ms that a loaded machine stretches;
+    # the exact claim, the step after the cancel is heard, is asserted deterministically by
+    # tests/runtime/test_long_prompts.py::test_a_cancel_ends_a_long_prompt_within_a_chunk.
+    assert deltas_between(server, a, asked, ended) <= 40

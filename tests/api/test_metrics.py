@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.api._helpers import MODEL, wait_for
+from tests.api._helpers import MODEL, UNENDING, wait_for
 from tests.server import ServerThread
 
 
@@ -148,7 +148,13 @@ def test_prefix_cache_reuse_counts_the_cached_tokens(server: ServerThread, clien
 
 
 def test_running_jobs_are_read_at_scrape_time(server: ServerThread) -> None:
-    body = {"model": MODEL, "input": "go on", "max_output_tokens": 100000, "stream": True}
+    body = {
+        "model": MODEL,
+        "input": "go on",
+        "max_output_tokens": 100000,
+        "stream": True,
+        **UNENDING,  # still running when scraped, and when left
+    }
     with httpx.stream("POST", f"{server.base_url}/v1/responses", json=body, timeout=30) as s:
         lines = s.iter_lines()  # held: a dropped line iterator closes the stream
         for line in lines:

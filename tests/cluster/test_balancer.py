@@ -9,7 +9,7 @@ import threading
 
 import httpx
 
-from tests.api._helpers import TERMINAL, parse_frames, strip_keepalives
+from tests.api._helpers import TERMINAL, UNENDING, parse_frames, strip_keepalives
 from tests.cluster.conftest import MODEL, Cluster, data_of, whole_frames
 
 
@@ -62,7 +62,11 @@ def test_a_cancel_sent_to_b_stops_a_run_on_a(cluster: Cluster) -> None:
     limit = 4000
     with cluster.sdk(a.base) as on_a, cluster.sdk(b.base) as on_b:
         made = on_a.responses.create(
-            model=MODEL, input="cancel me from afar", background=True, max_output_tokens=limit
+            model=MODEL,
+            input="cancel me from afar",
+            background=True,
+            max_output_tokens=limit,
+            extra_body=UNENDING,  # still generating when B's cancel reaches A
         )
         cluster.wait_for_deltas(made.id, 5)  # generating on A
         cancelled = on_b.responses.cancel(made.id)

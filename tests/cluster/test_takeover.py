@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from tests.api._helpers import TERMINAL, parse_frames, strip_keepalives
+from tests.api._helpers import TERMINAL, UNENDING, parse_frames, strip_keepalives
 from tests.cluster.conftest import DELTA, MODEL, Cluster, data_of
 
 GREEDY = {"model": MODEL, "input": "carry on where it stopped", "temperature": 0}
@@ -32,7 +32,8 @@ def text_of(rows: list[tuple[int, int, str, str]]) -> str:
 
 def test_a_killed_replicas_work_is_taken_over(cluster: Cluster) -> None:
     a, b = cluster.replicas["a"], cluster.replicas["b"]
-    foreground = {"model": MODEL, "input": "cut me off", "max_output_tokens": 100000}
+    # Unending: still generating when A is killed, so it is left for B to end.
+    foreground = {"model": MODEL, "input": "cut me off", "max_output_tokens": 100000, **UNENDING}
     with (
         httpx.Client(base_url=a.base, timeout=60) as http,
         http.stream("POST", "/v1/responses", json={**foreground, "stream": True}) as live,

@@ -17,7 +17,7 @@ from openai import OpenAI
 from omni.api.app import Settings
 from omni.api.gate import Access
 from omni.api.keys import KeyRing, api_key
-from tests.api._helpers import MODEL, post_stream, strip_keepalives
+from tests.api._helpers import MODEL, UNENDING, post_stream, strip_keepalives
 from tests.server import ServerThread
 
 KEY_A = "sk-alice-" + "a" * 24
@@ -89,9 +89,10 @@ def log(tiny_engine: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         r["bob"] = bob.responses.create(model=MODEL, input="Bob asks", max_output_tokens=4)
         bg = alice.responses.create(model=MODEL, input="bg", max_output_tokens=6, background=True)
         r["background"] = _wait(alice, bg.id)
-        long = alice.responses.create(
-            model=MODEL, input="long", max_output_tokens=5000, background=True
-        )
+        long = alice.responses.create(  # unending: it is still going when cancelled
+            model=MODEL, input="long", max_output_tokens=5000, background=True,
+            extra_body=UNENDING,
+        )  # fmt: skip
         deadline = time.monotonic() + 30
         while alice.responses.retrieve(long.id).status == "queued":
             assert time.monotonic() < deadline

@@ -168,14 +168,17 @@ def test_greedy_with_penalties_is_the_same_alone_and_in_a_batch(
 
 
 def test_jobs_join_and_leave_a_running_batch(client: OpenAI, server: ServerThread) -> None:
-    long = {"input": "batching: the long one", "temperature": 0.0, "max_output_tokens": 600}
+    # Long enough that five short requests, started after its 30th token, end well before it
+    # does, however slowly a loaded machine takes them in.
+    n = 1500
+    long = {"input": "batching: the long one", "temperature": 0.0, "max_output_tokens": n}
     short = {
         "input": "batching: a short one",
         "temperature": 0.0,
         "max_output_tokens": 15,
     }
     alone_long = stream(client, **long, prompt_cache_key=key("long-alone"))
-    assert alone_long.output_tokens == 600  # no end of sequence: it runs the whole way
+    assert alone_long.output_tokens == n  # no end of sequence: it runs the whole way
     alone_short = stream(client, **short, prompt_cache_key=key("short-alone"))
 
     started = threading.Event()

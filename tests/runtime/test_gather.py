@@ -4,15 +4,16 @@ only while they keep coming: the engine's scheduler driven step by step, tiny re
 
 from __future__ import annotations
 
-import time
 from collections import deque
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from mlx_lm import load
 
 from omni.jobs import Sampling
+from omni.runtime import batching
 from omni.runtime.batching import PREFILL_GROUP, BatchScheduler
 from omni.runtime.generation import PrefixCache
 from omni.runtime.observe import StepStats
@@ -23,11 +24,14 @@ from omni.runtime.worker import CUDA_PREFILL_GROUP
 class Script:
     """The scheduler's pipe. Step k's messages can be received once the scheduler has sent
     the outputs of k steps (however many times it looks in between); it keeps what each step
-    sends back. Idle, waiting for work, the scheduler gets the next step's messages."""
+    sends back. Idle, waiting for work, the scheduler gets the next step's messages. It keeps
+    a clock too, `now`, that moves `step_s` a step: `run` gives it to the scheduler, so what
+    gathers with whom depends on steps alone, not on how fast the machine is."""
 
     def __init__(self, steps: list[list[Request]], step_s: float = 0.0):
         self.steps = [deque(s) for s in steps]
-        self.step_s = step_s  # each step takes at least this long
+        self.step_s = step_s  # each step takes this long, on the clock
+        self.now = 0.0
         self.sent: list[list[Output]] = []
         self.skipped = 0  # steps passed while the scheduler was idle
 
@@ -50,7 +54,7 @@ class Script:
 
     def send(self, outputs: list[Output]) -> None:
         self.sent.append(list(outputs))
-        time.sleep(self.step_s)
+        self.now += self.step_s
 
     def started_together(self) -> list[list[int]]:
         """The job ids started in each step that started any."""
@@ -80,7 +84,9 @@ def run(
     store = PrefixCache(model, 0, 0)
     scheduler = BatchScheduler(model, tokenizer, store, 32, gather_s, prefill_group=group)
     script = Script([*steps, *([[]] * 100), [Close()]], step_s)
-    scheduler.run(script)  # type: ignore[arg-type]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(batching, "time", SimpleNamespace(perf_counter=lambda: script.now))
+        scheduler.run(script)  # type: ignore[arg-type]
     return script
 
 
@@ -111,13 +117,17 @@ def test_jobs_wait_only_while_others_keep_coming(loaded: tuple[Any, Any]) -> Non
 
 
 def test_no_job_waits_longer_than_gather_s(loaded: tuple[Any, Any]) -> None:
-    # A job a step, a step every 30 ms or more, at most 100 ms of waiting: groups of two to
-    # four (fewer when steps take longer), never the full PREFILL_GROUP.
+    # A job a step, a step every 30 ms (the script's clock), at most 100 ms of waiting: groups
+    # of two to four, never the full PREFILL_GROUP.
     steps = [[job(i)] for i in range(PREFILL_GROUP + 1)]
-    groups = run(loaded, steps, gather_s=0.1, step_s=0.03).started_together()
+    script = run(loaded, steps, gather_s=0.1, step_s=0.03)
+    groups = script.started_together()
     assert groups[0] == [0]
     assert all(1 < len(g) <= 4 for g in groups[1:-1]), groups
     assert sorted(i for g in groups for i in g) == list(range(PREFILL_GROUP + 1))
+    # Job i came at step i: none started more than gather_s later.
+    started = {o.id: k for k, out in enumerate(script.sent) for o in out if isinstance(o, Started)}
+    assert all((started[i] - i) * 0.03 <= 0.1 for i in started), started
 
 
 def test_where_a_step_outlasts_gather_s_nobody_waits(loaded: tuple[Any, Any]) -> None:

@@ -138,10 +138,11 @@ def test_a_slow_step_is_logged_with_what_it_was_doing(
         nonlocal calls
         calls += 1
         if calls == 10:  # one chunk of the long prompt takes far longer than the rest
-            time.sleep(1.5)
+            time.sleep(2.0)
         return model(*args, **kwargs)
 
-    monkeypatch.setattr(batching, "SLOW_STEP_S", 0.2)
+    # Slow: over 0.5 s, which no other step of this run takes, even on a loaded machine.
+    monkeypatch.setattr(batching, "SLOW_STEP_S", 0.5)
     monkeypatch.setattr(batching, "WATCH_EVERY_S", 0.05)
     scheduler = BatchScheduler(
         slow_model, tokenizer, PrefixCache(model, 0, 0), 8, 0.0, prefill_chunk=CHUNK

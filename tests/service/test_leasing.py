@@ -75,11 +75,13 @@ async def test_an_expired_lease_is_taken_over_and_continued_from_its_tokens() ->
     a_engine, b_engine = ScriptedEngine(), ScriptedEngine()
     a_engine.scripts = [[Delta("x", 7), Delta("y", 8)]]  # then A "dies": nothing more
     b_engine.scripts = [[Delta("z", 9), Finished("stop", 3, 3)]]
-    a = Leasing(store.leases, "a", lease_s=0.2, shared=True)  # never renewed: it expires
+    # Never renewed, it expires; long enough to be good still when B starts, however slow
+    # the machine (and B's, renewed every third of it, never lapses while B runs).
+    a = Leasing(store.leases, "a", lease_s=1.0, shared=True)
     async with serving(store, a_engine, a, notifier) as served_a:
         rid = (await served_a.responses.create(body()))["id"]
         await until(lambda: _has_tokens(store, rid, 2))
-        b = Leasing(store.leases, "b", lease_s=0.2, shared=True)
+        b = Leasing(store.leases, "b", lease_s=1.0, shared=True)
         async with serving(store, b_engine, b, notifier) as served_b:
             assert b_engine.jobs == []  # A's lease is still good at B's start
 
