@@ -16,9 +16,9 @@ FinishReason = Literal["stop", "length", "cancelled"]
 T_co = TypeVar("T_co", covariant=True)
 
 
-def fields_getter(*names: str) -> Callable[[Any], tuple[Any, ...]]:
+def fields_getter(cls: type) -> Callable[[Any], tuple[Any, ...]]:
     """A frozen dataclass's fields in order, as one tuple: what it pickles as (__reduce__)."""
-    return attrgetter(*names)  # more than one name: a tuple
+    return attrgetter(*(f.name for f in fields(cls)))  # more than one field: a tuple
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +40,7 @@ class Sampling:
         return (Sampling, _fields_of(self))  # see wire.Spec.__reduce__
 
 
-_fields_of = fields_getter(*(f.name for f in fields(Sampling)))
+_fields_of = fields_getter(Sampling)
 
 
 @dataclass(frozen=True, slots=True)

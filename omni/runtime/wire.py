@@ -4,7 +4,7 @@ its class. A decode step's outputs go back as one message, a list of them."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 from omni.jobs import FinishReason, Logprobs, Sampling, fields_getter
@@ -34,7 +34,7 @@ class Spec:
         return (Spec, _spec_fields(self))
 
 
-_spec_fields = fields_getter(*(f.name for f in fields(Spec)))
+_spec_fields = fields_getter(Spec)
 
 
 @dataclass(frozen=True, slots=True)
