@@ -19,9 +19,8 @@ import httpx
 import pytest
 from openai import OpenAI
 
-from tests.api._helpers import MODEL
+from tests.api._helpers import EOS, MODEL
 
-EOS = 2  # <|im_end|> of the tiny tokenizer
 NO_CACHE = {"cache-control": "no-cache"}
 
 

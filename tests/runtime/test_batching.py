@@ -22,10 +22,9 @@ from typing import Any
 import pytest
 from openai import OpenAI
 
-from tests.api._helpers import MODEL, holding, one_at_a_time, read_log, wait_for
+from tests.api._helpers import EOS, MODEL, holding, one_at_a_time, read_log, wait_for
 from tests.server import ServerThread
 
-EOS = 2  # <|im_end|> of the tiny tokenizer (omni.runtime.tiny): biased away to keep runs long
 TERMINAL = ("response.completed", "response.incomplete", "response.failed")
 
 
