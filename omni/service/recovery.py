@@ -25,7 +25,7 @@ from omni.service.images import ImageRef, load_images, pictures
 from omni.service.plan import stored_plan
 from omni.service.reasoning import reasoning_tokens
 from omni.service.runs import Run
-from omni.service.streams import dumps, request_stream, tokens_stream
+from omni.service.streams import dumps, kept, request_stream, tokens_stream
 from omni.vocabulary import CANCEL_REQUESTED, RESPONSE_ENDS
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ async def _recover(service: ResponsesService, unfinished: list[str]) -> None:
             await _finish(service, response_id, first, recorder.on_failed(Failed(RESTARTED)))
             continue
         body = request["body"]
-        if not body["store"]:
+        if not kept(request):
             await store.purge([response_id, request_stream(response_id)])
             continue
         if not body.get("background"):

@@ -38,7 +38,7 @@ from omni.service.requests import function_tools, initial_response, render_promp
 from omni.service.runs import Run, Runs
 from omni.service.sealing import Sealer
 from omni.service.serial import ObjectLocks
-from omni.service.streams import dumps, is_kind, is_terminal, request_stream
+from omni.service.streams import dumps, is_kind, is_terminal, kept, request_stream
 from omni.service.structured import decoding_constraint
 from omni.service.tools import Mode, tool_policy
 from omni.settings import ServerSettings
@@ -289,7 +289,7 @@ class ResponsesService:
     async def _accepted(self, response_id: str, owner: str | None) -> dict[str, Any]:
         """The accepted request of a stored, undeleted response of `owner`'s, else 404."""
         request, _ = await self.accepted(response_id)
-        if not request["body"]["store"] or not visible(request, owner):
+        if not kept(request) or not visible(request, owner):
             raise NotFound(f"No response found with id '{response_id}'.")
         return request
 

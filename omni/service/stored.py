@@ -17,7 +17,7 @@ from omni.projections.completions import fold_chat
 from omni.projections.input_items import page_items
 from omni.service.ownership import visible
 from omni.service.serial import ObjectLocks
-from omni.service.streams import dumps, is_kind, request_stream
+from omni.service.streams import dumps, is_kind, kept, request_stream
 from omni.vocabulary import (
     ACCEPTED,
     CHAT,
@@ -50,7 +50,7 @@ class StoredCompletions:
         if (
             request is None
             or not is_kind(cid, request, CHAT)
-            or not request["body"].get("store")
+            or not kept(request)
             or not visible(request, owner)
             or any(r.type == COMPLETION_DELETED for r in rows)
         ):
@@ -101,7 +101,7 @@ class StoredCompletions:
             request = json.loads(e.data)
             body = request["body"]
             meta = current.get(e.stream_id, body.get("metadata") or {})
-            if not body.get("store") or e.stream_id in gone or not visible(request, owner):
+            if not kept(request) or e.stream_id in gone or not visible(request, owner):
                 continue
             if model is not None and body.get("model") != model:
                 continue

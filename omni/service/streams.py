@@ -34,5 +34,11 @@ def is_kind(object_id: str, request: dict[str, Any], kind: str) -> bool:
     return recorded == kind and object_id.startswith(ID_PREFIXES[kind])
 
 
+def kept(request: dict[str, Any]) -> bool:
+    """Whether the object of accepted `request` is kept: its body's `store`. A fact without
+    one (a hand-built or older log) is kept: purging on an ambiguous fact cannot be undone."""
+    return bool(request["body"].get("store", True))
+
+
 def is_terminal(event: StoredEvent) -> bool:
     return event.type in RESPONSE_ENDS
