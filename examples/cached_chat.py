@@ -1,10 +1,11 @@
 """The replay cache: a deterministic chat completion asked again is answered from the log.
 
 A chat request with temperature 0, or with a seed, and the same body as one already answered and
-stored (`store=True`: an unstored answer is not kept, so not replayed) comes back at once as a
-copy of that answer under a new id, with the header `x-omni-cache: hit` (`with_raw_response`
-lets the SDK show headers). `Cache-Control: no-cache` generates afresh. (Against a server that
-answered these requests before, the first call is a hit too.)
+kept (every answer but a `store=False` one; `store=True` here keeps it on a server started with
+`--no-store-by-default` too) comes back at once as a copy of that answer under a new id, with the
+header `x-omni-cache: hit` (`with_raw_response` lets the SDK show headers). `Cache-Control:
+no-cache` generates afresh. (Against a server that answered these requests before, the first call
+is a hit too.)
 """
 
 import time

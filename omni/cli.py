@@ -211,6 +211,13 @@ def parser() -> argparse.ArgumentParser:
         default=(_env("NO_CACHE", "") or "").lower() in ("1", "true", "yes"),
         help="never answer a chat completion from the replay cache",
     )
+    serve.add_argument(
+        "--no-store-by-default",
+        action="store_true",
+        default=(_env("NO_STORE_BY_DEFAULT", "") or "").lower() in ("1", "true", "yes"),
+        help="OpenAI's default: a chat or legacy completion whose request says nothing of"
+        " `store` is not kept (purged once read, never replayed); without this flag it is",
+    )
     _add_number(
         serve,
         "--cache-max-entries",
@@ -584,6 +591,7 @@ def _serve(args: argparse.Namespace) -> None:
         replica=args.replica_id,
         lease_s=args.lease,
         fetch_images=not args.no_image_urls,
+        store_by_default=not args.no_store_by_default,
     )
     app = create_app(settings, models)
     # Runs after the app's own start-up hooks (Quart runs them in order), recovery included.

@@ -32,6 +32,9 @@ class ServerSettings:
     retention_every_s: float = 3600.0
     shutdown_grace_s: float = 10.0  # for running generations to end, once a stop is asked
     fetch_images: bool = True  # http(s) image URLs are fetched (False: --no-image-urls)
+    # A completion whose request says nothing of `store` is kept (False: OpenAI's default,
+    # --no-store-by-default).
+    store_by_default: bool = True
     # Servers sharing one log: each leases what it runs (omni.service.leasing). Always on
     # for a PostgreSQL log; SQLite's file has one server (tests share a MemoryStore).
     shared: bool = False

@@ -178,6 +178,19 @@ def test_env_settings_are_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
 
 
 @pytest.mark.parametrize(
+    ("argv", "env", "kept"),
+    [([], "", True), (["--no-store-by-default"], "", False), ([], "1", False)],
+)
+def test_no_store_by_default_from_the_flag_or_the_environment(
+    argv: list[str], env: str, kept: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from omni.cli import parser
+
+    monkeypatch.setenv("OMNI_NO_STORE_BY_DEFAULT", env)
+    assert parser().parse_args(["serve", *argv]).no_store_by_default is not kept
+
+
+@pytest.mark.parametrize(
     ("flag", "value"),
     [
         ("--port", "0"),
@@ -369,6 +382,7 @@ def test_kill_9_mid_unstored_completion_purges_it_at_the_next_start(
         "messages": [{"role": "user", "content": marker}],
         "max_tokens": 100000,
         "stream": True,
+        "store": False,
         **UNENDING,  # still generating when killed
     }
     with serving(tiny_model_dir, db) as (base, proc):

@@ -175,6 +175,7 @@ def create_app(settings: Settings, served: Models | Engine) -> Quart:
             cache,
             defaults,
             service.prompter,
+            store_by_default=settings.store_by_default,
         )
         service.runs.metrics = completions.metrics = figures
         figures.watch(

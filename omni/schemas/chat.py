@@ -106,7 +106,8 @@ class ChatCompletionCreate(_Sampling):
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
     metadata: dict[str, str] | None = None
-    store: bool = False
+    # None: the server decides (kept, unless `omni serve --no-store-by-default`).
+    store: bool | None = None
     prompt_cache_key: str | None = None
     reasoning_effort: str | None = None
 
@@ -129,6 +130,7 @@ class CompletionCreate(_Sampling):
     max_tokens: int | None = Field(default=16, ge=1)
     logprobs: int | None = Field(default=None, ge=0, le=5)
     echo: bool = False
+    store: bool | None = None  # Omni's extension, as for a chat completion
 
     @field_validator("prompt")
     @classmethod

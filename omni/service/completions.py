@@ -10,7 +10,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncGenerator, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from omni.errors import InvalidRequest, NotFound, StoreError
 from omni.events import (
@@ -51,6 +51,7 @@ MIRROR_PAGE = 512
 REMOTE_POLLS, REMOTE_POLL_S = 40, 0.05
 RESTARTED = "The server restarted before this completion finished."
 log = logging.getLogger(__name__)
+Body = TypeVar("Body", ChatCompletionCreate, CompletionCreate)
 
 
 def is_end(event: StoredEvent) -> bool:
@@ -92,8 +93,10 @@ class CompletionsService:
         cache: bool = True,
         defaults: Defaults | None = None,
         prompter: Prompter | None = None,
+        store_by_default: bool = ServerSettings.store_by_default,
     ):
         self.defaults = defaults or Defaults()
+        self.store_by_default = store_by_default
         self.prompter = prompter or Prompter()
         self.fetch_images = True  # http(s) image URLs are fetched (--no-image-urls: refused)
         self.store = store
@@ -117,9 +120,17 @@ class CompletionsService:
         """Start (or replay) `owner`'s chat completion; returns its id and whether it is a
         cache hit."""
         self.runs.check_capacity()
+        body = self._decided(body)
         async with self.models.use(body.model, body.adapter_path, body.draft_model) as engine:
             self.runs.check_capacity(engine)
             return await self._create_chat(engine, body, bypass_cache, owner)
+
+    def _decided(self, body: Body) -> Body:
+        """`body` with `store` decided: the client's word, else the server's default. Its
+        accepted request records the decision, so the log says what was done."""
+        if body.store is not None:
+            return body
+        return body.model_copy(update={"store": self.store_by_default})
 
     async def _create_chat(
         self, engine: Engine, body: ChatCompletionCreate, bypass_cache: bool, owner: str | None
@@ -256,6 +267,7 @@ class CompletionsService:
 
     async def create_text(self, body: CompletionCreate, owner: str | None = None) -> str:
         self.runs.check_capacity()
+        body = self._decided(body)
         async with self.models.use(body.model, body.adapter_path, body.draft_model) as engine:
             self.runs.check_capacity(engine)
             return await self._create_text(engine, body, owner)
@@ -328,10 +340,9 @@ class CompletionsService:
         }
         opening = [NewEvent(t, dumps(d)) for t, d in recorder.opening()]
         job = plan.job(prompt, images=images)
-        # Not stored (store false, a chat's default; a legacy completion always): purged once
-        # read. Only stored completions are replayed (the index's source says so).
-        stored = kind == "chat" and bool(body.store)
-        run = Run(cid, recorder, job, engine, store=stored, leased=leased)
+        # Not stored (store false, or the server's default said so): purged once read. Only
+        # stored chat completions are replayed (the index's source says so).
+        run = Run(cid, recorder, job, engine, store=bool(body.store), leased=leased)
         run.on_done = lambda: self._stop_leading(cid)  # failed or cancelled: not to be followed
         await self.runs.open(
             run,

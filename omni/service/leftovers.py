@@ -16,9 +16,9 @@ from omni.vocabulary import ACCEPTED
 
 log = logging.getLogger(__name__)
 
-# What the accepted request of an unstored object says: `store: false` (a response's or a
-# chat completion's, the chat default), or a legacy completion, never stored.
-UNSTORED = (("$.body.store", False), ("$.kind", "text"))
+# What the accepted request of an unstored object says: `store: false`, the client's or the
+# server's default (recorded decided). A fact without `store` is kept (streams.kept).
+UNSTORED = (("$.body.store", False),)
 
 
 async def purge_unstored(store: EventLog, leasing: Leasing | None = None) -> int:

@@ -1,4 +1,4 @@
-"""Stored chat completions (`store: true`): list, retrieve, messages, metadata, delete.
+"""Stored chat completions (all but `store: false`): list, retrieve, messages, metadata, delete.
 
 All projections of the log: the accepted request, metadata updates and a tombstone live on
 `chatcmpl-X/request`; the completion itself is the fold of `chatcmpl-X`. As at OpenAI, only

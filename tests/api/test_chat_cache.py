@@ -1,5 +1,5 @@
 """The replay cache: a deterministic chat request (temperature 0, or a seed) with the same
-model and normalized request as a stored one (`store: true`) is answered from the log (the
+model and normalized request as a kept one (all but `store: false`) is answered from the log (the
 stored chunks, under a new completion id, header `x-omni-cache: hit`, no generation);
 identical requests arriving while the first generates follow its stream (single flight).
 Errors, cancelled and truncated completions are never cached (nor unstored ones:
@@ -39,7 +39,7 @@ def body_for(text: str, **extra: Any) -> dict[str, Any]:
         "messages": [{"role": "user", "content": text}],
         "max_tokens": 12,
         "temperature": 0,
-        "store": True,  # only what the client asked to store is replayed
+        "store": True,  # kept whatever the server's default: only kept answers are replayed
         **extra,
     }
 

@@ -161,7 +161,7 @@ def test_a_chat_completions_page(
     server: ServerThread, client: OpenAI, page: Page, stream: bool
 ) -> None:
     messages: Any = [{"role": "user", "content": f"hello {stream}"}]
-    # Stored: a chat completion's default is not (store=False), and the log keeps none of it.
+    # Stored, whatever the server's default (an unstored one leaves the log once read).
     if stream:
         chunks = list(
             client.chat.completions.create(

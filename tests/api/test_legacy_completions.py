@@ -189,7 +189,7 @@ def test_prompt_list_of_one(client: OpenAI) -> None:
 
 
 def test_stream_raw_frames_and_log(http: httpx.Client, server, client: OpenAI) -> None:
-    """The frames are the log's rows; never stored, they leave the log once read."""
+    """The frames are the log's rows; with store false, they leave the log once read."""
     with purged_rows(server) as purged:
         res, raw = capture(
             http,
@@ -202,6 +202,7 @@ def test_stream_raw_frames_and_log(http: httpx.Client, server, client: OpenAI) -
                 "temperature": 0,
                 "stream": True,
                 "stream_options": {"include_usage": True},
+                "store": False,
             },
         )
         cid = payloads(raw)[0]["id"]
@@ -261,10 +262,8 @@ def test_stream_with_sdk(loose: OpenAI) -> None:
 
 def test_non_stream_is_the_fold_of_the_log(http: httpx.Client, server) -> None:
     with purged_rows(server) as purged:
-        res = http.post(
-            "/v1/completions",
-            json={"model": MODEL, "prompt": PROMPT, "max_tokens": 5, "logprobs": 2, "echo": True},
-        )
+        asked = {"model": MODEL, "prompt": PROMPT, "max_tokens": 5, "logprobs": 2, "echo": True}
+        res = http.post("/v1/completions", json={**asked, "store": False})
         assert res.status_code == 200
         body = res.json()
         assert wait_for(lambda: body["id"] in purged)

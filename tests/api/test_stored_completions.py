@@ -1,5 +1,5 @@
-"""Stored chat completions (`store: true`): list (model, metadata[k]=v, after, limit, order),
-retrieve, messages, metadata update and delete, with the official SDK.
+"""Stored chat completions (all but `store: false`): list (model, metadata[k]=v, after, limit,
+order), retrieve, messages, metadata update and delete, with the official SDK.
 
 The module's server (and its database) is its own, so listings here see only what this
 module created."""
@@ -36,7 +36,8 @@ def loose(server) -> Iterator[OpenAI]:
 
 @pytest.fixture(scope="module")
 def stored(server) -> dict[str, Any]:
-    """Three stored completions (a, b, c in creation order) and one not stored."""
+    """Three stored completions (a, b, c in creation order), one that says nothing of `store`
+    (kept too) and one not stored."""
     with OpenAI(
         base_url=f"{server.base_url}/v1",
         api_key="test",
@@ -56,8 +57,8 @@ def stored(server) -> dict[str, Any]:
                 store=True,
                 metadata=meta,
             )
-        made["unstored"] = client.chat.completions.create(
-            model=MODEL, messages=[{"role": "user", "content": "not stored"}], max_tokens=2
+        made["silent"] = client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "kept"}], max_tokens=2
         )
         made["stored_false"] = client.chat.completions.create(
             model=MODEL,
@@ -80,8 +81,7 @@ def ids(page: Any) -> list[str]:
 
 def test_list_default_is_ascending_and_only_stored(client: OpenAI, stored: dict[str, Any]) -> None:
     page = client.chat.completions.list()
-    assert ids(page.data)[:3] == [stored[k].id for k in "abc"]
-    assert stored["unstored"].id not in ids(page.data)
+    assert ids(page.data)[:4] == [stored[k].id for k in ("a", "b", "c", "silent")]
     assert stored["stored_false"].id not in ids(page.data)
     assert page.has_more is False
     for item in page.data:
@@ -161,11 +161,8 @@ def test_retrieve(client: OpenAI, stored: dict[str, Any]) -> None:
     assert metadata_of(client, made.id) == {"team": "red", "n": "1"}
 
 
-@pytest.mark.parametrize("which", ["unstored", "stored_false"])
-def test_unstored_completions_are_not_found(
-    client: OpenAI, stored: dict[str, Any], which: str
-) -> None:
-    cid = stored[which].id
+def test_unstored_completions_are_not_found(client: OpenAI, stored: dict[str, Any]) -> None:
+    cid = stored["stored_false"].id
     with pytest.raises(openai.NotFoundError):
         client.chat.completions.retrieve(cid)
     with pytest.raises(openai.NotFoundError):

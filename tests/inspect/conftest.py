@@ -108,7 +108,10 @@ def log(tiny_engine: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         assert hit.headers["x-omni-cache"] == "hit"
         c["hit"] = hit.parse()
         c["unstored"] = alice.chat.completions.create(
-            model=MODEL, messages=[{"role": "user", "content": "forget me"}], max_tokens=4
+            model=MODEL,
+            messages=[{"role": "user", "content": "forget me"}],
+            max_tokens=4,
+            store=False,
         )
         # The server purges an unstored completion once its client has read it, just after
         # the answer went out: wait for that, so the tests see the log at rest.

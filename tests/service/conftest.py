@@ -16,6 +16,7 @@ from omni.jobs import Capabilities, Delta, Failed, Finished, Job, Output, Starte
 from omni.service.completions import CompletionsService
 from omni.service.leasing import Leasing
 from omni.service.responses import ResponsesService
+from omni.settings import ServerSettings
 
 
 class ScriptedEngine:
@@ -78,6 +79,7 @@ async def serving(
     engine: ScriptedEngine,
     leasing: Leasing | None = None,
     notifier: Notifier | None = None,
+    store_by_default: bool = ServerSettings.store_by_default,
 ) -> AsyncIterator[Services]:
     """The services over `store`, wired as the app wires them, recovered, then closed
     (`leasing`, `notifier`: a server's among several sharing the store)."""
@@ -88,7 +90,13 @@ async def serving(
     if leasing is not None:
         responses.runs.leasing = leasing
     completions = CompletionsService(
-        store, appender, notifier, engine, responses.runs, prompter=responses.prompter
+        store,
+        appender,
+        notifier,
+        engine,
+        responses.runs,
+        prompter=responses.prompter,
+        store_by_default=store_by_default,
     )
     await responses.recover()
     await completions.recover()

@@ -3,9 +3,14 @@ request answered from the replay-cache index by a later process, without the eng
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
+from omni.events import MemoryStore
 from omni.jobs import Delta, Finished
-from omni.schemas.chat import ChatCompletionCreate
+from omni.schemas.chat import ChatCompletionCreate, CompletionCreate
 from omni.service.completions import cache_key
+from omni.service.stored import StoredCompletions
 
 from .conftest import ScriptedEngine, Services, serving
 
@@ -33,3 +38,88 @@ async def test_a_chat_completion_is_replayed_from_the_cache_index(services: Serv
     assert replayed["id"] == copy
     assert replayed["choices"] == first["choices"]
     assert replayed["usage"] == first["usage"]
+
+
+# --- whether a completion is kept ---------------------------------------------------------
+
+SILENT = {"messages": [{"role": "user", "content": "hi"}], "temperature": 0}  # nothing of store
+ANSWER = [Delta("Hel", 10), Delta("lo", 11), Finished("stop", 3, 2)]
+
+
+async def _chat(served: Services, body: dict[str, Any]) -> tuple[str, bool, dict[str, Any]]:
+    """A chat completion read to its end by its client: its id, whether it was a cache hit,
+    and its accepted request as the log recorded it."""
+    served.engine.scripts.append(list(ANSWER))
+    cid, hit = await served.completions.create_chat(ChatCompletionCreate.model_validate(body))
+    await served.completions.wait(cid)
+    accepted = json.loads((await served.store.read(f"{cid}/request"))[0].data)
+    served.completions.release(cid)
+    return cid, hit, accepted
+
+
+async def _text(served: Services, body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    served.engine.scripts.append(list(ANSWER))
+    cid = await served.completions.create_text(CompletionCreate.model_validate(body))
+    await served.completions.wait(cid)
+    accepted = json.loads((await served.store.read(f"{cid}/request"))[0].data)
+    served.completions.release(cid)
+    return cid, accepted
+
+
+async def _listed(served: Services) -> list[str]:
+    stored = StoredCompletions(served.store, served.completions.appender)
+    return [c["id"] for c in (await stored.list(None, {}, None, 20, "asc"))["data"]]
+
+
+async def _in_log(store: MemoryStore, cid: str) -> bool:
+    """Whether the completion's rows are in the log (once its server has let it go: an
+    unstored one is purged when its client has read it, at the latest when the server stops)."""
+    return bool(await store.read(cid)) and bool(await store.read(f"{cid}/request"))
+
+
+async def test_a_chat_silent_on_store_is_kept_listed_and_replayed() -> None:
+    store, engine = MemoryStore(), ScriptedEngine()
+    async with serving(store, engine) as served:
+        cid, hit, accepted = await _chat(served, SILENT)
+        copy, again, _ = await _chat(served, SILENT)  # the identical deterministic repeat
+        assert await _listed(served) == [cid, copy]
+    assert accepted["body"]["store"] is True  # the log says what was decided
+    assert (hit, again) == (False, True) and len(engine.jobs) == 1
+    assert await _in_log(store, cid) and await _in_log(store, copy)
+
+
+async def test_a_chat_with_store_false_is_purged_and_never_replayed() -> None:
+    store, engine = MemoryStore(), ScriptedEngine()
+    unstored = {**SILENT, "store": False}
+    async with serving(store, engine) as served:
+        cid, hit, accepted = await _chat(served, unstored)
+        again, second, _ = await _chat(served, unstored)
+        assert await _listed(served) == []
+    assert accepted["body"]["store"] is False
+    assert (hit, second) == (False, False) and len(engine.jobs) == 2
+    assert not await _in_log(store, cid) and not await _in_log(store, again)
+
+
+async def test_the_server_flag_restores_openais_default() -> None:
+    store, engine = MemoryStore(), ScriptedEngine()
+    async with serving(store, engine, store_by_default=False) as served:
+        cid, _, accepted = await _chat(served, SILENT)
+        again, hit, _ = await _chat(served, SILENT)
+        asked, _, _ = await _chat(served, {**SILENT, "store": True})
+        text, recorded = await _text(served, {"prompt": "hi"})
+        assert await _listed(served) == [asked]
+    assert accepted["body"]["store"] is False and recorded["body"]["store"] is False
+    assert not hit and len(engine.jobs) == 4
+    assert not await _in_log(store, cid) and not await _in_log(store, again)
+    assert not await _in_log(store, text)
+    assert await _in_log(store, asked)
+
+
+async def test_a_legacy_completion_follows_the_same_rule() -> None:
+    store = MemoryStore()
+    async with serving(store, ScriptedEngine()) as served:
+        silent, recorded = await _text(served, {"prompt": "hi"})
+        unstored, refused = await _text(served, {"prompt": "hi", "store": False})
+    assert recorded["body"]["store"] is True and refused["body"]["store"] is False
+    assert await _in_log(store, silent)
+    assert not await _in_log(store, unstored)
