@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # a leaf: the server's parts are named here, never imported
     from omni.api.gate import Access
     from omni.service.defaults import Defaults
+    from omni.service.image_urls import ImageHosts
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,8 @@ class ServerSettings:
     retention_every_s: float = 3600.0
     shutdown_grace_s: float = 10.0  # for running generations to end, once a stop is asked
     fetch_images: bool = True  # http(s) image URLs are fetched (False: --no-image-urls)
+    # What image URLs may name beyond public addresses (--allow-image-hosts; None: nothing).
+    image_hosts: ImageHosts | None = None
     # Servers sharing one log: each leases what it runs (omni.service.leasing). Always on
     # for a PostgreSQL log; SQLite's file has one server (tests share a MemoryStore).
     shared: bool = False
