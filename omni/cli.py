@@ -27,6 +27,7 @@ from omni.settings import EngineSettings, ServerSettings, engine_knobs
 
 if TYPE_CHECKING:
     from omni.api.gate import Access
+    from omni.service.image_urls import ImageHosts
 
 log = logging.getLogger("omni")
 BIG = 2**63 - 1  # SQLite's largest integer
@@ -378,6 +379,15 @@ def _add_access(serve: argparse.ArgumentParser) -> None:
         help="fetch no http(s) image URL a request names (images come as data: URLs only): "
         "clients cannot make the server reach other hosts",
     )
+    serve.add_argument(
+        "--allow-image-hosts",
+        action="append",
+        default=_list(_env("ALLOW_IMAGE_HOSTS", "")),
+        metavar="HOST|CIDR",
+        help="hosts (images.lan, *.lan) or networks (10.1.0.0/16, 127.0.0.1) that image URLs "
+        "may name although not public (repeatable or comma-separated; default: public "
+        "addresses only)",
+    )
 
 
 def _add_defaults(serve: argparse.ArgumentParser) -> None:
@@ -487,6 +497,16 @@ def access(args: argparse.Namespace) -> Access:
     )
 
 
+def image_hosts(args: argparse.Namespace) -> ImageHosts:
+    """What image URLs may name beyond public addresses (--allow-image-hosts)."""
+    from omni.service.image_urls import ImageHosts
+
+    try:
+        return ImageHosts.parse(_flat(args.allow_image_hosts))
+    except ValueError as exc:
+        raise OmniError(f"--allow-image-hosts: {exc}") from None
+
+
 def check_port(host: str, port: int) -> None:
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -544,6 +564,7 @@ def _serve(args: argparse.Namespace) -> None:
     from omni.service.models import Models
 
     gate = access(args)
+    allowed_images = image_hosts(args)
     check_port(args.host, args.port)
     db.upgrade(args.db)
 
@@ -592,6 +613,7 @@ def _serve(args: argparse.Namespace) -> None:
         lease_s=args.lease,
         fetch_images=not args.no_image_urls,
         store_by_default=not args.no_store_by_default,
+        image_hosts=allowed_images,
     )
     app = create_app(settings, models)
     # Runs after the app's own start-up hooks (Quart runs them in order), recovery included.

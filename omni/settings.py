@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # a leaf: the server's parts are named here, never imported
     from omni.api.gate import Access
     from omni.service.defaults import Defaults
+    from omni.service.image_urls import ImageHosts
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,8 @@ class ServerSettings:
     # A completion whose request says nothing of `store` is kept (False: OpenAI's default,
     # --no-store-by-default).
     store_by_default: bool = True
+    # What image URLs may name beyond public addresses (--allow-image-hosts; None: nothing).
+    image_hosts: ImageHosts | None = None
     # Servers sharing one log: each leases what it runs (omni.service.leasing). Always on
     # for a PostgreSQL log; SQLite's file has one server (tests share a MemoryStore).
     shared: bool = False

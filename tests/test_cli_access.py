@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from openai import AuthenticationError, OpenAI
 
-from omni.cli import access, is_loopback, parser
+from omni.cli import access, image_hosts, is_loopback, parser
 from tests.test_cli import assert_one_line_error, omni, serving
 
 
@@ -60,6 +60,21 @@ def test_bad_template_args_in_the_environment_are_a_usage_line(
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "--chat-template-args" in result.stderr
     assert omni("db", "check", "--help").returncode == 0  # other commands unaffected
+
+
+def test_image_hosts_from_flags_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert image_hosts(args_of()).names == image_hosts(args_of()).networks == ()  # type: ignore[arg-type]
+    monkeypatch.setenv("OMNI_ALLOW_IMAGE_HOSTS", "images.lan, 10.1.0.0/16")
+    flags = ("--allow-image-hosts", "*.corp.test,[::1]", "--allow-image-hosts", "192.168.7.7")
+    hosts = image_hosts(args_of(*flags))  # type: ignore[arg-type]
+    assert hosts.names == ("images.lan", "*.corp.test")
+    assert [str(n) for n in hosts.networks] == ["10.1.0.0/16", "::1/128", "192.168.7.7/32"]
+
+
+def test_a_bad_image_host_is_one_line(tmp_path: Path) -> None:
+    result = omni("serve", "--allow-image-hosts", "10.0.0.0/33", "--db", str(tmp_path / "x.db"))
+    assert_one_line_error(result, "--allow-image-hosts: '10.0.0.0/33' is neither")
+    assert not (tmp_path / "x.db").exists()
 
 
 def test_loopback_addresses() -> None:

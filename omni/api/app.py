@@ -39,6 +39,7 @@ from omni.service.completions import CompletionsService
 from omni.service.defaults import Defaults
 from omni.service.embeddings import EmbeddingsService
 from omni.service.generations import ImagesService
+from omni.service.image_urls import Fetcher, ImageHosts
 from omni.service.leasing import Leasing
 from omni.service.leftovers import purge_unstored
 from omni.service.models import Models
@@ -192,7 +193,8 @@ def create_app(settings: Settings, served: Models | Engine) -> Quart:
             observe(model)
         pool.start()
         service.runs.leasing = leasing
-        service.fetch_images = completions.fetch_images = settings.fetch_images
+        fetcher = Fetcher(settings.image_hosts or ImageHosts()) if settings.fetch_images else None
+        service.image_fetcher = completions.image_fetcher = fetcher
         await service.recover()
         await completions.recover()
         embedding = EmbeddingsService(store, appender, pool, figures, leasing)

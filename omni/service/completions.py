@@ -31,6 +31,7 @@ from omni.projections.messages import chat_content, chat_for_template
 from omni.protocol.chat_recorder import ChunkRecorder, error_event
 from omni.schemas.chat import ChatCompletionCreate, CompletionCreate
 from omni.service.defaults import Defaults
+from omni.service.image_urls import Fetcher
 from omni.service.images import load_images, message_images, pictures, refuse_images
 from omni.service.models import Models
 from omni.service.ownership import cache_namespace
@@ -98,7 +99,8 @@ class CompletionsService:
         self.defaults = defaults or Defaults()
         self.store_by_default = store_by_default
         self.prompter = prompter or Prompter()
-        self.fetch_images = True  # http(s) image URLs are fetched (--no-image-urls: refused)
+        # How http(s) image URLs are fetched (None: --no-image-urls, they are refused).
+        self.image_fetcher: Fetcher | None = Fetcher()
         self.store = store
         self.appender = appender
         self.notifier = notifier
@@ -143,7 +145,7 @@ class CompletionsService:
         structured = engine.capabilities.template_tools
         refs = message_images([m.content for m in body.messages])
         refuse_images(engine, refs)
-        loaded = await load_images(refs, self.fetch_images)
+        loaded = await load_images(refs, self.image_fetcher)
         messages = chat_for_template(
             [
                 {**m.model_dump(exclude_none=True), "content": chat_content(m.content, loaded)}

@@ -1,7 +1,8 @@
 """The images of a request (Responses' input_image parts, chat's image_url parts): where each
 sits, for errors that name it, and its bytes, decoded from a data: URL or fetched from an
 http(s) URL. The log keeps every image as the client sent it (input_items returns it so); the
-bytes go with the prompt to a vision model's engine, and are never stored apart."""
+bytes go with the prompt to a vision model's engine, and are never stored apart. An http(s)
+URL that gives no image is one and the same 400, whatever the reason (image_urls.py)."""
 
 from __future__ import annotations
 
@@ -9,18 +10,17 @@ import asyncio
 import base64
 import binascii
 import io
+import logging
 import re
-import urllib.error
-import urllib.request
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from omni.errors import InvalidRequest
 from omni.jobs import Engine
+from omni.service.image_urls import MAX_IMAGE_BYTES, Fetcher, Unfetchable
 
-MAX_IMAGE_BYTES = 20 * 1024 * 1024  # OpenAI's limit for one image
-FETCH_TIMEOUT_S = 10.0
+log = logging.getLogger(__name__)
 _DATA_URL = re.compile(r"data:(?P<type>[^;,]*)(?P<params>(;[^;,]*)*),(?P<data>.*)", re.DOTALL)
 
 
@@ -69,15 +69,15 @@ def refuse_images(engine: Engine, refs: Sequence[ImageRef]) -> None:
         )
 
 
-async def load_images(refs: Iterable[ImageRef], fetch: bool = True) -> dict[str, bytes]:
+async def load_images(refs: Iterable[ImageRef], fetcher: Fetcher | None) -> dict[str, bytes]:
     """Each distinct image's bytes by its URL, checked to be an image (400s name the part);
     read in a worker thread: decoding and checking megabytes is no work for the event loop.
-    `fetch` False: an http(s) URL is a 400 (`--no-image-urls`: a server that clients must
-    not make reach other hosts, its own network's included)."""
+    `fetcher` None: an http(s) URL is a 400 (`--no-image-urls`: a server that clients must
+    not make reach other hosts at all)."""
     loaded: dict[str, bytes] = {}
     for ref in refs:
         if ref.url not in loaded:
-            loaded[ref.url] = await asyncio.to_thread(_read, ref, fetch)
+            loaded[ref.url] = await asyncio.to_thread(_read, ref, fetcher)
     return loaded
 
 
@@ -86,16 +86,27 @@ def pictures(refs: Iterable[ImageRef], loaded: Mapping[str, bytes]) -> tuple[byt
     return tuple(loaded[ref.url] for ref in refs)
 
 
-def _read(ref: ImageRef, fetch: bool) -> bytes:
-    remote = ref.url.startswith(("http://", "https://"))
-    if remote and not fetch:
+def _read(ref: ImageRef, fetcher: Fetcher | None) -> bytes:
+    if not ref.url.startswith(("http://", "https://")):
+        return _checked(_decode(ref), ref)
+    if fetcher is None:
         raise InvalidRequest(
             "This server does not fetch images from URLs (it runs with --no-image-urls): "
             "send the image as a data: URL (data:image/png;base64,...).",
             param=ref.param,
             code="invalid_image_url",
         )
-    return _checked(_fetch(ref) if remote else _decode(ref), ref)
+    try:
+        return _checked(fetcher.fetch(ref.url), ref)
+    except (Unfetchable, InvalidRequest) as exc:  # what answered, if anything, is for the log
+        log.info("image %s (%s) not fetched: %s", ref.url, ref.param, exc)
+        raise InvalidRequest(
+            "The image could not be fetched from its URL: an image URL must name a public "
+            "http(s) server that answers with a PNG, JPEG, GIF or WebP image of at most "
+            f"{MAX_IMAGE_BYTES // (1024 * 1024)} MB.",
+            param=ref.param,
+            code="failed_to_download_image",
+        ) from None
 
 
 def _decode(ref: ImageRef) -> bytes:
@@ -126,22 +137,6 @@ def _decode(ref: ImageRef) -> bytes:
         raise InvalidRequest(
             "The image data URL is not valid base64.", param=ref.param, code="invalid_base64_image"
         ) from None
-
-
-def _fetch(ref: ImageRef) -> bytes:
-    """The bytes at an http(s) URL (in a worker thread: a blocking read)."""
-    try:
-        with urllib.request.urlopen(ref.url, timeout=FETCH_TIMEOUT_S) as answer:  # noqa: S310
-            data: bytes = answer.read(MAX_IMAGE_BYTES + 1)
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise InvalidRequest(
-            f"The image at {ref.url} could not be downloaded: {exc}",
-            param=ref.param,
-            code="failed_to_download_image",
-        ) from None
-    if len(data) > MAX_IMAGE_BYTES:
-        raise _too_large(ref)
-    return data
 
 
 def _checked(data: bytes, ref: ImageRef) -> bytes:

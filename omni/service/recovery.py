@@ -111,7 +111,7 @@ async def _recover(service: ResponsesService, unfinished: list[str]) -> None:
         else:
             refs = [ImageRef(url, "input") for url in request.get("images") or []]
             try:  # the images its prompt shows, read again from their URLs
-                loaded = await load_images(refs, service.fetch_images)
+                loaded = await load_images(refs, service.image_fetcher)
             except InvalidRequest as exc:
                 reason = f"Its images could not be read again after the restart ({exc.message})."
                 await _end(service, response_id, first, folded, cancelled, prompt, tokens, reason)

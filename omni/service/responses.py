@@ -28,6 +28,7 @@ from omni.schemas.items import normalize_input
 from omni.schemas.responses import ResponseCreate
 from omni.service import recovery, references
 from omni.service.defaults import Defaults
+from omni.service.image_urls import Fetcher
 from omni.service.images import ImageRef, item_images, load_images, pictures, refuse_images
 from omni.service.models import Models
 from omni.service.ownership import cache_namespace, visible
@@ -74,7 +75,8 @@ class ResponsesService:
         self.keepalive = keepalive
         self.runs = Runs(store, appender, notifier, max_queued)
         self.prompter = Prompter()  # shared with chat: one request's prompt built at a time
-        self.fetch_images = True  # http(s) image URLs are fetched (--no-image-urls: refused)
+        # How http(s) image URLs are fetched (None: --no-image-urls, they are refused).
+        self.image_fetcher: Fetcher | None = Fetcher()
         self.facts = ObjectLocks()  # a response's cancel and delete facts, one at a time
 
     # --- commands -------------------------------------------------------------
@@ -129,7 +131,7 @@ class ResponsesService:
         history = conversation[: len(conversation) - len(items)]
         refs = [*item_images(history, "previous_response_id"), *item_images(items)]
         refuse_images(engine, refs)
-        loaded = await load_images(refs, self.fetch_images)
+        loaded = await load_images(refs, self.image_fetcher)
         prompt, shown = await self.prompter.run(
             self._fit, engine, body, conversation, callable_tools, mode, thinking, loaded
         )

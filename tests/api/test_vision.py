@@ -1,7 +1,8 @@
 """Image inputs, end to end through Hypercorn and the OpenAI SDK, on a tiny random-weight
 LLaVA run by mlx-vlm beside a tiny text-only llama: input_image parts on Responses (plain,
 streamed, kept in input_items as sent), image_url parts on chat, an image fetched from an
-http URL, and the 400s and the 501 a client reads when an image cannot be taken. The text
+http URL (of a host the server allows: by default an image URL may not name the server's own
+network), and the 400s and the 501 a client reads when an image cannot be taken. The text
 is noise: the image shows in the prompt's token count (each image is IMAGE_TOKENS tokens)."""
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from __future__ import annotations
 import base64
 import importlib.util
 import io
+import json
+import socketserver
 import threading
 import time
 from collections.abc import Iterator
@@ -25,14 +28,17 @@ from omni.runtime.catalogue import scan
 from omni.runtime.loading import Loader
 from omni.runtime.tiny import build_tiny_llama
 from omni.runtime.tiny_vlm import IMAGE_SIZE, PATCH_SIZE, build_tiny_llava
+from omni.service.image_urls import ImageHosts
 from omni.service.models import Models
 from tests.api._helpers import n_deltas, wait_for
-from tests.server import ServerThread
+from tests.server import ServerThread, free_port
 from tests.test_cli import kill_mid_stream, serving
 
 VLM, LLM = "tiny-llava", "tiny-llama"
 IMAGE_TOKENS = (IMAGE_SIZE // PATCH_SIZE) ** 2  # CLIP's patches (its class token dropped)
 QUESTION = "What is this?"
+# The image servers here listen on 127.0.0.1, which image URLs may name by this name only.
+IMAGE_HOSTS = ImageHosts.parse(["localhost"])
 
 
 def png(color: tuple[int, int, int] = (200, 10, 10)) -> bytes:
@@ -65,10 +71,14 @@ def shelf(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def serve(shelf: Path, tmp: Path, fetch_images: bool = True) -> ServerThread:
+def serve(
+    shelf: Path, tmp: Path, fetch_images: bool = True, image_hosts: ImageHosts | None = IMAGE_HOSTS
+) -> ServerThread:
     home = tmp / "home"
     models = Models(scan(home, [shelf]), Loader(home), default=VLM, max_loaded=2)
-    settings = Settings(db_path=str(tmp / "omni.db"), fetch_images=fetch_images)
+    settings = Settings(
+        db_path=str(tmp / "omni.db"), fetch_images=fetch_images, image_hosts=image_hosts
+    )
     return ServerThread(settings, models).start()
 
 
@@ -250,15 +260,22 @@ def test_chat_takes_image_url_parts_as_objects_and_as_strings(
 
 
 class _Images(BaseHTTPRequestHandler):
+    """/cat.png; /page.html, not an image; /to?URL, a redirect to URL; anything else, 404."""
+
     asked: list[str] = []  # every path asked for, by any test
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         _Images.asked.append(self.path)
-        body = png((10, 200, 10))
-        self.send_response(200 if self.path == "/cat.png" else 404)
-        self.send_header("Content-Type", "image/png")
+        if self.path.startswith("/to?"):
+            self.send_response(302)
+            self.send_header("Location", self.path.removeprefix("/to?"))
+            self.end_headers()
+            return
+        body = {"/cat.png": png((10, 200, 10)), "/page.html": b"<html>hello</html>"}
+        self.send_response(200 if self.path in body else 404)
+        self.send_header("Content-Type", "text/html" if self.path == "/page.html" else "image/png")
         self.end_headers()
-        self.wfile.write(body if self.path == "/cat.png" else b"")
+        self.wfile.write(body.get(self.path, b""))
 
     def log_message(self, *args: Any) -> None:
         pass
@@ -267,11 +284,42 @@ class _Images(BaseHTTPRequestHandler):
 @pytest.fixture
 def image_host() -> Iterator[str]:
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Images)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
     thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    yield f"http://localhost:{httpd.server_address[1]}"
     httpd.shutdown()
     httpd.server_close()
+
+
+class _Banner(socketserver.BaseRequestHandler):
+    def handle(self) -> None:
+        self.request.sendall(b"SSH-2.0-OpenSSH_9.6\r\n")
+
+
+@pytest.fixture
+def other_service() -> Iterator[int]:
+    """The port of a service on 127.0.0.1 that does not speak HTTP."""
+    with socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Banner) as tcp:
+        thread = threading.Thread(target=tcp.serve_forever, args=(0.05,), daemon=True)
+        thread.start()
+        yield tcp.server_address[1]
+        tcp.shutdown()
+
+
+def refused(base_url: str, image_url: str) -> bytes:
+    """The 400 body of a Responses request with the image at `image_url`."""
+    body = {"model": VLM, "input": asking(image_url), "max_output_tokens": 2}
+    res = httpx.post(f"{base_url}/v1/responses", json=body, timeout=120)
+    assert res.status_code == 400, res.text
+    return res.content
+
+
+def assert_one_failure(bodies: list[bytes], port: str) -> None:
+    """Every body is the same error, which names the part and nothing of the target."""
+    assert len(set(bodies)) == 1, bodies
+    error = json.loads(bodies[0])["error"]
+    assert error["code"] == "failed_to_download_image" and error["param"] == "input[0].content[1]"
+    assert "could not be fetched" in error["message"] and port not in error["message"]
 
 
 def test_an_image_fetched_from_an_http_url(
@@ -287,6 +335,68 @@ def test_an_image_fetched_from_an_http_url(
         client.responses.create(model=VLM, input=asking(f"{image_host}/nope.png"))  # type: ignore[arg-type]
     assert gone.value.code == "failed_to_download_image"
     assert gone.value.param == "input[0].content[1]"
+
+
+def test_a_default_server_refuses_image_urls_of_its_own_network(
+    shelf: Path, tmp_path: Path, image_host: str
+) -> None:
+    """However loopback is spelled, and link-local addresses (a cloud's metadata service):
+    one 400, and nothing is fetched; chat's image_url parts alike."""
+    srv = serve(shelf, tmp_path, image_hosts=None)
+    port = image_host.rsplit(":", 1)[1]
+    hosts = ["127.0.0.1", "localhost", "[::1]", "2130706433", "0x7f.1", "127.1",
+             "[::ffff:127.0.0.1]", "169.254.169.254"]  # fmt: skip
+    asked = len(_Images.asked)
+    try:
+        bodies = [refused(srv.base_url, f"http://{host}:{port}/cat.png") for host in hosts]
+        part = {"type": "image_url", "image_url": {"url": f"{image_host}/cat.png"}}
+        chat = {"model": VLM, "messages": [{"role": "user", "content": [part]}]}
+        res = httpx.post(f"{srv.base_url}/v1/chat/completions", json=chat, timeout=120)
+    finally:
+        srv.stop()
+    assert_one_failure(bodies, port)
+    assert res.status_code == 400 and res.json()["error"]["param"] == "messages[0].content[0]"
+    assert res.json()["error"]["message"] == json.loads(bodies[0])["error"]["message"]
+    assert len(_Images.asked) == asked  # nothing was fetched
+
+
+def test_every_failed_fetch_reads_the_same(
+    server: ServerThread, image_host: str, other_service: int
+) -> None:
+    """A closed port, a service that is not HTTP, an HTTP 404, an answer that is no image,
+    a redirect to a host not allowed, a private address: byte-identical 400s (else the
+    error would scan ports for a client)."""
+    port = image_host.rsplit(":", 1)[1]
+    urls = [
+        f"http://localhost:{free_port()}/cat.png",
+        f"http://localhost:{other_service}/cat.png",
+        f"{image_host}/nope.png",
+        f"{image_host}/page.html",
+        f"{image_host}/to?http://127.0.0.1:{port}/cat.png",
+        "http://169.254.169.254/latest/meta-data/",
+    ]
+    assert_one_failure([refused(server.base_url, url) for url in urls], port)
+
+
+def test_a_redirect_to_a_host_not_allowed_is_refused(
+    client: OpenAI, image_host: str, text_only_tokens: int
+) -> None:
+    """The allowed host's redirects are followed, each hop checked: to the same server under
+    a name that is not allowed, the image is not asked for."""
+    followed = client.responses.create(
+        model=VLM,
+        input=asking(f"{image_host}/to?/cat.png"),  # type: ignore[arg-type]
+        max_output_tokens=2,
+    )
+    assert followed.usage is not None
+    assert followed.usage.input_tokens == text_only_tokens + IMAGE_TOKENS
+    port = image_host.rsplit(":", 1)[1]
+    away = f"{image_host}/to?http://127.0.0.1:{port}/cat.png"
+    asked = len(_Images.asked)
+    with pytest.raises(BadRequestError) as refused:
+        client.responses.create(model=VLM, input=asking(away))  # type: ignore[arg-type]
+    assert refused.value.code == "failed_to_download_image"
+    assert _Images.asked[asked:] == [f"/to?http://127.0.0.1:{port}/cat.png"]
 
 
 def test_a_server_without_image_urls_takes_data_urls_alone(

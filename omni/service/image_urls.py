@@ -1,0 +1,214 @@
+"""Image URLs fetched without letting a client reach the server's own network. Every address a
+URL's host resolves to must be public, or allowed by the operator (--allow-image-hosts), at
+each redirect hop; the connection goes to an address that was checked, with no second lookup
+in between (DNS rebinding), under the URL's own Host header and, for https, its own name
+(SNI, and the certificate must be that name's). Why a fetch gave no image is for the log:
+images.py answers every failure with one message, else a client could scan ports with it."""
+
+from __future__ import annotations
+
+import functools
+import http.client
+import ipaddress
+import re
+import socket
+import ssl
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urljoin, urlsplit
+
+MAX_IMAGE_BYTES = 20 * 1024 * 1024  # OpenAI's limit for one image
+FETCH_TIMEOUT_S = 10.0  # for each connect and each read
+MAX_REDIRECTS = 5
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+_PORTS = {"http": 80, "https": 443}
+_NAME = re.compile(r"(\*\.)?[a-z0-9_-]+(\.[a-z0-9_-]+)*\.?")
+
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+SockAddr = tuple[int, tuple[Any, ...]]  # a resolved address: its family, and connect()'s tuple
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")  # the IPv4 address in its last 32 bits
+
+
+class Unfetchable(Exception):
+    """Why an image URL gave no image: for the server's log, never for the client."""
+
+
+def public(address: Address) -> bool:
+    """Whether `address` is on the internet at large: not loopback, private, link-local,
+    multicast, unspecified or reserved, nor an IPv6 address that carries such an IPv4 one."""
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:  # ::ffff:127.0.0.1 is 127.0.0.1
+            return public(address.ipv4_mapped)
+        inner = address.sixtofour or (
+            ipaddress.IPv4Address(int(address) & 0xFFFFFFFF) if address in _NAT64 else None
+        )
+        if inner is not None and not public(inner):
+            return False
+    return address.is_global and not (
+        address.is_loopback
+        or address.is_private
+        or address.is_link_local
+        or address.is_multicast
+        or address.is_unspecified
+        or address.is_reserved
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ImageHosts:
+    """What image URLs may name beyond public addresses: host names (`name`, `*.domain`)
+    whatever they resolve to, and networks (`10.0.0.0/8`, or one address) under any name."""
+
+    names: tuple[str, ...] = ()
+    networks: tuple[Network, ...] = ()
+
+    @classmethod
+    def parse(cls, entries: Iterable[str]) -> ImageHosts:
+        """ValueError names an entry that is neither a host name nor an address or network."""
+        names: list[str] = []
+        networks: list[Network] = []
+        for entry in entries:
+            text = entry.strip().lower()
+            try:  # an address, bracketed or not, is a network of one
+                networks.append(ipaddress.ip_network(text.strip("[]"), strict=False))
+            except ValueError:
+                if not _NAME.fullmatch(text):
+                    raise ValueError(
+                        f"{entry!r} is neither a host name nor an IP address or network (CIDR)"
+                    ) from None
+                names.append(text.rstrip("."))
+        return cls(tuple(names), tuple(networks))
+
+    def allows(self, host: str, address: Address) -> bool:
+        """Whether a URL naming `host` may be fetched from `address` (one it resolved to)."""
+        name = host.lower().rstrip(".")
+        if any(name == n or (n.startswith("*.") and name.endswith(n[1:])) for n in self.names):
+            return True
+        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+            address = address.ipv4_mapped
+        return public(address) or any(address in network for network in self.networks)
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Where one hop of a fetch goes, as its URL says."""
+
+    scheme: str
+    host: str  # ASCII (IDNA), without brackets: what is resolved, and what TLS names
+    port: int
+    authority: str  # the Host header: the host, bracketed if IPv6, and a port if the URL has one
+    path: str  # with its query
+
+    @classmethod
+    def of(cls, url: str) -> Target:
+        parts = urlsplit(url)
+        if parts.scheme not in _PORTS or not parts.hostname:
+            raise Unfetchable("not an http(s) URL with a host")
+        host = parts.hostname.encode("idna").decode("ascii")
+        authority = f"[{host}]" if ":" in host else host
+        if parts.port is not None:  # a port out of range: ValueError
+            authority += f":{parts.port}"
+        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        return cls(parts.scheme, host, parts.port or _PORTS[parts.scheme], authority, path)
+
+
+@dataclass(frozen=True, slots=True)
+class Fetcher:
+    """Fetches image URLs that `hosts` allow; `tls`: whom https trusts (None: the system's
+    certificate authorities)."""
+
+    hosts: ImageHosts = ImageHosts()
+    tls: ssl.SSLContext | None = None
+
+    def fetch(self, url: str) -> bytes:
+        """The bytes at `url` (a blocking read), following at most MAX_REDIRECTS redirects,
+        each checked; Unfetchable, saying why, where it gives none."""
+        try:
+            for _ in range(MAX_REDIRECTS + 1):
+                target = Target.of(url)
+                location, data = self._get(target)
+                if location is None:
+                    return data
+                url = urljoin(url, location)
+        except (OSError, http.client.HTTPException, ValueError) as exc:
+            raise Unfetchable(f"{type(exc).__name__}: {exc}") from exc
+        raise Unfetchable(f"more than {MAX_REDIRECTS} redirects")
+
+    def checked(self, target: Target) -> list[SockAddr]:
+        """Every address `target`'s host resolves to, each allowed (else Unfetchable)."""
+        found = socket.getaddrinfo(
+            target.host, target.port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
+        )
+        for *_, sockaddr in found:
+            address = ipaddress.ip_address(sockaddr[0])
+            if not self.hosts.allows(target.host, address):
+                raise Unfetchable(f"{target.host} resolves to {address}: not a public address")
+        if not found:
+            raise Unfetchable(f"{target.host} resolves to no address")
+        return [(family, sockaddr) for family, _, _, _, sockaddr in found]
+
+    def _get(self, target: Target) -> tuple[str | None, bytes]:
+        """A redirect's Location, or the image's bytes."""
+        tls = (self.tls or _system_tls()) if target.scheme == "https" else None
+        conn = _Pinned(target, self.checked(target), tls)
+        try:
+            conn.request("GET", target.path, headers={"Host": target.authority})
+            answer = conn.getresponse()
+            if answer.status in _REDIRECTS:
+                location = answer.getheader("Location")
+                if not location:
+                    raise Unfetchable(f"HTTP {answer.status} without a Location")
+                return location, b""
+            if answer.status != 200:
+                raise Unfetchable(f"HTTP {answer.status} {answer.reason}")
+            data = answer.read(MAX_IMAGE_BYTES + 1)
+        finally:
+            conn.close()
+        if len(data) > MAX_IMAGE_BYTES:
+            raise Unfetchable(f"larger than {MAX_IMAGE_BYTES} bytes")
+        return None, data
+
+
+class _Pinned(http.client.HTTPConnection):
+    """A connection to addresses already checked, never to a name looked up again; over TLS,
+    the handshake names the URL's host (SNI), whose certificate it must be."""
+
+    def __init__(
+        self, target: Target, addresses: Sequence[SockAddr], tls: ssl.SSLContext | None
+    ) -> None:
+        super().__init__(target.host, target.port, timeout=FETCH_TIMEOUT_S)
+        self._addresses = addresses
+        self._tls = tls
+
+    def connect(self) -> None:
+        sock = _connect(self._addresses)
+        if self._tls is not None:
+            try:
+                sock = self._tls.wrap_socket(sock, server_hostname=self.host)
+            except BaseException:
+                sock.close()
+                raise
+        self.sock = sock
+
+
+def _connect(addresses: Sequence[SockAddr]) -> socket.socket:
+    """A socket connected to the first of `addresses` that answers."""
+    error = OSError("no address")
+    for family, sockaddr in addresses:
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.settimeout(FETCH_TIMEOUT_S)
+        try:
+            sock.connect(sockaddr)
+        except OSError as exc:
+            sock.close()
+            error = exc
+            continue
+        return sock
+    raise error
+
+
+@functools.cache
+def _system_tls() -> ssl.SSLContext:
+    return ssl.create_default_context()

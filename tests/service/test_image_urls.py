@@ -1,0 +1,305 @@
+"""Image URLs may not reach the server's own network: the address policy (every spelling and
+family of a private address refused, every address of a name checked, the operator's allowed
+hosts and networks), redirects checked hop by hop, the connection made to the very address
+that was checked (no second lookup: DNS rebinding) under the URL's Host and TLS name. Image
+servers run on 127.0.0.1 only; names are answered by a resolver the test controls."""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import socket
+import ssl
+import threading
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from omni.service import image_urls
+from omni.service.image_urls import (
+    MAX_REDIRECTS,
+    Fetcher,
+    ImageHosts,
+    Target,
+    Unfetchable,
+    public,
+)
+
+CAT = b"\x89PNG pretend"  # the fetch checks no format (images.py does)
+PUBLIC = "93.184.216.34"
+
+
+class _Host(BaseHTTPRequestHandler):
+    """/cat.png; /to?URL: a redirect to URL; anything else: 404. Records what it was asked."""
+
+    asked: list[tuple[str, str]] = []  # (path, Host header)
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        _Host.asked.append((self.path, self.headers["Host"]))
+        if self.path.startswith("/to?"):
+            self.send_response(302)
+            self.send_header("Location", self.path.removeprefix("/to?"))
+            self.end_headers()
+            return
+        found = self.path == "/cat.png"
+        self.send_response(200 if found else 404)
+        self.send_header("Content-Length", str(len(CAT) if found else 0))
+        self.end_headers()
+        self.wfile.write(CAT if found else b"")
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def _serving(httpd: ThreadingHTTPServer) -> Iterator[int]:
+    thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    _Host.asked.clear()
+    yield httpd.server_address[1]
+    httpd.shutdown()
+    httpd.server_close()
+
+
+@pytest.fixture
+def port() -> Iterator[int]:
+    """An image server's port on 127.0.0.1."""
+    yield from _serving(ThreadingHTTPServer(("127.0.0.1", 0), _Host))
+
+
+class Resolver:
+    """Answers the names a test gives it: one list of addresses per lookup (the last one
+    repeated), counting lookups; other names are resolved as usual."""
+
+    def __init__(self) -> None:
+        self.answers: dict[str, list[list[str]]] = {}
+        self.looked: dict[str, int] = {}
+        self.real = socket.getaddrinfo
+
+    def __setitem__(self, name: str, answers: list[list[str]]) -> None:
+        self.answers[name] = answers
+
+    def getaddrinfo(self, host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
+        if host not in self.answers:
+            return self.real(host, port, *args, **kwargs)
+        n = self.looked[host] = self.looked.get(host, 0) + 1
+        addresses = self.answers[host][min(n, len(self.answers[host])) - 1]
+        return [_info(a, int(port)) for a in addresses]
+
+
+@pytest.fixture
+def names(monkeypatch: pytest.MonkeyPatch) -> Resolver:
+    resolver = Resolver()
+    monkeypatch.setattr(socket, "getaddrinfo", resolver.getaddrinfo)
+    return resolver
+
+
+def _info(address: str, port: int) -> tuple[Any, ...]:
+    if ":" in address:
+        return (socket.AF_INET6, socket.SOCK_STREAM, 6, "", (address, port, 0, 0))
+    return (socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, port))
+
+
+@pytest.fixture
+def no_connect(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Connections are recorded and fail: for URLs that must be refused before any."""
+    tried: list[Any] = []
+
+    def connect(addresses: Any) -> socket.socket:
+        tried.append(addresses)
+        raise ConnectionRefusedError("not in this test")
+
+    monkeypatch.setattr(image_urls, "_connect", connect)
+    return tried
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        "127.0.0.1", "localhost", "[::1]", "127.1", "0x7f.1", "2130706433", "0177.0.0.1",
+        "127.9.9.9", "[::ffff:127.0.0.1]", "[::ffff:7f00:1]", "0.0.0.0", "[::]",
+        "169.254.169.254", "[fe80::1]", "10.0.0.1", "172.16.0.1", "192.168.1.1", "100.64.0.1",
+        "[fc00::1]", "[fd12:3456::1]", "224.0.0.1", "239.255.255.250", "[ff02::1]",
+        "240.0.0.1", "255.255.255.255", "198.18.0.1", "[::7f00:1]", "[2002:7f00:1::1]",
+        "[64:ff9b::a9fe:a9fe]", "[2001:db8::1]",
+    ],
+)  # fmt: skip
+def test_every_spelling_and_family_of_a_private_address_is_refused(
+    host: str, no_connect: list[Any]
+) -> None:
+    with pytest.raises(Unfetchable, match="not a public address"):
+        Fetcher().fetch(f"http://{host}:8080/cat.png")
+    with pytest.raises(Unfetchable, match="not a public address"):
+        Fetcher().fetch(f"https://{host}/cat.png")
+    assert no_connect == []
+
+
+@pytest.mark.parametrize(
+    "address",
+    [PUBLIC, "1.1.1.1", "2606:4700::1111", "::ffff:93.184.216.34", "2002:5db8:d822::1"],
+)
+def test_a_public_address_is_allowed(address: str) -> None:
+    assert public(ipaddress.ip_address(address))
+    assert ImageHosts().allows("images.example", ipaddress.ip_address(address))
+
+
+def test_every_address_a_name_resolves_to_is_checked(
+    names: Resolver, no_connect: list[Any]
+) -> None:
+    names["mixed.example"] = [[PUBLIC, "10.0.0.7"]]
+    names["sly.example"] = [["::ffff:169.254.169.254", PUBLIC]]
+    names["fine.example"] = [[PUBLIC, "2606:4700::1111"]]
+    for host in ("mixed.example", "sly.example"):
+        with pytest.raises(Unfetchable, match="not a public address"):
+            Fetcher().fetch(f"http://{host}/cat.png")
+    assert no_connect == []
+    checked = Fetcher().checked(Target.of("https://fine.example/cat.png"))
+    assert [sockaddr[:2] for _, sockaddr in checked] == [(PUBLIC, 443), ("2606:4700::1111", 443)]
+
+
+def test_allowed_hosts_and_networks() -> None:
+    hosts = ImageHosts.parse(["10.1.0.0/16", "Images.LAN", "*.corp.test", "[::1]", "127.0.0.1"])
+    ip = ipaddress.ip_address
+    assert hosts.allows("anything", ip("10.1.2.3")) and not hosts.allows("x", ip("10.2.0.1"))
+    assert hosts.allows("images.lan", ip("192.168.0.5")) and hosts.allows("IMAGES.lan.", ip("::1"))
+    assert hosts.allows("a.b.corp.test", ip("10.9.9.9"))
+    assert not hosts.allows("corp.test", ip("10.9.9.9"))
+    assert hosts.allows("x", ip("::1")) and hosts.allows("x", ip("::ffff:127.0.0.1"))
+    assert not hosts.allows("x", ip("127.0.0.2")) and not ImageHosts().allows("x", ip("::1"))
+    assert hosts.allows("x", ip(PUBLIC))  # public addresses stay allowed
+    for bad in ("10.0.0.0/33", "images.lan:8080", "two words", "http://x"):
+        with pytest.raises(ValueError, match="neither a host name"):
+            ImageHosts.parse([bad])
+
+
+def test_an_allowed_host_is_fetched_with_its_own_host_header(port: int, names: Resolver) -> None:
+    names["images.lan"] = [["127.0.0.1"]]
+    by_name, by_network = ImageHosts.parse(["images.lan"]), ImageHosts.parse(["127.0.0.0/8"])
+    assert Fetcher(by_name).fetch(f"http://images.lan:{port}/cat.png") == CAT
+    assert Fetcher(by_network).fetch(f"http://127.0.0.1:{port}/cat.png") == CAT
+    assert _Host.asked == [("/cat.png", f"images.lan:{port}"), ("/cat.png", f"127.0.0.1:{port}")]
+    with pytest.raises(Unfetchable, match="HTTP 404"):
+        Fetcher(ImageHosts.parse(["127.0.0.1"])).fetch(f"http://127.0.0.1:{port}/dog.png")
+
+
+def test_every_redirect_hop_is_checked(port: int, names: Resolver) -> None:
+    """A redirect from an allowed host to a loopback one is refused (its target is never
+    asked), though the same server's own redirects are followed."""
+    names["images.lan"] = [["127.0.0.1"]]
+    fetcher = Fetcher(ImageHosts.parse(["images.lan"]))
+    base = f"http://images.lan:{port}"
+    assert fetcher.fetch(f"{base}/to?/cat.png") == CAT
+    assert fetcher.fetch(f"{base}/to?{base}/to?/cat.png") == CAT
+    _Host.asked.clear()
+    for target in (f"http://127.0.0.1:{port}/cat.png", f"http://localhost:{port}/cat.png"):
+        with pytest.raises(Unfetchable, match="not a public address"):
+            fetcher.fetch(f"{base}/to?{target}")
+    assert [path for path, _ in _Host.asked] == [
+        f"/to?http://127.0.0.1:{port}/cat.png", f"/to?http://localhost:{port}/cat.png"
+    ]  # fmt: skip
+    for scheme in ("file:///etc/passwd", "ftp://images.lan/cat.png"):
+        with pytest.raises(Unfetchable, match="not an http"):
+            fetcher.fetch(f"{base}/to?{scheme}")
+
+
+def test_redirects_are_bounded(port: int, names: Resolver) -> None:
+    names["images.lan"] = [["127.0.0.1"]]
+    loop = f"http://images.lan:{port}/to?" * (MAX_REDIRECTS + 1) + "/cat.png"
+    with pytest.raises(Unfetchable, match="redirects"):
+        Fetcher(ImageHosts.parse(["images.lan"])).fetch(loop)
+    assert len(_Host.asked) == MAX_REDIRECTS + 1
+
+
+def test_the_checked_address_is_the_one_connected_to(
+    port: int, names: Resolver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DNS rebinding: a name that answers an allowed address, then another, is looked up once
+    and connected to at the first answer."""
+    names["images.lan"] = [["127.0.0.1"], ["10.255.255.1"]]
+    names["rebind.example"] = [[PUBLIC], ["127.0.0.1"]]
+    connected: list[Any] = []
+    real = image_urls._connect
+
+    def connect(addresses: Any) -> socket.socket:
+        connected.append([sockaddr[0] for _, sockaddr in addresses])
+        if addresses[0][1][0] == PUBLIC:
+            raise TimeoutError("no internet here")
+        return real(addresses)
+
+    monkeypatch.setattr(image_urls, "_connect", connect)
+    fetcher = Fetcher(ImageHosts.parse(["images.lan"]))
+    assert fetcher.fetch(f"http://images.lan:{port}/cat.png") == CAT
+    with pytest.raises(Unfetchable, match="TimeoutError"):
+        Fetcher().fetch(f"http://rebind.example:{port}/cat.png")
+    assert names.looked == {"images.lan": 1, "rebind.example": 1}
+    assert connected == [["127.0.0.1"], [PUBLIC]]
+
+
+def _certificate(name: str) -> tuple[bytes, bytes]:
+    """A self-signed certificate for `name` and its key, both PEM."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(hours=1))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    pem_key = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    return cert.public_bytes(serialization.Encoding.PEM), pem_key
+
+
+@pytest.fixture
+def tls_host(tmp_path: Any) -> Iterator[tuple[int, bytes, list[str | None]]]:
+    """An https image server on 127.0.0.1 whose certificate names images.lan: its port, the
+    certificate, and the names clients' handshakes asked for (SNI)."""
+    cert, key = _certificate("images.lan")
+    (tmp_path / "cert.pem").write_bytes(cert)
+    (tmp_path / "key.pem").write_bytes(key)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(tmp_path / "cert.pem", tmp_path / "key.pem")
+    asked: list[str | None] = []
+    context.sni_callback = _recording(asked)
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Host)
+    httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
+    for port in _serving(httpd):
+        yield port, cert, asked
+
+
+def _recording(asked: list[str | None]) -> Callable[[Any, str | None, Any], None]:
+    def callback(_: Any, name: str | None, __: Any) -> None:
+        asked.append(name)
+
+    return callback
+
+
+def test_https_verifies_the_certificate_against_the_urls_host(
+    tls_host: tuple[int, bytes, list[str | None]], names: Resolver
+) -> None:
+    port, cert, sni = tls_host
+    names["images.lan"] = [["127.0.0.1"]]
+    trust = ssl.create_default_context(cadata=cert.decode())
+    fetcher = Fetcher(ImageHosts.parse(["images.lan", "127.0.0.1"]), tls=trust)
+    assert fetcher.fetch(f"https://images.lan:{port}/cat.png") == CAT
+    assert sni == ["images.lan"] and _Host.asked == [("/cat.png", f"images.lan:{port}")]
+    with pytest.raises(Unfetchable, match="CertificateError|SSL"):  # not the address's name
+        fetcher.fetch(f"https://127.0.0.1:{port}/cat.png")
+    with pytest.raises(Unfetchable, match="CertificateError|SSL"):  # nor a CA the system trusts
+        Fetcher(ImageHosts.parse(["images.lan"])).fetch(f"https://images.lan:{port}/cat.png")
