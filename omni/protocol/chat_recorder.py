@@ -74,7 +74,10 @@ class ChunkRecorder:
 
     def opening(self) -> list[ChunkEvent]:
         if self.kind == "chat":
-            return [self._chunk({"role": "assistant", "content": ""})]
+            # As OpenAI's: "" opens a text answer; where a call may come instead, null (a
+            # client such as the AI SDK makes an empty text part of any string).
+            content = None if self.splitter is not None else ""
+            return [self._chunk({"role": "assistant", "content": content})]
         return [self._chunk(self.prefix)] if self.prefix else []
 
     def on_output(self, out: Output) -> list[ChunkEvent]:

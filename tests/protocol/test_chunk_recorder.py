@@ -11,6 +11,7 @@ from openai.types.chat import ChatCompletionChunk
 
 from omni.jobs import Delta, Failed, Finished, Logprobs, Started, TokenLogprob
 from omni.protocol.chat_recorder import ChunkRecorder
+from omni.protocol.tool_calls import CallSplitter, ToolFormat
 from omni.vocabulary import (
     COMPLETION_CANCELLED,
     COMPLETION_CHUNK,
@@ -390,3 +391,22 @@ def test_reasoning_tokens_count_generated_tokens_only() -> None:
         1,
         {"reasoning_tokens": 1},
     )
+
+
+# --- function calls ----------------------------------------------------------------------------
+
+TOOLS = [
+    {"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
+    for name in ("get_weather", "get_time")
+]
+
+
+def test_chat_opening_may_call_a_tool_with_null_content() -> None:
+    """OpenAI's role chunk carries content "" only for a text answer; where a call may come,
+    a string there is an (empty) text part to the AI SDK."""
+    rec = chat(splitter=CallSplitter(ToolFormat(), TOOLS))
+    [(_, data)] = rec.opening()
+    assert data["choices"][0]["delta"] == {"role": "assistant", "content": None}
+    ChatCompletionChunk.model_validate(data)
+    events = feed(chat(splitter=CallSplitter(ToolFormat(), TOOLS)), [Delta("Hi", 1)])
+    assert contents(events) == "Hi"
