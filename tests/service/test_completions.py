@@ -3,6 +3,8 @@ request answered from the replay-cache index by a later process, without the eng
 
 from __future__ import annotations
 
+import json
+
 from omni.jobs import Delta, Finished
 from omni.schemas.chat import ChatCompletionCreate
 from omni.service.completions import cache_key
@@ -33,3 +35,33 @@ async def test_a_chat_completion_is_replayed_from_the_cache_index(services: Serv
     assert replayed["id"] == copy
     assert replayed["choices"] == first["choices"]
     assert replayed["usage"] == first["usage"]
+
+
+async def test_a_forced_call_cut_by_the_limit_keeps_its_complete_calls(services: Services) -> None:
+    """tool_choice required, the output limit reached in the second call of a list: the first
+    is a tool call, the second is not turned into text, and the finish reason is length. The
+    stream opens with a null content, as a call may come."""
+    first = json.dumps({"name": "get_weather", "arguments": {"city": "Paris"}})
+    services.engine.scripts.append(
+        [Delta(f"[{first}, ", 10), Delta('{"name": "get_ti', 11), Finished("length", 3, 2)]
+    )
+    tools = [
+        {"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
+        for name in ("get_weather", "get_time")
+    ]
+    body = ChatCompletionCreate.model_validate(
+        {**BODY, "tools": tools, "tool_choice": "required", "max_tokens": 2}
+    )
+    cid, _ = await services.completions.create_chat(body)
+    events = await services.completions.wait(cid)
+    services.completions.release(cid)
+    assert json.loads(events[0].data)["choices"][0]["delta"] == {
+        "role": "assistant",
+        "content": None,
+    }
+    (choice,) = services.completions.fold("chat", events)["choices"]
+    assert choice["finish_reason"] == "length"
+    assert choice["message"]["content"] is None
+    assert [
+        (c["function"]["name"], c["function"]["arguments"]) for c in choice["message"]["tool_calls"]
+    ] == [("get_weather", '{"city": "Paris"}')]
