@@ -30,7 +30,12 @@ def fold_chat(events: Sequence[tuple[str, str]]) -> dict[str, Any]:
     """(type, data) pairs → a `chat.completion` object: the fold of its chunks."""
     head, choices, usage = _chunks(events)
     scored = [c["logprobs"]["content"] for c in choices if c.get("logprobs") is not None]
-    content = "".join(c["delta"].get("content") or "" for c in choices)
+    # The content as the chunks carried it: a stream that may call a tool opens with a null
+    # content (a text answer with ""), and stays null unless text follows.
+    deltas = [c["delta"] for c in choices]
+    said = [d["content"] for d in deltas if isinstance(d.get("content"), str)]
+    null = any("content" in d and d["content"] is None for d in deltas)
+    content = None if null and not said else "".join(said)
     calls = [call for c in choices for call in c["delta"].get("tool_calls") or []]
     message: dict[str, Any] = {"role": "assistant", "content": content, "refusal": None}
     reasoning = "".join(c["delta"].get("reasoning_content") or "" for c in choices)

@@ -74,7 +74,10 @@ class ChunkRecorder:
 
     def opening(self) -> list[ChunkEvent]:
         if self.kind == "chat":
-            return [self._chunk({"role": "assistant", "content": ""})]
+            # As OpenAI's: "" opens a text answer; where a call may come instead, null (a
+            # client such as the AI SDK makes an empty text part of any string).
+            content = None if self.splitter is not None else ""
+            return [self._chunk({"role": "assistant", "content": content})]
         return [self._chunk(self.prefix)] if self.prefix else []
 
     def on_output(self, out: Output) -> list[ChunkEvent]:
@@ -95,11 +98,14 @@ class ChunkRecorder:
             return [error_event(out.message)]
         return self._finish(out)
 
-    def _text(self, text: str, final: bool = False, token: bool = False) -> list[ChunkEvent]:
+    def _text(
+        self, text: str, final: bool = False, token: bool = False, cut: bool = False
+    ) -> list[ChunkEvent]:
         """`token`: the text completes a generated token (counted as reasoning inside a
-        think block); not so the detokenizer's last flush or the stop matcher's."""
+        think block); not so the detokenizer's last flush or the stop matcher's. `cut`: the
+        final text, of an output the limit (or a cancel) cut short."""
         if self.thinker is None:
-            return self._answer(text, final)
+            return self._answer(text, final, cut)
         if self.thinker.inside and token:
             self.reasoning_tokens += 1
         parts = self.thinker.feed(text) + (self.thinker.finish() if final else [])
@@ -109,14 +115,14 @@ class ChunkRecorder:
                 events.append(self._chunk({"reasoning_content": part}))
             else:
                 events += self._answer(part)
-        return events + (self._answer("", final) if final else [])
+        return events + (self._answer("", final, cut) if final else [])
 
-    def _answer(self, text: str, final: bool = False) -> list[ChunkEvent]:
+    def _answer(self, text: str, final: bool = False, cut: bool = False) -> list[ChunkEvent]:
         if self.splitter is None:
             return self._emit(text)
         segments = self.splitter.feed(text)
         if final:
-            segments += self.splitter.finish()
+            segments += self.splitter.finish(cut)
         return self._segments(segments)
 
     def _segments(self, segments: list[Segment]) -> list[ChunkEvent]:
@@ -147,7 +153,8 @@ class ChunkRecorder:
 
     def _finish(self, out: Finished) -> list[ChunkEvent]:
         self.done = True
-        events = self._text(self.stops.flush(), final=True)
+        cut = out.reason != "stop" and not self.stops.stopped
+        events = self._text(self.stops.flush(), final=True, cut=cut)
         if out.reason == "cancelled" and not self.stops.stopped:
             return [*events, (COMPLETION_CANCELLED, {})]
         self.finish_reason = "stop" if out.reason == "stop" or self.stops.stopped else "length"

@@ -352,9 +352,10 @@ class ResponseRecorder:
         if self._reasoning is not None:
             events += self._close_reasoning(ended)
         if self.splitter is not None:
-            events += self._segments(self.splitter.finish())
-        said = bool(self.response["output"])  # reasoning or calls
-        # No message when nothing was said: cancelled before output, or only calls.
+            events += self._segments(self.splitter.finish(cut=status != "completed"))
+        # No message when nothing was said: cancelled before output, only calls, or a call
+        # cut short (dropped).
+        said = bool(self.response["output"]) or bool(self.splitter and self.splitter.dropped)
         if self._message is not None or (status != "cancelled" and not said):
             events += self._close_message(ended)
         self.response["status"] = status

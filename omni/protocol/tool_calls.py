@@ -5,7 +5,8 @@ parser, chosen from the chat template as mlx-lm does) writes calls between marke
 between them goes to that parser, and the markers never reach the answer. A model without one
 is asked (by the prompt, or by a grammar) to answer with plain JSON calls: an output that opens
 with `{`, `[` or a code fence is held back until the end and becomes calls if it parses as
-such, or text if not.
+such, or text if not. An output the limit cut short keeps the calls it completed and drops
+the one it was writing (omni.protocol.cut_calls).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
+
+from omni.protocol.cut_calls import closed_prefixes, plain_items
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +61,7 @@ class CallSplitter:
         self._gap = ""  # whitespace that may only separate calls (released with later text)
         self._in_text = False  # text (not only whitespace) came since the start or last call
         self.calls = 0
+        self.dropped = False  # the output was cut while (perhaps) writing a call: dropped
 
     def feed(self, text: str) -> list[Segment]:
         if not text:
@@ -65,10 +69,12 @@ class CallSplitter:
         self._held += text
         return self._spaced(self._native() if self.native else self._plain())
 
-    def finish(self) -> list[Segment]:
-        out = self._spaced(self._finish())
+    def finish(self, cut: bool = False) -> list[Segment]:
+        """The rest of the output. `cut`: the output limit (or a cancel) ended it, so a call
+        being written is unfinished: dropped, with what can only be its beginning."""
+        out = self._spaced(self._finish_native(cut) if self.native else self._finish_plain(cut))
         gap, self._gap = self._gap, ""
-        if gap and not self.calls:  # an answer of whitespace only is still the answer
+        if gap and not self.calls and not self.dropped:  # a whitespace answer is an answer
             out.append(("text", gap))
         return out
 
@@ -88,18 +94,37 @@ class CallSplitter:
                 self._gap, self._in_text = "", True
         return out
 
-    def _finish(self) -> list[Segment]:
+    def _finish_native(self, cut: bool) -> list[Segment]:
         held, self._held = self._held, ""
-        if self.native:
-            if self._inside and not self.fmt.end:  # a format whose call runs to the end
-                return self._parse_native(held)
-            if self._inside:  # cut off before its end marker: kept as the model wrote it
-                return [("text", f"{self.fmt.start}{held}")]
-            return [("text", held)] if held else []
+        if cut and (self._inside or held):  # inside a call, or at what may begin a marker
+            self.dropped = True
+            return self._cut_native(held) if self._inside else []
+        if self._inside and not self.fmt.end:  # a format whose call runs to the end
+            return self._parse_native(held)
+        if self._inside:  # ended before its end marker: kept as the model wrote it
+            return [("text", f"{self.fmt.start}{held}")]
+        return [("text", held)] if held else []
+
+    def _cut_native(self, body: str) -> list[Segment]:
+        """The calls a cut section completed (a format of one call per pair of markers has
+        none: its end marker would have made the call)."""
+        for closed in closed_prefixes(body, self.fmt.family):
+            calls = self._native_calls(closed)
+            if calls is not None:
+                return self._counted(calls)
+        return []
+
+    def _finish_plain(self, cut: bool) -> list[Segment]:
+        held, self._held = self._held, ""
         if self._json:
             calls = self._parse_plain(held)
             if calls:
                 return calls
+            if cut and (written := plain_items(held, self.names)) is not None:
+                complete = self._plain_calls(written) if written else []
+                if complete is not None:  # else a value written in full is not a call: text
+                    self.dropped = True
+                    return self._counted(complete)
         return [("text", held)] if held else []
 
     def _native(self) -> list[Segment]:
@@ -129,16 +154,25 @@ class CallSplitter:
             out += self._parse_native(body)
 
     def _parse_native(self, body: str) -> list[Segment]:
+        calls = self._native_calls(body, warn=True)
+        if calls is None:  # a malformed call stays visible as text
+            return [("text", f"{self.fmt.start}{body}{self.fmt.end or ''}")]
+        return self._counted(calls)
+
+    def _native_calls(self, body: str, warn: bool = False) -> list[Call | None] | None:
+        """The calls between a pair of markers, or None: the parser rejects them, or one is
+        not a call of an offered tool."""
         assert self.fmt.parser is not None
         try:
             parsed = self.fmt.parser(body, self.tools)
-        except Exception as exc:  # noqa: BLE001 - a malformed call stays visible as text
-            log.warning("could not parse a tool call (%s): keeping it as text", exc)
-            return [("text", f"{self.fmt.start}{body}{self.fmt.end or ''}")]
+        except Exception as exc:  # noqa: BLE001 - each parser raises its own kind
+            if warn:
+                log.warning("could not parse a tool call (%s): keeping it as text", exc)
+            return None
         calls = [_call(c) for c in (parsed if isinstance(parsed, list) else [parsed])]
         if not calls or not all(c is not None and c.name in self.names for c in calls):
-            return [("text", f"{self.fmt.start}{body}{self.fmt.end or ''}")]
-        return self._counted(calls)
+            return None
+        return calls
 
     def _plain(self) -> list[Segment]:
         if self._json is None:
@@ -161,11 +195,15 @@ class CallSplitter:
             return []
         if isinstance(value, dict) and isinstance(value.get("tool_calls"), list):
             value = value["tool_calls"]
-        items = value if isinstance(value, list) else [value]
+        calls = self._plain_calls(value if isinstance(value, list) else [value])
+        return self._counted(calls) if calls else []
+
+    def _plain_calls(self, items: list[Any]) -> list[Call | None] | None:
+        """`items` as calls, or None: one is not a call of an offered tool."""
         calls = [_call(item) for item in items]
         if not calls or not all(c is not None and c.name in self.names for c in calls):
-            return []
-        return self._counted(calls)
+            return None
+        return calls
 
     def _counted(self, calls: list[Call | None]) -> list[Segment]:
         """Calls, as many as the limit leaves room for: a call beyond it is not made."""

@@ -239,3 +239,29 @@ def test_a_format_that_is_not_an_object_is_a_400(http: Any, fmt: Any) -> None:
     r = http.post("/v1/responses", json=body)
     assert r.status_code == 400, r.text
     assert r.json()["error"]["param"] == "text.format"
+
+
+def test_a_required_call_cut_by_the_limit_is_no_text(client: OpenAI) -> None:
+    """The output limit cuts a forced call mid-way (6 tokens cannot complete one): it does not
+    come back as text, and the answer ends incomplete (Responses) or with length (Chat)."""
+    response = client.responses.create(
+        model=MODEL,
+        input="Weather in Paris?",
+        tools=[WEATHER],  # type: ignore[list-item]
+        tool_choice="required",
+        max_output_tokens=6,
+    )
+    assert response.status == "incomplete"
+    assert response.incomplete_details is not None
+    assert response.incomplete_details.reason == "max_output_tokens"
+    assert response.output == [] and response.output_text == ""
+    completion = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Weather in Paris?"}],
+        tools=[chat_tool(WEATHER)],  # type: ignore[list-item]
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+        max_tokens=6,
+    )
+    (choice,) = completion.choices
+    assert choice.finish_reason == "length"
+    assert choice.message.content is None and not choice.message.tool_calls

@@ -11,8 +11,17 @@ from openai.types.chat import ChatCompletion
 from omni.jobs import Delta, Failed, Finished, Logprobs, TokenLogprob
 from omni.projections.completions import fold_chat, fold_text
 from omni.protocol.chat_recorder import ChunkRecorder
+from omni.protocol.tool_calls import CallSplitter, ToolFormat
 
 CREATED = 1700000000
+TOOLS = [
+    {"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
+    for name in ("get_weather", "get_time")
+]
+
+
+def splitter() -> CallSplitter:
+    return CallSplitter(ToolFormat(), TOOLS)
 
 
 def rows(kind: str, outputs: list[Any], **kwargs: Any) -> list[tuple[str, str]]:
@@ -66,6 +75,23 @@ def test_fold_chat_length_and_empty_content() -> None:
     assert folded["choices"][0]["finish_reason"] == "length"
     assert folded["usage"]["completion_tokens"] == 0
     ChatCompletion.model_validate(folded)
+
+
+def test_fold_chat_with_tools_says_null_unless_text_came() -> None:
+    """A stream that may call a tool opens with a null content: its fold says null where no
+    text followed (a call, or one cut short), and the text where some did."""
+    W = json.dumps({"name": "get_weather", "arguments": {"city": "Paris"}})
+    cut = [Delta(f"[{W}, ", 1), Delta('{"name": "get_ti', 2), Finished("length", 3, 2)]
+    folded = fold_chat(rows("chat", cut, splitter=splitter()))
+    (choice,) = folded["choices"]
+    assert choice["message"]["content"] is None
+    assert [c["function"]["name"] for c in choice["message"]["tool_calls"]] == ["get_weather"]
+    assert choice["finish_reason"] == "length"
+    ChatCompletion.model_validate(folded)
+    empty = rows("chat", [Finished("stop", 3, 0)], splitter=splitter())
+    assert fold_chat(empty)["choices"][0]["message"]["content"] is None
+    text = rows("chat", [Delta("Hi", 1), Finished("stop", 3, 1)], splitter=splitter())
+    assert fold_chat(text)["choices"][0]["message"]["content"] == "Hi"
 
 
 def test_fold_chat_logprobs_concatenate_in_order() -> None:

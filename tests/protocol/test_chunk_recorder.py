@@ -3,14 +3,17 @@ exactly the shapes the SDK expects, with a usage chunk and the terminal events."
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
+from mlx_lm.tool_parsers import json_tools
 from openai.types import Completion
 from openai.types.chat import ChatCompletionChunk
 
 from omni.jobs import Delta, Failed, Finished, Logprobs, Started, TokenLogprob
 from omni.protocol.chat_recorder import ChunkRecorder
+from omni.protocol.tool_calls import CallSplitter, ToolFormat
 from omni.vocabulary import (
     COMPLETION_CANCELLED,
     COMPLETION_CHUNK,
@@ -390,3 +393,59 @@ def test_reasoning_tokens_count_generated_tokens_only() -> None:
         1,
         {"reasoning_tokens": 1},
     )
+
+
+# --- function calls ----------------------------------------------------------------------------
+
+TOOLS = [
+    {"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
+    for name in ("get_weather", "get_time")
+]
+W = json.dumps({"name": "get_weather", "arguments": {"city": "Paris"}})
+T = json.dumps({"name": "get_time", "arguments": {"timezone": "Europe/Paris"}})
+HERMES = ToolFormat(
+    json_tools.tool_call_start, json_tools.tool_call_end, json_tools.parse_tool_call, "json_tools"
+)
+HERMES_CALLS = f"Sure.\n<tool_call>\n{W}\n</tool_call>\n<tool_call>\n{T}\n</tool_call>"
+# (format, output, where each call is complete): plain JSON as a grammar forces it (tool_choice
+# required), and Hermes markers after some text, as a model calls under tool_choice auto.
+CALL_OUTPUTS = [
+    (ToolFormat(), f"[{W}, {T}]", (len(f"[{W}"), len(f"[{W}, {T}"))),
+    (HERMES, HERMES_CALLS, (HERMES_CALLS.index("</tool_call>") + 12, len(HERMES_CALLS))),
+]
+
+
+def test_chat_opening_may_call_a_tool_with_null_content() -> None:
+    """OpenAI's role chunk carries content "" only for a text answer; where a call may come,
+    a string there is an (empty) text part to the AI SDK."""
+    rec = chat(splitter=CallSplitter(ToolFormat(), TOOLS))
+    [(_, data)] = rec.opening()
+    assert data["choices"][0]["delta"] == {"role": "assistant", "content": None}
+    ChatCompletionChunk.model_validate(data)
+    events = feed(chat(splitter=CallSplitter(ToolFormat(), TOOLS)), [Delta("Hi", 1)])
+    assert contents(events) == "Hi"
+
+
+@pytest.mark.parametrize(("fmt", "output", "complete"), CALL_OUTPUTS, ids=["plain", "hermes"])
+def test_chat_calls_cut_by_the_limit_keep_the_complete_ones(
+    fmt: ToolFormat, output: str, complete: tuple[int, int]
+) -> None:
+    """Cut at every character: no text but what came before the calls, the calls completed
+    before the cut, and finish_reason length."""
+    before = output[: output.find("<tool_call>")] if fmt.start else ""
+    for i in range(len(output)):
+        rec = chat(splitter=CallSplitter(fmt, TOOLS))
+        outputs = [Delta(c, n) for n, c in enumerate(output[:i])]
+        events = feed(rec, [*outputs, Finished("length", 5, i)])
+        said = contents(events)
+        assert said == before[:i], (i, said)
+        called = [
+            c["function"]["name"]
+            for _, d in events
+            if d["choices"]
+            for c in d["choices"][0]["delta"].get("tool_calls") or []
+        ]
+        assert called == ["get_weather", "get_time"][: sum(i >= at for at in complete)], i
+        assert rec.finish_reason == "length"
+        for _, d in events:
+            ChatCompletionChunk.model_validate(d)

@@ -8,8 +8,10 @@ import pytest
 
 from omni.jobs import Delta, Failed, Finished
 from omni.protocol.recorder import ResponseRecorder, usage
+from omni.protocol.tool_calls import CallSplitter, ToolFormat
 from omni.vocabulary import RESPONSE_ENDS
 from tests.projections._events import base_response, record
+from tests.protocol.test_chunk_recorder import CALL_OUTPUTS, TOOLS
 
 OPENING = ["response.created", "response.in_progress"]
 ITEM_OPEN = ["response.output_item.added", "response.content_part.added"]
@@ -209,3 +211,26 @@ def test_reasoning_tokens_count_generated_tokens_only() -> None:
         events += rec.on_output(out)
     u = events[-1]["response"]["usage"]
     assert (u["output_tokens"], u["output_tokens_details"]["reasoning_tokens"]) == (2, 2)
+
+
+@pytest.mark.parametrize(("fmt", "output", "complete"), CALL_OUTPUTS, ids=["plain", "hermes"])
+def test_calls_cut_by_the_limit_keep_the_complete_ones(
+    fmt: ToolFormat, output: str, complete: tuple[int, int]
+) -> None:
+    """Cut at every character: the calls completed before the cut are function_call items,
+    no text is said but what came before the calls, and the response is incomplete."""
+    before = output[: output.find("<tool_call>")] if fmt.start else ""
+    for i in range(1, len(output)):
+        rec = ResponseRecorder(base_response(), 0, splitter=CallSplitter(fmt, TOOLS))
+        events = rec.opening()
+        for out in [*(Delta(c, n) for n, c in enumerate(output[:i])), Finished("length", 5, i)]:
+            events += rec.on_output(out)
+        said = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
+        assert said == before[:i], (i, said)
+        final = events[-1]["response"]
+        assert events[-1]["type"] == "response.incomplete"
+        assert final["incomplete_details"] == {"reason": "max_output_tokens"}
+        called = [item["name"] for item in final["output"] if item["type"] == "function_call"]
+        assert called == ["get_weather", "get_time"][: sum(i >= at for at in complete)], i
+        messages = [item for item in final["output"] if item["type"] == "message"]
+        assert len(messages) == (1 if said else 0), i  # no empty message where a call was cut

@@ -33,7 +33,7 @@ from mlx_lm.tool_parsers import (
     qwen3_coder,
 )
 
-from omni.protocol.tool_calls import Call, CallSplitter, Segment, ToolFormat
+from omni.protocol.tool_calls import Call, CallSplitter, Segment, ToolFormat, partial_suffix
 
 
 def _tool(name: str, **properties: str) -> dict[str, Any]:
@@ -68,8 +68,18 @@ class Family:
     @property
     def fmt(self) -> ToolFormat:
         return ToolFormat(
-            self.module.tool_call_start, self.module.tool_call_end, self.module.parse_tool_call
+            self.module.tool_call_start,
+            self.module.tool_call_end,
+            self.module.parse_tool_call,
+            self.family,
         )
+
+    @property
+    def family(self) -> str:
+        """As the engine names it: the parser's module (GLM-4.5's is GLM-4.7's)."""
+        if self.id == "mistral_v03":
+            return self.id
+        return str(self.module.parse_tool_call.__module__).rsplit(".", 1)[-1]
 
     @property
     def start(self) -> str:
@@ -438,8 +448,8 @@ def test_mistral_runs_to_the_end_of_the_output() -> None:
 
 
 def test_a_call_cut_off_before_its_end_marker_stays_verbatim() -> None:
-    """Generation stopped (max_tokens) halfway through a call its parser cannot read: the text
-    the model wrote comes back, and nothing it did not write (no end marker)."""
+    """The model ended its turn halfway through a call its parser cannot read (not cut by the
+    limit): the text it wrote comes back, and nothing it did not write (no end marker)."""
     wrong = {}
     for family in WITH_END:
         body = family.call[len(family.start) : -len(family.end)]
@@ -655,3 +665,127 @@ def test_whitespace_around_calls_is_no_answer(family: Family) -> None:
 def test_an_answer_of_whitespace_only_is_kept() -> None:
     for fmt in (PLAIN, FAMILIES[0].fmt):
         assert text_of(segments(fmt, ["\n", " "])) == "\n "
+
+
+# --- cut by the output limit -------------------------------------------------------------------
+# The splitter is the same whether a grammar forces the call (tool_choice required or a named
+# function) or the model chose to call (auto): a cut call never comes back as text.
+
+
+def cut_at(fmt: ToolFormat, output: str, i: int) -> list[list[Segment]]:
+    """The first `i` characters of `output`, fed whole and in two pieces, finished as cut."""
+    head = output[:i]
+    out = []
+    for pieces in ([head], [head[: i // 2], head[i // 2 :]]):
+        splitter = CallSplitter(fmt, TOOLS)
+        fed = [s for p in pieces for s in splitter.feed(p)]
+        out.append(merged(fed + splitter.finish(cut=True)))
+    return out
+
+
+def cut_everywhere(fmt: ToolFormat, output: str, before: str = "") -> dict[int, list[Any]]:
+    """Cut `output` at every position: the text is never more than `before` (less a marker's
+    beginning), calls come in order and are never taken back. The calls at each cut."""
+    made: dict[int, list[Any]] = {}
+    for i in range(len(output) + 1):
+        head = output[: min(i, len(before))]
+        said = head[: len(head) - partial_suffix(head, fmt.start)] if fmt.start else head
+        for segs in cut_at(fmt, output, i):
+            assert text_of(segs) == said, (i, segs)
+            made[i] = calls(segs)
+            assert made[i] == [WEATHER_CALL, TIME_CALL][: len(made[i])], (i, segs)
+            assert len(made[i]) >= len(made.get(i - 1, [])), (i, segs)
+    return made
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=ids)
+def test_a_cut_call_is_dropped_and_the_complete_ones_are_kept(family: Family) -> None:
+    output = family.before + family.two
+    made = cut_everywhere(family.fmt, output, family.before)
+    assert made[len(output)] == [WEATHER_CALL, TIME_CALL]
+    assert made[output.index("Par", len(family.before)) + 3] == []  # in the first's arguments
+    assert made[output.index("Europe/Pa") + 9] == [WEATHER_CALL]  # in the second's
+
+
+@pytest.mark.parametrize(
+    ("fmt", "call"),
+    [(f.fmt, f.call) for f in FAMILIES] + [(PLAIN, W)],
+    ids=[f.id for f in FAMILIES] + ["plain"],
+)
+def test_whitespace_before_a_cut_call_is_no_answer(fmt: ToolFormat, call: str) -> None:
+    output = "\n" + call
+    for i in range(2, len(output)):
+        splitter = CallSplitter(fmt, TOOLS)
+        segs = splitter.feed(output[:i]) + splitter.finish(cut=True)
+        assert not text_of(segs), (i, segs)
+
+
+NESTED = json.dumps(
+    {
+        "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": n, "arguments": json.dumps(a)}}
+            for n, a in (WEATHER_CALL, TIME_CALL)
+        ]
+    }
+)
+
+
+@pytest.mark.parametrize(
+    "output",
+    [
+        f"[{W}, {T}]",
+        f"```json\n[{W},\n {T}]\n```",
+        f'{{"tool_calls": [{W}, {T}]}}',
+        NESTED,
+    ],
+    ids=["list", "fenced-list", "tool_calls", "openai-nested"],
+)
+def test_a_cut_plain_json_list_keeps_its_complete_calls(output: str) -> None:
+    made = cut_everywhere(PLAIN, output)
+    assert made[len(output)] == [WEATHER_CALL, TIME_CALL]
+    assert made[output.index("Par") + 3] == []
+    assert made[output.index("Europe/Pa") + 9] == [WEATHER_CALL]
+
+
+@pytest.mark.parametrize("output", [W, f"```json\n{W}\n```"], ids=["object", "fenced"])
+def test_a_cut_plain_json_call_is_dropped(output: str) -> None:
+    made = cut_everywhere(PLAIN, output)
+    assert made[len(output)] == [WEATHER_CALL]
+    assert made[output.index("}") + 1] == []  # the arguments closed, the call not yet
+
+
+@pytest.mark.parametrize(
+    "output",
+    [
+        '{"answer": 42, "unit": "cel',
+        '{"name": "Alice", "age": 3',
+        '{"city": "Paris", "days": 3',
+        "[1, 2, 3",
+        "[1] Paris is the",
+        "```python\nprint('hi",
+        f'[{json.dumps({"name": "delete_files", "arguments": {}})}, {{"na',
+    ],
+    ids=[
+        "answer",
+        "name-not-a-tool",
+        "arguments-alone",
+        "numbers",
+        "bracket-text",
+        "python",
+        "unknown",
+    ],
+)
+def test_cut_json_that_cannot_become_a_call_stays_text(output: str) -> None:
+    splitter = CallSplitter(PLAIN, TOOLS)
+    assert splitter.feed(output) == []
+    assert splitter.finish(cut=True) == [("text", output)]
+
+
+def test_only_the_first_complete_call_of_a_cut_list_without_parallel_calls() -> None:
+    splitter = CallSplitter(PLAIN, TOOLS, max_calls=1)
+    splitter.feed(f"[{W}, {T}"[:-3])
+    assert calls(splitter.finish(cut=True)) == [WEATHER_CALL]
+    family = next(f for f in FAMILIES if f.id == "kimi_k2")
+    splitter = CallSplitter(family.fmt, TOOLS, max_calls=1)
+    splitter.feed(family.two[:-5])
+    assert calls(splitter.finish(cut=True)) == [WEATHER_CALL]

@@ -123,3 +123,33 @@ async def test_a_legacy_completion_follows_the_same_rule() -> None:
     assert recorded["body"]["store"] is True and refused["body"]["store"] is False
     assert await _in_log(store, silent)
     assert not await _in_log(store, unstored)
+
+
+async def test_a_forced_call_cut_by_the_limit_keeps_its_complete_calls(services: Services) -> None:
+    """tool_choice required, the output limit reached in the second call of a list: the first
+    is a tool call, the second is not turned into text, and the finish reason is length. The
+    stream opens with a null content, as a call may come."""
+    first = json.dumps({"name": "get_weather", "arguments": {"city": "Paris"}})
+    services.engine.scripts.append(
+        [Delta(f"[{first}, ", 10), Delta('{"name": "get_ti', 11), Finished("length", 3, 2)]
+    )
+    tools = [
+        {"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
+        for name in ("get_weather", "get_time")
+    ]
+    body = ChatCompletionCreate.model_validate(
+        {**BODY, "tools": tools, "tool_choice": "required", "max_tokens": 2}
+    )
+    cid, _ = await services.completions.create_chat(body)
+    events = await services.completions.wait(cid)
+    services.completions.release(cid)
+    assert json.loads(events[0].data)["choices"][0]["delta"] == {
+        "role": "assistant",
+        "content": None,
+    }
+    (choice,) = services.completions.fold("chat", events)["choices"]
+    assert choice["finish_reason"] == "length"
+    assert choice["message"]["content"] is None
+    assert [
+        (c["function"]["name"], c["function"]["arguments"]) for c in choice["message"]["tool_calls"]
+    ] == [("get_weather", '{"city": "Paris"}')]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from contextlib import aclosing
+from typing import Any
 
 from omni.jobs import Delta, Finished
 from omni.schemas.responses import ResponseCreate
@@ -56,3 +57,29 @@ async def test_a_background_response_is_cancelled_mid_way(services: Services) ->
         CANCEL_REQUESTED,
     ]
     assert await responses.cancel(rid) == cancelled  # a finished one comes back unchanged
+
+
+async def test_a_forced_call_cut_by_the_limit_keeps_its_complete_calls(services: Services) -> None:
+    """tool_choice required, the output limit reached in the second call of a list: the first
+    is a function_call item, the second is not turned into text, the response is incomplete."""
+    responses = services.responses
+    first = json.dumps({"name": "get_weather", "arguments": {"city": "Paris"}})
+    services.engine.scripts.append(
+        [Delta(f"[{first}, ", 10), Delta('{"name": "get_ti', 11), Finished("length", 3, 2)]
+    )
+    tools: Any = [
+        {"type": "function", "name": name, "parameters": {"type": "object"}}
+        for name in ("get_weather", "get_time")
+    ]
+    body = ResponseCreate(input="hi", tools=tools, tool_choice="required", stream=True)
+    rid = (await responses.create(body))["id"]
+    events = [e async for e in responses.events(rid) if e is not None]
+    responses.release(rid)
+    final = await responses.retrieve(rid)
+    assert final["status"] == "incomplete"
+    assert final["incomplete_details"] == {"reason": "max_output_tokens"}
+    assert [(i["type"], i["name"], i["arguments"]) for i in final["output"]] == [
+        ("function_call", "get_weather", '{"city": "Paris"}')
+    ]
+    assert events[-1].type == "response.incomplete"
+    assert not [e for e in events if e.type == "response.output_text.delta"]
