@@ -47,11 +47,11 @@ def _add_number(
     kind: type,
     low: float,
     high: float,
-    default: str,
+    default: str | None,
     help: str | None = None,
 ) -> None:
     """A numeric setting: the flag, else OMNI_<FLAG> (--max-queued: OMNI_MAX_QUEUED), else
-    `default`; whichever it is must be a finite `kind` within [low, high]."""
+    `default` (None: unset); whichever it is must be a finite `kind` within [low, high]."""
     env = flag.removeprefix("--").replace("-", "_").upper()
     parser.add_argument(
         flag, type=_number(kind, low, high, env), default=_env(env, default), help=help
@@ -557,6 +557,7 @@ def _serve(args: argparse.Namespace) -> None:
         default_transcription=DEFAULT_TRANSCRIPTION_ID,
         aliases=aliases,
         max_loaded=args.max_loaded_models,
+        memory_budget=models_cli.memory_budget(args),
         idle_ttl=args.model_idle_ttl,
     )
     if args.adapter_path:  # the default answers with them (its plain weights stay listed)
@@ -564,7 +565,9 @@ def _serve(args: argparse.Namespace) -> None:
     if args.draft_model:  # the default is decoded speculatively (and plain, by its own id)
         models.default = default = models.with_draft(default, args.draft_model)
     chat = sum(e.kind == "chat" for e in entries)
-    progress(f"{len(entries)} models in the catalogue ({chat} chat); loading the default")
+    budget = models.memory_budget
+    room = "" if budget is None else f", {budget / GB:.1f} GB for the loaded ones"
+    progress(f"{len(entries)} models in the catalogue ({chat} chat{room}); loading the default")
     engine = loader(models.find(default, "chat"))
     engine.wait_loaded()  # a start that cannot serve its default model fails here
     progress(f"engine: {engine.runtime}")

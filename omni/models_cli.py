@@ -20,6 +20,10 @@ from omni.catalogue import ModelEntry
 from omni.errors import OmniError
 
 DEFAULT_URL = "http://127.0.0.1:10240"
+GB = 1 << 30
+# The share of the machine's memory the loaded models' weights get by default: the rest is
+# for their prefix caches (--prompt-cache-gb each), the server and everything else.
+MEMORY_SHARE = 0.5
 
 
 def add_serve_flags(serve: argparse.ArgumentParser, number: Callable[..., None]) -> None:
@@ -32,7 +36,16 @@ def add_serve_flags(serve: argparse.ArgumentParser, number: Callable[..., None])
         help="a folder of mlx-lm model folders and .gguf files to serve too (repeatable; "
         "OMNI_MODELS_DIR: several, separated by the path separator)",
     )
-    number(serve, "--max-loaded-models", int, 1, 1024, "2", "most models loaded at once")
+    number(
+        serve, "--models-memory-gb", float, 0.001, 1e6, None,
+        "memory the loaded models' weights may take together: the least recently used idle "
+        "one is unloaded before another would pass it (default: a half of this machine's "
+        f"memory, {_machine_memory() * MEMORY_SHARE / GB:.1f} GB here)",
+    )  # fmt: skip
+    number(
+        serve, "--max-loaded-models", int, 1, 1024, None,
+        "most models loaded at once, whatever their size (default: no count, only memory)",
+    )  # fmt: skip
     serve.add_argument(
         "--model-idle-ttl",
         type=_seconds,
@@ -78,6 +91,23 @@ def add_serve_flags(serve: argparse.ArgumentParser, number: Callable[..., None])
         action="store_true",
         help="do not list the MLX models found in the Hugging Face cache (HF_HOME)",
     )
+
+
+def memory_budget(args: argparse.Namespace) -> int | None:
+    """The bytes the loaded models may take together: --models-memory-gb, else a share of
+    this machine's memory (None: not known here, no bound by memory)."""
+    if args.models_memory_gb is not None:
+        return int(args.models_memory_gb * GB)
+    total = _machine_memory()
+    return int(total * MEMORY_SHARE) if total else None
+
+
+def _machine_memory() -> int:
+    """This machine's memory in bytes (0: not known)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0
 
 
 def add_parsers(sub: Any) -> None:
