@@ -179,7 +179,9 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--model",
         default=_env("MODEL", None),
-        help="mlx-lm folder, Hugging Face repo id or .gguf file (default: SmolLM2-135M-Instruct)",
+        help="the chat model served by default: an id or alias of the catalogue (a --models-dir"
+        " model's, a cached Hugging Face repo's), an mlx-lm folder, a .gguf file, or a Hugging"
+        " Face repo id to fetch (default: SmolLM2-135M-Instruct)",
     )
     serve.add_argument(
         "--log-level",
@@ -538,16 +540,17 @@ def _serve(args: argparse.Namespace) -> None:
 
     gate = access(args)
     check_port(args.host, args.port)
-    db.upgrade(args.db)
 
     def progress(message: str) -> None:
         print(f"omni: {message}", file=sys.stderr, flush=True)
 
-    entries, named = models_cli.catalogue(args, omni_home())
+    # Before the log is touched: a --model that names nothing found stops the start here.
     aliases = models_cli.aliases(args)
+    entries, named = models_cli.catalogue(args, omni_home(), aliases, progress)
     default = named.id if named is not None else DEFAULT_MODEL_ID
-    if args.model and args.model != default:  # the spec it was given by names it too
-        aliases.setdefault(args.model, default)
+    if args.model and args.model not in (default, *aliases):  # a path, or the id in other case
+        aliases[args.model] = default
+    db.upgrade(args.db)
     loader = Loader(omni_home(), engine_settings(args), progress)
     models = Models(
         entries,
