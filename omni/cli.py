@@ -48,11 +48,11 @@ def _add_number(
     kind: type,
     low: float,
     high: float,
-    default: str,
+    default: str | None,
     help: str | None = None,
 ) -> None:
     """A numeric setting: the flag, else OMNI_<FLAG> (--max-queued: OMNI_MAX_QUEUED), else
-    `default`; whichever it is must be a finite `kind` within [low, high]."""
+    `default` (None: unset); whichever it is must be a finite `kind` within [low, high]."""
     env = flag.removeprefix("--").replace("-", "_").upper()
     parser.add_argument(
         flag, type=_number(kind, low, high, env), default=_env(env, default), help=help
@@ -180,7 +180,9 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--model",
         default=_env("MODEL", None),
-        help="mlx-lm folder, Hugging Face repo id or .gguf file (default: SmolLM2-135M-Instruct)",
+        help="the chat model served by default: an id or alias of the catalogue (a --models-dir"
+        " model's, a cached Hugging Face repo's), an mlx-lm folder, a .gguf file, or a Hugging"
+        " Face repo id to fetch (default: SmolLM2-135M-Instruct)",
     )
     serve.add_argument(
         "--log-level",
@@ -566,16 +568,17 @@ def _serve(args: argparse.Namespace) -> None:
     gate = access(args)
     allowed_images = image_hosts(args)
     check_port(args.host, args.port)
-    db.upgrade(args.db)
 
     def progress(message: str) -> None:
         print(f"omni: {message}", file=sys.stderr, flush=True)
 
-    entries, named = models_cli.catalogue(args, omni_home())
+    # Before the log is touched: a --model that names nothing found stops the start here.
     aliases = models_cli.aliases(args)
+    entries, named = models_cli.catalogue(args, omni_home(), aliases, progress)
     default = named.id if named is not None else DEFAULT_MODEL_ID
-    if args.model and args.model != default:  # the spec it was given by names it too
-        aliases.setdefault(args.model, default)
+    if args.model and args.model not in (default, *aliases):  # a path, or the id in other case
+        aliases[args.model] = default
+    db.upgrade(args.db)
     loader = Loader(omni_home(), engine_settings(args), progress)
     models = Models(
         entries,
@@ -585,6 +588,7 @@ def _serve(args: argparse.Namespace) -> None:
         default_transcription=DEFAULT_TRANSCRIPTION_ID,
         aliases=aliases,
         max_loaded=args.max_loaded_models,
+        memory_budget=models_cli.memory_budget(args),
         idle_ttl=args.model_idle_ttl,
     )
     if args.adapter_path:  # the default answers with them (its plain weights stay listed)
@@ -592,7 +596,9 @@ def _serve(args: argparse.Namespace) -> None:
     if args.draft_model:  # the default is decoded speculatively (and plain, by its own id)
         models.default = default = models.with_draft(default, args.draft_model)
     chat = sum(e.kind == "chat" for e in entries)
-    progress(f"{len(entries)} models in the catalogue ({chat} chat); loading the default")
+    budget = models.memory_budget
+    room = "" if budget is None else f", {budget / GB:.1f} GB for the loaded ones"
+    progress(f"{len(entries)} models in the catalogue ({chat} chat{room}); loading the default")
     engine = loader(models.find(default, "chat"))
     engine.wait_loaded()  # a start that cannot serve its default model fails here
     progress(f"engine: {engine.runtime}")

@@ -253,6 +253,17 @@ class Warming(Protocol):
         ...
 
 
+@runtime_checkable
+class Measured(Protocol):
+    """A model that knows what its weights take in memory (float32 unpacking, quantization):
+    what the pool counts against its memory budget, in place of the size on disk."""
+
+    @property
+    def memory_bytes(self) -> int | None:
+        """None until its weights are loaded."""
+        ...
+
+
 class Embedder(Protocol):
     """What the service needs from an embedding model's runner (omni.runtime.embeddings)."""
 

@@ -12,7 +12,7 @@ import sys
 import tomllib
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,10 @@ from omni.catalogue import ModelEntry
 from omni.errors import OmniError
 
 DEFAULT_URL = "http://127.0.0.1:10240"
+GB = 1 << 30
+# The share of the machine's memory the loaded models' weights get by default: the rest is
+# for their prefix caches (--prompt-cache-gb each), the server and everything else.
+MEMORY_SHARE = 0.5
 
 
 def add_serve_flags(serve: argparse.ArgumentParser, number: Callable[..., None]) -> None:
@@ -32,7 +36,16 @@ def add_serve_flags(serve: argparse.ArgumentParser, number: Callable[..., None])
         help="a folder of mlx-lm model folders and .gguf files to serve too (repeatable; "
         "OMNI_MODELS_DIR: several, separated by the path separator)",
     )
-    number(serve, "--max-loaded-models", int, 1, 1024, "2", "most models loaded at once")
+    number(
+        serve, "--models-memory-gb", float, 0.001, 1e6, None,
+        "memory the loaded models' weights may take together: the least recently used idle "
+        "one is unloaded before another would pass it (default: a half of this machine's "
+        f"memory, {_machine_memory() * MEMORY_SHARE / GB:.1f} GB here)",
+    )  # fmt: skip
+    number(
+        serve, "--max-loaded-models", int, 1, 1024, None,
+        "most models loaded at once, whatever their size (default: no count, only memory)",
+    )  # fmt: skip
     serve.add_argument(
         "--model-idle-ttl",
         type=_seconds,
@@ -80,6 +93,23 @@ def add_serve_flags(serve: argparse.ArgumentParser, number: Callable[..., None])
     )
 
 
+def memory_budget(args: argparse.Namespace) -> int | None:
+    """The bytes the loaded models may take together: --models-memory-gb, else a share of
+    this machine's memory (None: not known here, no bound by memory)."""
+    if args.models_memory_gb is not None:
+        return int(args.models_memory_gb * GB)
+    total = _machine_memory()
+    return int(total * MEMORY_SHARE) if total else None
+
+
+def _machine_memory() -> int:
+    """This machine's memory in bytes (0: not known)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
 def add_parsers(sub: Any) -> None:
     models = sub.add_parser("models", help="the models a server can serve")
     models.add_argument("--models-dir", action="append", default=_env_list("MODELS_DIR"),
@@ -114,22 +144,100 @@ def aliases(args: argparse.Namespace) -> dict[str, str]:
     return found
 
 
-def catalogue(args: argparse.Namespace, home: Path) -> tuple[list[ModelEntry], ModelEntry | None]:
-    """The catalogue `args` describe, and the entry --model names (None: the default)."""
-    from omni.runtime.catalogue import entry_for, hf_home, scan
+def catalogue(
+    args: argparse.Namespace,
+    home: Path,
+    aliases: Mapping[str, str] | None = None,
+    progress: Callable[[str], None] = lambda _message: None,
+) -> tuple[list[ModelEntry], ModelEntry | None]:
+    """The catalogue `args` describe, and the chat model --model names (None: the default).
+    A --model that names nothing found stops the start here, in one line saying what was
+    looked for and where."""
+    from omni.runtime.catalogue import hf_home, scan
 
-    named: ModelEntry | None = None
-    spec = getattr(args, "model", None)
-    if spec:
-        local = Path(spec).expanduser()
-        named = entry_for(local.resolve(), "named") if local.exists() else None
-        if named is None and not local.exists() and "/" in spec:  # a repo id
-            named = ModelEntry(spec, "chat", spec, "named")
-        if named is None and local.exists():
-            raise OmniError(f"--model {spec}: not an mlx-lm model folder or .gguf file")
     dirs = [Path(d).expanduser() for d in args.models_dir]
     hf = None if args.no_hf_cache else hf_home()
-    return scan(home, dirs, hf, named=named), named
+    spec = getattr(args, "model", None)
+    local = _at_path(spec) if spec else None
+    entries = scan(home, dirs, hf, named=local)
+    if not spec or local is not None:
+        named = local
+    else:
+        named = _named(spec, entries, aliases or {}, _places(home, dirs, hf), progress)
+        if named not in entries:  # fetched from the hub just now
+            entries.insert(0, named)
+    if named is not None and named.kind != "chat":
+        raise OmniError(
+            f"--model {spec}: {named.id} is a model of kind {named.kind}; --model names the "
+            "chat model served by default (requests name the others by their ids)"
+        )
+    return entries, named
+
+
+def _at_path(spec: str) -> ModelEntry | None:
+    """The model at path `spec`; None: nothing is there."""
+    from omni.runtime.catalogue import entry_for
+
+    local = Path(spec).expanduser()
+    if not local.exists():
+        return None
+    entry = entry_for(local.resolve(), "named")
+    if entry is None:
+        raise OmniError(f"--model {spec}: not an mlx-lm model folder or .gguf file")
+    return entry
+
+
+def _named(
+    spec: str,
+    entries: list[ModelEntry],
+    aliases: Mapping[str, str],
+    places: str,
+    progress: Callable[[str], None],
+) -> ModelEntry:
+    """The model `spec` names: an id or alias of the catalogue, else a Hugging Face repo in
+    the cache (listed there or not), else one fetched from the hub."""
+    from omni.runtime import catalogue, hub
+    from omni.runtime.model_source import is_repo_id
+
+    found = catalogue.find(spec, entries, aliases)
+    if found is not None:
+        return found
+    chat = [e.id for e in entries if e.kind == "chat"]
+    looked = (
+        f"--model {spec}: model not found. Looked for a chat model's id or alias in the "
+        f"catalogue ({_some([*chat, *sorted(aliases)])}), built from {places}; for a folder or "
+        ".gguf file at that path; and for a Hugging Face repo id (owner/name) in the cache"
+    )
+    if not is_repo_id(spec):
+        raise OmniError(f"{looked}. `omni models` lists the catalogue.")
+    cached = catalogue.cached_repo(catalogue.hf_home(), spec)
+    if cached is not None:
+        return cached
+    try:
+        snapshot = hub.fetch(spec, progress, hub.MLX_FILES)
+    except OmniError as exc:
+        raise OmniError(f"{looked}; then {exc.message}") from None
+    entry = catalogue.entry_for(snapshot, "named", spec)
+    if entry is None:
+        raise OmniError(
+            f"--model {spec}: fetched from the Hugging Face hub into {snapshot}, but it is no "
+            "MLX model there (a config.json beside safetensors weights)"
+        )
+    return entry
+
+
+def _places(home: Path, dirs: list[Path], hf: Path | None) -> str:
+    """Where the catalogue's models were looked for, as --model's refusal says it."""
+    places = [f"OMNI_HOME/models ({home / 'models'})"]
+    places += [f"--models-dir {folder}" for folder in dirs]
+    if hf is not None:
+        places.append(f"the Hugging Face cache ({hf / 'hub'})")
+    return ", ".join(places)
+
+
+def _some(names: list[str], shown: int = 20) -> str:
+    more = len(names) - shown
+    return ", ".join(names[:shown]) + (f" and {more} more" if more > 0 else "")
 
 
 def run(args: argparse.Namespace, home: Path) -> int:
@@ -240,7 +348,9 @@ def _pull(name: str, home: Path) -> int:
     elif name == default_transcription.DEFAULT_TRANSCRIPTION_ID:
         path = default_transcription.ensure_default_transcription(home, say)
     elif "/" in name:
-        path = _pull_hf(name, say)
+        from omni.runtime.hub import fetch
+
+        path = fetch(name, say)
     else:
         raise OmniError(
             f"cannot pull {name!r}: name a default ({default_model.DEFAULT_MODEL_ID}, "
@@ -250,16 +360,6 @@ def _pull(name: str, home: Path) -> int:
         )
     print(path)
     return 0
-
-
-def _pull_hf(repo: str, say: Callable[[str], None]) -> Path:
-    from huggingface_hub import snapshot_download
-
-    say(f"downloading {repo} from the Hugging Face hub")
-    try:
-        return Path(snapshot_download(repo))
-    except Exception as exc:  # offline, unknown repo, gated: one line
-        raise OmniError(f"cannot pull {repo} from the Hugging Face hub: {exc}") from None
 
 
 def _env_list(name: str) -> list[str]:

@@ -9,7 +9,7 @@ import json
 import logging
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 from omni.catalogue import ModelEntry, ModelKind, Origin
@@ -56,6 +56,23 @@ def scan(
     if hf_home is not None:
         add(_hf_cache(hf_home))
     return list(found.values())
+
+
+def find(name: str, entries: Iterable[ModelEntry], aliases: Mapping[str, str]) -> ModelEntry | None:
+    """The entry `name` names: an id, an alias, or an id in other case (Qwen3-8B for qwen3-8b,
+    where only one matches); None: none of them."""
+    by_id = {entry.id: entry for entry in entries}
+    name = aliases.get(name, name)
+    if name in by_id:
+        return by_id[name]
+    folded = [entry for entry in by_id.values() if entry.id.casefold() == name.casefold()]
+    return folded[0] if len(folded) == 1 else None
+
+
+def cached_repo(hf: Path, repo_id: str) -> ModelEntry | None:
+    """Repo `repo_id` (owner/name) as the Hugging Face cache under `hf` holds it, else None."""
+    snapshot = _snapshot(hf / "hub" / f"models--{repo_id.replace('/', '--')}")
+    return None if snapshot is None else entry_for(snapshot, "hf-cache", repo_id)
 
 
 def hf_home() -> Path:

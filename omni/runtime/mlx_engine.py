@@ -166,6 +166,11 @@ class MLXEngine:
         return not self._loaded.is_set()
 
     @property
+    def memory_bytes(self) -> int | None:
+        """What the weights take in memory as the engine runs them, once loaded."""
+        return None if self.runtime is None else self.runtime.memory_bytes or None
+
+    @property
     def load_error(self) -> str | None:
         """Why the weights could not be loaded, once that is known."""
         return self._gone if self._loaded.is_set() and self._conn is None else None

@@ -38,9 +38,14 @@ def resolve_model(spec: str | None, home: Path, progress: Progress | None = None
         if local.suffix.lower() != ".gguf":
             raise ModelLoadError(f"not a model folder or .gguf file: {spec}")
         return _from_gguf(local.resolve(), home, progress)
-    if _REPO_ID.fullmatch(spec) and not spec.lower().endswith(".gguf"):
+    if is_repo_id(spec):
         return ModelSource(spec, spec)
     raise ModelLoadError(f"model not found: {spec}")
+
+
+def is_repo_id(spec: str) -> bool:
+    """`spec` has a Hugging Face repo id's shape (owner/name), and is no .gguf file's name."""
+    return bool(_REPO_ID.fullmatch(spec)) and not spec.lower().endswith(".gguf")
 
 
 def gguf_cache_dir(gguf_path: Path, home: Path) -> Path:

@@ -15,6 +15,7 @@ class Runtime:
     weights: str  # "float32", "4/8-bit quantized", ...
     weights_setting: str  # what --weights asked for (auto, stored, float32)
     gemv: bool = False  # one-row products go to the BLAS's sgemv (omni.runtime.gemv)
+    memory_bytes: int = 0  # what the weights (a draft model's too) take in memory, as run
 
     def __str__(self) -> str:
         blas = "" if self.blas is None else f"BLAS {describe(self.blas)}, "

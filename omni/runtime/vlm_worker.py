@@ -76,7 +76,8 @@ def main(
         eos = model.config.eos_token_id
         tokenizer = load_tokenizer(path, eos_token_ids=[eos] if isinstance(eos, int) else eos)
         library = None if on_gpu() else blas.in_use()
-        runtime = Runtime(library, weights.describe(model), settings.weights)
+        taken = weights.nbytes(model)
+        runtime = Runtime(library, weights.describe(model), settings.weights, memory_bytes=taken)
         runner = VisionRunner(model, processor, tokenizer, prefill_chunk(settings.prefill_chunk))
     except BaseException as exc:  # noqa: BLE001 - reported to the server as a value
         conn.send(LoadFailed(f"{type(exc).__name__}: {exc}"))

@@ -63,6 +63,14 @@ def to_float32(model: Any) -> Any:
     return model
 
 
+def nbytes(model: Any) -> int:
+    """The bytes the model's parameters take in memory now (what the pool budgets)."""
+    from mlx.utils import tree_flatten
+
+    params: list[tuple[str, Any]] = tree_flatten(model.parameters())  # type: ignore[assignment]
+    return sum(array.nbytes for _, array in params)
+
+
 def describe(model: Any) -> str:
     """What the weights are now: "4-bit quantized", "float32", ..."""
     import mlx.core as mx

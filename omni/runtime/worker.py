@@ -147,7 +147,8 @@ def main(
             if weights.choose(settings.weights, draft, blas.optimized(library)) == weights.FLOAT32:
                 draft = weights.to_float32(draft)
         forwarded = not on_gpu() and gemv.forwarding(blas.holder("cblas_sgemm"))
-        runtime = Runtime(library, weights.describe(model), settings.weights, forwarded)
+        taken = weights.nbytes(model) + (0 if draft is None else weights.nbytes(draft))
+        runtime = Runtime(library, weights.describe(model), settings.weights, forwarded, taken)
         limits = (settings.prompt_cache_entries, settings.prompt_cache_bytes)
         cache = PrefixCache(model, *limits, min_reuse())
         scheduler = BatchScheduler(

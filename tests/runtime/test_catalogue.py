@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from omni.runtime.catalogue import scan
+from omni.runtime.catalogue import cached_repo, find, scan
 
 
 def model(folder: Path, architectures: list[str], sentence: bool = False) -> Path:
@@ -66,3 +66,28 @@ def test_the_model_named_at_start_comes_first_and_keeps_its_id(tmp_path: Path) -
     entries = scan(tmp_path / "home", [shelf], None, named=named)
     assert entries[0].id == "mine" and entries[0].origin == "named"
     assert [e.id for e in entries].count("mine") == 1
+
+
+def test_a_name_finds_an_id_an_alias_an_id_in_other_case_or_a_cached_repo(
+    tmp_path: Path,
+) -> None:
+    shelf, hf = tmp_path / "shelf", tmp_path / "hf"
+    model(shelf / "Llama-Small", ["LlamaForCausalLM"])
+    model(shelf / "bge-small", ["BertModel"])
+    repo = hf / "hub" / "models--mlx-community--Tiny-4bit"
+    model(repo / "snapshots" / "abc", ["LlamaForCausalLM"])
+    entries = scan(tmp_path / "home", [shelf], None)  # the cache not listed
+    aliases = {"gpt-5.5": "llama-small"}
+    names = ("llama-small", "gpt-5.5", "Llama-Small", "llama", "mlx-community/Tiny-4bit")
+    found = {name: find(name, entries, aliases) for name in names}
+    assert {name: e and e.id for name, e in found.items()} == {
+        "llama-small": "llama-small",
+        "gpt-5.5": "llama-small",
+        "Llama-Small": "llama-small",
+        "llama": None,  # no prefix match: a name is the whole id
+        "mlx-community/Tiny-4bit": None,
+    }
+    cached = cached_repo(hf, "mlx-community/Tiny-4bit")
+    assert cached is not None and cached.id == "mlx-community/Tiny-4bit"
+    assert cached.kind == "chat" and cached.path.endswith("abc")
+    assert cached_repo(hf, "mlx-community/Other") is None

@@ -33,6 +33,10 @@ async def test_jobs_submitted_while_the_weights_load_run_once_they_are_in(
             engine.submit(job)
         ends = [await outputs(job) for job in jobs]
         assert not engine.loading and engine.load_error is None
+        # What the pool budgets: the weights as the engine runs them, near their size on disk.
+        on_disk = (tiny_model_dir / "model.safetensors").stat().st_size
+        assert engine.memory_bytes is not None
+        assert on_disk // 2 <= engine.memory_bytes <= on_disk * 8, (engine.memory_bytes, on_disk)
         for got in ends:
             assert isinstance(got[-1], Finished) and got[-1].completion_tokens == 4
             assert sum(isinstance(o, Delta) and o.token is not None for o in got) == 4

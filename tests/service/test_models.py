@@ -1,9 +1,11 @@
-"""The model pool: models loaded on demand, at most max_loaded at once, the least recently
-used free one unloaded to make room, never one in use; aliases; a load that fails."""
+"""The model pool: models loaded on demand within a memory budget (and a count cap, where one
+is set), the least recently used free one unloaded to make room, never one in use; aliases; a
+load that fails."""
 
 from __future__ import annotations
 
 import asyncio
+from typing import cast
 
 import pytest
 
@@ -12,10 +14,13 @@ from omni.errors import InvalidRequest, ModelLoadError, ModelNotFound
 from omni.jobs import Capabilities
 from omni.service.models import Models
 
+GB = 1 << 30
+
 
 class Loaded:
     capabilities = Capabilities(context_length=64)
     on_step = None
+    memory_bytes: int | None = None  # what its weights take, where it reports that
 
     def __init__(self, model_id: str, log: list[str]) -> None:
         self.model_id, self.log = model_id, log
@@ -27,27 +32,32 @@ class Loaded:
 
 
 ENTRIES = [
-    ModelEntry("a", "chat", "/m/a", "models-dir"),
-    ModelEntry("b", "chat", "/m/b", "models-dir"),
-    ModelEntry("c", "chat", "/m/c", "models-dir"),
-    ModelEntry("e", "embedding", "/m/e", "models-dir"),
+    ModelEntry("a", "chat", "/m/a", "models-dir", 2 * GB),
+    ModelEntry("b", "chat", "/m/b", "models-dir", 2 * GB),
+    ModelEntry("c", "chat", "/m/c", "models-dir", 2 * GB),
+    ModelEntry("e", "embedding", "/m/e", "models-dir", 90 << 20),
+    ModelEntry("s", "speech", "/m/s", "models-dir", 330 << 20),
+    ModelEntry("w", "transcription", "/m/w", "default"),  # not fetched yet: size unknown
 ]
 
 
-def pool(log: list[str], **kw: object) -> Models:
+def pool(log: list[str], entries: list[ModelEntry] = ENTRIES, **kw: object) -> Models:
     broken = kw.pop("broken", False)
+    measured = cast(dict[str, int], kw.pop("measured", {}))
 
     def load(entry: ModelEntry) -> Loaded:
         if entry.id == "c" and broken:
             raise ValueError("no weights in /m/c")
-        return Loaded(entry.id, log)
+        model = Loaded(entry.id, log)
+        model.memory_bytes = measured.get(entry.id)
+        return model
 
-    return Models(ENTRIES, load, default="a", default_embedding="e", **kw)  # type: ignore[arg-type]
+    return Models(entries, load, default="a", default_embedding="e", **kw)  # type: ignore[arg-type]
 
 
 async def test_models_load_on_demand_and_the_least_recently_used_free_one_goes() -> None:
     log: list[str] = []
-    models = pool(log, aliases={"gpt-5.5": "b"})
+    models = pool(log, aliases={"gpt-5.5": "b"}, max_loaded=2)  # the count cap, where set
     assert not any(models.is_loaded(e.id) for e in ENTRIES)
     async with models.use(None) as a:
         assert a.model_id == "a"
@@ -74,6 +84,66 @@ async def test_a_model_in_use_is_never_unloaded_the_request_waits() -> None:
         a.running = 0  # type: ignore[misc]
     b = await asyncio.wait_for(waiting, 10)
     assert b.model_id == "b" and log == ["load a", "unload a", "load b"]
+
+
+async def test_a_chat_model_stays_loaded_while_an_embedder_and_a_speech_model_load() -> None:
+    log: list[str] = []
+    models = pool(log, memory_budget=8 * GB)  # no count cap: memory is the bound
+    await models.engine("a")
+    async with models.use_embedder(None):
+        pass
+    async with models.use_speaker("s"):
+        pass
+    async with models.use_transcriber("w"):  # of unknown size: it counts as nothing
+        pass
+    await models.engine("a")
+    assert log == ["load a", "load e", "load s", "load w"]
+    assert all(models.is_loaded(i) for i in "aesw")
+
+
+async def test_a_model_too_big_for_what_is_left_evicts_the_least_recently_used_idle_one() -> None:
+    log: list[str] = []
+    big = [*ENTRIES, ModelEntry("d", "chat", "/m/d", "models-dir", 2 * GB)]
+    models = pool(log, big, memory_budget=7 * GB)
+    a = await models.engine("a")
+    await models.engine("b")
+    await models.engine("c")
+    async with models.use_embedder(None):  # 6.1 of 7 GB: it fits
+        pass
+    a.running = 1  # type: ignore[misc]  # a job decodes on a, the least recently used
+    await models.engine("c")
+    await models.engine("d")  # 8.1 of 7: b, the least recently used idle one, goes
+    assert log == ["load a", "load b", "load c", "load e", "unload b", "load d"]
+    assert [models.is_loaded(i) for i in "abcde"] == [True, False, True, True, True]
+
+
+async def test_a_loaded_model_counts_what_it_reports_not_its_size_on_disk() -> None:
+    log: list[str] = []
+    # a's weights unpacked to float32 take 5 GB in memory, not the 2 GB it has on disk.
+    models = pool(log, memory_budget=6 * GB, measured={"a": 5 * GB})
+    await models.engine("a")
+    await models.engine("b")  # 5 + 2 > 6: a goes
+    assert log == ["load a", "unload a", "load b"]
+
+
+async def test_a_model_larger_than_the_budget_loads_once_it_is_alone() -> None:
+    log: list[str] = []
+    models = pool(log, memory_budget=1 * GB)
+    async with models.use_embedder(None):
+        pass
+    await models.engine("a")  # 2 GB: larger than the whole budget, it still loads alone
+    assert log == ["load e", "unload e", "load a"]
+
+
+async def test_the_count_cap_still_bounds_models_of_any_size() -> None:
+    log: list[str] = []
+    models = pool(log, memory_budget=64 * GB, max_loaded=2)
+    await models.engine("a")
+    async with models.use_embedder(None):
+        pass
+    async with models.use_speaker("s"):  # 3 models: the cap of 2, well within memory
+        pass
+    assert log == ["load a", "load e", "unload a", "load s"]
 
 
 async def test_requests_for_a_loading_model_share_its_one_load() -> None:
