@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -201,7 +202,7 @@ def test_a_terminal_gets_tables_and_colours(served: Served) -> None:
         [sys.executable, "-m", "omni", "ls", "--db", str(served.db)],
         stdout=follower,
         stderr=subprocess.PIPE,
-        env={**os.environ, "COLUMNS": "160"},
+        env={**os.environ, "COLUMNS": "80"},
     )
     os.close(follower)
     out = b""
@@ -215,7 +216,14 @@ def test_a_terminal_gets_tables_and_colours(served: Served) -> None:
         out += chunk
     assert proc.wait(timeout=60) == 0
     os.close(leader)
-    assert "┏".encode() in out and b"\x1b[" in out and b"PREVIEW" in out
+    assert b"\x1b[" in out  # colours
+    shown = re.sub(r"\x1b\[[0-9;]*m", "", out.decode())
+    assert all(len(line) <= 80 for line in shown.splitlines())
+    # Every id whole, to paste into `omni show`; the numbers' columns there.
+    made = [served.plain["id"], *(first_id(r) for r in (served.response, served.chat))]
+    assert all(rid in shown.split() for rid in made)
+    header = shown.splitlines()[0].split()
+    assert header[0] == "ID" and {"STATUS", "TOKENS", "TTFT", "TOK/S"} <= set(header)
 
 
 def _digest(db: Path) -> dict[str, str]:

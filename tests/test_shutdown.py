@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 from openai import OpenAI
 
+from tests.api._helpers import TERMINAL, UNENDING, parse_frames
 from tests.test_cli import serving
 from tests.test_crash import BODY, greedy_text, replay, seq_of
 
@@ -136,3 +137,65 @@ def test_a_request_that_ends_within_the_grace_ends_as_usual(
     assert final.incomplete_details is not None
     assert final.incomplete_details.reason == "max_output_tokens"
     assert final.usage is not None and final.usage.output_tokens == 1800
+
+
+def read_raw(method: str, url: str, seen: list[bytes], **kwargs: Any) -> None:
+    """A body's bytes as they come (not through the SDK, which hides a cut frame), into
+    `seen`; raises if the body is cut short (httpx: an incomplete chunked read)."""
+    with httpx.stream(method, url, timeout=60, **kwargs) as res:
+        assert res.status_code == 200, res.read()
+        for chunk in res.iter_raw():
+            seen.append(chunk)
+
+
+def test_sigterm_ends_a_followed_background_stream_on_a_frame_boundary(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    db = tmp_path / "omni.db"
+    # Greedy with its end token banned: only the context's end stops it, long after the
+    # SIGTERM; a grace of 0 leaves it running then, for the next start.
+    body = {**BODY, **UNENDING, "stream": True, "max_output_tokens": 100000}
+    posted: list[bytes] = []  # the client that created it, streaming
+    followed: list[bytes] = []  # another, following it with GET ?stream=true
+    failures: list[BaseException] = []
+
+    def run(*args: Any, **kwargs: Any) -> threading.Thread:
+        def target() -> None:
+            try:
+                read_raw(*args, **kwargs)
+            except BaseException as exc:  # noqa: BLE001 (asserted on below)
+                failures.append(exc)
+
+        thread = threading.Thread(target=target)
+        thread.start()
+        return thread
+
+    def deltas(seen: list[bytes]) -> int:
+        return b"".join(seen).count(b"event: response.output_text.delta")
+
+    with serving(tiny_model_dir, db, "warning", None, "--shutdown-grace", "0") as (base, proc):
+        threads = [run("POST", f"{base}/v1/responses", posted, json=body)]
+        until(lambda: deltas(posted) >= 1 or bool(failures))
+        first = b"".join(posted).split(b"\n\n", 1)[0] + b"\n\n"  # response.created
+        rid = parse_frames(first)[0].data["response"]["id"]
+        threads.append(run("GET", f"{base}/v1/responses/{rid}?stream=true", followed))
+        until(lambda: min(deltas(posted), deltas(followed)) >= 5 or bool(failures))
+        os.kill(proc.pid, signal.SIGTERM)
+        for thread in threads:
+            thread.join(timeout=60)
+        assert proc.wait(timeout=60) == 0
+    assert failures == []  # both bodies ended whole, not cut
+    left = rows(db, rid)
+    assert left[-1][1] == "response.output_text.delta"  # still running at the stop
+    # Each body: every frame whole (event, data, id, a blank line), up to the last committed.
+    before = parse_frames(b"".join(posted))
+    assert [f.id for f in before] == list(range(len(left)))
+    assert parse_frames(b"".join(followed)) == before
+
+    with serving(tiny_model_dir, db) as (base, _):
+        resumed: list[bytes] = []
+        headers = {"Last-Event-ID": str(before[-1].id)}
+        read_raw("GET", f"{base}/v1/responses/{rid}?stream=true", resumed, headers=headers)
+    joined = before + parse_frames(b"".join(resumed))
+    assert [f.id for f in joined] == [f.seq for f in joined] == list(range(len(joined)))
+    assert joined[-1].event in TERMINAL

@@ -86,13 +86,19 @@ class State:
 def shut_down(app: Quart) -> asyncio.Task[None]:
     """Begin (or join) the graceful stop: new work is refused at once, running generations
     get the grace to end, then foreground ones are ended and background ones left for the
-    next start (Runs.drain). Done when every ending is committed; the connections that
-    follow them may then close."""
+    next start (Runs.drain). Done when every ending is committed; the streams that follow
+    responses then end after their last committed event, and their connections close."""
     state: State = app.config["OMNI"]
     if state.stopping is None:
-        drain = state.responses.runs.drain(state.shutdown_grace_s)
-        state.stopping = asyncio.create_task(drain, name="omni-shutdown")
+        state.stopping = asyncio.create_task(_stop(state), name="omni-shutdown")
     return state.stopping
+
+
+async def _stop(state: State) -> None:
+    await state.responses.runs.drain(state.shutdown_grace_s)
+    # Every ending is committed: the streams of what goes on at the next start end now, on
+    # a frame boundary and with a whole body, rather than cut when Hypercorn stops waiting.
+    state.notifier.stop()
 
 
 def create_app(settings: Settings, served: Models | Engine) -> Quart:

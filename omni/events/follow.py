@@ -45,13 +45,19 @@ async def follow_pages(
     is_terminal: Callable[[StoredEvent], bool],
     keepalive: float = 15.0,
     page: int = 512,
+    ends_at_stop: bool = False,
 ) -> AsyncGenerator[list[StoredEvent] | None, None]:
     """follow(), a read at a time: the events that were there together (never empty; the
-    last page ends at the terminal event), so a stream can send them in one write."""
+    last page ends at the terminal event), so a stream can send them in one write.
+    `ends_at_stop`: once the notifier is stopped, end after what is committed (a client's
+    stream, which resumes at the next start), not at the terminal event alone."""
     checked_end = False
     with notifier.subscribe(stream_id) as wake:
         while True:
             wake.clear()  # clear first, then read: a commit after the read sets it again
+            # Looked at before the read, as the wake-up is: a read after the stop has
+            # everything committed before it.
+            stopping = ends_at_stop and notifier.stopped
             rows = await store.read(stream_id, after, limit=page)
             for i, row in enumerate(rows):
                 if is_terminal(row):
@@ -61,6 +67,8 @@ async def follow_pages(
                 yield rows
                 after = rows[-1].seq
                 continue  # more may be there already (a long replay is read page by page)
+            if stopping:
+                return
             if not checked_end and after >= 0:
                 # Resuming at or past the end of a finished stream: nothing more will come.
                 # Only the first time: afterwards a terminal event would come through `rows`.

@@ -13,6 +13,13 @@ class Notifier:
     def __init__(self) -> None:
         self._waiters: dict[str, set[asyncio.Event]] = {}
         self._idle: dict[str, asyncio.Event] = {}
+        self.stopped = False  # the server stops: followers that end at a stop end
+
+    def stop(self) -> None:
+        """The server stops: every follower reads again, and those that end at a stop end
+        there, after what is committed (set first: a follower reading after this sees it)."""
+        self.stopped = True
+        self.wake_all()
 
     @contextmanager
     def subscribe(self, stream_id: str) -> Iterator[asyncio.Event]:

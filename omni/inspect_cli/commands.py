@@ -6,14 +6,27 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Sequence
 
 from omni.api.sse import DONE_FRAME, chunk_frames, frame
-from omni.inspect import Detail, Inspector, Stats, Summary, iso
+from omni.inspect import STATUSES, Detail, Inspector, Stats, Summary, iso
+from omni.inspect_cli.layout import Column
 from omni.inspect_cli.output import Out, ms, rate, text
 from omni.inspect_cli.reading import inspector, unknown
 from omni.vocabulary import COMPLETION_ENDS
 
-LS_COLUMNS = ("ID", "CREATED", "STATUS", "MODEL", "TOKENS", "TTFT", "TOK/S", "PREVIEW")
+# Ids and numbers are never folded; where the rest, folded, is still too wide for the
+# terminal, PREVIEW goes first, then CREATED, then MODEL.
+LS_COLUMNS = (
+    Column("ID", fold=None),
+    Column("CREATED", fold=len("2026-12-02"), drop=2),  # the time under the date
+    Column("STATUS", fold=max(map(len, STATUSES))),  # "(deleted)" under the status
+    Column("MODEL", fold=16, drop=3),
+    Column("TOKENS", fold=None),
+    Column("TTFT", fold=None),
+    Column("TOK/S", fold=None),
+    Column("PREVIEW", fold=20, drop=1),
+)
 
 
 def _since(args: argparse.Namespace) -> int | None:
@@ -29,8 +42,12 @@ def ls(args: argparse.Namespace) -> int:
             limit=args.limit,
             kind=args.kind,
         )
-    Out().table(None, LS_COLUMNS, [_ls_row(s) for s in rows])
+    ls_table(Out(), rows)
     return 0
+
+
+def ls_table(out: Out, rows: Sequence[Summary]) -> None:
+    out.table(None, LS_COLUMNS, [_ls_row(s) for s in rows])
 
 
 def _ls_row(s: Summary) -> tuple[str, ...]:
@@ -66,7 +83,7 @@ def show(args: argparse.Namespace) -> int:
     if args.events:
         out.table(
             "events",
-            ("SEQ", "TIME", "+MS", "TYPE", "TEXT"),
+            (Column("SEQ", None), "TIME", Column("+MS", None), Column("TYPE", None), "TEXT"),
             [(e.seq, e.time, e.ms_since_previous, e.type, e.text) for e in events],
         )
     return 0
@@ -113,7 +130,7 @@ def _show_detail(out: Out, d: Detail) -> None:
     if d.tool_calls:
         out.table(
             "tool calls",
-            ("NAME", "ARGUMENTS", "CALL ID"),
+            ("NAME", "ARGUMENTS", Column("CALL ID", None)),
             [(c["name"], c["arguments"], c["call_id"]) for c in d.tool_calls],
         )
     out.block("output", d.output_text)
@@ -144,7 +161,7 @@ def _show_stats(out: Out, st: Stats) -> None:
     )
     for name, counts in (("kind", st.by_kind), ("status", st.by_status), ("model", st.by_model)):
         rows = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
-        out.table(f"by {name}", (name.upper(), "COUNT"), rows)
+        out.table(f"by {name}", (name.upper(), Column("COUNT", None)), rows)
 
 
 def replay(args: argparse.Namespace) -> int:

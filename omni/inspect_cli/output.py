@@ -7,9 +7,12 @@ import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
+
+from omni.inspect_cli.layout import Column, fit
 
 STATUS_STYLE = {
     "completed": "green",
@@ -38,28 +41,52 @@ def text(value: Any) -> str:
 class Out:
     """One command's output: a terminal's (rich) or a pipe's (plain)."""
 
-    def __init__(self, stream: TextIO | None = None, pretty: bool | None = None):
+    def __init__(
+        self, stream: TextIO | None = None, pretty: bool | None = None, width: int | None = None
+    ):
         self.stream = stream or sys.stdout
         self.pretty = self.stream.isatty() if pretty is None else pretty
-        self.console = Console(file=self.stream, highlight=False, soft_wrap=not self.pretty)
+        self.console = Console(
+            file=self.stream, highlight=False, soft_wrap=not self.pretty, width=width
+        )
 
     def table(
-        self, title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]]
+        self, title: str | None, columns: Sequence[Column | str], rows: Sequence[Sequence[Any]]
     ) -> None:
-        """Rows under a header; the column named STATUS coloured on a terminal."""
+        """Rows under a header; the column named STATUS coloured on a terminal, where the
+        table fits its width as omni.inspect_cli.layout says (a name: a text column)."""
+        specs = [c if isinstance(c, Column) else Column(c) for c in columns]
+        cells = [[text(v) for v in row] for row in rows]
         if not self.pretty:
             if title:
                 self.line(f"# {title}")
-            self.line("\t".join(columns))
-            for row in rows:
-                self.line("\t".join(_one_line(text(v)) for v in row))
+            self.line("\t".join(c.name for c in specs))
+            for row in cells:
+                self.line("\t".join(_one_line(v) for v in row))
             return
-        table = Table(title=title, title_justify="left", header_style="bold")
-        for name in columns:
-            table.add_column(name, overflow="fold", no_wrap=name != "PREVIEW")
-        for row in rows:
-            table.add_row(*(self._cell(c, v) for c, v in zip(columns, row, strict=True)))
-        self.console.print(table)
+        layout = fit(specs, cells, self.console.width)
+        table = Table(
+            title=title,
+            title_justify="left",
+            header_style="bold",
+            box=box.SIMPLE_HEAD,
+            show_edge=False,
+            pad_edge=False,
+            padding=(0, layout.gutter - 1, 0, 0),  # and the box's one space between columns
+        )
+        for i, width in zip(layout.shown, layout.widths, strict=True):
+            whole = specs[i].fold is None
+            table.add_column(specs[i].name, width=width, no_wrap=whole, overflow="fold")
+        for row in cells:
+            table.add_row(*(self._cell(specs[i].name, row[i]) for i in layout.shown))
+        # Wider than the terminal only if the whole columns are: it wraps the lines, and
+        # rich, held to the terminal's width, would cut them.
+        width = self.console.width
+        self.console.width = max(width, layout.width)
+        try:
+            self.console.print(table)
+        finally:
+            self.console.width = width
 
     def pairs(self, title: str, pairs: Sequence[tuple[str, Any]]) -> None:
         """`name: value` lines under a title."""
@@ -104,8 +131,7 @@ class Out:
         self.stream.write(value + "\n")
         self.stream.flush()
 
-    def _cell(self, column: str, value: Any) -> Text:
-        shown = text(value)
+    def _cell(self, column: str, shown: str) -> Text:
         return Text(shown, style=STATUS_STYLE.get(shown, "") if column == "STATUS" else "")
 
 

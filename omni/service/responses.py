@@ -313,9 +313,17 @@ class ResponsesService:
     def pages(
         self, response_id: str, after: int = -1
     ) -> AsyncGenerator[list[StoredEvent] | None, None]:
-        """events(), a read at a time (a stream sends each in one write)."""
+        """events(), a read at a time (a stream sends each in one write). At a stop, the
+        stream ends after what is committed: a background response goes on at the next
+        start, where its client resumes from the last event it got."""
         return follow_pages(
-            self.store, self.notifier, response_id, after, is_terminal, self.keepalive
+            self.store,
+            self.notifier,
+            response_id,
+            after,
+            is_terminal,
+            self.keepalive,
+            ends_at_stop=True,
         )
 
     async def wait(self, response_id: str) -> dict[str, Any]:

@@ -485,3 +485,33 @@ async def test_closing_a_page_follower_early_releases_the_subscription(
         assert [row.seq for row in await anext(it) or []] == [0, 1, 2]
         assert notifier.followers("s") == 1
     assert notifier.followers("s") == 0
+
+
+async def test_at_a_stop_a_page_follower_that_ends_there_ends_after_what_is_committed(
+    store: EventStore, notifier: Notifier
+) -> None:
+    """A client's stream ends at the server's stop, after every committed row (a resume at
+    the next start goes on from its last); followers inside the server keep following."""
+    await store.append([deltas("s", 0, 2)])
+    pages: list[list[int]] = []
+
+    async def client() -> None:
+        pages_ = follow_pages(store, notifier, "s", -1, is_terminal, 30.0, ends_at_stop=True)
+        async with aclosing(pages_) as it:
+            async for page in it:
+                pages.append([row.seq for row in page or []])
+
+    inside = asyncio.create_task(collect(store, notifier, "s"))
+    task = asyncio.create_task(client())
+    await wait_until(lambda: pages == [[0, 1]] and notifier.followers("s") == 2)
+    await store.append([deltas("s", 2, 2)])  # committed; its wake-up comes with the stop
+    notifier.stop()
+    await asyncio.wait_for(task, TIMEOUT)
+    assert pages == [[0, 1], [2, 3]]
+    later = follow_pages(store, notifier, "s", 1, is_terminal, 30.0, ends_at_stop=True)
+    async with aclosing(later) as it:  # one that begins after the stop: what is there, then end
+        assert [[row.seq for row in page or []] async for page in it] == [[2, 3]]
+    assert not inside.done() and notifier.followers("s") == 1
+    await store.append([terminal("s", 4)])
+    notifier.notify(["s"])
+    assert [e.seq for e in await asyncio.wait_for(inside, TIMEOUT)] == [0, 1, 2, 3, 4]  # type: ignore[union-attr]
