@@ -401,8 +401,9 @@ def _add_defaults(serve: argparse.ArgumentParser) -> None:
         int,
         1,
         BIG,
-        "512",
-        "output cap of a request that sets none (max_output_tokens / max_tokens)",
+        None,
+        "output cap of a request that sets none (max_output_tokens / max_tokens; default: none,"
+        " it generates until the model stops or its context is full)",
     )
     serve.add_argument(
         "--chat-template-args",
