@@ -168,3 +168,8 @@ def test_smollm_tokenizer(smollm):
     # SmolLM2 splits digits one by one ("smollm" pre-tokenizer): "Ġ", "2", "0", "2", "4".
     assert tok.encode(" 2024") == [216, 34, 32, 34, 36]
     assert wrapper.eos_token_ids == {2}
+
+
+@pytest.mark.smollm
+def test_smollm_recommends_its_cards_sampling(smollm_dir: Path) -> None:
+    assert recommended_sampling(smollm_dir) == RecommendedSampling(temperature=0.2, top_p=0.9)
