@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("omni")
 BIG = 2**63 - 1  # SQLite's largest integer
 GB = 1 << 30
-SERVER, ENGINE, SAMPLING = ServerSettings, EngineSettings, Defaults()  # the defaults
+SERVER, ENGINE = ServerSettings, EngineSettings  # the defaults
 # After a stop's endings are committed: for the connections that follow them to send them.
 DELIVERY_S = 5.0
 
@@ -393,15 +393,17 @@ def _add_access(serve: argparse.ArgumentParser) -> None:
 
 
 def _add_defaults(serve: argparse.ArgumentParser) -> None:
-    """What a request gets for the sampling settings it leaves out (as mlx-lm's server)."""
+    """What a request gets for the sampling settings it leaves out (as mlx-lm's server); each
+    unset by default: the model's own recommendation (its generation_config.json), else 1."""
+    own = "the model's own, from its generation_config.json, else 1"
     _add_number(
         serve,
         "--temp",
         float,
         0,
         2,
-        str(SAMPLING.temperature),
-        "temperature of a request that sets none",
+        None,
+        f"temperature of a request that sets none (default: {own})",
     )
     _add_number(
         serve,
@@ -409,8 +411,8 @@ def _add_defaults(serve: argparse.ArgumentParser) -> None:
         float,
         0.000001,
         1,
-        str(SAMPLING.top_p),
-        "top_p of a request that sets none",
+        None,
+        f"top_p of a request that sets none (default: {own})",
     )
     _add_number(
         serve,
@@ -418,8 +420,9 @@ def _add_defaults(serve: argparse.ArgumentParser) -> None:
         int,
         1,
         BIG,
-        "512",
-        "output cap of a request that sets none (max_output_tokens / max_tokens)",
+        None,
+        "output cap of a request that sets none (max_output_tokens / max_tokens; default: none,"
+        " it generates until the model stops or its context is full)",
     )
     serve.add_argument(
         "--chat-template-args",
@@ -612,7 +615,7 @@ def _serve(args: argparse.Namespace) -> None:
         max_queued=args.max_queued,
         home=str(omni_home()),
         access=gate,
-        defaults=Defaults(args.temp, args.top_p, args.max_tokens),
+        defaults=sampling_defaults(args),
         retention_s=args.retention,
         shutdown_grace_s=args.shutdown_grace,
         replica=args.replica_id,
@@ -655,6 +658,11 @@ def _serve(args: argparse.Namespace) -> None:
     finally:
         for model in models.loaded():  # closed already, unless the loop ended early
             model.close()
+
+
+def sampling_defaults(args: argparse.Namespace) -> Defaults:
+    """What a request that leaves them out gets: the flags given, else the model's own."""
+    return Defaults(args.temp, args.top_p, args.max_tokens)
 
 
 def engine_settings(args: argparse.Namespace) -> EngineSettings:

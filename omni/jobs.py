@@ -131,6 +131,18 @@ class Job:
 
 
 @dataclass(frozen=True, slots=True)
+class RecommendedSampling:
+    """The sampling a model's makers recommend (its generation_config.json): what a request
+    that sets none of these gets, unless the operator chose otherwise. None: no advice."""
+
+    temperature: float | None = None  # 0: greedy (do_sample false)
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    repetition_penalty: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Capabilities:
     """What a loaded model can do: the service reads this, never probes the engine. The
     defaults are a plain model (no tools in its template, plain JSON calls, no thinking)."""
@@ -141,6 +153,7 @@ class Capabilities:
     tool_format: ToolFormat = ToolFormat()  # how the model writes calls
     thinking: tuple[str, str] | None = None  # the think block's markers, for a reasoning model
     vision: bool = False  # it takes images (a vision-language model: omni.runtime.vlm_engine)
+    sampling: RecommendedSampling = RecommendedSampling()  # its makers' recommended sampling
 
 
 class Engine(Protocol):

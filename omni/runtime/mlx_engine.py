@@ -27,9 +27,19 @@ from pathlib import Path
 from typing import Any, Final
 
 from omni.errors import ModelLoadError
-from omni.jobs import Capabilities, Delta, Failed, Finished, Job, Output, Started
+from omni.jobs import (
+    Capabilities,
+    Delta,
+    Failed,
+    Finished,
+    Job,
+    Output,
+    RecommendedSampling,
+    Started,
+)
 from omni.protocol.tool_calls import ToolFormat
 from omni.runtime import gemv, wire, worker
+from omni.runtime.generation_config import recommended_sampling
 from omni.runtime.model_source import ModelSource
 from omni.runtime.types import Runtime
 from omni.runtime.worker import config_context_length
@@ -96,8 +106,9 @@ class MLXEngine:
         self.model_id = source.model_id
         self.context_length = 0
         self.max_token_bytes = 1  # the most bytes one token stands for (set once loaded)
+        self.sampling = RecommendedSampling()  # its generation_config.json's (set once loaded)
         self._tokenizer: Any = None
-        self._capabilities: tuple[tuple[Any, int, int], Capabilities] | None = None
+        self._capabilities: tuple[tuple[Any, ...], Capabilities] | None = None
         self._process: Any = None
         self._conn: Connection | None = None
         self._send_lock = threading.Lock()
@@ -147,6 +158,7 @@ class MLXEngine:
 
             self._load_tokenizer(load_config(local).get("eos_token_id"))
             self.context_length = config_context_length(local)
+            self.sampling = recommended_sampling(local)  # for requests taken in meanwhile
         except Exception as exc:
             self._process.terminate()
             conn.close()
@@ -198,6 +210,7 @@ class MLXEngine:
             log.warning("%s: context %d in its config, %d loaded", self.model_id,
                         self.context_length, message.context_length)  # fmt: skip
         self.context_length, self.runtime = message.context_length, message.runtime
+        self.sampling = message.sampling
         if self._tokenizer is None:
             self._load_tokenizer(message.eos)
         with self._send_lock:  # what was submitted meanwhile goes first, in order
@@ -244,7 +257,7 @@ class MLXEngine:
     def capabilities(self) -> Capabilities:
         """What the loaded model can do, in one value. Read several times a request: built
         again only once what it is made of changed (the tokenizer, the context, at load)."""
-        made_of = (self._tokenizer, self.context_length, self.max_token_bytes)
+        made_of = (self._tokenizer, self.context_length, self.max_token_bytes, self.sampling)
         if self._capabilities is None or self._capabilities[0] != made_of:
             value = Capabilities(
                 self.context_length,
@@ -252,6 +265,7 @@ class MLXEngine:
                 self.supports_tools,
                 self.tool_format,
                 self.thinking,
+                sampling=self.sampling,
             )
             self._capabilities = (made_of, value)
         return self._capabilities[1]

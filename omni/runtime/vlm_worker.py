@@ -20,6 +20,7 @@ from omni.jobs import FinishReason
 from omni.runtime import blas, weights
 from omni.runtime.batching import GENERATION_FAILED, seeded_sampler
 from omni.runtime.generation import Scorer, ThinkBudget, logits_processors
+from omni.runtime.generation_config import model_recommends
 from omni.runtime.quiet import no_torch_advice
 from omni.runtime.types import Runtime
 from omni.runtime.wire import (
@@ -82,7 +83,8 @@ def main(
     except BaseException as exc:  # noqa: BLE001 - reported to the server as a value
         conn.send(LoadFailed(f"{type(exc).__name__}: {exc}"))
         return
-    conn.send(Loaded(context_length(model), sorted(tokenizer.eos_token_ids), runtime))
+    ends = sorted(tokenizer.eos_token_ids)
+    conn.send(Loaded(context_length(model), ends, runtime, model_recommends(path)))
     try:
         runner.run(conn)
     except (EOFError, OSError):  # the server is gone: nobody is left to generate for

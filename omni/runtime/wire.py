@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from omni.jobs import FinishReason, Logprobs, Sampling, fields_getter
+from omni.jobs import FinishReason, Logprobs, RecommendedSampling, Sampling, fields_getter
 from omni.runtime.types import Runtime
 
 # The server to the engine.
@@ -62,6 +62,7 @@ class Loaded:
     context_length: int
     eos: list[int]
     runtime: Runtime
+    sampling: RecommendedSampling = RecommendedSampling()  # its generation_config.json's
 
 
 @dataclass(frozen=True, slots=True)

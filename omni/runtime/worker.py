@@ -16,6 +16,7 @@ from typing import Any
 from omni.heap import set_aside
 from omni.runtime import blas, gemv, weights
 from omni.runtime.cpu_attention import use_exp2_attention
+from omni.runtime.generation_config import model_recommends
 from omni.runtime.observe import QUIET, Observer, StepStats
 from omni.runtime.quiet import no_torch_advice
 from omni.runtime.types import Runtime
@@ -167,7 +168,8 @@ def main(
     except BaseException as exc:  # noqa: BLE001 - reported to the server as a value
         conn.send(LoadFailed(f"{type(exc).__name__}: {exc}"))
         return
-    conn.send(Loaded(context_length(model), sorted(tokenizer.eos_token_ids), runtime))
+    ends = sorted(tokenizer.eos_token_ids)
+    conn.send(Loaded(context_length(model), ends, runtime, model_recommends(path)))
     try:
         scheduler.run(conn)
     except (EOFError, OSError):  # the server is gone: nobody is left to decode for

@@ -165,7 +165,7 @@ class CompletionsService:
             body.limit, engine.capabilities.context_length - len(prompt)
         )
         plan = RunPlan(
-            self._sampling(body, limit, logprobs, thinking_budget=budget),
+            self._sampling(engine, body, limit, logprobs, thinking_budget=budget),
             tuple(tools),
             mode,
             parallel,
@@ -291,7 +291,7 @@ class CompletionsService:
         limit = Defaults(max_tokens=16).output_cap(  # OpenAI's legacy default, not the server's
             body.max_tokens, engine.capabilities.context_length - len(prompt)
         )
-        sampling = self._sampling(body, limit, body.logprobs)
+        sampling = self._sampling(engine, body, limit, body.logprobs)
         plan = RunPlan(sampling, cache_namespace=cache_namespace(owner, None))
         await self._start(engine, cid, "text", body, recorder, prompt, plan, None, owner)
         return cid
@@ -306,15 +306,16 @@ class CompletionsService:
             )
         return prompt
 
-    def _sampling(self, body: Any, limit: int, logprobs: int | None, **chosen: Any) -> Sampling:
-        """`chosen`: fields the service settled itself, over the body's (a thinking budget)."""
-        defaults = self.defaults
+    def _sampling(
+        self, engine: Engine, body: Any, limit: int, logprobs: int | None, **chosen: Any
+    ) -> Sampling:
+        """`chosen`: fields the service settled itself, over the body's (a thinking budget);
+        what the body leaves out comes from the defaults and the model's recommendation."""
+        model = engine.capabilities.sampling
         return Sampling(
-            temperature=defaults.temperature if body.temperature is None else body.temperature,
-            top_p=defaults.top_p if body.top_p is None else body.top_p,
             max_tokens=limit,
             logprobs=logprobs,
-            **(body.sampling_fields() | chosen),
+            **(body.sampling_fields() | self.defaults.sampling(body, model) | chosen),
         )
 
     async def _start(

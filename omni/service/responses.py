@@ -136,15 +136,17 @@ class ResponsesService:
             self._fit, engine, body, conversation, callable_tools, mode, thinking, loaded
         )
         wants_logprobs = "message.output_text.logprobs" in (body.include or [])
-        defaults = self.defaults
+        defaults, capabilities = self.defaults, engine.capabilities
         sampling = Sampling(
-            temperature=defaults.temperature if body.temperature is None else body.temperature,
-            top_p=defaults.top_p if body.top_p is None else body.top_p,
             max_tokens=defaults.output_cap(
-                body.max_output_tokens, engine.capabilities.context_length - len(prompt)
+                body.max_output_tokens, capabilities.context_length - len(prompt)
             ),
             logprobs=(body.top_logprobs or 0) if wants_logprobs else None,
-            **{**body.sampling_fields(), "thinking_budget": budget},  # type: ignore[arg-type]
+            **{
+                **body.sampling_fields(),
+                **defaults.sampling(body, capabilities.sampling),
+                "thinking_budget": budget,
+            },
         )
         plan = RunPlan(
             sampling,

