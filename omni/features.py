@@ -126,15 +126,15 @@ def _find(name: str) -> importlib.machinery.ModuleSpec | None:
     """Where `import name` would load the module from (None: nowhere), found without running
     it or its packages (mlx_audio.tts's __init__ loads MLX). A None in sys.modules, which
     stops an import, stops this too."""
-    if name in sys.modules:
-        module = sys.modules[name]
-        return None if module is None else module.__spec__
     package, _, _ = name.rpartition(".")
     if not package:
-        return importlib.util.find_spec(name)
+        return importlib.util.find_spec(name)  # sys.modules first, as an import
     above = _find(package)
     if above is None or above.submodule_search_locations is None:
         return None
+    if name in sys.modules:
+        module = sys.modules[name]
+        return None if module is None else module.__spec__
     return importlib.machinery.PathFinder.find_spec(name, list(above.submodule_search_locations))
 
 
