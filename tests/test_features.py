@@ -94,7 +94,8 @@ def test_each_features_extra_names_the_distributions_of_what_its_worker_imports(
     for feature in features.FEATURES.values():
         named = {_name(r) for r in extras[feature.extra]}
         for module in feature.modules:
-            given = {_name(d) for d in providers[module.split(".")[0]]}
+            given = {_name(d) for d in providers.get(module.split(".")[0], [])}
+            assert given, f"{module} is not installed here: pip install -e '.[test]'"
             where = f"{feature.name}: {module} comes from {given}"
             assert given & named, f"{where}, which [{feature.extra}] does not name"
             assert given & everything, f"{where}, which [all] does not name"
