@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import logging
+
+log = logging.getLogger(__name__)
+
 #: What a client reads of an error whose own text is not for it (OpenAI's words for a 500).
 SERVER_ERROR = "The server had an error while processing your request."
 
@@ -50,9 +54,15 @@ class ModelNotFound(NotFound):
 
 
 class ModelLoadError(OmniError):
-    """A model could not be found, fetched, verified or converted (a start-up error)."""
+    """A model could not be found, fetched, verified or converted (a start-up error). Its
+    message says why, for the operator; a request reads `of(model_id)`'s."""
 
     code = "model_load_error"
+
+    @classmethod
+    def of(cls, model_id: str) -> ModelLoadError:
+        """What a request reads when its model could not be loaded (the log says why)."""
+        return cls(f"The model '{model_id}' could not be loaded; the server's log says why.")
 
 
 class StoreError(OmniError):
@@ -145,3 +155,13 @@ class NotInstalled(OmniError):
 
 class DatabaseInUse(StoreError):
     """Another live `omni serve` holds the database's lock (omni/lock.py)."""
+
+
+def internal(exc: Exception, what: str) -> OmniError:
+    """The error a request ends with for `exc`: itself where it is an OmniError (written for
+    clients, or hidden by `public`); else the server's generic error, `exc` going to the log
+    (`what`: the request, for the operator)."""
+    if isinstance(exc, OmniError):
+        return exc
+    log.error("%s: %s: %s", what, type(exc).__name__, exc, exc_info=exc)
+    return OmniError(SERVER_ERROR)

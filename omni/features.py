@@ -1,10 +1,14 @@
 """What this install can serve beyond chat: each optional feature, the extra that brings it,
 and whether it can run here. `omni features` prints these facts and `GET /v1/features`
 answers them; an endpoint whose extra is missing answers 501 with the install command
-(`require`). Nothing here imports a feature's libraries: finding them is enough to say."""
+(`require`). A feature's modules are what its worker imports as it starts (`Feature.load`,
+its first step), so what is reported here is what starts. Checking finds them without running
+them: the server never imports MLX or a feature's libraries for it."""
 
 from __future__ import annotations
 
+import importlib
+import importlib.machinery
 import importlib.util
 import sys
 from dataclasses import dataclass
@@ -16,14 +20,27 @@ from omni.errors import NotInstalled
 class Feature:
     name: str
     extra: str  # the optional dependency group of pyproject.toml that installs it
-    modules: tuple[str, ...]  # importable where the extra is installed
+    # What its worker imports as it starts (load()), the imports of its libraries' own lazy
+    # parts included: finding a module does not run it, so each one it pulls in is named.
+    modules: tuple[str, ...]
     serves: str  # the endpoints or parts it adds, for people
     platforms: tuple[str, ...] = ("linux", "darwin")  # sys.platform values it runs on
     # A second command after the extra's, on some platforms: (sys.platform, command) pairs.
     then: tuple[tuple[str, str], ...] = ()
 
     def missing(self) -> list[str]:
-        return [m for m in self.modules if importlib.util.find_spec(m) is None]
+        return [m for m in self.modules if _find(m) is None]
+
+    def load(self) -> None:
+        """Import its modules: the first thing its worker does, so that a library missing
+        fails the start, not a request, and says how to install it (NotInstalled)."""
+        for module in self.modules:
+            try:
+                importlib.import_module(module)
+            except ImportError as exc:
+                raise NotInstalled(
+                    f"{self.name} cannot import {module} ({exc}): {self.install()}"
+                ) from None
 
     def runs_here(self) -> bool:
         return sys.platform in self.platforms
@@ -68,15 +85,23 @@ class Feature:
 # mflux imports, and mflux itself comes without its pins, at the version tested here.
 MFLUX_LINUX = "pip install --no-deps 'mflux==0.24.0'"
 
+# Kokoro reads text through misaki's G2P as it speaks its first words: English through spaCy
+# (and num2words), other languages through espeak-ng (phonemizer-fork, espeakng-loader, which
+# ships espeak-ng's library). The speech worker imports them as it starts.
+KOKORO_G2P = ("misaki.en", "misaki.espeak", "spacy", "num2words", "phonemizer", "espeakng_loader")
+FLUX2_KLEIN = "mflux.models.flux2.variants.txt2img.flux2_klein"
+
 FEATURES: dict[str, Feature] = {
     f.name: f
     for f in (
-        Feature("embeddings", "embeddings", ("mlx_embeddings",), "POST /v1/embeddings"),
-        Feature("speech", "audio", ("mlx_audio", "av"), "POST /v1/audio/speech"),
+        Feature("embeddings", "embeddings", ("mlx_embeddings.utils",), "POST /v1/embeddings"),
+        Feature(
+            "speech", "audio", ("av", "mlx_audio.tts.utils", *KOKORO_G2P), "POST /v1/audio/speech"
+        ),
         Feature(
             "images",
             "images",
-            ("mflux", "PIL", "piexif", "platformdirs", "toml"),
+            ("PIL", "piexif", "platformdirs", "toml", FLUX2_KLEIN),
             "POST /v1/images/generations",
             then=(("linux", MFLUX_LINUX),),
         ),
@@ -84,17 +109,33 @@ FEATURES: dict[str, Feature] = {
         Feature(
             "vision",
             "vision",
-            ("mlx_vlm", "PIL"),
+            ("PIL", "mlx_vlm.utils", "mlx_vlm.generate"),
             "input_image / image_url parts for vision models",
         ),
         Feature(
             "transcription",
             "audio",
-            ("mlx_audio", "av"),
+            ("av", "mlx_audio.stt.models.whisper.whisper"),
             "POST /v1/audio/transcriptions, /v1/audio/translations",
         ),
     )
 }
+
+
+def _find(name: str) -> importlib.machinery.ModuleSpec | None:
+    """Where `import name` would load the module from (None: nowhere), found without running
+    it or its packages (mlx_audio.tts's __init__ loads MLX). A None in sys.modules, which
+    stops an import, stops this too."""
+    package, _, _ = name.rpartition(".")
+    if not package:
+        return importlib.util.find_spec(name)  # sys.modules first, as an import
+    above = _find(package)
+    if above is None or above.submodule_search_locations is None:
+        return None
+    if name in sys.modules:
+        module = sys.modules[name]
+        return None if module is None else module.__spec__
+    return importlib.machinery.PathFinder.find_spec(name, list(above.submodule_search_locations))
 
 
 def feature(name: str) -> Feature:

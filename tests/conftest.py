@@ -117,7 +117,7 @@ def tiny_kokoro_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_flux_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny random-weight FLUX.2 [klein]. mflux is no dependency pip can install on Linux
-    (its wheel pins MLX's CUDA build): .ci/run installs it with --no-deps, so in CI its
+    (its wheel pins MLX's CUDA build): scripts/test installs it with --no-deps, so in CI its
     absence is a failure; elsewhere these tests are skipped, saying how to run them."""
     import importlib.util
 
@@ -126,7 +126,7 @@ def tiny_flux_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if importlib.util.find_spec("mflux") is None:
         command = feature("images").install(checkout=True)
         if os.environ.get("CI"):
-            pytest.fail(f"mflux is not installed; .ci/run installs it: {command}")
+            pytest.fail(f"mflux is not installed; scripts/test installs it: {command}")
         pytest.skip(f"mflux is not installed (to run these: {command})")
     from omni.runtime.tiny_flux import build_tiny_flux2
 

@@ -11,6 +11,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from omni import features
 from omni.runtime import worker
 from omni.runtime.embed_wire import Close, Embed, Failed, Loaded, LoadFailed, Vectors
 from omni.runtime.pooling import pooling_modes
@@ -107,6 +108,7 @@ def main(conn: Connection, path: str, max_batch: int) -> None:
     os.environ.pop("LD_PRELOAD", None)  # the BLAS is in this process; not in what it starts
     no_torch_advice()
     try:
+        features.feature("embeddings").load()
         runner = Runner(path)
         dimensions = int(runner.embed([[runner.pad, runner.pad]]).shape[-1])  # and warm up
     except BaseException as exc:  # noqa: BLE001 - reported to the server as a value

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from omni.errors import ModelLoadError, OmniError
+from omni.errors import ModelLoadError
 from omni.jobs import EmbeddingCapabilities
 from omni.runtime import embed_wire, embed_worker, pooling
 from omni.runtime.model_process import ModelProcess
@@ -95,7 +95,7 @@ class MLXEmbedder(ModelProcess):
             case embed_wire.Vectors(_, data, count):
                 return _rows(data, count)
             case embed_wire.Failed(_, message):
-                return OmniError(f"the embedding model failed: {message}")
+                return self.failed(message)
 
 
 def _rows(data: bytes, count: int) -> list[list[float]]:

@@ -18,6 +18,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from omni import features
 from omni.runtime import worker
 from omni.runtime.image_wire import (
     Cancel,
@@ -170,6 +171,7 @@ def main(conn: Connection, path: str) -> None:
     os.environ.setdefault("TQDM_DISABLE", "1")  # mflux's progress bars: nobody reads them
     no_torch_advice()
     try:
+        features.feature("images").load()
         imager = Imager(path, conn)
     except BaseException as exc:  # noqa: BLE001 - reported to the server as a value
         conn.send(LoadFailed(f"{type(exc).__name__}: {exc}"))

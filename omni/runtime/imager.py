@@ -65,7 +65,7 @@ class MLXImager(ModelProcess):
                         ended = True
                         if cancelled:
                             raise Cancelled("the image generation was cancelled")
-                        raise OmniError(f"the image model failed: {message}")
+                        raise self.failed(message)
                     case OmniError() as gone:
                         ended = True
                         raise gone

@@ -115,7 +115,8 @@ class MLXEngine:
         self._ids = itertools.count()
         self._pending: dict[int, _Pending] = {}
         self._generations = 0
-        self._gone: str | None = None  # why the engine process is no longer there
+        self._gone: str | None = None  # why the engine process is no longer there (for jobs)
+        self._load_error: str | None = None  # why its weights did not load (for the log)
         self._reader = threading.Thread(target=self._read, name="omni-engine-reader", daemon=True)
         self._loading = threading.Thread()  # set by begin()
         self._loaded = threading.Event()  # the weights are loaded, or failed to
@@ -151,7 +152,7 @@ class MLXEngine:
         if not (local / "config.json").is_file():  # a repo id: its files come with the load
             self._await_weights(conn, forwarder)
             if self._gone is not None:
-                raise ModelLoadError(self._gone)
+                raise ModelLoadError(self._load_error or self._gone)
             return
         try:
             from mlx_lm.utils import load_config
@@ -170,7 +171,7 @@ class MLXEngine:
         if self._loading.ident is not None:
             self._loading.join()
         if self._gone is not None:
-            raise ModelLoadError(self._gone)
+            raise ModelLoadError(self._load_error or self._gone)
 
     @property
     def loading(self) -> bool:
@@ -185,7 +186,8 @@ class MLXEngine:
     @property
     def load_error(self) -> str | None:
         """Why the weights could not be loaded, once that is known."""
-        return self._gone if self._loaded.is_set() and self._conn is None else None
+        failed = self._loaded.is_set() and self._conn is None
+        return (self._load_error or self._gone) if failed else None
 
     def _await_weights(self, conn: Connection, forwarder: Path | None) -> None:
         """The engine process's answer to its load: serve, or fail what waits."""
@@ -200,7 +202,11 @@ class MLXEngine:
                 shutil.rmtree(forwarder.parent, ignore_errors=True)
         if not isinstance(message, wire.Loaded):
             conn.close()
-            self._gone = self._gone or f"cannot load model {self.source.path}: {message.message}"
+            if self._gone is None:  # else closed meanwhile: nobody waits to know why
+                self._load_error = f"cannot load model {self.source.path}: {message.message}"
+                log.error("%s", self._load_error)
+                # What the requests waiting read: the model's id; why is the log's.
+                self._gone = ModelLoadError.of(self.model_id).message
             with self._send_lock:
                 self._early.clear()
                 self._loaded.set()

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any, Generic, TypeVar
 
-from omni.errors import ModelLoadError, OmniError
+from omni.errors import SERVER_ERROR, ModelLoadError, OmniError
 from omni.runtime import blas
 from omni.runtime.wire import Cancel
 
@@ -31,6 +31,7 @@ class ModelProcess:
 
     def __init__(self, path: str, what: str, name: str, closing: Any):
         self.path = path
+        self.model_id = path  # its id in the catalogue, set by the subclass
         self._what = what
         self._name = name
         self._closing = closing
@@ -105,6 +106,12 @@ class ModelProcess:
             self._pending.pop(job_id, None)
             raise
         return Replies(self, job_id, queue, read)
+
+    def failed(self, message: str) -> OmniError:
+        """The error of a request its model's process failed: that process's text (an
+        exception's) goes to the server's log; the request reads the server's generic error."""
+        log.error("the %s %s failed a request: %s", self._what, self.model_id, message)
+        return OmniError(SERVER_ERROR)
 
     def answer(self, reply: Any) -> Any:
         """What ask() returns (or raises, an exception) for `reply` (in the reader thread)."""

@@ -56,5 +56,5 @@ class MLXSpeaker(ModelProcess):
                 rate = self._caps.sample_rate
                 return Spoken(samples, rate, tokens, segments, cancelled), True
             case wire.Failed(_, message):
-                raise OmniError(f"the speech model failed: {message}")
+                raise self.failed(message)
         raise OmniError(f"the speech model sent {type(reply).__name__}")

@@ -12,6 +12,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from omni import features
 from omni.runtime import worker
 from omni.runtime.audio_out import Encoder
 from omni.runtime.inbox import Inbox
@@ -81,6 +82,7 @@ def main(conn: Connection, path: str) -> None:
     os.environ.pop("LD_PRELOAD", None)  # the BLAS is in this process; not in what it starts
     no_torch_advice()
     try:
+        features.feature("speech").load()
         speaker = Speaker(path)
     except BaseException as exc:  # noqa: BLE001 - reported to the server as a value
         conn.send(LoadFailed(f"{type(exc).__name__}: {exc}"))

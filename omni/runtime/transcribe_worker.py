@@ -13,6 +13,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from omni import features
 from omni.jobs import TranscribeOptions
 from omni.runtime import worker
 from omni.runtime.inbox import Inbox
@@ -140,6 +141,7 @@ def main(conn: Connection, path: str) -> None:
     os.environ.pop("LD_PRELOAD", None)  # the BLAS is in this process; not in what it starts
     no_torch_advice()
     try:
+        features.feature("transcription").load()
         model = load(path)
     except BaseException as exc:  # noqa: BLE001 - reported to the server as a value
         conn.send(LoadFailed(f"{type(exc).__name__}: {exc}"))

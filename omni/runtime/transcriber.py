@@ -37,16 +37,15 @@ class MLXTranscriber(ModelProcess):
     ) -> Replies[Heard | Transcript]:
         """Each window as the model's process hears it, then the transcript."""
         return await self.stream(
-            lambda i: transcribe_wire.Transcribe(i, heard.samples, options), _read
+            lambda i: transcribe_wire.Transcribe(i, heard.samples, options), self._piece
         )
 
-
-def _read(reply: Any) -> tuple[Heard | Transcript, bool]:
-    match reply:
-        case transcribe_wire.Window(_, window, segments, seconds):
-            return Heard(window, segments, seconds), False
-        case transcribe_wire.Transcript(_, result, windows, cancelled):
-            return Transcript(result, windows, cancelled), True
-        case transcribe_wire.Failed(_, message):
-            raise OmniError(f"the transcription model failed: {message}")
-    raise OmniError(f"the transcription model sent {type(reply).__name__}")
+    def _piece(self, reply: Any) -> tuple[Heard | Transcript, bool]:
+        match reply:
+            case transcribe_wire.Window(_, window, segments, seconds):
+                return Heard(window, segments, seconds), False
+            case transcribe_wire.Transcript(_, result, windows, cancelled):
+                return Transcript(result, windows, cancelled), True
+            case transcribe_wire.Failed(_, message):
+                raise self.failed(message)
+        raise OmniError(f"the transcription model sent {type(reply).__name__}")

@@ -16,6 +16,7 @@ from collections import deque
 from multiprocessing.connection import Connection
 from typing import Any
 
+from omni import features
 from omni.jobs import FinishReason
 from omni.runtime import blas, weights
 from omni.runtime.batching import GENERATION_FAILED, seeded_sampler
@@ -70,6 +71,7 @@ def main(
     try:
         if draft_path is not None:
             raise ValueError("vision models are not decoded speculatively: name no draft model")
+        features.feature("vision").load()
         from mlx_lm.utils import load_tokenizer
         from mlx_vlm.utils import load
 

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
-from omni.errors import InvalidRequest, OmniError
+from omni.errors import InvalidRequest, internal
 from omni.events import Append, Appender, EventLog, NewEvent
 from omni.ids import new_id
 from omni.jobs import Embedder
@@ -194,10 +194,9 @@ class EmbeddingsService:
             self._end(eid, EMBEDDING_FAILED, embedder.model_id, timings, _error(GONE, "cancelled"))
             raise
         except Exception as exc:
-            failure = exc if isinstance(exc, OmniError) else OmniError(str(exc))
-            fields = failure.body()
-            await self._end(eid, EMBEDDING_FAILED, embedder.model_id, timings, fields)
-            raise
+            failure = internal(exc, f"embeddings {eid}")
+            await self._end(eid, EMBEDDING_FAILED, embedder.model_id, timings, failure.body())
+            raise failure from None
         usage = {"prompt_tokens": sum(counts), "total_tokens": sum(counts)}
         dims = body.dimensions or caps.dimensions
         done = {"inputs": len(inputs), "dimensions": min(dims, caps.dimensions), "usage": usage}

@@ -15,7 +15,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from omni.errors import OmniError
+from omni.errors import internal
 from omni.events import Append, Appender, EventLog, NewEvent
 from omni.ids import new_id
 from omni.jobs import Drawn, ImageOrder, Imager, PartialPicture, Picture
@@ -125,7 +125,7 @@ class ImagesService:
             self._end(gid, 1, IMAGES_FAILED, model_id, timings, _error(GONE, "cancelled"))
             raise
         except Exception as exc:
-            failure = exc if isinstance(exc, OmniError) else OmniError(str(exc))
+            failure = internal(exc, f"image generation {gid}")
             await self._end(gid, 1, IMAGES_FAILED, model_id, timings, failure.body())
             raise failure from None
 
@@ -160,7 +160,7 @@ class ImagesService:
             raise
         except Exception as exc:
             log.warning("image generation %s failed after its first piece: %s", gid, exc)
-            failure = exc if isinstance(exc, OmniError) else OmniError(str(exc))
+            failure = internal(exc, f"image generation {gid}")
             await self._end(gid, seq, IMAGES_FAILED, model_id, timings, failure.body())
             raise failure from None
         finally:

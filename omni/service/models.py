@@ -366,10 +366,14 @@ class Models:
         log.info("loading model %s (%s)", entry.id, entry.path or entry.origin)
         try:
             model = await asyncio.to_thread(self._load, entry)
-        except OmniError:
+        except ModelLoadError as exc:  # why (a path, a worker's exception) is the log's
+            log.error("cannot load model %s: %s", entry.id, exc.message)
+            raise ModelLoadError.of(entry.id) from exc
+        except OmniError:  # written for clients (NotInstalled: the install command)
             raise
         except Exception as exc:  # a broken folder, a missing file: this request's error
-            raise ModelLoadError(f"cannot load model {entry.id}: {exc}") from exc
+            log.error("cannot load model %s", entry.id, exc_info=exc)
+            raise ModelLoadError.of(entry.id) from exc
         finally:
             slot.loading = None
         slot.model, slot.loaded_at = model, time.time()

@@ -91,10 +91,11 @@ async def _recover(service: ResponsesService, unfinished: list[str]) -> None:
             )
             await _end(service, response_id, first, folded, cancelled, prompt, tokens, reason)
             continue
-        except ModelLoadError as exc:
+        except ModelLoadError:
             reason = (
                 f"The model '{model_id}' that generated this response could not be loaded "
-                f"after the restart ({exc.message}), so it cannot be continued exactly."
+                "after the restart (the server's log says why), so it cannot be continued "
+                "exactly."
             )
             await _end(service, response_id, first, folded, cancelled, prompt, tokens, reason)
             continue

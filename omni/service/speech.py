@@ -15,7 +15,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from omni.errors import InvalidRequest, OmniError
+from omni.errors import InvalidRequest, OmniError, internal
 from omni.events import Append, Appender, EventLog, NewEvent
 from omni.ids import new_id
 from omni.jobs import Answer, Speaker, Spoken
@@ -134,7 +134,7 @@ class SpeechService:
             self._stop(sid, model_id, pieces, timings, 0)
             raise
         except Exception as exc:
-            failure = exc if isinstance(exc, OmniError) else OmniError(str(exc))
+            failure = internal(exc, f"speech {sid}")
             await self._end(sid, SPEECH_FAILED, model_id, timings, failure.body())
             raise failure from None
 
@@ -170,7 +170,7 @@ class SpeechService:
             raise
         except Exception as exc:
             log.warning("speech %s failed after its first audio: %s", sid, exc)
-            failure = exc if isinstance(exc, OmniError) else OmniError(str(exc))
+            failure = internal(exc, f"speech {sid}")
             await self._end(sid, SPEECH_FAILED, model_id, timings, failure.body())
         finally:
             if not stopping:  # else _stopped() ends it

@@ -17,7 +17,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from omni.errors import NotFound, OmniError
+from omni.errors import SERVER_ERROR, NotFound, OmniError, internal
 from omni.events import Append, Appender, EventLog, NewEvent, Notifier, StoredEvent
 from omni.events.follow import follow
 from omni.ids import new_id
@@ -129,9 +129,10 @@ class TranscriptionsService:
                 finally:
                     await self.leasing.release([tid])
         except Exception as exc:  # noqa: BLE001 - before acceptance: the request's error
-            if not accepted.done():
+            if not accepted.done():  # raised to the request, rendered (and logged) there
                 accepted.set_exception(exc)
-            return exc if isinstance(exc, OmniError) else OmniError(str(exc))
+                return exc if isinstance(exc, OmniError) else OmniError(SERVER_ERROR)
+            return internal(exc, "a transcription")
 
     async def _accept(
         self,
@@ -224,7 +225,7 @@ class TranscriptionsService:
                 seq += len(events)
                 heard_s = piece.seconds
         except Exception as exc:  # noqa: BLE001 - recorded, and handed back as a value
-            failure = exc if isinstance(exc, OmniError) else OmniError(str(exc))
+            failure = internal(exc, f"transcription {tid}")
             return await self._fail(tid, seq, failure, started_at), heard_s
         finally:
             self._answers.pop(tid, None)

@@ -1,6 +1,6 @@
 """An engine handed over while its weights load: prompts render at once, jobs submitted
 meanwhile wait in order and run once the weights are in; weights that fail to load end what
-waits with the reason; a close while loading lets the process go."""
+waits, naming the model (the reason goes to the log); a close while loading lets the process go."""
 
 from __future__ import annotations
 
@@ -8,6 +8,9 @@ import asyncio
 import shutil
 from pathlib import Path
 
+import pytest
+
+from omni.errors import ModelLoadError
 from omni.jobs import Delta, Failed, Finished, Job, Output, Sampling
 from omni.runtime.mlx_engine import MLXEngine
 from omni.runtime.model_source import ModelSource
@@ -45,7 +48,7 @@ async def test_jobs_submitted_while_the_weights_load_run_once_they_are_in(
 
 
 async def test_weights_that_fail_to_load_end_what_waits(
-    tiny_model_dir: Path, tmp_path: Path
+    tiny_model_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     broken = tmp_path / "broken"
     shutil.copytree(tiny_model_dir, broken)
@@ -56,7 +59,10 @@ async def test_weights_that_fail_to_load_end_what_waits(
         job = Job(engine.render([{"role": "user", "content": "Hi"}], []), Sampling(max_tokens=2))
         engine.submit(job)
         got = await outputs(job)
-        assert isinstance(got[-1], Failed) and "cannot load model" in got[-1].message
+        # What the request reads names the model; why (the path, the exception) is the log's.
+        assert isinstance(got[-1], Failed)
+        assert got[-1].message == ModelLoadError.of("broken").message
+        assert f"cannot load model {broken}: " in caplog.text
         assert engine.load_error is not None and not engine.loading
     finally:
         engine.close()

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from omni.errors import InvalidRequest, OmniError
+from omni.errors import SERVER_ERROR, InvalidRequest, OmniError
 from omni.events import Append, Appender, MemoryStore, NewEvent, Notifier, StoredEvent
 from omni.jobs import SpeechCapabilities, Spoken
 from omni.schemas.speech import SpeechCreate
@@ -142,23 +142,29 @@ async def test_a_voice_the_model_lacks_or_instructions_it_takes_not_write_nothin
     assert logged(store) == []
 
 
-async def test_a_model_failing_before_its_first_audio_is_an_error_and_recorded(setup) -> None:
+async def test_a_model_failing_before_its_first_audio_is_an_error_and_recorded(
+    setup, caplog: pytest.LogCaptureFixture
+) -> None:
     service, store, speaker = setup
     speaker.script = [RuntimeError("no phonemes")]
-    with pytest.raises(OmniError, match="no phonemes"):
+    with pytest.raises(OmniError) as failed:
         await service.create(body())
+    assert failed.value.message == SERVER_ERROR and "no phonemes" in caplog.text
     (sid,) = {e.stream_id for e in logged(store) if "/" not in e.stream_id}
     events = await stream(store, sid)
     assert [e.type for e in events] == ["speech.in_progress", "speech.failed"]
 
 
-async def test_after_its_first_audio_a_failure_ends_the_file_and_is_recorded(setup) -> None:
+async def test_after_its_first_audio_a_failure_ends_the_file_and_is_recorded(
+    setup, caplog: pytest.LogCaptureFixture
+) -> None:
     service, store, speaker = setup
     speaker.script = [b"ID3", RuntimeError("out of memory")]
     sid, pieces = await spoken(service)
     assert pieces == [b"ID3"]  # the file is cut short: its headers were sent
     end = (await stream(store, sid))[-1]
-    assert end.type == "speech.failed" and "out of memory" in end.data
+    assert end.type == "speech.failed" and json.loads(end.data)["error"]["message"] == SERVER_ERROR
+    assert "out of memory" in caplog.text
 
 
 async def test_a_client_that_leaves_midway_ends_it_cancelled(setup) -> None:
