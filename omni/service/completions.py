@@ -10,6 +10,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncGenerator, Sequence
+from dataclasses import astuple
 from typing import Any, TypeVar
 
 from omni.errors import InvalidRequest, NotFound, StoreError
@@ -64,16 +65,20 @@ def flight_lease(key: str) -> str:
     return f"flight:{key}"
 
 
-def cache_key(model_id: str, body: ChatCompletionCreate, owner: str | None = None) -> str | None:
-    """The replay-cache key of `owner`'s deterministic request (temperature 0, or a seed),
-    else None. Owners never share answers: another key's entry is another key's data."""
-    if not (body.temperature == 0 or body.seed is not None):
+def cache_key(
+    model_id: str, body: ChatCompletionCreate, sampling: Sampling, owner: str | None = None
+) -> str | None:
+    """The replay-cache key of `owner`'s deterministic request, else None. Deterministic is
+    judged on the sampling it runs with (the request's, else the operator's or the model's):
+    temperature 0 or a seed. Owners never share answers: another key's entry is another key's
+    data."""
+    if not (sampling.temperature == 0 or sampling.seed is not None):
         return None
     normal = {
         "owner": owner,
         "model": model_id,
         "messages": [m.model_dump(mode="json", exclude_none=True) for m in body.messages],
-        "sampling": [body.temperature, body.top_p, body.stop, body.limit, body.sampling_fields()],
+        "sampling": [astuple(sampling), body.stop],
         "logprobs": [body.logprobs, body.top_logprobs],
         "tools": [body.tools, body.tool_choice, body.parallel_tool_calls],
         "format": body.response_format,
@@ -164,8 +169,9 @@ class CompletionsService:
         limit = self.defaults.output_cap(
             body.limit, engine.capabilities.context_length - len(prompt)
         )
+        sampling = self._sampling(engine, body, limit, logprobs, thinking_budget=budget)
         plan = RunPlan(
-            self._sampling(engine, body, limit, logprobs, thinking_budget=budget),
+            sampling,
             tuple(tools),
             mode,
             parallel,
@@ -173,7 +179,7 @@ class CompletionsService:
             constraint,
             cache_namespace(owner, body.prompt_cache_key),
         )
-        key = cache_key(engine.model_id, body, owner) if self.cache else None
+        key = cache_key(engine.model_id, body, sampling, owner) if self.cache else None
         cid = new_id("chatcmpl").replace("chatcmpl_", "chatcmpl-")
         images = pictures(refs, loaded)
         if key is None or bypass_cache:

@@ -68,16 +68,16 @@ def no_fetch(_dest: Path) -> Path:
     raise AssertionError("a cached model must not be fetched again")
 
 
-def test_the_model_cards_sampling_is_written_beside_it(tmp_path: Path) -> None:
-    """Its GGUF carries no sampling; its card recommends temperature 0.2, top_p 0.9. A folder
-    converted before that was written gets it at the next start; one edited is left alone."""
+def test_the_models_own_sampling_is_written_beside_it(tmp_path: Path) -> None:
+    """Its GGUF carries no sampling; its published generation_config.json means greedy. A
+    folder converted before that was written gets it at the next start; one edited is left
+    alone."""
     home = tmp_path / "home"
     folder = default_model_dir(home)
     folder.mkdir(parents=True)
     (folder / "config.json").write_text("{}")  # converted by an earlier version
     assert ensure_default_model(home, None, fetch_wheel=no_fetch) == folder
-    card = RecommendedSampling(temperature=0.2, top_p=0.9)
-    assert recommended_sampling(folder) == card
+    assert recommended_sampling(folder) == RecommendedSampling(temperature=0.0)
     assert sorted(p.name for p in folder.iterdir()) == ["config.json", "generation_config.json"]
     (folder / "generation_config.json").write_text('{"temperature": 0.5}')
     ensure_default_model(home, None, fetch_wheel=no_fetch)
@@ -171,5 +171,5 @@ def test_smollm_tokenizer(smollm):
 
 
 @pytest.mark.smollm
-def test_smollm_recommends_its_cards_sampling(smollm_dir: Path) -> None:
-    assert recommended_sampling(smollm_dir) == RecommendedSampling(temperature=0.2, top_p=0.9)
+def test_smollm_recommends_greedy_decoding(smollm_dir: Path) -> None:
+    assert recommended_sampling(smollm_dir) == RecommendedSampling(temperature=0.0)

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from omni.events import MemoryStore
-from omni.jobs import Delta, Finished
+from omni.jobs import Capabilities, Delta, Finished, RecommendedSampling, Sampling
 from omni.schemas.chat import ChatCompletionCreate, CompletionCreate
 from omni.service.completions import cache_key
 from omni.service.stored import StoredCompletions
@@ -25,7 +25,7 @@ async def test_a_chat_completion_is_replayed_from_the_cache_index(services: Serv
     services.completions.release(cid)
     assert not hit
     assert first["choices"][0]["message"]["content"] == "Hello"
-    key = cache_key("scripted", body)
+    key = json.loads((await services.store.read(f"{cid}/request"))[0].data)["key"]
     assert key is not None and await services.store.cache.lookup(key) == cid
 
     later = ScriptedEngine()  # a later process over the same log: nothing in flight
@@ -153,3 +153,40 @@ async def test_a_forced_call_cut_by_the_limit_keeps_its_complete_calls(services:
     assert [
         (c["function"]["name"], c["function"]["arguments"]) for c in choice["message"]["tool_calls"]
     ] == [("get_weather", '{"city": "Paris"}')]
+
+
+# --- deterministic is what the request runs with --------------------------------------------
+
+
+def test_the_cache_key_follows_the_sampling_a_request_runs_with() -> None:
+    """No temperature in the body: deterministic where the model (or the operator) makes it
+    greedy, not where it samples; and the key changes with the sampling it runs with."""
+    body = ChatCompletionCreate.model_validate({**BODY, "temperature": None})
+    greedy, sampled = Sampling(temperature=0.0), Sampling(temperature=1.0)
+    assert cache_key("scripted", body, sampled) is None
+    assert cache_key("scripted", body, greedy) is not None
+    assert cache_key("scripted", body, Sampling(temperature=1.0, seed=7)) is not None
+    assert cache_key("scripted", body, greedy) != cache_key(
+        "scripted", body, Sampling(temperature=0.0, top_k=5)
+    )
+
+
+async def test_a_chat_on_a_model_that_decodes_greedily_is_answered_from_the_cache() -> None:
+    """A model whose generation_config asks for greedy decoding answers a request that sets
+    no temperature deterministically: its repeat is a replay, not a second generation."""
+    store = MemoryStore()
+    body = ChatCompletionCreate.model_validate({**BODY, "temperature": None})
+    greedy = Capabilities(1024, 16, sampling=RecommendedSampling(temperature=0.0))
+    first, later = ScriptedEngine(), ScriptedEngine()
+    first.capabilities = later.capabilities = greedy
+    first.scripts.append([Delta("Hel", 10), Delta("lo", 11), Finished("stop", 3, 2)])
+    async with serving(store, first) as served:
+        cid, hit = await served.completions.create_chat(body)
+        await served.completions.wait(cid)
+        served.completions.release(cid)
+    async with serving(store, later) as again:
+        copy, replayed = await again.completions.create_chat(body)
+        await again.completions.wait(copy)
+        again.completions.release(copy)
+    assert (hit, replayed) == (False, True)
+    assert later.jobs == []

@@ -7,13 +7,14 @@ tests/cluster/)."""
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 from omni.events import MemoryStore, Notifier
 from omni.jobs import Delta, Finished
 from omni.schemas.chat import ChatCompletionCreate
 from omni.schemas.responses import ResponseCreate
-from omni.service.completions import cache_key, flight_lease
+from omni.service.completions import flight_lease
 from omni.service.leasing import Leasing
 
 from .conftest import ScriptedEngine, serving
@@ -137,7 +138,7 @@ async def test_twins_sent_to_two_servers_generate_once() -> None:
     async with serving(store, a_engine, a, notifier) as served_a:
         leader, hit = await served_a.completions.create_chat(chat)
         assert not hit
-        key = cache_key("scripted", chat)
+        key = json.loads((await store.read(f"{leader}/request"))[0].data)["key"]
         assert key is not None
         assert (await store.leases.holder(flight_lease(key)) or ("", 0))[0] == "a"
         async with serving(store, b_engine, b, notifier) as served_b:
