@@ -42,6 +42,11 @@ def _env(name: str, default: str | None) -> str | None:
     return os.environ.get(f"OMNI_{name}") or default
 
 
+def _switched(name: str) -> bool:
+    """Whether OMNI_<name> turns an on/off flag on (1, true, yes; any case)."""
+    return (_env(name, "") or "").lower() in ("1", "true", "yes")
+
+
 def _add_number(
     parser: argparse.ArgumentParser,
     flag: str,
@@ -211,13 +216,13 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--no-cache",
         action="store_true",
-        default=(_env("NO_CACHE", "") or "").lower() in ("1", "true", "yes"),
+        default=_switched("NO_CACHE"),
         help="never answer a chat completion from the replay cache",
     )
     serve.add_argument(
         "--no-store-by-default",
         action="store_true",
-        default=(_env("NO_STORE_BY_DEFAULT", "") or "").lower() in ("1", "true", "yes"),
+        default=_switched("NO_STORE_BY_DEFAULT"),
         help="OpenAI's default: a chat or legacy completion whose request says nothing of"
         " `store` is not kept (purged once read, never replayed); without this flag it is",
     )
@@ -352,7 +357,7 @@ def _add_access(serve: argparse.ArgumentParser) -> None:
     serve.add_argument(
         "--allow-no-auth",
         action="store_true",
-        default=(_env("ALLOW_NO_AUTH", "") or "").lower() in ("1", "true", "yes"),
+        default=_switched("ALLOW_NO_AUTH"),
         help="serve a non-loopback address without API keys (anyone who reaches it may use it)",
     )
     serve.add_argument(
@@ -377,7 +382,7 @@ def _add_access(serve: argparse.ArgumentParser) -> None:
     serve.add_argument(
         "--no-image-urls",
         action="store_true",
-        default=(_env("NO_IMAGE_URLS", "") or "").lower() in ("1", "true", "yes"),
+        default=_switched("NO_IMAGE_URLS"),
         help="fetch no http(s) image URL a request names (images come as data: URLs only): "
         "clients cannot make the server reach other hosts",
     )
