@@ -29,7 +29,10 @@ class Feature:
     then: tuple[tuple[str, str], ...] = ()
 
     def missing(self) -> list[str]:
-        return [m for m in self.modules if _find(m) is None]
+        """Each module it lacks, named by its first part that is missing (`mflux`, not one of
+        mflux's modules, where mflux is not installed at all), once."""
+        gone = (_first_missing(m) for m in self.modules)
+        return list(dict.fromkeys(m for m in gone if m is not None))
 
     def load(self) -> None:
         """Import its modules: the first thing its worker does, so that a library missing
@@ -136,6 +139,15 @@ def _find(name: str) -> importlib.machinery.ModuleSpec | None:
         module = sys.modules[name]
         return None if module is None else module.__spec__
     return importlib.machinery.PathFinder.find_spec(name, list(above.submodule_search_locations))
+
+
+def _first_missing(name: str) -> str | None:
+    """The shortest dotted prefix of `name` that cannot be found, or None where it all is."""
+    parts = name.split(".")
+    for n in range(1, len(parts) + 1):
+        if _find(".".join(parts[:n])) is None:
+            return ".".join(parts[:n])
+    return None
 
 
 def feature(name: str) -> Feature:
