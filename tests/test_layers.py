@@ -25,8 +25,8 @@ ALLOWED = {
     "api": {"schemas", "service", "events", "protocol", "db", "inspect"},
 }
 LEAVES = {
-    "catalogue", "errors", "heap", "ids", "jobs", "location", "lock", "metrics", "settings",
-    "vocabulary",
+    "catalogue", "errors", "features", "heap", "ids", "jobs", "location", "lock", "metrics",
+    "settings", "vocabulary",
 }  # fmt: skip
 
 
@@ -37,6 +37,8 @@ def imports(path: Path) -> set[str]:
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names.add(node.module)
+            if node.module == "omni":  # `from omni import features` imports omni.features
+                names.update(f"omni.{alias.name}" for alias in node.names)
     return names
 
 
