@@ -2,7 +2,8 @@
 
 A call counts only once it is written in full: the calls completed before the cut are kept,
 the one cut mid-way is dropped (never guessed at, never turned into text), and so is text that
-can only be the beginning of a call.
+can only be the beginning of a call. Where the model may also answer in JSON (tool_choice auto),
+a cut object is a call's beginning only while it names an offered tool or has no key yet.
 """
 
 from __future__ import annotations
@@ -27,7 +28,11 @@ SECTIONS = {
 
 _CALL_KEYS = {"name", "arguments", "parameters", "function", "type", "id"}
 _FENCE = re.compile(r"```(?:json)?\s*")
-_WRAPPER = re.compile(r'\{\s*"tool_calls"\s*:\s*')
+_WRAPPER = re.compile(r'\{\s*"tool_calls"\s*(?::\s*|$)')
+_OPENING = re.compile(r'\{\s*(?:"([^"\\]*))?')  # an object before its first key is complete
+# Tried in turn after a cut fragment: a placeholder ("") for the value of a key written
+# without one, so that the key shows; where no value is due it fails or changes no key.
+_VALUE_DUE = ('""', ':""', "")
 _decoder = json.JSONDecoder()
 
 
@@ -45,18 +50,19 @@ def closed_prefixes(body: str, family: str | None) -> list[str]:
     return out
 
 
-def plain_items(text: str, names: set[str]) -> list[Any] | None:
+def plain_items(text: str, names: set[str], forced: bool = False) -> list[Any] | None:
     """A plain-JSON output cut short: its values written in full (calls, if it holds calls),
-    or None where the rest is not the beginning of a call to one of `names` (it is text)."""
+    or None where the rest is not the beginning of a call to one of `names` (it is text).
+    `forced`: a grammar forces the call format, so an unfinished object is a call's."""
     body = text.lstrip()
     if "```json".startswith(body):
         return []  # nothing yet, or the start of a code fence
     if fence := _FENCE.match(body):
         body = body[fence.end() :]
-    if wrapper := _WRAPPER.match(body):  # {"tool_calls": [...]}
-        body = body[wrapper.end() :]
+    if wrapper := _WRAPPER.match(body):  # {"tool_calls": [...]}: its elements can only be calls
+        body, forced = body[wrapper.end() :], True
     items, rest = _elements(body) if body.startswith("[") else _whole(body)
-    return items if _opens_calls(rest, names) else None
+    return items if _opens_calls(rest, names, forced) else None
 
 
 def _elements(body: str) -> tuple[list[Any], str]:
@@ -90,11 +96,13 @@ def _skip_space(text: str, at: int) -> int:
     return at
 
 
-def _opens_calls(rest: str, names: set[str]) -> bool:
+def _opens_calls(rest: str, names: set[str], forced: bool) -> bool:
     """`rest` (what follows the values written in full) can only close them, or begin a call."""
     closing = rest.strip().lstrip("]} \t\r\n")
     if "```".startswith(closing):
         return True
+    if not forced:
+        return _naming(closing, names)
     try:
         value = from_json(closing, allow_partial=True)  # a partial string or key is left out
     except ValueError:
@@ -102,13 +110,38 @@ def _opens_calls(rest: str, names: set[str]) -> bool:
     return all(_call_like(v, names) for v in (value if isinstance(value, list) else [value]))
 
 
-def _call_like(value: Any, names: set[str]) -> bool:
-    """The beginning of a call: only a call's keys, and a name (if any yet) that is offered."""
+def _naming(fragment: str, names: set[str]) -> bool:
+    """Unforced, the model may be writing a JSON answer: a cut object is a call's beginning
+    only while it names an offered tool, or before it has completed a key (a call's, if any)."""
+    if opening := _OPENING.fullmatch(fragment):
+        key = opening.group(1) or ""
+        return any(k.startswith(key) for k in _CALL_KEYS | {"tool_calls"})
+    value = _as_written(fragment)
+    items = value if isinstance(value, list) else [value]
+    return all(_call_like(v, names, named=True) for v in items)
+
+
+def _as_written(fragment: str) -> Any:
+    """A cut JSON value, its last string as far as written and a key whose value is not yet
+    begun kept (valued ""); None if it is not JSON."""
+    for due in _VALUE_DUE:
+        try:
+            return from_json(fragment + due, allow_partial="trailing-strings")
+        except ValueError:
+            continue
+    return None
+
+
+def _call_like(value: Any, names: set[str], named: bool = False) -> bool:
+    """The beginning of a call: only a call's keys, and a name (if any yet; `named`: there
+    must be one) that is offered."""
     if not isinstance(value, dict) or not value.keys() <= _CALL_KEYS:
         return False
     if "function" in value:  # OpenAI's nested shape
         value = value["function"]
         if not isinstance(value, dict) or not value.keys() <= {"name", "arguments", "parameters"}:
             return False
+    if named and "name" not in value:
+        return False
     name = value.get("name", "")
     return isinstance(name, str) and any(n.startswith(name) for n in names)

@@ -6,7 +6,8 @@ between them goes to that parser, and the markers never reach the answer. A mode
 is asked (by the prompt, or by a grammar) to answer with plain JSON calls: an output that opens
 with `{`, `[` or a code fence is held back until the end and becomes calls if it parses as
 such, or text if not. An output the limit cut short keeps the calls it completed and drops
-the one it was writing (omni.protocol.cut_calls).
+the one it was writing (omni.protocol.cut_calls); unless a call is forced, a cut JSON object
+that names no offered tool is an answer, kept as text.
 """
 
 from __future__ import annotations
@@ -49,9 +50,16 @@ class CallSplitter:
     """Splits streamed text into answer text and calls, holding back only what may still turn
     out to be (part of) a call."""
 
-    def __init__(self, fmt: ToolFormat, tools: list[dict[str, Any]], max_calls: int | None = None):
+    def __init__(
+        self,
+        fmt: ToolFormat,
+        tools: list[dict[str, Any]],
+        max_calls: int | None = None,
+        forced: bool = False,
+    ):
         self.fmt = fmt
         self.max_calls = max_calls  # parallel_tool_calls false: 1 (later calls are dropped)
+        self.forced = forced  # a grammar forces a call: a cut JSON output can only be one
         self.tools = tools  # chat shape: {"type": "function", "function": {...}}
         self.names = {t["function"]["name"] for t in tools}
         self.native = bool(fmt.start and fmt.parser)
@@ -120,7 +128,7 @@ class CallSplitter:
             calls = self._parse_plain(held)
             if calls:
                 return calls
-            if cut and (written := plain_items(held, self.names)) is not None:
+            if cut and (written := plain_items(held, self.names, self.forced)) is not None:
                 complete = self._plain_calls(written) if written else []
                 if complete is not None:  # else a value written in full is not a call: text
                     self.dropped = True

@@ -67,7 +67,8 @@ def splitter(
     fmt = _format(engine)
     if mode == "required" and json_markers(engine) is None and own_format(engine, tools) is None:
         fmt = ToolFormat()  # the grammar forces plain JSON
-    return CallSplitter(fmt, tools, max_calls=None if parallel is not False else 1)
+    max_calls = None if parallel is not False else 1
+    return CallSplitter(fmt, tools, max_calls, forced=mode == "required")
 
 
 def plain_calls(engine: Engine) -> bool:

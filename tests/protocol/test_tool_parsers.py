@@ -668,8 +668,8 @@ def test_an_answer_of_whitespace_only_is_kept() -> None:
 
 
 # --- cut by the output limit -------------------------------------------------------------------
-# The splitter is the same whether a grammar forces the call (tool_choice required or a named
-# function) or the model chose to call (auto): a cut call never comes back as text.
+# Whether a grammar forces the call (tool_choice required or a named function) or the model chose
+# to call (auto, the splitter's default): a cut call never comes back as text.
 
 
 def cut_at(fmt: ToolFormat, output: str, i: int) -> list[list[Segment]]:
@@ -779,6 +779,62 @@ def test_cut_json_that_cannot_become_a_call_stays_text(output: str) -> None:
     splitter = CallSplitter(PLAIN, TOOLS)
     assert splitter.feed(output) == []
     assert splitter.finish(cut=True) == [("text", output)]
+
+
+JSON_ANSWERS = [
+    '{"answer": "Par',
+    '```json\n{"summary": "The',
+    '{"type": "object", "properties"',
+    '[{"answer": "Par',
+    '[{"answer": 1}, {"ans',
+]
+JSON_ANSWER_IDS = ["answer", "fenced-summary", "schema", "list", "list-after-an-answer"]
+
+
+@pytest.mark.parametrize("output", JSON_ANSWERS, ids=JSON_ANSWER_IDS)
+def test_a_cut_json_answer_stays_text_when_no_call_is_forced(output: str) -> None:
+    """tool_choice auto: the model may answer in JSON. Cut by the limit, an object that has
+    completed a key without naming an offered tool is that answer, not a call's beginning."""
+    splitter = CallSplitter(PLAIN, TOOLS)
+    assert splitter.feed(output) == []
+    assert splitter.finish(cut=True) == [("text", output)]
+    assert not splitter.dropped
+
+
+@pytest.mark.parametrize(
+    "output",
+    [
+        '{"name": "get_wea',
+        '{"na',
+        "{",
+        "[",
+        "```json\n{",
+        '{"name": ',
+        '{"type": "function", "function": {"name": "get_t',
+        '{"tool_calls": [{"id": "c1", "ty',
+        f'[{W}, {{"na',
+    ],
+    ids=["name", "key", "brace", "bracket", "fence", "name-key", "nested", "tool_calls", "second"],
+)
+def test_a_cut_json_that_can_still_name_a_tool_is_dropped(output: str) -> None:
+    """tool_choice auto: a cut object whose name is a prefix of an offered tool's, or that has
+    not completed a key yet, may be a call: dropped (the complete calls before it kept)."""
+    splitter = CallSplitter(PLAIN, TOOLS)
+    assert splitter.feed(output) == []
+    segs = splitter.finish(cut=True)
+    assert not text_of(segs)
+    assert calls(segs) == ([WEATHER_CALL] if output.startswith(f"[{W}") else [])
+    assert splitter.dropped
+
+
+@pytest.mark.parametrize("output", JSON_ANSWERS[:4], ids=JSON_ANSWER_IDS[:4])
+def test_a_forced_call_cut_by_the_limit_drops_any_unfinished_json(output: str) -> None:
+    """tool_choice required or a named function: the grammar forces the call format, so the
+    cut output can only be a call's beginning."""
+    splitter = CallSplitter(PLAIN, TOOLS, forced=True)
+    assert splitter.feed(output) == []
+    assert splitter.finish(cut=True) == []
+    assert splitter.dropped
 
 
 def test_only_the_first_complete_call_of_a_cut_list_without_parallel_calls() -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from omni.events import MemoryStore
 from omni.jobs import Capabilities, Delta, Finished, RecommendedSampling, Sampling
 from omni.schemas.chat import ChatCompletionCreate, CompletionCreate
@@ -190,3 +192,28 @@ async def test_a_chat_on_a_model_that_decodes_greedily_is_answered_from_the_cach
         again.completions.release(copy)
     assert (hit, replayed) == (False, True)
     assert later.jobs == []
+
+
+@pytest.mark.parametrize(
+    ("tool_choice", "content"), [("auto", '{"answer": "Par'), ("required", None)]
+)
+async def test_cut_json_is_the_answer_unless_a_call_is_forced(
+    services: Services, tool_choice: str, content: str | None
+) -> None:
+    """Plain JSON calls, the limit reached before the object named any tool. Under tool_choice
+    auto the model may answer in JSON: its text comes back. Under required the grammar forces
+    a call: the unfinished one is dropped. The finish reason is length."""
+    services.engine.scripts.append(
+        [Delta('{"answer": ', 10), Delta('"Par', 11), Finished("length", 3, 2)]
+    )
+    tools = [{"type": "function", "function": {"name": "get_weather"}}]
+    body = ChatCompletionCreate.model_validate(
+        {**BODY, "tools": tools, "tool_choice": tool_choice, "max_tokens": 2}
+    )
+    cid, _ = await services.completions.create_chat(body)
+    events = await services.completions.wait(cid)
+    services.completions.release(cid)
+    (choice,) = services.completions.fold("chat", events)["choices"]
+    assert choice["finish_reason"] == "length"
+    assert choice["message"]["content"] == content
+    assert not choice["message"].get("tool_calls")

@@ -83,3 +83,22 @@ async def test_a_forced_call_cut_by_the_limit_keeps_its_complete_calls(services:
     ]
     assert events[-1].type == "response.incomplete"
     assert not [e for e in events if e.type == "response.output_text.delta"]
+
+
+async def test_a_json_answer_cut_by_the_limit_is_its_text(services: Services) -> None:
+    """tool_choice auto with plain JSON calls: the model answered in JSON and the limit cut it
+    before it named any tool. The answer is the incomplete response's message."""
+    responses = services.responses
+    services.engine.scripts.append(
+        [Delta('```json\n{"summary": ', 10), Delta('"The', 11), Finished("length", 3, 2)]
+    )
+    tools: Any = [{"type": "function", "name": "get_weather", "parameters": {"type": "object"}}]
+    rid = (await responses.create(ResponseCreate(input="hi", tools=tools, stream=True)))["id"]
+    events = [e async for e in responses.events(rid) if e is not None]
+    responses.release(rid)
+    final = await responses.retrieve(rid)
+    assert events[-1].type == "response.incomplete"
+    assert final["status"] == "incomplete"
+    assert final["incomplete_details"] == {"reason": "max_output_tokens"}
+    assert [item["type"] for item in final["output"]] == ["message"]
+    assert final["output"][0]["content"][0]["text"] == '```json\n{"summary": "The'
