@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+GB = 1 << 30  # sizes are bytes; flags and messages give them in GB
+
 ModelKind = Literal["chat", "embedding", "speech", "transcription", "image"]
 # Where an entry was found: a built-in default, OMNI_HOME/models, a --models-dir, the
 # Hugging Face cache, or named on the command line (--model, a repo id).

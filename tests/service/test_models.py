@@ -9,12 +9,10 @@ from typing import cast
 
 import pytest
 
-from omni.catalogue import ModelEntry
+from omni.catalogue import GB, ModelEntry
 from omni.errors import InvalidRequest, ModelLoadError, ModelNotFound
 from omni.jobs import Capabilities
 from omni.service.models import Models
-
-GB = 1 << 30
 
 
 class Loaded:
