@@ -1,15 +1,17 @@
 """What the loaded models take against the pool's memory budget, and whether one more would
-pass it: each counts what its weights take in memory where its engine reports that, else its
-size in the catalogue; unknown, nothing."""
+pass it: each counts what its weights take in memory where its engine reports that, else the
+size of the folder it was loaded from (measured once it is loaded: a default fetched on first
+use has no size in the catalogue), else its size in the catalogue; unknown, nothing."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import cast
 
-from omni.catalogue import GB
-from omni.jobs import Measured
+from omni.catalogue import GB, size_on_disk
+from omni.jobs import Measured, Stored
 
 # isinstance against a runtime-checkable Protocol looks up each of its members every time: the
 # answer is kept per class (the pool asks on every load it weighs).
@@ -25,10 +27,21 @@ def reported(model: object) -> int | None:
     return cast(Measured, model).memory_bytes if known else None
 
 
-def footprint(model: object, catalogued: int | None) -> int:
-    """What a model takes (or will) against the budget: its report, else `catalogued` (the
-    catalogue's size); none known (a default not fetched yet): nothing."""
-    return reported(model) or catalogued or 0
+def on_disk(model: object) -> int | None:
+    """The bytes of the folder (or file) `model` was loaded from, where it names one here;
+    else None. Reads the disk: once a load, off the event loop."""
+    if not isinstance(model, Stored) or not model.path:
+        return None
+    try:
+        return size_on_disk(Path(model.path))
+    except OSError:  # a file gone while it was counted: the catalogue's size stands
+        return None
+
+
+def footprint(model: object, stored: int | None, catalogued: int | None) -> int:
+    """What a model takes (or will) against the budget: its report, else `stored` (on_disk's
+    answer), else `catalogued` (the catalogue's size); none known: nothing."""
+    return reported(model) or stored or catalogued or 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,7 @@ from typing import Any, cast
 from omni.catalogue import ModelEntry, ModelKind
 from omni.errors import InvalidRequest, ModelLoadError, ModelNotFound, OmniError
 from omni.jobs import Embedder, Engine, Imager, Speaker, Transcriber, Warming
-from omni.service.budget import Budget, footprint
+from omni.service.budget import Budget, footprint, on_disk
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +61,7 @@ class _Slot:
     used_at: float = field(default_factory=time.monotonic)
     loaded_at: float | None = None  # time.time() once loaded
     owned: bool = True  # the pool loaded it, and closes it (not one it was handed)
+    stored: int | None = None  # bytes of the folder it was loaded from, measured after its load
 
     def busy(self) -> bool:
         model = self.model
@@ -71,7 +72,7 @@ class _Slot:
         return bool(model.running or getattr(model, "queued", 0))
 
     def footprint(self) -> int:
-        return footprint(self.model, self.entry.size_bytes)
+        return footprint(self.model, self.stored, self.entry.size_bytes)
 
 
 class Models:
@@ -335,7 +336,7 @@ class Models:
         began = time.perf_counter()
         log.info("loading model %s (%s)", entry.id, entry.path or entry.origin)
         try:
-            model = await asyncio.to_thread(self._load, entry)
+            model, slot.stored = await asyncio.to_thread(self._load_measured, entry)
         except ModelLoadError as exc:  # why (a path, a worker's exception) is the log's
             log.error("cannot load model %s: %s", entry.id, exc.message)
             raise ModelLoadError.of(entry.id) from exc
@@ -352,6 +353,11 @@ class Models:
         if self.on_load is not None:
             self.on_load(model)
         return model
+
+    def _load_measured(self, entry: ModelEntry) -> tuple[Loaded, int | None]:
+        """Blocking: `entry` loaded, and the bytes of the folder it was loaded from."""
+        model = self._load(entry)
+        return model, on_disk(model)
 
     async def _unload(self, slot: _Slot, why: str) -> None:
         model, slot.model, slot.loaded_at = slot.model, None, None
