@@ -9,20 +9,18 @@ every loaded model is busy waits for one to become free; one larger than the bud
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import hashlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, cast
 
 from omni.catalogue import ModelEntry, ModelKind
 from omni.errors import InvalidRequest, ModelLoadError, ModelNotFound, OmniError
 from omni.jobs import Embedder, Engine, Imager, Speaker, Transcriber, Warming
 from omni.service.budget import Budget, footprint, on_disk
+from omni.service.variants import adapted, drafted
 
 log = logging.getLogger(__name__)
 
@@ -196,22 +194,7 @@ class Models:
         base = self.find(name, "chat")
         if base.adapter:  # adapters in place of the ones it has
             base = self.find(base.base, "chat")
-        folder = Path(adapter).expanduser()
-        if not (folder / "adapter_config.json").is_file():
-            raise InvalidRequest(
-                f"adapter_path '{adapter}' is not an mlx-lm adapter folder (no "
-                "adapter_config.json there).",
-                param="adapter_path",
-            )
-        folder = folder.resolve()
-        digest = hashlib.sha256(str(folder).encode()).hexdigest()[:8]
-        model_id = f"{base.id}+{folder.name.lower()}-{digest}"
-        if model_id not in self._slots:
-            entry = dataclasses.replace(
-                base, id=model_id, adapter=str(folder), base=base.base or base.id, origin="named"
-            )
-            self._slots[model_id] = _Slot(entry)
-        return model_id
+        return self._added(adapted(base, adapter))
 
     def with_draft(self, name: str | None, draft: str) -> str:
         """The id of chat model `name` decoded speculatively with the draft model `draft` (a
@@ -222,20 +205,13 @@ class Models:
         except OmniError as exc:
             exc.param = "draft_model"
             raise
-        if helper.draft or helper.adapter:
-            raise InvalidRequest(
-                f"'{draft}' cannot draft: name a plain model.", param="draft_model"
-            )
-        if model.draft:  # a draft in place of the one it has
-            model = dataclasses.replace(model, id=model.id.rsplit("~", 1)[0], draft="")
-        model_id = f"{model.id}~{helper.id}"
-        if model_id not in self._slots:
-            entry = dataclasses.replace(
-                model, id=model_id, draft=helper.id, draft_path=helper.path or helper.id,
-                base=model.base or model.id, origin="named",
-            )  # fmt: skip
-            self._slots[model_id] = _Slot(entry)
-        return model_id
+        return self._added(drafted(model, helper, draft))
+
+    def _added(self, entry: ModelEntry) -> str:
+        """A variant's id, its entry added to the catalogue the first time it is named."""
+        if entry.id not in self._slots:
+            self._slots[entry.id] = _Slot(entry)
+        return entry.id
 
     def variant(self, entry: ModelEntry) -> dict[str, str] | None:
         """What an accepted request records of a model with adapters or a draft, so that a
