@@ -5,7 +5,10 @@ them (omni.runtime.catalogue), the service keeps the loaded ones (omni.service.m
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
+
+GB = 1 << 30  # sizes are bytes; flags and messages give them in GB
 
 ModelKind = Literal["chat", "embedding", "speech", "transcription", "image"]
 # Where an entry was found: a built-in default, OMNI_HOME/models, a --models-dir, the
@@ -25,3 +28,13 @@ class ModelEntry:
     draft_path: str = ""  # where it loads from (a folder, a .gguf, a repo id or a default's id)
     base: str = ""  # the id of the model an adapter or a draft model is loaded with
     vision: bool = False  # a vision-language model: it takes images
+
+
+def size_on_disk(path: Path) -> int | None:
+    """Bytes on disk (links followed: the HF cache's snapshots link to its blobs); None: no
+    such file or folder."""
+    if path.is_file():
+        return path.stat().st_size
+    if not path.is_dir():
+        return None
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from omni import __version__, db, db_commands, inspect_cli, logs, models_cli
 from omni.api.keys import KeyRing, api_key, read_key_file
+from omni.catalogue import GB
 from omni.errors import OmniError
 from omni.heap import set_aside
 from omni.location import is_postgres, normal, shown
@@ -31,7 +32,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("omni")
 BIG = 2**63 - 1  # SQLite's largest integer
-GB = 1 << 30
 SERVER, ENGINE = ServerSettings, EngineSettings  # the defaults
 # After a stop's endings are committed: for the connections that follow them to send them.
 DELIVERY_S = 5.0
@@ -604,7 +604,7 @@ def _serve(args: argparse.Namespace) -> None:
     if args.draft_model:  # the default is decoded speculatively (and plain, by its own id)
         models.default = default = models.with_draft(default, args.draft_model)
     chat = sum(e.kind == "chat" for e in entries)
-    budget = models.memory_budget
+    budget = models.budget.memory
     room = "" if budget is None else f", {budget / GB:.1f} GB for the loaded ones"
     progress(f"{len(entries)} models in the catalogue ({chat} chat{room}); loading the default")
     engine = loader(models.find(default, "chat"))

@@ -277,6 +277,15 @@ class Measured(Protocol):
         ...
 
 
+@runtime_checkable
+class Stored(Protocol):
+    """A model loaded from a folder or a file on disk (a default: where it was fetched to), or
+    from a repo id: what the pool measures, where it reports nothing in memory itself."""
+
+    @property
+    def path(self) -> str: ...
+
+
 class Embedder(Protocol):
     """What the service needs from an embedding model's runner (omni.runtime.embeddings)."""
 

@@ -16,11 +16,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from omni.catalogue import ModelEntry
+from omni.catalogue import GB, ModelEntry
 from omni.errors import OmniError
 
 DEFAULT_URL = "http://127.0.0.1:10240"
-GB = 1 << 30
 # The share of the machine's memory the loaded models' weights get by default: the rest is
 # for their prefix caches (--prompt-cache-gb each), the server and everything else.
 MEMORY_SHARE = 0.5

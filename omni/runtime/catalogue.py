@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
-from omni.catalogue import ModelEntry, ModelKind, Origin
+from omni.catalogue import ModelEntry, ModelKind, Origin, size_on_disk
 from omni.runtime import default_model
 from omni.runtime.default_embedding import DEFAULT_EMBEDDING_ID, default_embedding_dir
 from omni.runtime.default_transcription import (
@@ -86,9 +86,13 @@ def hf_home() -> Path:
 def entry_for(path: Path, origin: Origin, model_id: str | None = None) -> ModelEntry | None:
     """The entry of an mlx-lm folder or a .gguf file, else None (not a model)."""
     if path.is_file() and path.suffix.lower() == ".gguf":
-        return ModelEntry(model_id or path.stem.lower(), "chat", str(path), origin, _size(path))
+        return ModelEntry(
+            model_id or path.stem.lower(), "chat", str(path), origin, size_on_disk(path)
+        )
     if draws_images(path):
-        return ModelEntry(model_id or path.name.lower(), "image", str(path), origin, _size(path))
+        return ModelEntry(
+            model_id or path.name.lower(), "image", str(path), origin, size_on_disk(path)
+        )
     if not path.is_dir() or not (path / "config.json").is_file():
         return None
     kind = model_kind(path)
@@ -96,7 +100,7 @@ def entry_for(path: Path, origin: Origin, model_id: str | None = None) -> ModelE
         return None
     name = model_id or path.name.lower()
     vision = kind == "chat" and takes_images(path)
-    return ModelEntry(name, kind, str(path), origin, _size(path), vision=vision)
+    return ModelEntry(name, kind, str(path), origin, size_on_disk(path), vision=vision)
 
 
 def draws_images(folder: Path) -> bool:
@@ -144,11 +148,11 @@ def model_kind(folder: Path) -> ModelKind | None:
 
 def _defaults(home: Path) -> Iterator[ModelEntry]:
     chat = default_model.default_model_dir(home)
-    yield ModelEntry(default_model.DEFAULT_MODEL_ID, "chat", "", "default", _size(chat))
+    yield ModelEntry(default_model.DEFAULT_MODEL_ID, "chat", "", "default", size_on_disk(chat))
     embedding = default_embedding_dir(home)
-    yield ModelEntry(DEFAULT_EMBEDDING_ID, "embedding", "", "default", _size(embedding))
+    yield ModelEntry(DEFAULT_EMBEDDING_ID, "embedding", "", "default", size_on_disk(embedding))
     heard = default_transcription_dir(home)
-    yield ModelEntry(DEFAULT_TRANSCRIPTION_ID, "transcription", "", "default", _size(heard))
+    yield ModelEntry(DEFAULT_TRANSCRIPTION_ID, "transcription", "", "default", size_on_disk(heard))
 
 
 def _home(home: Path) -> Iterator[ModelEntry]:
@@ -198,12 +202,3 @@ def _snapshot(repo: Path) -> Path | None:
         return chosen
     snapshots = [p for p in (repo / "snapshots").glob("*") if p.is_dir()]
     return max(snapshots, key=lambda p: p.stat().st_mtime) if snapshots else None
-
-
-def _size(path: Path) -> int | None:
-    """Bytes on disk (links followed: the HF cache's snapshots link to its blobs)."""
-    if path.is_file():
-        return path.stat().st_size
-    if not path.is_dir():
-        return None
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())

@@ -1,28 +1,26 @@
 """The models a server serves: its catalogue, and the ones loaded now, each in an engine of
 its own. A request names a model (an id or an alias); the first request for one loads it.
-The loaded ones stay within a memory budget (each counted by what its weights take once
-loaded, where it reports that, else by its size on disk) and, where one is set, a count cap:
-to load one more, the least recently used one that nobody is using (no job queued or running,
-no request being taken in) is unloaded while the bound would be passed, and one idle longer
-than `idle_ttl` is unloaded by itself. A request that needs room while every loaded model is
-busy waits for one to become free; a model larger than the whole budget loads alone."""
+The loaded ones stay within a memory budget and, where one is set, a count cap
+(omni.service.budget): to load one more, the least recently used one that nobody is using (no
+job queued or running, no request being taken in) is unloaded while a bound would be passed,
+and one idle longer than `idle_ttl` is unloaded by itself. A request that needs room while
+every loaded model is busy waits for one to become free; one larger than the budget loads alone."""
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import hashlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, cast
 
 from omni.catalogue import ModelEntry, ModelKind
 from omni.errors import InvalidRequest, ModelLoadError, ModelNotFound, OmniError
-from omni.jobs import Embedder, Engine, Imager, Measured, Speaker, Transcriber, Warming
+from omni.jobs import Embedder, Engine, Imager, Speaker, Transcriber, Warming
+from omni.service.budget import Budget, footprint, on_disk
+from omni.service.variants import adapted, drafted
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +39,6 @@ _USE = {"chat": "chat, completions or responses", "embedding": "/v1/embeddings",
 # isinstance against a runtime-checkable Protocol looks up each of its members every time (a
 # few µs, on every request's way in): the answer is kept per class.
 _WARMING: dict[type, bool] = {}
-_MEASURED: dict[type, bool] = {}
-GB = 1 << 30
 
 
 def warming(model: object) -> Warming | None:
@@ -54,15 +50,6 @@ def warming(model: object) -> Warming | None:
     return cast(Warming, model) if known else None
 
 
-def measured(model: object) -> int | None:
-    """The bytes `model`'s weights take in memory, where it reports them."""
-    kind = type(model)
-    known = _MEASURED.get(kind)
-    if known is None:
-        known = _MEASURED[kind] = isinstance(model, Measured)
-    return cast(Measured, model).memory_bytes if known else None
-
-
 @dataclass(eq=False)
 class _Slot:
     entry: ModelEntry
@@ -72,6 +59,7 @@ class _Slot:
     used_at: float = field(default_factory=time.monotonic)
     loaded_at: float | None = None  # time.time() once loaded
     owned: bool = True  # the pool loaded it, and closes it (not one it was handed)
+    stored: int | None = None  # bytes of the folder it was loaded from, measured after its load
 
     def busy(self) -> bool:
         model = self.model
@@ -82,9 +70,7 @@ class _Slot:
         return bool(model.running or getattr(model, "queued", 0))
 
     def footprint(self) -> int:
-        """What it takes (or will) against the memory budget; unknown (a default not yet
-        fetched, reporting nothing): nothing."""
-        return measured(self.model) or self.entry.size_bytes or 0
+        return footprint(self.model, self.stored, self.entry.size_bytes)
 
 
 class Models:
@@ -116,8 +102,7 @@ class Models:
                 raise OmniError(f"alias {name}={target}: no model {target!r} in the catalogue")
         if default not in self._slots:
             raise OmniError(f"the default model {default!r} is not in the catalogue")
-        self.max_loaded = None if max_loaded is None else max(1, max_loaded)
-        self.memory_budget = memory_budget  # bytes; None: no bound by memory
+        self.budget = Budget(memory_budget, None if max_loaded is None else max(1, max_loaded))
         self.idle_ttl = idle_ttl
         # Told of every model loaded (the app hooks /metrics to it).
         self.on_load: Callable[[Loaded], None] | None = None
@@ -209,22 +194,7 @@ class Models:
         base = self.find(name, "chat")
         if base.adapter:  # adapters in place of the ones it has
             base = self.find(base.base, "chat")
-        folder = Path(adapter).expanduser()
-        if not (folder / "adapter_config.json").is_file():
-            raise InvalidRequest(
-                f"adapter_path '{adapter}' is not an mlx-lm adapter folder (no "
-                "adapter_config.json there).",
-                param="adapter_path",
-            )
-        folder = folder.resolve()
-        digest = hashlib.sha256(str(folder).encode()).hexdigest()[:8]
-        model_id = f"{base.id}+{folder.name.lower()}-{digest}"
-        if model_id not in self._slots:
-            entry = dataclasses.replace(
-                base, id=model_id, adapter=str(folder), base=base.base or base.id, origin="named"
-            )
-            self._slots[model_id] = _Slot(entry)
-        return model_id
+        return self._added(adapted(base, adapter))
 
     def with_draft(self, name: str | None, draft: str) -> str:
         """The id of chat model `name` decoded speculatively with the draft model `draft` (a
@@ -235,20 +205,13 @@ class Models:
         except OmniError as exc:
             exc.param = "draft_model"
             raise
-        if helper.draft or helper.adapter:
-            raise InvalidRequest(
-                f"'{draft}' cannot draft: name a plain model.", param="draft_model"
-            )
-        if model.draft:  # a draft in place of the one it has
-            model = dataclasses.replace(model, id=model.id.rsplit("~", 1)[0], draft="")
-        model_id = f"{model.id}~{helper.id}"
-        if model_id not in self._slots:
-            entry = dataclasses.replace(
-                model, id=model_id, draft=helper.id, draft_path=helper.path or helper.id,
-                base=model.base or model.id, origin="named",
-            )  # fmt: skip
-            self._slots[model_id] = _Slot(entry)
-        return model_id
+        return self._added(drafted(model, helper, draft))
+
+    def _added(self, entry: ModelEntry) -> str:
+        """A variant's id, its entry added to the catalogue the first time it is named."""
+        if entry.id not in self._slots:
+            self._slots[entry.id] = _Slot(entry)
+        return entry.id
 
     def variant(self, entry: ModelEntry) -> dict[str, str] | None:
         """What an accepted request records of a model with adapters or a draft, so that a
@@ -328,44 +291,28 @@ class Models:
                     await asyncio.sleep(WAIT_S)  # every loaded model is busy: wait for one
                     continue
                 slot.loading = asyncio.create_task(self._start(slot), name=f"load-{slot.entry.id}")
-            try:
-                return await asyncio.shield(slot.loading)
-            except asyncio.CancelledError:
-                raise
+            return await asyncio.shield(slot.loading)  # a request cancelled: the load goes on
 
     async def _room(self, slot: _Slot) -> bool:
         """Make room for `slot` to load: unload the least recently used free model while
         loading it would pass the memory budget or the count cap. False if none can go now."""
         taken = [s for s in self._slots.values() if s is not slot and (s.model or s.loading)]
-        while self._over(taken, slot):
+        while self.budget.over(sizes := [s.footprint() for s in taken], slot.footprint()):
             free = [s for s in taken if not s.busy()]
             if not free:
                 return False
             victim = min(free, key=lambda s: s.used_at)
-            await self._unload(victim, f"to make room for {slot.entry.id}: {self._taken(taken)}")
+            why = f"to make room for {slot.entry.id}: {self.budget.describe(sizes)}"
+            await self._unload(victim, why)
             taken.remove(victim)
         return True
-
-    def _over(self, taken: list[_Slot], slot: _Slot) -> bool:
-        """Loading `slot` beside `taken` would pass a bound (alone, it never does)."""
-        if not taken:
-            return False
-        if self.max_loaded is not None and len(taken) >= self.max_loaded:
-            return True
-        budget = self.memory_budget
-        return budget is not None and sum(s.footprint() for s in taken) + slot.footprint() > budget
-
-    def _taken(self, taken: list[_Slot]) -> str:
-        used = sum(s.footprint() for s in taken) / GB
-        bound = "" if self.memory_budget is None else f" of {self.memory_budget / GB:.1f}"
-        return f"{len(taken)} loaded, {used:.1f}{bound} GB"
 
     async def _start(self, slot: _Slot) -> Loaded:
         entry = slot.entry
         began = time.perf_counter()
         log.info("loading model %s (%s)", entry.id, entry.path or entry.origin)
         try:
-            model = await asyncio.to_thread(self._load, entry)
+            model, slot.stored = await asyncio.to_thread(self._load_measured, entry)
         except ModelLoadError as exc:  # why (a path, a worker's exception) is the log's
             log.error("cannot load model %s: %s", entry.id, exc.message)
             raise ModelLoadError.of(entry.id) from exc
@@ -382,6 +329,11 @@ class Models:
         if self.on_load is not None:
             self.on_load(model)
         return model
+
+    def _load_measured(self, entry: ModelEntry) -> tuple[Loaded, int | None]:
+        """Blocking: `entry` loaded, and the bytes of the folder it was loaded from."""
+        model = self._load(entry)
+        return model, on_disk(model)
 
     async def _unload(self, slot: _Slot, why: str) -> None:
         model, slot.model, slot.loaded_at = slot.model, None, None

@@ -5,16 +5,15 @@ load that fails."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import cast
 
 import pytest
 
-from omni.catalogue import ModelEntry
+from omni.catalogue import GB, ModelEntry
 from omni.errors import InvalidRequest, ModelLoadError, ModelNotFound
 from omni.jobs import Capabilities
 from omni.service.models import Models
-
-GB = 1 << 30
 
 
 class Loaded:
@@ -22,8 +21,9 @@ class Loaded:
     on_step = None
     memory_bytes: int | None = None  # what its weights take, where it reports that
 
-    def __init__(self, model_id: str, log: list[str]) -> None:
+    def __init__(self, model_id: str, log: list[str], path: str) -> None:
         self.model_id, self.log = model_id, log
+        self.path = path  # the folder it was loaded from
         self.queued = self.running = 0
         log.append(f"load {model_id}")
 
@@ -44,11 +44,12 @@ ENTRIES = [
 def pool(log: list[str], entries: list[ModelEntry] = ENTRIES, **kw: object) -> Models:
     broken = kw.pop("broken", False)
     measured = cast(dict[str, int], kw.pop("measured", {}))
+    fetched = cast(dict[str, Path], kw.pop("fetched", {}))  # a default's folder, once fetched
 
     def load(entry: ModelEntry) -> Loaded:
         if entry.id == "c" and broken:
             raise ValueError("no weights in /m/c")
-        model = Loaded(entry.id, log)
+        model = Loaded(entry.id, log, str(fetched.get(entry.id, entry.path)))
         model.memory_bytes = measured.get(entry.id)
         return model
 
@@ -124,6 +125,20 @@ async def test_a_loaded_model_counts_what_it_reports_not_its_size_on_disk() -> N
     await models.engine("a")
     await models.engine("b")  # 5 + 2 > 6: a goes
     assert log == ["load a", "unload a", "load b"]
+
+
+async def test_a_model_of_unknown_size_counts_its_folder_once_it_is_loaded(tmp_path: Path) -> None:
+    log: list[str] = []
+    folder = tmp_path / "whisper"  # w, a default not fetched before: fetched as it loads
+    folder.mkdir()
+    with (folder / "model.bin").open("wb") as weights:
+        weights.truncate(3 * GB)  # sparse: 3 GB on disk by its size, nothing written
+    models = pool(log, memory_budget=6 * GB, fetched={"w": folder})
+    async with models.use_transcriber("w"):
+        pass
+    await models.engine("a")
+    await models.engine("b")  # 3 + 2 + 2 > 6: w, the least recently used, goes
+    assert log == ["load w", "load a", "unload w", "load b"]
 
 
 async def test_a_model_larger_than_the_budget_loads_once_it_is_alone() -> None:
