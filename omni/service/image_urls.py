@@ -37,14 +37,16 @@ class Unfetchable(Exception):
 
 def public(address: Address) -> bool:
     """Whether `address` is on the internet at large: not loopback, private, link-local,
-    multicast, unspecified or reserved, nor an IPv6 address that carries such an IPv4 one."""
+    site-local, multicast, unspecified or reserved, nor an IPv6 address that carries such an
+    IPv4 one."""
     if isinstance(address, ipaddress.IPv6Address):
         if address.ipv4_mapped is not None:  # ::ffff:127.0.0.1 is 127.0.0.1
             return public(address.ipv4_mapped)
-        inner = address.sixtofour or (
-            ipaddress.IPv4Address(int(address) & 0xFFFFFFFF) if address in _NAT64 else None
-        )
-        if inner is not None and not public(inner):
+        if address in _NAT64:  # the whole prefix is reserved (::/8): judge what it carries
+            return public(ipaddress.IPv4Address(int(address) & 0xFFFFFFFF))
+        if address.sixtofour is not None and not public(address.sixtofour):
+            return False
+        if address.is_site_local:  # fec0::/10: deprecated, yet still a local network's
             return False
     return address.is_global and not (
         address.is_loopback
