@@ -108,12 +108,18 @@ class Target:
         parts = urlsplit(url)
         if parts.scheme not in _PORTS or not parts.hostname:
             raise Unfetchable("not an http(s) URL with a host")
+        try:
+            port = parts.port
+        except ValueError:
+            port = 0
+        if port == 0:  # not the scheme's default: no port at all
+            raise Unfetchable("a port out of range")
         host = parts.hostname.encode("idna").decode("ascii")
         authority = f"[{host}]" if ":" in host else host
-        if parts.port is not None:  # a port out of range: ValueError
-            authority += f":{parts.port}"
+        if port is not None:
+            authority += f":{port}"
         path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        return cls(parts.scheme, host, parts.port or _PORTS[parts.scheme], authority, path)
+        return cls(parts.scheme, host, port or _PORTS[parts.scheme], authority, path)
 
 
 @dataclass(frozen=True, slots=True)

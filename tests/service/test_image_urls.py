@@ -306,3 +306,13 @@ def test_https_verifies_the_certificate_against_the_urls_host(
         fetcher.fetch(f"https://127.0.0.1:{port}/cat.png")
     with pytest.raises(Unfetchable, match="CertificateError|SSL"):  # nor a CA the system trusts
         Fetcher(ImageHosts.parse(["images.lan"])).fetch(f"https://images.lan:{port}/cat.png")
+
+
+@pytest.mark.parametrize("port", ["0", "65536", "99999", "-1"])
+def test_a_port_out_of_range_is_refused(port: str, no_connect: list[Any]) -> None:
+    """Port 0 is no port (not the scheme's default): refused before any connection."""
+    with pytest.raises(Unfetchable):
+        Target.of(f"http://images.lan:{port}/cat.png")
+    with pytest.raises(Unfetchable):
+        Fetcher(ImageHosts.parse(["127.0.0.1"])).fetch(f"http://127.0.0.1:{port}/cat.png")
+    assert no_connect == []
