@@ -146,11 +146,12 @@ def _checked(data: bytes, ref: ImageRef) -> bytes:
     if len(data) > MAX_IMAGE_BYTES:
         raise _too_large(ref)
     from PIL import Image, UnidentifiedImageError
+    from PIL.Image import DecompressionBombError
 
     try:
         with Image.open(io.BytesIO(data)) as image:
             image.verify()
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError):
+    except (UnidentifiedImageError, DecompressionBombError, OSError, ValueError, SyntaxError):
         raise InvalidRequest(
             "The image could not be read: it is not a PNG, JPEG, GIF or WebP image "
             "(or it is damaged).",
