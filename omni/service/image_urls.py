@@ -23,6 +23,7 @@ FETCH_TIMEOUT_S = 10.0  # for each connect and each read
 MAX_REDIRECTS = 5
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _PORTS = {"http": 80, "https": 443}
+_UNSENDABLE = re.compile(r"[\x00-\x20\x7f]")  # what no request line may carry
 _NAME = re.compile(r"(\*\.)?[a-z0-9_-]+(\.[a-z0-9_-]+)*\.?")
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -119,6 +120,8 @@ class Target:
         if port is not None:
             authority += f":{port}"
         path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        if _UNSENDABLE.search(path):  # else http.client refuses it, quoting it, query and all
+            raise Unfetchable("a path with spaces or control characters")
         return cls(parts.scheme, host, port or _PORTS[parts.scheme], authority, path)
 
 

@@ -15,6 +15,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from omni.errors import InvalidRequest
 from omni.jobs import Engine
@@ -99,7 +100,7 @@ def _read(ref: ImageRef, fetcher: Fetcher | None) -> bytes:
     try:
         return _checked(fetcher.fetch(ref.url), ref)
     except (Unfetchable, InvalidRequest) as exc:  # what answered, if anything, is for the log
-        log.info("image %s (%s) not fetched: %s", ref.url, ref.param, exc)
+        log.info("image %s (%s) not fetched: %s", _where(ref.url), ref.param, exc)
         raise InvalidRequest(
             "The image could not be fetched from its URL: an image URL must name a public "
             "http(s) server that answers with a PNG, JPEG, GIF or WebP image of at most "
@@ -107,6 +108,13 @@ def _read(ref: ImageRef, fetcher: Fetcher | None) -> bytes:
             param=ref.param,
             code="failed_to_download_image",
         ) from None
+
+
+def _where(url: str) -> str:
+    """`url`'s scheme, host (and port) and path: for the log, which keeps no signed URL's
+    token (its query), nor a user or password."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}{parts.path}"
 
 
 def _decode(ref: ImageRef) -> bytes:

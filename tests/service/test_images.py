@@ -4,12 +4,14 @@ shape, and the log says what went wrong without the secrets a URL may carry."""
 from __future__ import annotations
 
 import base64
+import logging
 import struct
 import zlib
 
 import pytest
 
 from omni.errors import InvalidRequest
+from omni.service.image_urls import Fetcher, ImageHosts
 from omni.service.images import ImageRef, load_images
 
 PART = "input[0].content[1]"
@@ -35,3 +37,20 @@ async def test_a_decompression_bomb_is_an_image_that_cannot_be_read() -> None:
     with pytest.raises(InvalidRequest) as bad:
         await load_images([ImageRef(url, PART)], None)
     assert bad.value.code == "invalid_image_format" and bad.value.param == PART
+
+
+async def test_the_log_names_no_secret_of_an_image_url(caplog: pytest.LogCaptureFixture) -> None:
+    """A signed URL's query (its token) and the URL's user and password stay out of the log:
+    scheme, host and path are enough to tell which image failed."""
+    signed = "http://user:hunter2@127.0.0.1:9/cats/1.png?X-Amz-Signature=s3cr3t#frag"
+    spaced = "http://127.0.0.1:9/cats/2.png?sig=s3cr3t too"  # no request line can carry it
+    allowed = Fetcher(ImageHosts.parse(["127.0.0.1"]))
+    with caplog.at_level(logging.INFO, logger="omni.service.images"):
+        for url, fetcher in ((signed, Fetcher()), (spaced, allowed)):
+            with pytest.raises(InvalidRequest) as bad:
+                await load_images([ImageRef(url, PART)], fetcher)
+            assert bad.value.code == "failed_to_download_image"
+    assert "http://127.0.0.1:9/cats/1.png (input[0].content[1]) not fetched" in caplog.text
+    assert "http://127.0.0.1:9/cats/2.png (input[0].content[1]) not fetched" in caplog.text
+    for secret in ("hunter2", "user", "s3cr3t", "Signature", "frag"):
+        assert secret not in caplog.text
