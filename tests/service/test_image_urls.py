@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import logging
 import socket
 import ssl
 import threading
@@ -17,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from omni.errors import InvalidRequest
 from omni.service import image_urls
 from omni.service.image_urls import (
     MAX_REDIRECTS,
@@ -26,6 +28,7 @@ from omni.service.image_urls import (
     Unfetchable,
     public,
 )
+from omni.service.images import ImageRef, load_images
 
 CAT = b"\x89PNG pretend"  # the fetch checks no format (images.py does)
 PUBLIC = "93.184.216.34"
@@ -106,7 +109,7 @@ def no_connect(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     """Connections are recorded and fail: for URLs that must be refused before any."""
     tried: list[Any] = []
 
-    def connect(addresses: Any) -> socket.socket:
+    def connect(addresses: Any, *_: Any) -> socket.socket:
         tried.append(addresses)
         raise ConnectionRefusedError("not in this test")
 
@@ -224,11 +227,11 @@ def test_the_checked_address_is_the_one_connected_to(
     connected: list[Any] = []
     real = image_urls._connect
 
-    def connect(addresses: Any) -> socket.socket:
+    def connect(addresses: Any, *rest: Any) -> socket.socket:
         connected.append([sockaddr[0] for _, sockaddr in addresses])
         if addresses[0][1][0] == PUBLIC:
             raise TimeoutError("no internet here")
-        return real(addresses)
+        return real(addresses, *rest)
 
     monkeypatch.setattr(image_urls, "_connect", connect)
     fetcher = Fetcher(ImageHosts.parse(["images.lan"]))
@@ -316,3 +319,94 @@ def test_a_port_out_of_range_is_refused(port: str, no_connect: list[Any]) -> Non
     with pytest.raises(Unfetchable):
         Fetcher(ImageHosts.parse(["127.0.0.1"])).fetch(f"http://127.0.0.1:{port}/cat.png")
     assert no_connect == []
+
+
+def test_a_hop_tries_a_few_of_the_addresses_a_name_resolves_to(
+    names: Resolver, no_connect: list[Any]
+) -> None:
+    """Each address is checked (the last one here is private), but a connection is tried
+    at a few only: a name of a hundred dead addresses cannot hold a fetch a hundred times."""
+    many = [f"93.184.216.{n}" for n in range(1, 9)]
+    names["many.example"] = [many]
+    names["sly.example"] = [[*many, "10.0.0.1"]]
+    with pytest.raises(Unfetchable, match="ConnectionRefusedError"):
+        Fetcher().fetch("http://many.example/cat.png")
+    assert [[sockaddr[0] for _, sockaddr in tried] for tried in no_connect] == [many[:4]]
+    assert image_urls.MAX_ADDRESSES == 4
+    with pytest.raises(Unfetchable, match="not a public address"):
+        Fetcher().fetch("http://sly.example/cat.png")
+    assert len(no_connect) == 1
+
+
+class _Slow(BaseHTTPRequestHandler):
+    """/drip: a megabyte's Content-Length, then a byte every 10 ms (at most `DRIPS`: a
+    fetch that is never cut fails at last); /hold: an answer once `release` is set."""
+
+    DRIPS = 2000
+    dripped: list[int] = []  # bytes sent, one entry a request: the last one grows
+    finished = threading.Event()  # a drip sent all it would
+    held: list[str] = []
+    release = threading.Event()
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        if self.path == "/drip":
+            self._drip()
+            return
+        _Slow.held.append(self.path)
+        _Slow.release.wait()
+        self.send_response(404)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def _drip(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", str(1 << 20))
+        self.end_headers()
+        _Slow.dripped.append(0)
+        try:
+            for _ in range(self.DRIPS):
+                self.wfile.write(b"\0")
+                _Slow.dripped[-1] += 1
+                _Slow.release.wait(0.01)  # the drip's pace, not an order of events
+        except OSError:  # the fetch hung up
+            return
+        _Slow.finished.set()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def slow() -> Iterator[str]:
+    """The base URL of a slow server on 127.0.0.1."""
+    _Slow.dripped, _Slow.held = [], []
+    _Slow.finished.clear()
+    _Slow.release.clear()
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Slow)
+    httpd.daemon_threads = True
+    for port in _serving(httpd):
+        yield f"http://127.0.0.1:{port}"
+        _Slow.release.set()
+
+
+ALLOWED = ImageHosts.parse(["127.0.0.1"])
+PART = "input[0].content[1]"
+
+
+async def test_a_slow_drip_is_cut_at_the_deadline(
+    slow: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each read gets a byte well within its timeout, yet the fetch as a whole ends at its
+    deadline, while the server still drips: the client's one message, the log's reason."""
+    with caplog.at_level(logging.INFO, logger="omni.service.images"):
+        with pytest.raises(InvalidRequest) as cut:
+            await load_images([ImageRef(f"{slow}/drip", PART)], Fetcher(ALLOWED, deadline_s=0.2))
+        with pytest.raises(InvalidRequest) as missing:
+            await load_images([ImageRef(f"{slow}/gone", PART)], Fetcher(ALLOWED, deadline_s=0))
+    assert not _Slow.finished.is_set() and _Slow.dripped[0] >= 1  # cut mid-body
+    assert cut.value.code == "failed_to_download_image" and cut.value.param == PART
+    assert cut.value.message == missing.value.message
+    assert [r.getMessage().rsplit(": ", 1)[1] for r in caplog.records] == [
+        "not fetched within 0.2 s",
+        "not fetched within 0 s",
+    ]
