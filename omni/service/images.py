@@ -13,16 +13,20 @@ import io
 import logging
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 from omni.errors import InvalidRequest
 from omni.jobs import Engine
-from omni.service.image_urls import MAX_IMAGE_BYTES, Fetcher, Unfetchable
+from omni.service.image_urls import FETCH_THREADS, MAX_IMAGE_BYTES, Fetcher, Unfetchable
 
 log = logging.getLogger(__name__)
 _DATA_URL = re.compile(r"data:(?P<type>[^;,]*)(?P<params>(;[^;,]*)*),(?P<data>.*)", re.DOTALL)
+# Fetches wait on other hosts, up to their deadline: on threads of their own, never the
+# default executor's, which models load on (a flood of slow URLs would starve it).
+_FETCHING = ThreadPoolExecutor(FETCH_THREADS, thread_name_prefix="omni-image-fetch")
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,10 +79,12 @@ async def load_images(refs: Iterable[ImageRef], fetcher: Fetcher | None) -> dict
     read in a worker thread: decoding and checking megabytes is no work for the event loop.
     `fetcher` None: an http(s) URL is a 400 (`--no-image-urls`: a server that clients must
     not make reach other hosts at all)."""
+    loop = asyncio.get_running_loop()
     loaded: dict[str, bytes] = {}
     for ref in refs:
         if ref.url not in loaded:
-            loaded[ref.url] = await asyncio.to_thread(_read, ref, fetcher)
+            threads = _FETCHING if _fetched(ref.url) else None  # None: the default executor
+            loaded[ref.url] = await loop.run_in_executor(threads, _read, ref, fetcher)
     return loaded
 
 
@@ -87,8 +93,12 @@ def pictures(refs: Iterable[ImageRef], loaded: Mapping[str, bytes]) -> tuple[byt
     return tuple(loaded[ref.url] for ref in refs)
 
 
+def _fetched(url: str) -> bool:
+    return url.startswith(("http://", "https://"))
+
+
 def _read(ref: ImageRef, fetcher: Fetcher | None) -> bytes:
-    if not ref.url.startswith(("http://", "https://")):
+    if not _fetched(ref.url):
         return _checked(_decode(ref), ref)
     if fetcher is None:
         raise InvalidRequest(

@@ -6,6 +6,7 @@ servers run on 127.0.0.1 only; names are answered by a resolver the test control
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import ipaddress
 import logging
@@ -13,6 +14,7 @@ import socket
 import ssl
 import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -410,3 +412,24 @@ async def test_a_slow_drip_is_cut_at_the_deadline(
         "not fetched within 0.2 s",
         "not fetched within 0 s",
     ]
+
+
+async def test_fetches_leave_the_default_executor_free(slow: str) -> None:
+    """Fetches run on a few threads of their own: however many hang, the default executor
+    (where models load) still runs work, and the fetches beyond those threads wait."""
+    loop = asyncio.get_running_loop()
+    loop.set_default_executor(ThreadPoolExecutor(image_urls.FETCH_THREADS + 1))
+    fetcher = Fetcher(ALLOWED)
+    hung = [
+        asyncio.create_task(load_images([ImageRef(f"{slow}/hold{i}", PART)], fetcher))
+        for i in range(image_urls.FETCH_THREADS + 1)
+    ]
+    while len(_Slow.held) < image_urls.FETCH_THREADS:  # the server holds a pool's worth
+        await asyncio.sleep(0.01)
+    try:
+        assert await asyncio.wait_for(asyncio.to_thread(lambda: "free"), 30) == "free"
+        assert len(_Slow.held) == image_urls.FETCH_THREADS  # the last fetch waits its turn
+    finally:
+        _Slow.release.set()
+        done = await asyncio.gather(*hung, return_exceptions=True)
+    assert all(isinstance(e, InvalidRequest) for e in done) and len(_Slow.held) == len(hung)
