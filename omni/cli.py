@@ -395,6 +395,15 @@ def _add_access(serve: argparse.ArgumentParser) -> None:
         "may name although not public (repeatable or comma-separated; default: public "
         "addresses only)",
     )
+    _add_number(
+        serve,
+        "--image-fetch-timeout",
+        float,
+        0.1,
+        3600,
+        _shown(SERVER.image_fetch_timeout_s),
+        "seconds one image URL's fetch may take in all (redirects, connects, reads)",
+    )
 
 
 def _add_defaults(serve: argparse.ArgumentParser) -> None:
@@ -628,6 +637,7 @@ def _serve(args: argparse.Namespace) -> None:
         fetch_images=not args.no_image_urls,
         store_by_default=not args.no_store_by_default,
         image_hosts=allowed_images,
+        image_fetch_timeout_s=args.image_fetch_timeout,
     )
     app = create_app(settings, models)
     # Runs after the app's own start-up hooks (Quart runs them in order), recovery included.

@@ -38,6 +38,8 @@ class ServerSettings:
     store_by_default: bool = True
     # What image URLs may name beyond public addresses (--allow-image-hosts; None: nothing).
     image_hosts: ImageHosts | None = None
+    # The longest one image URL's fetch may take, redirects and all (--image-fetch-timeout).
+    image_fetch_timeout_s: float = 30.0
     # Servers sharing one log: each leases what it runs (omni.service.leasing). Always on
     # for a PostgreSQL log; SQLite's file has one server (tests share a MemoryStore).
     shared: bool = False

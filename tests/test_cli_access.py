@@ -71,6 +71,18 @@ def test_image_hosts_from_flags_and_environment(monkeypatch: pytest.MonkeyPatch)
     assert [str(n) for n in hosts.networks] == ["10.1.0.0/16", "::1/128", "192.168.7.7/32"]
 
 
+def test_image_fetch_timeout_from_flag_and_environment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    assert args_of().image_fetch_timeout == 30  # type: ignore[attr-defined]
+    monkeypatch.setenv("OMNI_IMAGE_FETCH_TIMEOUT", "12.5")
+    assert args_of().image_fetch_timeout == 12.5  # type: ignore[attr-defined]
+    assert args_of("--image-fetch-timeout", "3").image_fetch_timeout == 3  # type: ignore[attr-defined]
+    result = omni("serve", "--image-fetch-timeout", "0", "--db", str(tmp_path / "x.db"))
+    assert result.returncode == 2 and "--image-fetch-timeout" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def test_a_bad_image_host_is_one_line(tmp_path: Path) -> None:
     result = omni("serve", "--allow-image-hosts", "10.0.0.0/33", "--db", str(tmp_path / "x.db"))
     assert_one_line_error(result, "--allow-image-hosts: '10.0.0.0/33' is neither")

@@ -199,7 +199,8 @@ def create_app(settings: Settings, served: Models | Engine) -> Quart:
             observe(model)
         pool.start()
         service.runs.leasing = leasing
-        fetcher = Fetcher(settings.image_hosts or ImageHosts()) if settings.fetch_images else None
+        hosts, deadline_s = settings.image_hosts or ImageHosts(), settings.image_fetch_timeout_s
+        fetcher = Fetcher(hosts, deadline_s=deadline_s) if settings.fetch_images else None
         service.image_fetcher = completions.image_fetcher = fetcher
         await service.recover()
         await completions.recover()

@@ -13,15 +13,20 @@ import io
 import logging
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from omni.errors import InvalidRequest
 from omni.jobs import Engine
-from omni.service.image_urls import MAX_IMAGE_BYTES, Fetcher, Unfetchable
+from omni.service.image_urls import FETCH_THREADS, MAX_IMAGE_BYTES, Fetcher, Unfetchable
 
 log = logging.getLogger(__name__)
 _DATA_URL = re.compile(r"data:(?P<type>[^;,]*)(?P<params>(;[^;,]*)*),(?P<data>.*)", re.DOTALL)
+# Fetches wait on other hosts, up to their deadline: on threads of their own, never the
+# default executor's, which models load on (a flood of slow URLs would starve it).
+_FETCHING = ThreadPoolExecutor(FETCH_THREADS, thread_name_prefix="omni-image-fetch")
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,10 +79,12 @@ async def load_images(refs: Iterable[ImageRef], fetcher: Fetcher | None) -> dict
     read in a worker thread: decoding and checking megabytes is no work for the event loop.
     `fetcher` None: an http(s) URL is a 400 (`--no-image-urls`: a server that clients must
     not make reach other hosts at all)."""
+    loop = asyncio.get_running_loop()
     loaded: dict[str, bytes] = {}
     for ref in refs:
         if ref.url not in loaded:
-            loaded[ref.url] = await asyncio.to_thread(_read, ref, fetcher)
+            threads = _FETCHING if _fetched(ref.url) else None  # None: the default executor
+            loaded[ref.url] = await loop.run_in_executor(threads, _read, ref, fetcher)
     return loaded
 
 
@@ -86,8 +93,12 @@ def pictures(refs: Iterable[ImageRef], loaded: Mapping[str, bytes]) -> tuple[byt
     return tuple(loaded[ref.url] for ref in refs)
 
 
+def _fetched(url: str) -> bool:
+    return url.startswith(("http://", "https://"))
+
+
 def _read(ref: ImageRef, fetcher: Fetcher | None) -> bytes:
-    if not ref.url.startswith(("http://", "https://")):
+    if not _fetched(ref.url):
         return _checked(_decode(ref), ref)
     if fetcher is None:
         raise InvalidRequest(
@@ -99,7 +110,7 @@ def _read(ref: ImageRef, fetcher: Fetcher | None) -> bytes:
     try:
         return _checked(fetcher.fetch(ref.url), ref)
     except (Unfetchable, InvalidRequest) as exc:  # what answered, if anything, is for the log
-        log.info("image %s (%s) not fetched: %s", ref.url, ref.param, exc)
+        log.info("image %s (%s) not fetched: %s", _where(ref.url), ref.param, exc)
         raise InvalidRequest(
             "The image could not be fetched from its URL: an image URL must name a public "
             "http(s) server that answers with a PNG, JPEG, GIF or WebP image of at most "
@@ -107,6 +118,13 @@ def _read(ref: ImageRef, fetcher: Fetcher | None) -> bytes:
             param=ref.param,
             code="failed_to_download_image",
         ) from None
+
+
+def _where(url: str) -> str:
+    """`url`'s scheme, host (and port) and path: for the log, which keeps no signed URL's
+    token (its query), nor a user or password."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}{parts.path}"
 
 
 def _decode(ref: ImageRef) -> bytes:
@@ -146,11 +164,12 @@ def _checked(data: bytes, ref: ImageRef) -> bytes:
     if len(data) > MAX_IMAGE_BYTES:
         raise _too_large(ref)
     from PIL import Image, UnidentifiedImageError
+    from PIL.Image import DecompressionBombError
 
     try:
         with Image.open(io.BytesIO(data)) as image:
             image.verify()
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError):
+    except (UnidentifiedImageError, DecompressionBombError, OSError, ValueError, SyntaxError):
         raise InvalidRequest(
             "The image could not be read: it is not a PNG, JPEG, GIF or WebP image "
             "(or it is damaged).",

@@ -11,6 +11,7 @@ import base64
 import importlib.util
 import io
 import json
+import logging
 import socketserver
 import threading
 import time
@@ -72,13 +73,18 @@ def shelf(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def serve(
-    shelf: Path, tmp: Path, fetch_images: bool = True, image_hosts: ImageHosts | None = IMAGE_HOSTS
+    shelf: Path,
+    tmp: Path,
+    fetch_images: bool = True,
+    image_hosts: ImageHosts | None = IMAGE_HOSTS,
+    **more: Any,
 ) -> ServerThread:
     home = tmp / "home"
     models = Models(scan(home, [shelf]), Loader(home), default=VLM, max_loaded=2)
     settings = Settings(
-        db_path=str(tmp / "omni.db"), fetch_images=fetch_images, image_hosts=image_hosts
-    )
+        db_path=str(tmp / "omni.db"), fetch_images=fetch_images, image_hosts=image_hosts,
+        **more,
+    )  # fmt: skip
     return ServerThread(settings, models).start()
 
 
@@ -291,6 +297,27 @@ def image_host() -> Iterator[str]:
     httpd.server_close()
 
 
+class _Silent(socketserver.BaseRequestHandler):
+    """Takes a connection and answers nothing until `over` is set."""
+
+    over = threading.Event()
+
+    def handle(self) -> None:
+        _Silent.over.wait()
+
+
+@pytest.fixture
+def silent_service() -> Iterator[int]:
+    """The port of a service on 127.0.0.1 that never answers."""
+    _Silent.over.clear()
+    with socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Silent) as tcp:
+        thread = threading.Thread(target=tcp.serve_forever, args=(0.05,), daemon=True)
+        thread.start()
+        yield tcp.server_address[1]
+        _Silent.over.set()
+        tcp.shutdown()
+
+
 class _Banner(socketserver.BaseRequestHandler):
     def handle(self) -> None:
         self.request.sendall(b"SSH-2.0-OpenSSH_9.6\r\n")
@@ -376,6 +403,29 @@ def test_every_failed_fetch_reads_the_same(
         "http://169.254.169.254/latest/meta-data/",
     ]
     assert_one_failure([refused(server.base_url, url) for url in urls], port)
+
+
+def test_an_image_fetch_ends_at_the_servers_deadline(
+    shelf: Path,
+    tmp_path: Path,
+    image_host: str,
+    silent_service: int,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """--image-fetch-timeout reaches the fetcher: a host that never answers is the one 400
+    once that time is up, well before a read's own timeout; the log says which it was."""
+    srv = serve(shelf, tmp_path, image_fetch_timeout_s=0.5)
+    try:
+        with caplog.at_level(logging.INFO, logger="omni.service.images"):
+            bodies = [
+                refused(srv.base_url, f"http://localhost:{silent_service}/cat.png"),
+                refused(srv.base_url, f"{image_host}/nope.png"),
+            ]
+    finally:
+        srv.stop()
+    assert_one_failure(bodies, str(silent_service))
+    reasons = [r.getMessage() for r in caplog.records if r.name == "omni.service.images"]
+    assert reasons[0].endswith("not fetched within 0.5 s") and len(reasons) == 2
 
 
 def test_a_redirect_to_a_host_not_allowed_is_refused(

@@ -6,17 +6,21 @@ servers run on 127.0.0.1 only; names are answered by a resolver the test control
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import ipaddress
+import logging
 import socket
 import ssl
 import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 
+from omni.errors import InvalidRequest
 from omni.service import image_urls
 from omni.service.image_urls import (
     MAX_REDIRECTS,
@@ -26,6 +30,7 @@ from omni.service.image_urls import (
     Unfetchable,
     public,
 )
+from omni.service.images import ImageRef, load_images
 
 CAT = b"\x89PNG pretend"  # the fetch checks no format (images.py does)
 PUBLIC = "93.184.216.34"
@@ -106,7 +111,7 @@ def no_connect(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     """Connections are recorded and fail: for URLs that must be refused before any."""
     tried: list[Any] = []
 
-    def connect(addresses: Any) -> socket.socket:
+    def connect(addresses: Any, *_: Any) -> socket.socket:
         tried.append(addresses)
         raise ConnectionRefusedError("not in this test")
 
@@ -122,7 +127,7 @@ def no_connect(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
         "169.254.169.254", "[fe80::1]", "10.0.0.1", "172.16.0.1", "192.168.1.1", "100.64.0.1",
         "[fc00::1]", "[fd12:3456::1]", "224.0.0.1", "239.255.255.250", "[ff02::1]",
         "240.0.0.1", "255.255.255.255", "198.18.0.1", "[::7f00:1]", "[2002:7f00:1::1]",
-        "[64:ff9b::a9fe:a9fe]", "[2001:db8::1]",
+        "[64:ff9b::a9fe:a9fe]", "[64:ff9b::7f00:1]", "[2001:db8::1]", "[fec0::1]",
     ],
 )  # fmt: skip
 def test_every_spelling_and_family_of_a_private_address_is_refused(
@@ -137,9 +142,12 @@ def test_every_spelling_and_family_of_a_private_address_is_refused(
 
 @pytest.mark.parametrize(
     "address",
-    [PUBLIC, "1.1.1.1", "2606:4700::1111", "::ffff:93.184.216.34", "2002:5db8:d822::1"],
-)
+    [PUBLIC, "1.1.1.1", "2606:4700::1111", "::ffff:93.184.216.34", "2002:5db8:d822::1",
+     "64:ff9b::808:808"],
+)  # fmt: skip
 def test_a_public_address_is_allowed(address: str) -> None:
+    """NAT64 (64:ff9b::/96) as the IPv4 address it carries: a public one is public, though
+    Python's table calls the whole prefix reserved."""
     assert public(ipaddress.ip_address(address))
     assert ImageHosts().allows("images.example", ipaddress.ip_address(address))
 
@@ -221,11 +229,11 @@ def test_the_checked_address_is_the_one_connected_to(
     connected: list[Any] = []
     real = image_urls._connect
 
-    def connect(addresses: Any) -> socket.socket:
+    def connect(addresses: Any, *rest: Any) -> socket.socket:
         connected.append([sockaddr[0] for _, sockaddr in addresses])
         if addresses[0][1][0] == PUBLIC:
             raise TimeoutError("no internet here")
-        return real(addresses)
+        return real(addresses, *rest)
 
     monkeypatch.setattr(image_urls, "_connect", connect)
     fetcher = Fetcher(ImageHosts.parse(["images.lan"]))
@@ -303,3 +311,126 @@ def test_https_verifies_the_certificate_against_the_urls_host(
         fetcher.fetch(f"https://127.0.0.1:{port}/cat.png")
     with pytest.raises(Unfetchable, match="CertificateError|SSL"):  # nor a CA the system trusts
         Fetcher(ImageHosts.parse(["images.lan"])).fetch(f"https://images.lan:{port}/cat.png")
+
+
+@pytest.mark.parametrize("port", ["0", "65536", "99999", "-1"])
+def test_a_port_out_of_range_is_refused(port: str, no_connect: list[Any]) -> None:
+    """Port 0 is no port (not the scheme's default): refused before any connection."""
+    with pytest.raises(Unfetchable):
+        Target.of(f"http://images.lan:{port}/cat.png")
+    with pytest.raises(Unfetchable):
+        Fetcher(ImageHosts.parse(["127.0.0.1"])).fetch(f"http://127.0.0.1:{port}/cat.png")
+    assert no_connect == []
+
+
+def test_a_hop_tries_a_few_of_the_addresses_a_name_resolves_to(
+    names: Resolver, no_connect: list[Any]
+) -> None:
+    """Each address is checked (the last one here is private), but a connection is tried
+    at a few only: a name of a hundred dead addresses cannot hold a fetch a hundred times."""
+    many = [f"93.184.216.{n}" for n in range(1, 9)]
+    names["many.example"] = [many]
+    names["sly.example"] = [[*many, "10.0.0.1"]]
+    with pytest.raises(Unfetchable, match="ConnectionRefusedError"):
+        Fetcher().fetch("http://many.example/cat.png")
+    assert [[sockaddr[0] for _, sockaddr in tried] for tried in no_connect] == [many[:4]]
+    assert image_urls.MAX_ADDRESSES == 4
+    with pytest.raises(Unfetchable, match="not a public address"):
+        Fetcher().fetch("http://sly.example/cat.png")
+    assert len(no_connect) == 1
+
+
+class _Slow(BaseHTTPRequestHandler):
+    """/drip: a megabyte's Content-Length, then a byte every 10 ms (at most `DRIPS`: a
+    fetch that is never cut fails at last); /hold: an answer once `release` is set."""
+
+    DRIPS = 2000
+    dripped: list[int] = []  # bytes sent, one entry a request: the last one grows
+    finished = threading.Event()  # a drip sent all it would
+    held: list[str] = []
+    release = threading.Event()
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        if self.path == "/drip":
+            self._drip()
+            return
+        _Slow.held.append(self.path)
+        _Slow.release.wait()
+        self.send_response(404)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def _drip(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", str(1 << 20))
+        self.end_headers()
+        _Slow.dripped.append(0)
+        try:
+            for _ in range(self.DRIPS):
+                self.wfile.write(b"\0")
+                _Slow.dripped[-1] += 1
+                _Slow.release.wait(0.01)  # the drip's pace, not an order of events
+        except OSError:  # the fetch hung up
+            return
+        _Slow.finished.set()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def slow() -> Iterator[str]:
+    """The base URL of a slow server on 127.0.0.1."""
+    _Slow.dripped, _Slow.held = [], []
+    _Slow.finished.clear()
+    _Slow.release.clear()
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Slow)
+    httpd.daemon_threads = True
+    for port in _serving(httpd):
+        yield f"http://127.0.0.1:{port}"
+        _Slow.release.set()
+
+
+ALLOWED = ImageHosts.parse(["127.0.0.1"])
+PART = "input[0].content[1]"
+
+
+async def test_a_slow_drip_is_cut_at_the_deadline(
+    slow: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each read gets a byte well within its timeout, yet the fetch as a whole ends at its
+    deadline, while the server still drips: the client's one message, the log's reason."""
+    with caplog.at_level(logging.INFO, logger="omni.service.images"):
+        with pytest.raises(InvalidRequest) as cut:
+            await load_images([ImageRef(f"{slow}/drip", PART)], Fetcher(ALLOWED, deadline_s=0.2))
+        with pytest.raises(InvalidRequest) as missing:
+            await load_images([ImageRef(f"{slow}/gone", PART)], Fetcher(ALLOWED, deadline_s=0))
+    assert not _Slow.finished.is_set() and _Slow.dripped[0] >= 1  # cut mid-body
+    assert cut.value.code == "failed_to_download_image" and cut.value.param == PART
+    assert cut.value.message == missing.value.message
+    reasons = [r.getMessage() for r in caplog.records if r.name == "omni.service.images"]
+    assert [reason.rsplit(": ", 1)[1] for reason in reasons] == [
+        "not fetched within 0.2 s",
+        "not fetched within 0 s",
+    ]
+
+
+async def test_fetches_leave_the_default_executor_free(slow: str) -> None:
+    """Fetches run on a few threads of their own: however many hang, the default executor
+    (where models load) still runs work, and the fetches beyond those threads wait."""
+    loop = asyncio.get_running_loop()
+    loop.set_default_executor(ThreadPoolExecutor(image_urls.FETCH_THREADS + 1))
+    fetcher = Fetcher(ALLOWED)
+    hung = [
+        asyncio.create_task(load_images([ImageRef(f"{slow}/hold{i}", PART)], fetcher))
+        for i in range(image_urls.FETCH_THREADS + 1)
+    ]
+    while len(_Slow.held) < image_urls.FETCH_THREADS:  # the server holds a pool's worth
+        await asyncio.sleep(0.01)
+    try:
+        assert await asyncio.wait_for(asyncio.to_thread(lambda: "free"), 30) == "free"
+        assert len(_Slow.held) == image_urls.FETCH_THREADS  # the last fetch waits its turn
+    finally:
+        _Slow.release.set()
+        done = await asyncio.gather(*hung, return_exceptions=True)
+    assert all(isinstance(e, InvalidRequest) for e in done) and len(_Slow.held) == len(hung)
