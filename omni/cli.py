@@ -589,13 +589,15 @@ def _serve(args: argparse.Namespace) -> None:
     def progress(message: str) -> None:
         print(f"omni: {message}", file=sys.stderr, flush=True)
 
-    # Before the log is touched: a --model that names nothing found stops the start here.
+    # The log's verdict first (read only), then the model's, before anything is written: a
+    # --model that names nothing found stops the start with no log made for it.
+    db.inspect(args.db)
     aliases = models_cli.aliases(args)
     entries, named = models_cli.catalogue(args, omni_home(), aliases, progress)
     default = named.id if named is not None else DEFAULT_MODEL_ID
     if args.model and args.model not in (default, *aliases):  # a path, or the id in other case
         aliases[args.model] = default
-    db.upgrade(args.db)
+    db.upgrade(args.db, verify=False)  # inspect() has read every page
     loader = Loader(omni_home(), engine_settings(args), progress)
     models = Models(
         entries,
