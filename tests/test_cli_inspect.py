@@ -202,7 +202,7 @@ def test_a_terminal_gets_tables_and_colours(served: Served) -> None:
         [sys.executable, "-m", "omni", "ls", "--db", str(served.db)],
         stdout=follower,
         stderr=subprocess.PIPE,
-        env={**os.environ, "COLUMNS": "80"},
+        env={**os.environ, "COLUMNS": "80", "TERM": "xterm-256color"},  # not CI's own TERM
     )
     os.close(follower)
     out = b""

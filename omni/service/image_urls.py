@@ -73,8 +73,8 @@ def public(address: Address) -> bool:
             return public(address.ipv4_mapped)
         if address in _NAT64:  # the whole prefix is reserved (::/8): judge what it carries
             return public(ipaddress.IPv4Address(int(address) & 0xFFFFFFFF))
-        if address.sixtofour is not None and not public(address.sixtofour):
-            return False
+        if address.sixtofour is not None:  # 2002::/16 is global by some Pythons' tables only
+            return public(address.sixtofour)
         if address.is_site_local:  # fec0::/10: deprecated, yet still a local network's
             return False
     return address.is_global and not (
