@@ -187,10 +187,14 @@ def test_sigterm_ends_a_followed_background_stream_on_a_frame_boundary(
     assert failures == []  # both bodies ended whole, not cut
     left = rows(db, rid)
     assert left[-1][1] == "response.output_text.delta"  # still running at the stop
-    # Each body: every frame whole (event, data, id, a blank line), up to the last committed.
-    before = parse_frames(b"".join(posted))
-    assert [f.id for f in before] == list(range(len(left)))
-    assert parse_frames(b"".join(followed)) == before
+    # Each body: every frame whole (event, data, id, a blank line), the log's first rows up
+    # to what was committed when it ended (the engine may commit a few more before it exits:
+    # the resume below reads them).
+    before, other = parse_frames(b"".join(posted)), parse_frames(b"".join(followed))
+    assert [f.id for f in before] == list(range(len(before))) and len(before) <= len(left)
+    assert [f.id for f in other] == list(range(len(other))) and len(other) <= len(left)
+    common = min(len(before), len(other))
+    assert other[:common] == before[:common]
 
     with serving(tiny_model_dir, db) as (base, _):
         resumed: list[bytes] = []
