@@ -253,6 +253,20 @@ class Answer(Protocol[T_co]):
         ...
 
 
+# isinstance against a runtime-checkable Protocol looks up each of its members every time (a
+# few µs, on every request's way in): the answer is kept per class and protocol.
+_KEEPS: dict[tuple[type, type], bool] = {}
+
+
+def keeps(model: object, protocol: type) -> bool:
+    """isinstance(model, protocol) for one of the runtime-checkable protocols below."""
+    key = (type(model), protocol)
+    known = _KEEPS.get(key)
+    if known is None:
+        known = _KEEPS[key] = isinstance(model, protocol)
+    return known
+
+
 @runtime_checkable
 class Warming(Protocol):
     """A model handed over while its weights still load (jobs submitted meanwhile wait)."""

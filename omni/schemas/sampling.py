@@ -31,11 +31,10 @@ class SamplingExtras(BaseModel):
         return value
 
     def sampling_fields(self) -> dict[str, object]:
-        """The engine's Sampling fields for these extras."""
+        """The engine's Sampling fields for these extras, but top_k, min_p and
+        repetition_penalty: what a request leaves of those out is the server's or the model's
+        (omni.service.defaults resolves them with temperature and top_p)."""
         return {
-            "top_k": self.top_k or 0,
-            "min_p": self.min_p or 0.0,
-            "repetition_penalty": self.repetition_penalty,
             "presence_penalty": self.presence_penalty,
             "frequency_penalty": self.frequency_penalty,
             "logit_bias": tuple((int(k), v) for k, v in (self.logit_bias or {}).items()),

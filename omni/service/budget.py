@@ -11,20 +11,12 @@ from pathlib import Path
 from typing import cast
 
 from omni.catalogue import GB, size_on_disk
-from omni.jobs import Measured, Stored
-
-# isinstance against a runtime-checkable Protocol looks up each of its members every time: the
-# answer is kept per class (the pool asks on every load it weighs).
-_MEASURED: dict[type, bool] = {}
+from omni.jobs import Measured, Stored, keeps
 
 
 def reported(model: object) -> int | None:
     """The bytes `model`'s weights take in memory, where it reports them."""
-    kind = type(model)
-    known = _MEASURED.get(kind)
-    if known is None:
-        known = _MEASURED[kind] = isinstance(model, Measured)
-    return cast(Measured, model).memory_bytes if known else None
+    return cast(Measured, model).memory_bytes if keeps(model, Measured) else None
 
 
 def on_disk(model: object) -> int | None:

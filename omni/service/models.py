@@ -18,7 +18,7 @@ from typing import Any, cast
 
 from omni.catalogue import ModelEntry, ModelKind
 from omni.errors import InvalidRequest, ModelLoadError, ModelNotFound, OmniError
-from omni.jobs import Embedder, Engine, Imager, Speaker, Transcriber, Warming
+from omni.jobs import Embedder, Engine, Imager, Speaker, Transcriber, Warming, keeps
 from omni.service.budget import Budget, footprint, on_disk
 from omni.service.variants import adapted, drafted
 
@@ -36,18 +36,9 @@ _USE = {"chat": "chat, completions or responses", "embedding": "/v1/embeddings",
         "image": "/v1/images/generations"}  # fmt: skip
 
 
-# isinstance against a runtime-checkable Protocol looks up each of its members every time (a
-# few µs, on every request's way in): the answer is kept per class.
-_WARMING: dict[type, bool] = {}
-
-
 def warming(model: object) -> Warming | None:
     """`model` as one whose weights may still be loading, else None."""
-    kind = type(model)
-    known = _WARMING.get(kind)
-    if known is None:
-        known = _WARMING[kind] = isinstance(model, Warming)
-    return cast(Warming, model) if known else None
+    return cast(Warming, model) if keeps(model, Warming) else None
 
 
 @dataclass(eq=False)
