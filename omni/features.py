@@ -125,29 +125,24 @@ FEATURES: dict[str, Feature] = {
 }
 
 
-def _find(name: str) -> importlib.machinery.ModuleSpec | None:
-    """Where `import name` would load the module from (None: nowhere), found without running
-    it or its packages (mlx_audio.tts's __init__ loads MLX). A None in sys.modules, which
-    stops an import, stops this too."""
-    package, _, _ = name.rpartition(".")
-    if not package:
-        return importlib.util.find_spec(name)  # sys.modules first, as an import
-    above = _find(package)
-    if above is None or above.submodule_search_locations is None:
-        return None
-    if name in sys.modules:
-        module = sys.modules[name]
-        return None if module is None else module.__spec__
-    return importlib.machinery.PathFinder.find_spec(name, list(above.submodule_search_locations))
-
-
 def _first_missing(name: str) -> str | None:
-    """The shortest dotted prefix of `name` that cannot be found, or None where it all is."""
+    """The shortest dotted prefix of `name` that `import name` would not find (None: it all
+    is), looked up package by package without running any of them (mlx_audio.tts's __init__
+    loads MLX). A None in sys.modules, which stops an import, stops this too."""
     parts = name.split(".")
-    for n in range(1, len(parts) + 1):
-        if _find(".".join(parts[:n])) is None:
+    spec = importlib.util.find_spec(parts[0])  # sys.modules first, as an import
+    for n in range(1, len(parts)):
+        if spec is None:
             return ".".join(parts[:n])
-    return None
+        here, within = ".".join(parts[: n + 1]), spec.submodule_search_locations
+        if within is None:  # not a package: nothing is below it
+            return here
+        if here in sys.modules:
+            module = sys.modules[here]
+            spec = None if module is None else module.__spec__
+        else:
+            spec = importlib.machinery.PathFinder.find_spec(here, list(within))
+    return None if spec is not None else name
 
 
 def feature(name: str) -> Feature:
