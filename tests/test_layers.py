@@ -23,6 +23,7 @@ ALLOWED = {
     "service": {"schemas", "projections", "protocol", "events"},
     "inspect": {"schemas", "projections"},  # reads for people (the CLI, /inspect)
     "api": {"schemas", "service", "events", "protocol", "db", "inspect"},
+    "cli": {"api", "service", "runtime", "events", "inspect", "db"},  # the top: runs them all
 }
 LEAVES = {
     "catalogue", "errors", "features", "heap", "ids", "jobs", "location", "lock", "metrics",
