@@ -19,7 +19,7 @@ from typing import Any, Generic, TypeVar
 
 from omni.errors import SERVER_ERROR, ModelLoadError, OmniError
 from omni.runtime import blas
-from omni.runtime.wire import Cancel
+from omni.runtime.chat.wire import Cancel
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

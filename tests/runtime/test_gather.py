@@ -13,12 +13,12 @@ import pytest
 from mlx_lm import load
 
 from omni.jobs import Sampling
-from omni.runtime import batching
-from omni.runtime.batching import PREFILL_GROUP, BatchScheduler
-from omni.runtime.generation import PrefixCache
-from omni.runtime.observe import StepStats
-from omni.runtime.wire import Close, Finished, Output, Request, Spec, Started, Token
-from omni.runtime.worker import CUDA_PREFILL_GROUP
+from omni.runtime.chat import scheduler as batching
+from omni.runtime.chat.generation import PrefixCache
+from omni.runtime.chat.observe import StepStats
+from omni.runtime.chat.scheduler import PREFILL_GROUP, BatchScheduler
+from omni.runtime.chat.wire import Close, Finished, Output, Request, Spec, Started, Token
+from omni.runtime.chat.worker import CUDA_PREFILL_GROUP
 
 
 class Script:
@@ -241,7 +241,7 @@ def counting_passes(monkeypatch: pytest.MonkeyPatch) -> list[list[int]]:
     (PromptProcessingBatch.prompt) and the engine's own groups' (first_tokens.feed)."""
     from mlx_lm.generate import PromptProcessingBatch
 
-    from omni.runtime import first_tokens
+    from omni.runtime.chat import first_tokens
 
     passes: list[list[int]] = []
     prompt, feed = PromptProcessingBatch.prompt, first_tokens.feed

@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 
 from omni.jobs import Delta, Finished, Job, Sampling, Started
-from omni.runtime import mlx_engine, wire
-from omni.runtime.mlx_engine import HOLD_MIN, HOLD_S, MLXEngine, _Pending
+from omni.runtime.chat import engine as mlx_engine
+from omni.runtime.chat import wire
+from omni.runtime.chat.engine import HOLD_MIN, HOLD_S, MLXEngine, _Pending
 
 
 class Pipe:

@@ -1,6 +1,6 @@
-"""What crosses the pipe between the server (omni.runtime.mlx_engine) and the engine process
-(omni.runtime.worker, omni.runtime.batching): one value per message, each side's `match` on
-its class. A decode step's outputs go back as one message, a list of them."""
+"""What crosses the pipe between the server (omni.runtime.chat.engine) and the engine process
+(omni.runtime.chat.worker, omni.runtime.chat.scheduler): one value per message, each
+side's `match` on its class. A decode step's outputs go back as one message, a list of them."""
 
 from __future__ import annotations
 

@@ -38,11 +38,12 @@ from omni.jobs import (
     Started,
 )
 from omni.protocol.tool_calls import ToolFormat
-from omni.runtime import gemv, wire, worker
-from omni.runtime.generation_config import recommended_sampling
+from omni.runtime import gemv
+from omni.runtime.chat import wire, worker
+from omni.runtime.chat.generation_config import recommended_sampling
+from omni.runtime.chat.worker import config_context_length
 from omni.runtime.model_source import ModelSource
 from omni.runtime.types import Runtime
-from omni.runtime.worker import config_context_length
 from omni.settings import EngineSettings, engine_knobs
 
 log = logging.getLogger(__name__)
@@ -80,8 +81,8 @@ def longest_token(tokenizer: Any) -> int:
 
 
 class MLXEngine:
-    """Runs the model in an engine process (omni.runtime.worker); jobs are decoded together
-    by continuous batching (omni.runtime.batching)."""
+    """Runs the model in an engine process (omni.runtime.chat.worker); jobs are decoded together
+    by continuous batching (omni.runtime.chat.scheduler)."""
 
     # Told, from the reader thread, how many jobs got a token in each step (/metrics).
     on_step: Callable[[int], None] | None = None

@@ -5,7 +5,7 @@ processors, length limit and stop tokens. A job that arrives while nothing else 
 alone with mlx-lm's `generate_step` (a plain KV cache, no batch masks: about twice
 BatchGenerator's speed at batch 1); when another job arrives, it moves into the batch with its
 KV cache and carries on there. The outputs of one step leave in one message to the
-server process (omni.runtime.mlx_engine), which detokenizes them: this process does nothing but
+server process (omni.runtime.chat.engine), which detokenizes them: this process does nothing but
 decode, so the server's Python work never holds up a step.
 
 A long prompt (more than one chunk of tokens to feed) is prefilled here, one chunk a step on a
@@ -31,10 +31,10 @@ from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_p
 from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p, make_sampler
 
 from omni.jobs import FinishReason, Sampling
-from omni.runtime import first_tokens
-from omni.runtime.generation import PrefixCache, Scorer, ThinkBudget, logits_processors
-from omni.runtime.observe import QUIET, Observer
-from omni.runtime.wire import (
+from omni.runtime.chat import first_tokens
+from omni.runtime.chat.generation import PrefixCache, Scorer, ThinkBudget, logits_processors
+from omni.runtime.chat.observe import QUIET, Observer
+from omni.runtime.chat.wire import (
     Cancel,
     Close,
     Failed,
@@ -143,13 +143,13 @@ class BatchScheduler:
         self._oldest_wait = 0.0  # when the oldest waiting job arrived
         self._behind = 0  # what the last job to arrive said of the requests behind it
         self._checked = 0.0  # when the scheduler last decided whether to gather
-        self.observer = observer  # told of each step (benchmarks: omni.runtime.observe)
+        self.observer = observer  # told of each step (benchmarks: omni.runtime.chat.observe)
         self.slots: dict[int, Slot] = {}  # by BatchGenerator uid
         self.waiting: deque[Spec] = deque()
         self.prefills: deque[Start] = deque()  # long prompts, fed a chunk a step, in turn
         self.ready: deque[Start] = deque()  # taken off the queue, to start as short prompts
         self.group: list[Start] = []  # short prompts to feed together in this step
-        # Whether a group's first tokens come from its prefill pass (omni.runtime.first_tokens);
+        # Whether a group's first tokens come from its prefill pass (chat.first_tokens);
         # else BatchGenerator feeds new prompts itself.
         self.first_from_prefill = first_tokens.joins(self.batch)
         self.solo: Solo | None = None
@@ -810,7 +810,7 @@ class BatchScheduler:
             processors.append(ThinkBudget(start[0], end[0], budget))
         if spec.constraint is not None:
             if self._constraints is None:
-                from omni.runtime.constraints import Constraints
+                from omni.runtime.chat.constraints import Constraints
 
                 self._constraints = Constraints(self.tokenizer)
             processors.append(self._constraints.processor(spec.constraint, spec.resume_tokens))

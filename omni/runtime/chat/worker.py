@@ -15,12 +15,12 @@ from typing import Any
 
 from omni.heap import set_aside
 from omni.runtime import blas, gemv, weights
+from omni.runtime.chat.generation_config import model_recommends
+from omni.runtime.chat.observe import QUIET, Observer, StepStats
+from omni.runtime.chat.wire import Loaded, LoadFailed
 from omni.runtime.cpu_attention import use_exp2_attention
-from omni.runtime.generation_config import model_recommends
-from omni.runtime.observe import QUIET, Observer, StepStats
 from omni.runtime.quiet import no_torch_advice
 from omni.runtime.types import Runtime
-from omni.runtime.wire import Loaded, LoadFailed
 from omni.settings import EngineSettings
 
 # MLX settings the engine runs with unless the environment sets them (MLX reads each at first
@@ -72,7 +72,7 @@ def min_reuse() -> int:
 def prefill_group(chosen: int | None = None) -> int:
     """Prompts prefilled together: `chosen` (EngineSettings.prefill_group), else this machine's
     default device's."""
-    from omni.runtime.batching import PREFILL_GROUP
+    from omni.runtime.chat.scheduler import PREFILL_GROUP
 
     return chosen or (CUDA_PREFILL_GROUP if on_cuda() else PREFILL_GROUP)
 
@@ -131,8 +131,8 @@ def main(
     try:
         from mlx_lm import load
 
-        from omni.runtime.batching import BatchScheduler
-        from omni.runtime.generation import PrefixCache
+        from omni.runtime.chat.generation import PrefixCache
+        from omni.runtime.chat.scheduler import BatchScheduler
 
         model, tokenizer = load(path, adapter_path=adapter)[:2]
         library = None if on_gpu() else blas.in_use()
