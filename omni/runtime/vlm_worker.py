@@ -19,9 +19,10 @@ from typing import Any
 from omni import features
 from omni.jobs import FinishReason
 from omni.runtime import blas, weights
-from omni.runtime.chat.generation import Scorer, ThinkBudget, logits_processors
 from omni.runtime.chat.generation_config import model_recommends
-from omni.runtime.chat.scheduler import GENERATION_FAILED, seeded_sampler
+from omni.runtime.chat.logprobs import Scorer
+from omni.runtime.chat.sampling import Processors, seeded_sampler
+from omni.runtime.chat.state import GENERATION_FAILED
 from omni.runtime.chat.wire import (
     Cancel,
     Close,
@@ -102,7 +103,7 @@ class VisionRunner:
         self.waiting: deque[Spec] = deque()
         self.stopping: set[int] = set()
         self.closing = False
-        self._constraints: Any = None
+        self._processors = Processors(tokenizer)
 
     def run(self, conn: Connection) -> None:
         while not self.closing:
@@ -199,20 +200,3 @@ class VisionRunner:
         if s.seed is not None and s.temperature > 0:
             return seeded_sampler(s)
         return make_sampler(temp=s.temperature, top_p=s.top_p, min_p=s.min_p, top_k=s.top_k)
-
-    def _processors(self, spec: Spec) -> list[Any]:
-        """As the text engine's (omni.runtime.chat.scheduler): penalties, a thinking budget, a
-        grammar."""
-        processors = logits_processors(spec.sampling)
-        budget = spec.sampling.thinking_budget
-        start: tuple[int, ...] = self.tokenizer.think_start_tokens or ()
-        end: tuple[int, ...] = self.tokenizer.think_end_tokens or ()
-        if budget is not None and len(start) == 1 and len(end) == 1:
-            processors.append(ThinkBudget(start[0], end[0], budget))
-        if spec.constraint is not None:
-            if self._constraints is None:
-                from omni.runtime.chat.constraints import Constraints
-
-                self._constraints = Constraints(self.tokenizer)
-            processors.append(self._constraints.processor(spec.constraint, spec.resume_tokens))
-        return processors

@@ -193,7 +193,7 @@ def test_the_engine_prefills_bigger_groups_on_cuda(monkeypatch: pytest.MonkeyPat
     """Prompts prefilled together: mlx-lm's 8 on a CPU (or Metal), CUDA_PREFILL_GROUP on an
     NVIDIA GPU (bench/concurrency.py); OMNI_PREFILL_GROUP sets it (benchmarks)."""
     from omni.runtime.chat import worker
-    from omni.runtime.chat.scheduler import PREFILL_GROUP
+    from omni.runtime.chat.state import PREFILL_GROUP
     from omni.settings import engine_knobs
 
     def prefill_group(env: dict[str, str] | None = None) -> int:

@@ -13,8 +13,8 @@ import pytest
 from mlx_lm import load
 
 from omni.jobs import Sampling
-from omni.runtime.chat import scheduler as batching
-from omni.runtime.chat.generation import PrefixCache
+from omni.runtime.chat import watchdog
+from omni.runtime.chat.prefix_cache import PrefixCache
 from omni.runtime.chat.scheduler import BatchScheduler
 from omni.runtime.chat.wire import Cancel, Close, Finished, Output, Request, Spec, Started, Token
 from tests.runtime.test_gather import Script, counting_passes
@@ -142,8 +142,8 @@ def test_a_slow_step_is_logged_with_what_it_was_doing(
         return model(*args, **kwargs)
 
     # Slow: over 0.5 s, which no other step of this run takes, even on a loaded machine.
-    monkeypatch.setattr(batching, "SLOW_STEP_S", 0.5)
-    monkeypatch.setattr(batching, "WATCH_EVERY_S", 0.05)
+    monkeypatch.setattr(watchdog, "SLOW_STEP_S", 0.5)
+    monkeypatch.setattr(watchdog, "WATCH_EVERY_S", 0.05)
     scheduler = BatchScheduler(
         slow_model, tokenizer, PrefixCache(model, 0, 0), 8, 0.0, prefill_chunk=CHUNK
     )

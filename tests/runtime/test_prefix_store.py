@@ -13,7 +13,7 @@ import pytest
 from mlx_lm import load
 from mlx_lm.models.cache import RotatingKVCache, can_trim_prompt_cache, make_prompt_cache
 
-from omni.runtime.chat.generation import PrefixCache
+from omni.runtime.chat.prefix_cache import PrefixCache
 
 
 @pytest.fixture(scope="module")

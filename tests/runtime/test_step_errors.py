@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 from mlx_lm import load
 
-from omni.runtime.chat.generation import PrefixCache
-from omni.runtime.chat.scheduler import GENERATION_FAILED, BatchScheduler
+from omni.runtime.chat.prefix_cache import PrefixCache
+from omni.runtime.chat.scheduler import BatchScheduler
+from omni.runtime.chat.state import GENERATION_FAILED
 from omni.runtime.chat.wire import Close, Failed
 from tests.runtime.test_gather import Script, job
 
