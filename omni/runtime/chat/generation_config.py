@@ -8,7 +8,7 @@ import json
 import math
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from omni.jobs import RecommendedSampling
 
@@ -59,7 +59,8 @@ def model_recommends(path: str) -> RecommendedSampling:
         from mlx_lm.utils import hf_repo_to_path
 
         try:
-            folder = cast(Callable[[str], Path], hf_repo_to_path)(path)  # unannotated
+            repo_path: Callable[[str], Path] = hf_repo_to_path  # unannotated
+            folder = repo_path(path)
         except Exception:  # noqa: BLE001 - not all its files are in the cache: no advice
             return RecommendedSampling()
     return recommended_sampling(folder)
