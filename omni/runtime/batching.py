@@ -30,7 +30,7 @@ from mlx_lm.generate import BatchGenerator, generate_step, speculative_generate_
 from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
 from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p, make_sampler
 
-from omni.jobs import FinishReason, Sampling
+from omni.ports.jobs import FinishReason, Sampling
 from omni.runtime import first_tokens
 from omni.runtime.generation import PrefixCache, Scorer, ThinkBudget, logits_processors
 from omni.runtime.observe import QUIET, Observer

@@ -18,7 +18,7 @@ from mlx_lm.models.cache import (
 )
 from mlx_lm.sample_utils import make_logits_processors
 
-from omni.jobs import Logprobs, Sampling, TokenLogprob
+from omni.ports.jobs import Logprobs, Sampling, TokenLogprob
 
 
 class PrefixCache:

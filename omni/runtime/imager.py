@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from omni.errors import OmniError
-from omni.jobs import Drawn, ImageCapabilities, ImageOrder, PartialPicture, Picture
+from omni.ports.images import Drawn, ImageCapabilities, ImageOrder, PartialPicture, Picture
 from omni.runtime import image_wire as wire
 from omni.runtime import image_worker
 from omni.runtime.model_process import ModelProcess
@@ -20,7 +20,7 @@ class Cancelled(OmniError):
 
 
 class MLXImager(ModelProcess):
-    """Implements omni.jobs.Imager: start() loads the model, draw() yields what one request
+    """Implements omni.ports.images.Imager: start() loads the model, draw() yields what one request
     makes as its process sends it (one request is drawn at a time; others wait)."""
 
     def __init__(self, path: str, model_id: str):

@@ -27,17 +27,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from omni.errors import ModelLoadError
-from omni.jobs import (
-    Capabilities,
-    Delta,
-    Failed,
-    Finished,
-    Job,
-    Output,
-    RecommendedSampling,
-    Started,
-)
-from omni.protocol.tool_calls import ToolFormat
+from omni.ports.chat import Capabilities, RecommendedSampling, ToolFormat
+from omni.ports.jobs import Delta, Failed, Finished, Job, Output, Started
 from omni.runtime import gemv, wire, worker
 from omni.runtime.generation_config import recommended_sampling
 from omni.runtime.model_source import ModelSource
@@ -85,6 +76,8 @@ class MLXEngine:
 
     # Told, from the reader thread, how many jobs got a token in each step (/metrics).
     on_step: Callable[[int], None] | None = None
+    # Nothing on disk for the pool to measure: the engine reports its memory_bytes.
+    path = ""
     # What the engine process runs (a vision model's engine runs its own: omni.runtime.vlm_worker).
     worker_main: Callable[..., None] = staticmethod(worker.main)
 

@@ -7,14 +7,14 @@ from __future__ import annotations
 from typing import Any
 
 from omni.errors import OmniError
-from omni.jobs import SpeechCapabilities, Spoken
+from omni.ports.speech import SpeechCapabilities, Spoken
 from omni.runtime import speech_wire as wire
 from omni.runtime import speech_worker
 from omni.runtime.model_process import ModelProcess, Replies
 
 
 class MLXSpeaker(ModelProcess):
-    """Implements omni.jobs.Speaker: start() loads the model, speak() answers the bytes of
+    """Implements omni.ports.speech.Speaker: start() loads the model, speak() answers the bytes of
     one request as its process sends them (one request is spoken at a time; others wait)."""
 
     def __init__(self, path: str, model_id: str):

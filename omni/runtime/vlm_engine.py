@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from omni.jobs import Capabilities
+from omni.ports.chat import Capabilities
 from omni.runtime import vlm_worker
 from omni.runtime.mlx_engine import MLXEngine
 

@@ -17,7 +17,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from omni import features
-from omni.jobs import FinishReason
+from omni.ports.jobs import FinishReason
 from omni.runtime import blas, weights
 from omni.runtime.batching import GENERATION_FAILED, seeded_sampler
 from omni.runtime.generation import Scorer, ThinkBudget, logits_processors

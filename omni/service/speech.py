@@ -18,8 +18,9 @@ from typing import Any, Protocol
 from omni.errors import InvalidRequest, OmniError, internal
 from omni.events import Append, Appender, EventLog, NewEvent
 from omni.ids import new_id
-from omni.jobs import Answer, Speaker, Spoken
 from omni.metrics import UNREAD, Metrics
+from omni.ports.model import Answer
+from omni.ports.speech import Speaker, Spoken
 from omni.schemas.speech import MEDIA_TYPES, SpeechCreate
 from omni.service.leasing import Leasing
 from omni.service.streams import dumps, request_stream

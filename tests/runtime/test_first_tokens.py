@@ -11,7 +11,7 @@ import pytest
 from mlx_lm import load
 from mlx_lm.generate import BatchGenerator
 
-from omni.jobs import Sampling
+from omni.ports.jobs import Sampling
 from omni.runtime import first_tokens
 from omni.runtime.batching import BatchScheduler
 from omni.runtime.generation import PrefixCache

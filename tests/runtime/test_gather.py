@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from mlx_lm import load
 
-from omni.jobs import Sampling
+from omni.ports.jobs import Sampling
 from omni.runtime import batching
 from omni.runtime.batching import PREFILL_GROUP, BatchScheduler
 from omni.runtime.generation import PrefixCache

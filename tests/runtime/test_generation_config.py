@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from omni.jobs import RecommendedSampling
+from omni.ports.chat import RecommendedSampling
 from omni.runtime import wire, worker
 from omni.runtime.generation_config import recommended_sampling
 from omni.runtime.mlx_engine import MLXEngine

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from omni.jobs import Delta, Finished, Job, Sampling, Started
+from omni.ports.jobs import Delta, Finished, Job, Sampling, Started
 from omni.runtime import mlx_engine, wire
 from omni.runtime.mlx_engine import HOLD_MIN, HOLD_S, MLXEngine, _Pending
 

@@ -14,7 +14,7 @@ import pytest
 
 from omni.errors import SERVER_ERROR, InvalidRequest, OmniError
 from omni.events import Append, Appender, MemoryStore, NewEvent, Notifier, StoredEvent
-from omni.jobs import SpeechCapabilities, Spoken
+from omni.ports.speech import SpeechCapabilities, Spoken
 from omni.schemas.speech import SpeechCreate
 from omni.service.speech import SpeechService
 
