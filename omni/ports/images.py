@@ -28,8 +28,8 @@ class ImageOrder:
     steps: int
     seed: int  # the first image's; the next ones take seed + 1, seed + 2, ...
     output_format: str  # png, jpeg or webp
-    compression: int  # 0-100 (jpeg, webp)
-    partial_images: int  # 0-3 of each image
+    compression: int  # 0-100: jpeg's and webp's quality loss (100: none)
+    partial_images: int  # 0-3 of each image, decoded from its latents on the way
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,17 @@ class SpeechCapabilities:
 
 
 @dataclass(frozen=True, slots=True)
+class SpeechOrder:
+    """What one speech request asks of the model."""
+
+    text: str
+    voice: str | None
+    response_format: str  # a key of omni.schemas.speech.MEDIA_TYPES
+    speed: float
+    instructions: str | None  # how to speak, for a model that takes them
+
+
+@dataclass(frozen=True, slots=True)
 class Spoken:
     """How much a speech request spoke: the last thing Speaker.speak yields."""
 
@@ -40,14 +51,7 @@ class Speaker(Model, Protocol):
     @property
     def capabilities(self) -> SpeechCapabilities: ...
 
-    async def speak(
-        self,
-        text: str,
-        voice: str | None,
-        response_format: str,
-        speed: float,
-        instructions: str | None = None,
-    ) -> Answer[bytes | Spoken]:
+    async def speak(self, order: SpeechOrder) -> Answer[bytes | Spoken]:
         """Sent to the model: the encoded audio's pieces as they are spoken, then one
         Spoken."""
         ...

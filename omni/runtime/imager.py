@@ -5,6 +5,7 @@ encoded, and the partial ones on the way, read by a thread and handed to the eve
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -48,9 +49,7 @@ class MLXImager(ModelProcess):
         self._pending[job_id] = (loop, queue)
         ended = False
         try:
-            self._send(wire.Generate(job_id, order.prompt, order.n, order.width, order.height,
-                                     order.steps, order.seed, order.output_format,
-                                     order.compression, order.partial_images))  # fmt: skip
+            self._send(wire.Generate(**dataclasses.asdict(order), id=job_id))
             while True:
                 match await queue.get():
                     case wire.Partial(_, image, index, data):

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from omni.errors import ModelLoadError
-from omni.ports.chat import Capabilities, RecommendedSampling, ToolFormat
+from omni.ports.chat import Capabilities, Messages, RecommendedSampling, ToolFormat, Tools
 from omni.ports.jobs import Delta, Failed, Finished, Job, Output, Started
 from omni.runtime import gemv, wire, worker
 from omni.runtime.generation_config import recommended_sampling
@@ -232,12 +232,7 @@ class MLXEngine:
         except ValueError as exc:  # a knob set wrong: the engine cannot start
             raise ModelLoadError(f"cannot load model {self.source.path}: {exc}") from None
 
-    def render(
-        self,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]],
-        thinking: bool | None = None,
-    ) -> list[int]:
+    def render(self, messages: Messages, tools: Tools, thinking: bool | None = None) -> list[int]:
         """`thinking`: switch a reasoning template's thinking on or off (its own kwarg, e.g.
         enable_thinking, as mlx-lm names it); None leaves the template's default (or what
         `template_args` set)."""
