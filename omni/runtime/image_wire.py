@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from omni.ports.images import ImageOrder
-from omni.runtime.wire import Cancel, Close, LoadFailed
+from omni.runtime.chat.wire import Cancel, Close, LoadFailed
 
 __all__ = ["Cancel", "Close", "Done", "Failed", "Generate", "LoadFailed", "Loaded", "Partial",
            "Picture"]  # fmt: skip

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from omni.ports.speech import SpeechOrder
-from omni.runtime.wire import Cancel, Close, LoadFailed
+from omni.runtime.chat.wire import Cancel, Close, LoadFailed
 
 __all__ = ["Audio", "Cancel", "Close", "Done", "Failed", "LoadFailed", "Loaded", "Speak"]
 
