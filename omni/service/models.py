@@ -30,7 +30,7 @@ from omni.service.variants import adapted, drafted
 log = logging.getLogger(__name__)
 
 Loader = Callable[[ModelEntry], Model]  # blocking: run in a thread
-Using = AbstractAsyncContextManager
+Using = AbstractAsyncContextManager  # a model held for one request (async with)
 WAIT_S = 0.05  # how often a request waiting for room looks again
 # What a model of each kind is called in a refusal, and where it is used instead.
 _A = {"chat": "a chat", "embedding": "an embedding", "speech": "a speech",
