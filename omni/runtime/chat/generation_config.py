@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from omni.jobs import RecommendedSampling
+from omni.ports.chat import RecommendedSampling
 
 # Each key: the type it must have and the values a request may set (as the request's schema).
 _RANGES: dict[str, tuple[type, float, float]] = {

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from omni.protocol.tool_calls import ToolFormat
+from omni.ports.chat import ToolFormat
 
 SLOW_TOKENIZER_TOKEN_BYTES = 256
 
