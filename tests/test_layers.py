@@ -1,8 +1,9 @@
 """Imports point down only (api → service → projections/protocol/events → schemas; the MLX
-runtime → protocol → schemas), MLX is imported only by the runtime and SQLAlchemy only by the
-event store (and its migrations) and the inspector's reads. The service and the API reach a
-runtime only through omni.jobs (the Engine protocol, jobs and their outputs): never its
-internals, and never for an event's name (omni.vocabulary)."""
+runtime → protocol → tools → schemas: tools and their grammar lie below all who use them),
+MLX is imported only by the runtime and SQLAlchemy only by the event store (and its
+migrations) and the inspector's reads. The service and the API reach a runtime only through
+omni.jobs (the Engine protocol, jobs and their outputs): never its internals, and never for an
+event's name (omni.vocabulary)."""
 
 from __future__ import annotations
 
@@ -17,10 +18,11 @@ PACKAGE = Path(__file__).resolve().parent.parent / "omni"
 ALLOWED = {
     "schemas": set(),
     "events": set(),
+    "tools": {"schemas"},  # which tools, their grammar, calls read out of text
     "projections": {"schemas"},
-    "protocol": {"schemas"},
-    "runtime": {"schemas", "protocol"},
-    "service": {"schemas", "projections", "protocol", "events"},
+    "protocol": {"schemas", "tools"},
+    "runtime": {"schemas", "protocol", "tools"},
+    "service": {"schemas", "projections", "protocol", "tools", "events"},
     "inspect": {"schemas", "projections"},  # reads for people (the CLI, /inspect)
     "api": {"schemas", "service", "events", "protocol", "db", "inspect"},
 }

@@ -13,7 +13,7 @@ from omni.ids import new_id
 from omni.jobs import Delta, Failed, Finished, Logprobs, Output, Started
 from omni.protocol.stops import StopMatcher
 from omni.protocol.thinking import ThinkSplitter
-from omni.protocol.tool_calls import Call, CallSplitter, Segment
+from omni.tools.calls import Call, CallSplitter, Segment
 from omni.vocabulary import (
     COMPLETION_CANCELLED,
     COMPLETION_CHUNK,

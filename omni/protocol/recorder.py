@@ -14,7 +14,7 @@ from typing import Any
 from omni.ids import new_id
 from omni.jobs import Delta, Failed, Finished, Logprobs, Output, Started, TokenLogprob
 from omni.protocol.thinking import ThinkSplitter
-from omni.protocol.tool_calls import Call, CallSplitter, Segment
+from omni.tools.calls import Call, CallSplitter, Segment
 from omni.vocabulary import RESPONSE_ENDS
 
 __all__ = ["RESPONSE_ENDS", "ResponseRecorder", "usage"]

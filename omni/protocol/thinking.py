@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from omni.protocol.tool_calls import partial_suffix
+from omni.tools.calls import partial_suffix
 
 Part = tuple[Literal["reasoning", "text"], str]
 

@@ -124,7 +124,7 @@ class BatchScheduler:
         self.model = model
         self.draft, self.num_draft = draft, num_draft
         self.tokenizer = tokenizer
-        self._constraints: Any = None  # grammars (omni.protocol.grammar), built on first use
+        self._constraints: Any = None  # grammars (omni.tools.grammar), built on first use
         self.cache = cache
         self.scorer = Scorer(tokenizer)
         eos = sorted(tokenizer.eos_token_ids)

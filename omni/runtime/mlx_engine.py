@@ -37,13 +37,13 @@ from omni.jobs import (
     RecommendedSampling,
     Started,
 )
-from omni.protocol.tool_calls import ToolFormat
 from omni.runtime import gemv, wire, worker
 from omni.runtime.generation_config import recommended_sampling
 from omni.runtime.model_source import ModelSource
 from omni.runtime.types import Runtime
 from omni.runtime.worker import config_context_length
 from omni.settings import EngineSettings, engine_knobs
+from omni.tools.calls import ToolFormat
 
 log = logging.getLogger(__name__)
 

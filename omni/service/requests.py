@@ -10,8 +10,8 @@ from typing import Any
 from omni.errors import InvalidRequest
 from omni.jobs import Engine, Sampling
 from omni.projections.messages import to_chat_messages
-from omni.protocol.tool_calls import plain_tools_prompt
 from omni.schemas.responses import ResponseCreate
+from omni.tools.calls import plain_tools_prompt
 
 log = logging.getLogger(__name__)
 

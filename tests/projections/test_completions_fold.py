@@ -11,7 +11,7 @@ from openai.types.chat import ChatCompletion
 from omni.jobs import Delta, Failed, Finished, Logprobs, TokenLogprob
 from omni.projections.completions import fold_chat, fold_text
 from omni.protocol.chat_recorder import ChunkRecorder
-from omni.protocol.tool_calls import CallSplitter, ToolFormat
+from omni.tools.calls import CallSplitter, ToolFormat
 
 CREATED = 1700000000
 TOOLS = [

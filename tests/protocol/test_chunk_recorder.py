@@ -13,7 +13,7 @@ from openai.types.chat import ChatCompletionChunk
 
 from omni.jobs import Delta, Failed, Finished, Logprobs, Started, TokenLogprob
 from omni.protocol.chat_recorder import ChunkRecorder
-from omni.protocol.tool_calls import CallSplitter, ToolFormat
+from omni.tools.calls import CallSplitter, ToolFormat
 from omni.vocabulary import (
     COMPLETION_CANCELLED,
     COMPLETION_CHUNK,

@@ -12,10 +12,10 @@ from omni.events import MemoryStore
 from omni.jobs import Delta, Finished, Sampling
 from omni.protocol.recorder import ResponseRecorder
 from omni.protocol.thinking import ThinkSplitter
-from omni.protocol.tool_calls import CallSplitter, ToolFormat
 from omni.schemas.responses import ResponseCreate
 from omni.service.plan import RunPlan, stored_plan
 from omni.service.streams import tokens_stream
+from omni.tools.calls import CallSplitter, ToolFormat
 
 from .conftest import ScriptedEngine, serving
 

@@ -33,7 +33,7 @@ from mlx_lm.tool_parsers import (
     qwen3_coder,
 )
 
-from omni.protocol.tool_calls import Call, CallSplitter, Segment, ToolFormat, partial_suffix
+from omni.tools.calls import Call, CallSplitter, Segment, ToolFormat, partial_suffix
 
 
 def _tool(name: str, **properties: str) -> dict[str, Any]:

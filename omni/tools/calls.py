@@ -6,7 +6,7 @@ between them goes to that parser, and the markers never reach the answer. A mode
 is asked (by the prompt, or by a grammar) to answer with plain JSON calls: an output that opens
 with `{`, `[` or a code fence is held back until the end and becomes calls if it parses as
 such, or text if not. An output the limit cut short keeps the calls it completed and drops
-the one it was writing (omni.protocol.cut_calls); unless a call is forced, a cut JSON object
+the one it was writing (omni.tools.cut); unless a call is forced, a cut JSON object
 that names no offered tool is an answer, kept as text.
 """
 
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from omni.protocol.cut_calls import closed_prefixes, plain_items
+from omni.tools.cut import closed_prefixes, plain_items
 
 log = logging.getLogger(__name__)
 
