@@ -7,6 +7,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from omni.inspect.requests import RequestSummary
+
 
 def iso(ms: int) -> str:
     """Unix ms → '2026-12-02T07:51:35.815Z', as the SQL views write it."""
@@ -68,7 +70,7 @@ class Detail:
     """One object whole: its request, usage, timings, output."""
 
     summary: Summary
-    request: dict[str, Any]  # {model, sampling, instructions, input: [{type, role, text}]}
+    request: RequestSummary  # {model, sampling, instructions, input: [{type, role, text}]}
     usage: dict[str, Any]  # input/output/cached/reasoning tokens
     timings: dict[str, Any]  # {queued_ms, ttft_ms, decode_tokens_per_s, total_ms}
     output_text: str
