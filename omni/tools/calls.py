@@ -142,9 +142,7 @@ class CallSplitter:
             if not self._inside:
                 at = self._held.find(start)
                 if at < 0:
-                    keep = partial_suffix(self._held, start)
-                    released = self._held[: len(self._held) - keep]
-                    self._held = self._held[len(released) :]
+                    released, self._held = held_back(self._held, start)
                     if released:
                         out.append(("text", released))
                     return out
@@ -251,6 +249,12 @@ def partial_suffix(text: str, marker: str) -> int:
         if marker.startswith(text[-n:]):
             return n
     return 0
+
+
+def held_back(text: str, marker: str) -> tuple[str, str]:
+    """`text` as (what may be released, the end held back as it may begin `marker`)."""
+    at = len(text) - partial_suffix(text, marker)
+    return text[:at], text[at:]
 
 
 def chat_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import keyword
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from omni.tools.lark import Literals, json_arg, regex_escape
@@ -41,6 +41,16 @@ class CallFamily:
     names: str = r"[A-Za-z0-9_-]+"  # tool and parameter names the parser reads back whole
 
 
+# <tool_call>NAME<arg_key>KEY</arg_key><arg_value>VALUE</arg_value></tool_call>
+_GLM = CallFamily(
+    "<tool_call>",
+    "</tool_call>",
+    "",
+    "",
+    kv=("<arg_key>", "</arg_key><arg_value>", "</arg_value>"),
+    stops=("</arg_value>", "<arg_key>", "</tool_call>"),
+    strips=True,
+)
 CALL_FAMILIES: dict[str, CallFamily] = {  # by mlx-lm tool-parser module
     # <tool_call>\n<function=NAME>\n<parameter=KEY>\nVALUE\n</parameter>\n</function>\n</tool_call>
     "qwen3_coder": CallFamily(
@@ -54,25 +64,10 @@ CALL_FAMILIES: dict[str, CallFamily] = {  # by mlx-lm tool-parser module
         stops=("</parameter>", "<parameter=", "</function>", "</tool_call>"),
         null_is_none=True,
     ),
-    # <tool_call>NAME<arg_key>KEY</arg_key><arg_value>VALUE</arg_value></tool_call>
-    "glm47": CallFamily(
-        "<tool_call>",
-        "</tool_call>",
-        "",
-        "",
-        kv=("<arg_key>", "</arg_key><arg_value>", "</arg_value>"),
-        stops=("</arg_value>", "<arg_key>", "</tool_call>"),
-        strips=True,
-    ),
-    "laguna": CallFamily(
-        "<tool_call>",
-        "</tool_call>",
-        "",
-        "\n",
-        sep="\n",
-        kv=("<arg_key>", "</arg_key>\n<arg_value>", "</arg_value>\n"),
-        stops=("</arg_value>", "<arg_key>", "</tool_call>"),
-        strips=True,
+    "glm47": _GLM,
+    # GLM's, each part on its own line
+    "laguna": replace(
+        _GLM, name_end="\n", sep="\n", kv=("<arg_key>", "</arg_key>\n<arg_value>", "</arg_value>\n")
     ),
     # <minimax:tool_call>\n<invoke name="NAME">\n<parameter name="KEY">VALUE</parameter>\n
     # </invoke>\n</minimax:tool_call>
@@ -186,29 +181,37 @@ def _kv_expressible(fam: CallFamily, params: dict[str, Any]) -> bool:
         return False
     if set(params) - {"type", "properties", "required", "additionalProperties", "description"}:
         return False
-    for key, prop in (params.get("properties") or {}).items():
-        if not _named(fam, key) or not isinstance(prop, dict) or not _within_limits(prop):
+    properties = (params.get("properties") or {}).items()
+    return all(_kv_property(fam, key, prop) for key, prop in properties)
+
+
+def _kv_property(fam: CallFamily, key: str, prop: Any) -> bool:
+    """One property a key/value format carries faithfully."""
+    if not _named(fam, key) or not isinstance(prop, dict) or not _within_limits(prop):
+        return False
+    if fam.kv_json:  # any JSON value
+        return True
+    kind = prop.get("type")
+    if not isinstance(kind, str) or kind not in _RAW_TYPES - {"object", "array"}:
+        # (an object or array would be JSON text inside the tags, whose strings could
+        # hold the tag that ends the value for the parser)
+        return False
+    return kind != "string" or _raw_string(fam, prop)
+
+
+def _raw_string(fam: CallFamily, prop: dict[str, Any]) -> bool:
+    """A string property the family's parser reads back exactly as raw text."""
+    if set(prop) - _PLAIN_STRING_KEYS - {"enum"}:
+        return False  # a pattern or format: only the JSON form can hold it
+    if max(prop.get("minLength", 0), prop.get("maxLength", 0)) > _LONGEST_RAW:
+        return False
+    for value in prop.get("enum", []):
+        if not isinstance(value, str) or any(stop in value for stop in fam.stops):
             return False
-        if fam.kv_json:  # any JSON value
-            continue
-        kind = prop.get("type")
-        if not isinstance(kind, str) or kind not in _RAW_TYPES - {"object", "array"}:
-            # (an object or array would be JSON text inside the tags, whose strings could
-            # hold the tag that ends the value for the parser)
+        if fam.strips and value != value.strip():
             return False
-        if kind != "string":
-            continue
-        if set(prop) - _PLAIN_STRING_KEYS - {"enum"}:
-            return False  # a pattern or format: only the JSON form can hold it
-        if max(prop.get("minLength", 0), prop.get("maxLength", 0)) > _LONGEST_RAW:
+        if fam.null_is_none and value.lower() == "null":
             return False
-        for value in prop.get("enum", []):
-            if not isinstance(value, str) or any(stop in value for stop in fam.stops):
-                return False
-            if fam.strips and value != value.strip():
-                return False
-            if fam.null_is_none and value.lower() == "null":
-                return False
     return True
 
 
