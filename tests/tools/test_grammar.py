@@ -16,7 +16,7 @@ from mlx_lm import load
 from mlx_lm.generate import BatchGenerator, generate_step
 from mlx_lm.sample_utils import make_sampler
 
-from omni.runtime.constraints import Constraints, apply_bitmask, bitmask_of
+from omni.runtime.chat.constraints import Constraints, apply_bitmask, bitmask_of
 from omni.tools.grammar import check_schema
 from omni.tools.lark import GrammarError
 
