@@ -68,14 +68,8 @@ class FunctionCall(_InputItem):
     status: str | None = None
 
     def stored(self, param: str) -> dict[str, Any]:
-        return {
-            "id": self.id or new_id("fc"),
-            "type": "function_call",
-            "call_id": self.call_id,
-            "name": self.name,
-            "arguments": self.arguments,
-            "status": "completed",
-        }
+        fields = {"name": self.name, "arguments": self.arguments}
+        return {"id": self.id or new_id("fc"), **_call_item(self.type, self.call_id, fields)}
 
 
 class FunctionCallOutput(_InputItem):
@@ -86,13 +80,13 @@ class FunctionCallOutput(_InputItem):
     status: str | None = None
 
     def stored(self, param: str) -> dict[str, Any]:
-        return {
-            "id": self.id or new_id("fco"),
-            "type": "function_call_output",
-            "call_id": self.call_id,
-            "output": self.output,
-            "status": "completed",
-        }
+        fields = {"output": self.output}
+        return {"id": self.id or new_id("fco"), **_call_item(self.type, self.call_id, fields)}
+
+
+def _call_item(type_: str, call_id: str, fields: dict[str, Any]) -> dict[str, Any]:
+    """A function call's item, or its output's, as stored: completed."""
+    return {"type": type_, "call_id": call_id, **fields, "status": "completed"}
 
 
 class Reasoning(_InputItem):

@@ -17,7 +17,7 @@ import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from omni.tools.cut import closed_prefixes, plain_items
 
@@ -42,6 +42,23 @@ class Call:
 
 
 Segment = tuple[Literal["text"], str] | tuple[Literal["call"], Call]
+E = TypeVar("E")
+
+
+def routed(
+    segments: list[Segment], text: Callable[[str], list[E]], call: Callable[[Call], list[E]]
+) -> list[E]:
+    """The events of `segments`, in order: `text`'s for answer text, `call`'s for a call."""
+    events: list[E] = []
+    for kind, value in segments:
+        if kind == "text":
+            assert isinstance(value, str)
+            events += text(value)
+        else:
+            assert isinstance(value, Call)
+            events += call(value)
+    return events
+
 
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
 
