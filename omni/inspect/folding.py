@@ -4,15 +4,25 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypedDict
 
 from omni.projections.completions import fold_chat, fold_text
 from omni.projections.response import fold_response
 from omni.vocabulary import IMAGES_COMPLETED, SPEECH_COMPLETED
 
 PREVIEW_WORDS = 12
-# An object's output: (its text, its tool calls {name, arguments, call_id}, its reasoning).
-Output = tuple[str, list[dict[str, Any]], str]
+
+
+class ShownCall(TypedDict):
+    """A tool call the model made, as the inspector shows it."""
+
+    name: Any  # as the stored item names it
+    arguments: str
+    call_id: Any
+
+
+# An object's output: (its text, its tool calls, its reasoning).
+Output = tuple[str, list[ShownCall], str]
 Events = list[tuple[str, str]]  # a public stream's (type, data), in order
 
 
@@ -52,7 +62,9 @@ def images_output(request: dict[str, Any], ending: dict[str, Any]) -> str:
 
 def response_output(response: dict[str, Any]) -> Output:
     """A response's (output text, tool calls, reasoning text)."""
-    text, calls, reasoning = [], [], []
+    text: list[str] = []
+    calls: list[ShownCall] = []
+    reasoning: list[str] = []
     for item in response.get("output") or []:
         if item.get("type") == "message":
             text += [p.get("text") or "" for p in item.get("content") or []]
@@ -75,7 +87,7 @@ def completion_output(kind: str, folded: dict[str, Any]) -> Output:
     if kind != "chat.completion":
         return str(choice.get("text") or ""), [], ""
     message = choice.get("message") or {}
-    calls = [
+    calls: list[ShownCall] = [
         {
             "name": (c.get("function") or {}).get("name"),
             "arguments": (c.get("function") or {}).get("arguments") or "",

@@ -21,7 +21,7 @@ from omni.inspect.folding import (
     response_output,
     transcript_text,
 )
-from omni.inspect.records import Detail, Stats, Summary, TimelineRow
+from omni.inspect.records import Detail, Stats, Summary, TimelineRow, Timings
 from omni.inspect.requests import request_summary
 from omni.inspect.stats import percentile
 
@@ -289,7 +289,7 @@ def _filters(**given: Any) -> tuple[str, dict[str, Any]]:
     return (f"WHERE {where}" if where else ""), args
 
 
-def _timings(row: RowMapping) -> dict[str, Any]:
+def _timings(row: RowMapping) -> Timings:
     created, started = row["created_at"], row["started_at"]
     first, end = row["first_token_at"], row["finished_at"]
     return {
