@@ -1,9 +1,9 @@
 """Imports point down only (api → service → projections/protocol/events → schemas; the MLX
-runtime → protocol → tools → schemas: tools and their grammar lie below all who use them),
+runtime → protocol → tools → ports: tools and their grammar lie below all who use them),
 MLX is imported only by the runtime and SQLAlchemy only by the event store (and its
 migrations) and the inspector's reads. The service and the API reach a runtime only through
-omni.jobs (the Engine protocol, jobs and their outputs): never its internals, and never for an
-event's name (omni.vocabulary)."""
+omni.ports (the Model protocol and a port per modality, jobs and their outputs): never its
+internals, and never for an event's name (omni.vocabulary)."""
 
 from __future__ import annotations
 
@@ -18,16 +18,17 @@ PACKAGE = Path(__file__).resolve().parent.parent / "omni"
 ALLOWED = {
     "schemas": set(),
     "events": set(),
-    "tools": {"schemas"},  # which tools, their grammar, calls read out of text
+    "ports": set(),  # what a service may ask of a runtime: below both
+    "tools": {"schemas", "ports"},  # which tools, their grammar, calls read out of text
     "projections": {"schemas"},
-    "protocol": {"schemas", "tools"},
-    "runtime": {"schemas", "protocol", "tools"},
-    "service": {"schemas", "projections", "protocol", "tools", "events"},
+    "protocol": {"schemas", "ports", "tools"},
+    "runtime": {"schemas", "protocol", "ports", "tools"},
+    "service": {"schemas", "projections", "protocol", "tools", "events", "ports"},
     "inspect": {"schemas", "projections"},  # reads for people (the CLI, /inspect)
-    "api": {"schemas", "service", "events", "protocol", "db", "inspect"},
+    "api": {"schemas", "service", "events", "protocol", "db", "inspect", "ports"},
 }
 LEAVES = {
-    "catalogue", "errors", "features", "heap", "ids", "jobs", "location", "lock", "metrics",
+    "catalogue", "errors", "features", "heap", "ids", "location", "lock", "metrics",
     "settings", "vocabulary",
 }  # fmt: skip
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from omni.errors import InvalidRequest
-from omni.tools.calls import CallSplitter, ToolFormat, chat_tools
+from omni.ports.chat import ToolFormat
+from omni.tools.calls import CallSplitter, chat_tools
 from omni.tools.families import family_tools
 
 Mode = Literal["none", "auto", "required"]

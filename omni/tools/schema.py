@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from omni.errors import InvalidRequest
-from omni.tools.calls import ToolFormat
+from omni.ports.chat import ToolFormat
 from omni.tools.grammar import check_schema
 from omni.tools.lark import GrammarError
 from omni.tools.policy import Mode, json_markers, own_format, plain_calls
