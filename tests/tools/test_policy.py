@@ -12,16 +12,12 @@ from omni.ports.chat import ToolFormat
 from omni.tools.policy import splitter, tool_policy
 from omni.tools.schema import decoding_constraint
 
+CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 WEATHER = {
     "type": "function",
     "name": "get_weather",
     "strict": True,
-    "parameters": {
-        "type": "object",
-        "properties": {"city": {"type": "string"}},
-        "required": ["city"],
-        "additionalProperties": False,
-    },
+    "parameters": {**CITY, "additionalProperties": False},
 }
 PLAIN = ToolFormat()  # plain JSON calls
 HERMES = ToolFormat("<tool_call>", "</tool_call>", lambda text, tools: None, "json_tools")
