@@ -463,6 +463,7 @@ class FailingEngine:
         self.model_id = engine.model_id
         self.capabilities = engine.capabilities  # the tiny model's template: its own
         self.queued = self.running = 0
+        self.loading, self.load_error, self.memory_bytes, self.path = False, None, None, ""
         self.on_step = None
         self.generations = 0
 
@@ -473,7 +474,7 @@ class FailingEngine:
         return list(self._engine.encode(text))
 
     def submit(self, job: Any) -> None:
-        from omni.jobs import Delta, Failed, Started
+        from omni.ports.jobs import Delta, Failed, Started
 
         assert job.claim()
         self.generations += 1
