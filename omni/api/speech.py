@@ -18,7 +18,7 @@ from omni.api import access
 from omni.api.body import body_bytes
 from omni.api.gate import owner
 from omni.errors import ModelNotFound, ShuttingDown
-from omni.jobs import Spoken
+from omni.ports.speech import Spoken
 from omni.schemas.responses import parse_body
 from omni.schemas.speech import SpeechCreate
 from omni.service.speech import Speech, usage

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from omni.ids import new_id
-from omni.jobs import Delta, Failed, Finished, Logprobs, Output, Started
+from omni.ports.jobs import Delta, Failed, Finished, Logprobs, Output, Started
 from omni.protocol.stops import StopMatcher
 from omni.protocol.thinking import ThinkSplitter
 from omni.protocol.tool_calls import Call, CallSplitter, Segment

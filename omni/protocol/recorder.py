@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from omni.ids import new_id
-from omni.jobs import Delta, Failed, Finished, Logprobs, Output, Started, TokenLogprob
+from omni.ports.jobs import Delta, Failed, Finished, Logprobs, Output, Started, TokenLogprob
 from omni.protocol.thinking import ThinkSplitter
 from omni.protocol.tool_calls import Call, CallSplitter, Segment
 from omni.vocabulary import RESPONSE_ENDS

@@ -15,24 +15,13 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from omni.ports.chat import ToolFormat
 from omni.protocol.cut_calls import closed_prefixes, plain_items
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class ToolFormat:
-    """How a model writes calls: between `start` and `end` markers, read by `parser`
-    (mlx-lm's, for the model's family); no markers: plain JSON."""
-
-    start: str | None = None
-    end: str | None = None
-    parser: Callable[[str, Any], Any] | None = None
-    family: str | None = None  # mlx-lm's parser module ("qwen3_coder", ...), None: plain JSON
 
 
 @dataclass(frozen=True, slots=True)

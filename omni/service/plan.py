@@ -9,7 +9,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, get_args
 
-from omni.jobs import Engine, Job, Sampling
+from omni.ports.chat import Engine
+from omni.ports.jobs import Job, Sampling
 from omni.protocol.thinking import ThinkSplitter
 from omni.protocol.tool_calls import CallSplitter
 from omni.service.reasoning import thinker, thinking_plan

@@ -19,7 +19,8 @@ from omni.events import (
     follow_pages,
 )
 from omni.ids import new_id
-from omni.jobs import Engine, Sampling
+from omni.ports.chat import Engine
+from omni.ports.jobs import Sampling
 from omni.projections.input_items import page_items
 from omni.projections.messages import item_text
 from omni.projections.response import fold_response

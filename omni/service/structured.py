@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from omni.errors import InvalidRequest
-from omni.jobs import Engine
+from omni.ports.chat import Engine
 from omni.protocol.grammar import GrammarError, check_schema
 from omni.service.tools import Mode, json_markers, own_format, plain_calls
 

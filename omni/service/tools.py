@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from omni.errors import InvalidRequest
-from omni.jobs import Engine
+from omni.ports.chat import Engine, ToolFormat
 from omni.protocol.grammar import family_tools
-from omni.protocol.tool_calls import CallSplitter, ToolFormat, chat_tools
+from omni.protocol.tool_calls import CallSplitter, chat_tools
 
 Mode = Literal["none", "auto", "required"]
 

@@ -15,7 +15,7 @@ import pytest
 
 from omni.errors import InvalidRequest, ModelNotFound, OmniError
 from omni.events import Append, Appender, MemoryStore, NewEvent, Notifier, StoredEvent
-from omni.jobs import EmbeddingCapabilities
+from omni.ports.embeddings import EmbeddingCapabilities
 from omni.schemas.embeddings import EmbeddingCreate
 from omni.schemas.responses import parse_body
 from omni.service.embeddings import MAX_INPUTS, EmbeddingsService
