@@ -1,8 +1,8 @@
-"""Imports point down only (api → service → projections/protocol/events → schemas; the MLX
-runtime → protocol → schemas), MLX is imported only by the runtime and SQLAlchemy only by the
-event store (and its migrations) and the inspector's reads. The service and the API reach a
-runtime only through omni.jobs (the Engine protocol, jobs and their outputs): never its
-internals, and never for an event's name (omni.vocabulary)."""
+"""Imports point down only (api → server, lifecycle → service → projections/protocol/events →
+schemas; the MLX runtime → protocol → schemas), MLX is imported only by the runtime and
+SQLAlchemy only by the event store (and its migrations) and the inspector's reads. The service
+and the API reach a runtime only through omni.jobs (the Engine protocol, jobs and their
+outputs): never its internals, and never for an event's name (omni.vocabulary)."""
 
 from __future__ import annotations
 
@@ -22,11 +22,13 @@ ALLOWED = {
     "runtime": {"schemas", "protocol"},
     "service": {"schemas", "projections", "protocol", "events"},
     "inspect": {"schemas", "projections"},  # reads for people (the CLI, /inspect)
-    "api": {"schemas", "service", "events", "protocol", "db", "inspect"},
+    "lifecycle": {"service", "events"},  # what every endpoint asks before it starts work
+    "server": {"service", "events", "db", "lifecycle"},  # the composition root
+    "api": {"schemas", "service", "events", "protocol", "db", "inspect", "server", "lifecycle"},
 }
 LEAVES = {
-    "catalogue", "errors", "features", "heap", "ids", "jobs", "location", "lock", "metrics",
-    "settings", "vocabulary",
+    "catalogue", "errors", "features", "heap", "ids", "image_hosts", "jobs", "location", "lock",
+    "metrics", "settings", "vocabulary",
 }  # fmt: skip
 
 

@@ -32,8 +32,9 @@ from omni.projections.messages import chat_content, chat_for_template
 from omni.protocol.chat_recorder import ChunkRecorder, error_event
 from omni.schemas.chat import ChatCompletionCreate, CompletionCreate
 from omni.service.defaults import Defaults
-from omni.service.image_urls import Fetcher
+from omni.service.image_urls import PUBLIC_IMAGES, Fetcher
 from omni.service.images import load_images, message_images, pictures, refuse_images
+from omni.service.modality import end_unfinished
 from omni.service.models import Models
 from omni.service.ownership import cache_namespace
 from omni.service.plan import RunPlan
@@ -46,7 +47,7 @@ from omni.service.structured import decoding_constraint
 from omni.service.tools import tool_policy
 from omni.service.unwritten import end_unwritten
 from omni.settings import ServerSettings
-from omni.vocabulary import ACCEPTED, COMPLETION_CHUNK, COMPLETION_ENDS
+from omni.vocabulary import ACCEPTED, CHAT, COMPLETION_CHUNK, COMPLETION_ENDS, TEXT
 
 MIRROR_PAGE = 512
 # A twin on another server waits this long at most for the leader's request to be in the log.
@@ -88,6 +89,8 @@ def cache_key(
 
 
 class CompletionsService:
+    kinds = (CHAT, TEXT)
+
     def __init__(
         self,
         store: Store,
@@ -100,12 +103,15 @@ class CompletionsService:
         defaults: Defaults | None = None,
         prompter: Prompter | None = None,
         store_by_default: bool = ServerSettings.store_by_default,
+        *,
+        metrics: Metrics = UNREAD,
+        image_fetcher: Fetcher | None = PUBLIC_IMAGES,
     ):
         self.defaults = defaults or Defaults()
         self.store_by_default = store_by_default
         self.prompter = prompter or Prompter()
         # How http(s) image URLs are fetched (None: --no-image-urls, they are refused).
-        self.image_fetcher: Fetcher | None = Fetcher()
+        self.image_fetcher = image_fetcher
         self.store = store
         self.appender = appender
         self.notifier = notifier
@@ -117,7 +123,7 @@ class CompletionsService:
         # Unstored copies (mirrors) -> set once their client has read them: then purged.
         self._copies: dict[str, asyncio.Event] = {}
         self._tasks: set[asyncio.Task[None]] = set()
-        self.metrics: Metrics = UNREAD  # the app's, once it serves
+        self.metrics = metrics  # the server's (UNREAD: nobody reads them)
 
     # --- create ---------------------------------------------------------------
 
@@ -439,16 +445,10 @@ class CompletionsService:
         purge can take it (an unstored one was purged at start-up). Returns how many."""
         ended = 0
         for chunk in COMPLETION_CHUNK.values():
-            unfinished = await self.store.unfinished(chunk, sorted(COMPLETION_ENDS))
-            async with self.runs.leasing.taking(unfinished, among) as taken:
-                for cid in taken:
-                    type_, data = error_event(RESTARTED)
-                    event = NewEvent(type_, dumps(data))
-                    seq = await self.store.next_seq(cid)
-                    await self.appender.append(Append(cid, seq, [event]))
-                    ended += 1
-        if ended:
-            log.warning("ended %d completions a restart interrupted", ended)
+            ended += await end_unfinished(
+                self.store, self.appender, self.runs.leasing, among, chunk, COMPLETION_ENDS,
+                lambda _: error_event(RESTARTED), "completions",
+            )  # fmt: skip
         return ended
 
     def cancel_running(self, cid: str) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import array
 import asyncio
 import base64
-import logging
 import math
 import sys
 import time
@@ -23,6 +22,7 @@ from omni.jobs import Embedder
 from omni.metrics import UNREAD, Metrics
 from omni.schemas.embeddings import EmbeddingCreate
 from omni.service.leasing import Leasing
+from omni.service.modality import end_unfinished, error_body, failure
 from omni.service.streams import dumps, request_stream
 from omni.vocabulary import (
     ACCEPTED,
@@ -37,7 +37,6 @@ from omni.vocabulary import (
 MAX_INPUTS = 2048  # OpenAI's limit of inputs in one request
 RESTARTED = "The server restarted before these embeddings were ready."
 GONE = "The client went away before its embeddings were ready."
-log = logging.getLogger(__name__)
 
 
 class EmbedderSource(Protocol):
@@ -114,6 +113,8 @@ def encoded(vector: list[float], encoding_format: str) -> list[float] | str:
 
 
 class EmbeddingsService:
+    kinds = (EMBEDDING,)
+
     def __init__(
         self,
         store: EventLog,
@@ -191,7 +192,9 @@ class EmbeddingsService:
         try:
             vectors = await embedder.embed(inputs)
         except asyncio.CancelledError:  # the client went away: the log says so, unawaited
-            self._end(eid, EMBEDDING_FAILED, embedder.model_id, timings, _error(GONE, "cancelled"))
+            self._end(
+                eid, EMBEDDING_FAILED, embedder.model_id, timings, error_body(GONE, "cancelled")
+            )
             raise
         except Exception as exc:
             failure = internal(exc, f"embeddings {eid}")
@@ -254,21 +257,15 @@ class EmbeddingsService:
     async def recover(self, among: Sequence[str] | None = None) -> int:
         """End every embeddings request a crash left open (its client went with the old
         process). Returns how many."""
-        ended = 0
-        unfinished = await self.store.unfinished(EMBEDDING_IN_PROGRESS, sorted(EMBEDDING_ENDS))
-        async with self.leasing.taking(unfinished, among) as taken:
-            for eid in taken:
-                data = {"id": eid, "error": _error(RESTARTED, "server_error")["error"]}
-                end = Append(eid, 1, [NewEvent(EMBEDDING_FAILED, dumps(data))])
-                await self.appender.append(end)
-                ended += 1
-        if ended:
-            log.warning("ended %d embeddings requests a restart interrupted", ended)
-        return ended
+        return await end_unfinished(
+            self.store, self.appender, self.leasing, among,
+            EMBEDDING_IN_PROGRESS, EMBEDDING_ENDS,
+            lambda eid: (EMBEDDING_FAILED, failure(eid, RESTARTED)),
+            "embeddings requests",
+        )  # fmt: skip
 
-
-def _error(message: str, code: str) -> dict[str, Any]:
-    return {"error": {"message": message, "type": "server_error", "param": None, "code": code}}
+    async def close(self) -> None:
+        """Nothing to wait for: a request's ending is written before its answer."""
 
 
 def _check_vocabulary(inputs: list[list[int]], vocab_size: int) -> None:

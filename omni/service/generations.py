@@ -21,6 +21,7 @@ from omni.ids import new_id
 from omni.jobs import Drawn, ImageOrder, Imager, PartialPicture, Picture
 from omni.schemas.images import ImageGenerate
 from omni.service.leasing import Leasing
+from omni.service.modality import end_unfinished, error_body, failure
 from omni.service.streams import dumps, request_stream
 from omni.vocabulary import (
     ACCEPTED,
@@ -82,6 +83,8 @@ def order_for(body: ImageGenerate, imager: Imager, seed: int) -> ImageOrder:
 
 
 class ImagesService:
+    kinds = (IMAGE,)
+
     def __init__(
         self,
         store: EventLog,
@@ -122,7 +125,7 @@ class ImagesService:
         try:
             return await anext(pieces)
         except asyncio.CancelledError:
-            self._end(gid, 1, IMAGES_FAILED, model_id, timings, _error(GONE, "cancelled"))
+            self._end(gid, 1, IMAGES_FAILED, model_id, timings, error_body(GONE, "cancelled"))
             raise
         except Exception as exc:
             failure = internal(exc, f"image generation {gid}")
@@ -156,7 +159,7 @@ class ImagesService:
             await self._end(gid, seq, IMAGES_COMPLETED, model_id, timings, done)
             yield piece
         except (asyncio.CancelledError, GeneratorExit):
-            self._end(gid, seq, IMAGES_FAILED, model_id, timings, _error(GONE, "cancelled"))
+            self._end(gid, seq, IMAGES_FAILED, model_id, timings, error_body(GONE, "cancelled"))
             raise
         except Exception as exc:
             log.warning("image generation %s failed after its first piece: %s", gid, exc)
@@ -214,17 +217,15 @@ class ImagesService:
     async def recover(self, among: Sequence[str] | None = None) -> int:
         """End every image generation a crash left open (its client went with the old
         process). Returns how many."""
-        ended = 0
-        unfinished = await self.store.unfinished(IMAGES_IN_PROGRESS, sorted(IMAGES_ENDS))
-        async with self.leasing.taking(unfinished, among) as taken:
-            for gid in taken:
-                seq = len(await self.store.read(gid))
-                data = {"id": gid, "error": _error(RESTARTED, "server_error")["error"]}
-                await self.appender.append(Append(gid, seq, [NewEvent(IMAGES_FAILED, dumps(data))]))
-                ended += 1
-        if ended:
-            log.warning("ended %d image generations a restart interrupted", ended)
-        return ended
+        return await end_unfinished(
+            self.store, self.appender, self.leasing, among,
+            IMAGES_IN_PROGRESS, IMAGES_ENDS,
+            lambda gid: (IMAGES_FAILED, failure(gid, RESTARTED)),
+            "image generations",
+        )  # fmt: skip
+
+    async def close(self) -> None:
+        """Nothing to wait for: a generation's ending is written before its last piece."""
 
 
 def usage(input_tokens: int, output_tokens: int) -> dict[str, Any]:
@@ -237,7 +238,3 @@ def usage(input_tokens: int, output_tokens: int) -> dict[str, Any]:
         "output_tokens_details": {"image_tokens": output_tokens, "text_tokens": 0},
         "total_tokens": input_tokens + output_tokens,
     }
-
-
-def _error(message: str, code: str) -> dict[str, Any]:
-    return {"error": {"message": message, "type": "server_error", "param": None, "code": code}}

@@ -14,22 +14,34 @@ import contextlib
 import json
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from omni.errors import InvalidRequest, ModelLoadError, NotFound, OmniError
-from omni.events import Append, NewEvent
+from omni.events import Append, Appender, EventLog, NewEvent, StoredEvent
 from omni.jobs import Failed, Finished
 from omni.projections.response import fold_response
 from omni.protocol.recorder import ResponseRecorder
+from omni.service.image_urls import Fetcher
 from omni.service.images import ImageRef, load_images, pictures
+from omni.service.models import Models
 from omni.service.plan import stored_plan
 from omni.service.reasoning import reasoning_tokens
-from omni.service.runs import Run
+from omni.service.runs import Run, Runs
 from omni.service.streams import dumps, kept, request_stream, tokens_stream
 from omni.vocabulary import CANCEL_REQUESTED, RESPONSE_ENDS
 
-if TYPE_CHECKING:
-    from omni.service.responses import ResponsesService
+
+class ResponsesService(Protocol):
+    """What recovery asks of the Responses service (omni.service.responses)."""
+
+    store: EventLog
+    appender: Appender
+    runs: Runs
+    models: Models
+    image_fetcher: Fetcher | None
+
+    async def accepted(self, response_id: str) -> tuple[dict[str, Any], list[StoredEvent]]: ...
+
 
 log = logging.getLogger(__name__)
 

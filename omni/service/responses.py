@@ -20,6 +20,7 @@ from omni.events import (
 )
 from omni.ids import new_id
 from omni.jobs import Engine, Sampling
+from omni.metrics import UNREAD, Metrics
 from omni.projections.input_items import page_items
 from omni.projections.messages import item_text
 from omni.projections.response import fold_response
@@ -28,8 +29,9 @@ from omni.schemas.items import normalize_input
 from omni.schemas.responses import ResponseCreate
 from omni.service import recovery, references
 from omni.service.defaults import Defaults
-from omni.service.image_urls import Fetcher
+from omni.service.image_urls import PUBLIC_IMAGES, Fetcher
 from omni.service.images import ImageRef, item_images, load_images, pictures, refuse_images
+from omni.service.leasing import Leasing
 from omni.service.models import Models
 from omni.service.ownership import cache_namespace, visible
 from omni.service.plan import RunPlan
@@ -54,6 +56,8 @@ from omni.vocabulary import (
 
 
 class ResponsesService:
+    kinds = (RESPONSE,)
+
     def __init__(
         self,
         store: EventLog,
@@ -64,6 +68,10 @@ class ResponsesService:
         max_queued: int = ServerSettings.max_queued,
         sealer: Sealer | None = None,
         defaults: Defaults | None = None,
+        *,
+        leasing: Leasing | None = None,
+        metrics: Metrics = UNREAD,
+        image_fetcher: Fetcher | None = PUBLIC_IMAGES,
     ):
         """`models`: the models served (an engine alone: that one model, loaded)."""
         self.defaults = defaults or Defaults()
@@ -73,10 +81,10 @@ class ResponsesService:
         self.notifier = notifier
         self.models = models if isinstance(models, Models) else Models.single(models)
         self.keepalive = keepalive
-        self.runs = Runs(store, appender, notifier, max_queued)
+        self.runs = Runs(store, appender, notifier, max_queued, leasing=leasing, metrics=metrics)
         self.prompter = Prompter()  # shared with chat: one request's prompt built at a time
         # How http(s) image URLs are fetched (None: --no-image-urls, they are refused).
-        self.image_fetcher: Fetcher | None = Fetcher()
+        self.image_fetcher = image_fetcher
         self.facts = ObjectLocks()  # a response's cancel and delete facts, one at a time
 
     # --- commands -------------------------------------------------------------

@@ -92,6 +92,9 @@ class Runs:
         appender: Appender,
         notifier: Notifier,
         max_queued: int = ServerSettings.max_queued,
+        *,
+        leasing: Leasing | None = None,
+        metrics: Metrics = UNREAD,
     ):
         self.max_queued = max_queued
         self.store = store
@@ -101,11 +104,11 @@ class Runs:
         self._early: dict[str, int] = {}  # mirrors of runs not listed yet (still opening)
         self._tasks: set[asyncio.Task[None]] = set()
         self._closing = asyncio.Event()  # set by close(): endings stop waiting for the disk
-        self.metrics: Metrics = UNREAD  # the app's, once it serves
+        self.metrics = metrics  # the server's (UNREAD: nobody reads them)
         self.closing = False  # the server is stopping: no new work
         self._interrupted = False  # ... and what runs now is ended or left at once
         self.intake = Intake()  # requests on their way to open a run
-        self.leasing = Leasing()  # the app's, where servers share the log
+        self.leasing = leasing or Leasing()  # the server's, where servers share the log
 
     def check_capacity(self, engine: Engine | None = None) -> None:
         """Refuse new work: all of it (503) once the server is stopping, else (429) while too

@@ -22,6 +22,7 @@ from omni.jobs import Answer, Speaker, Spoken
 from omni.metrics import UNREAD, Metrics
 from omni.schemas.speech import MEDIA_TYPES, SpeechCreate
 from omni.service.leasing import Leasing
+from omni.service.modality import end_unfinished, error_body, failure
 from omni.service.streams import dumps, request_stream
 from omni.vocabulary import (
     ACCEPTED,
@@ -78,6 +79,8 @@ def voice_for(body: SpeechCreate, speaker: Speaker) -> str | None:
 
 
 class SpeechService:
+    kinds = (SPEECH,)
+
     def __init__(
         self,
         store: EventLog,
@@ -204,7 +207,7 @@ class SpeechService:
     ) -> None:
         """`speech.failed` (code `cancelled`) with how much the model spoke before it
         stopped: the pieces after the client left are read to the model's last."""
-        fields: dict[str, Any] = {**_error(GONE, "cancelled"), "bytes": sent}
+        fields: dict[str, Any] = {**error_body(GONE, "cancelled"), "bytes": sent}
         try:
             async for piece in pieces:
                 if isinstance(piece, Spoken):
@@ -270,23 +273,15 @@ class SpeechService:
     async def recover(self, among: Sequence[str] | None = None) -> int:
         """End every speech request a crash left open (its client went with the old
         process). Returns how many."""
-        ended = 0
-        unfinished = await self.store.unfinished(SPEECH_IN_PROGRESS, sorted(SPEECH_ENDS))
-        async with self.leasing.taking(unfinished, among) as taken:
-            for sid in taken:
-                data = {"id": sid, "error": _error(RESTARTED, "server_error")["error"]}
-                await self.appender.append(Append(sid, 1, [NewEvent(SPEECH_FAILED, dumps(data))]))
-                ended += 1
-        if ended:
-            log.warning("ended %d speech requests a restart interrupted", ended)
-        return ended
+        return await end_unfinished(
+            self.store, self.appender, self.leasing, among,
+            SPEECH_IN_PROGRESS, SPEECH_ENDS,
+            lambda sid: (SPEECH_FAILED, failure(sid, RESTARTED)),
+            "speech requests",
+        )  # fmt: skip
 
 
 def usage(spoken: Spoken) -> dict[str, int]:
     """OpenAI's usage of a speech: the model's input tokens; it counts no output tokens."""
     return {"input_tokens": spoken.input_tokens, "output_tokens": 0,
             "total_tokens": spoken.input_tokens}  # fmt: skip
-
-
-def _error(message: str, code: str) -> dict[str, Any]:
-    return {"error": {"message": message, "type": "server_error", "param": None, "code": code}}

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import logging
 import time
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import AbstractAsyncContextManager
@@ -26,6 +25,7 @@ from omni.metrics import UNREAD, Metrics
 from omni.protocol import transcripts
 from omni.schemas.audio import TranscriptionCreate
 from omni.service.leasing import Leasing
+from omni.service.modality import end_unfinished, failure
 from omni.service.ownership import visible
 from omni.service.streams import dumps, request_stream
 from omni.vocabulary import (
@@ -43,7 +43,6 @@ from omni.vocabulary import (
 
 RESTARTED = "The server restarted before this transcription was done."
 GONE = "The client went away before its transcription was done."
-log = logging.getLogger(__name__)
 
 
 class TranscriberSource(Protocol):
@@ -76,6 +75,8 @@ def sent(event: StoredEvent) -> bool:
 
 
 class TranscriptionsService:
+    kinds = (TRANSCRIPTION,)
+
     def __init__(
         self,
         store: EventLog,
@@ -305,21 +306,12 @@ class TranscriptionsService:
     async def recover(self, among: Sequence[str] | None = None) -> int:
         """End every transcription a crash left open (its client went with the old process).
         Returns how many."""
-        ended = 0
-        unfinished = await self.store.unfinished(
-            TRANSCRIPTION_IN_PROGRESS, sorted(TRANSCRIPTION_ENDS)
-        )
-        async with self.leasing.taking(unfinished, among) as taken:
-            for tid in taken:
-                error = {"message": RESTARTED, "type": "server_error", "param": None,
-                         "code": "server_error"}  # fmt: skip
-                seq = await self.store.next_seq(tid)
-                data = dumps({"id": tid, "error": error})
-                await self.appender.append(Append(tid, seq, [NewEvent(TRANSCRIPTION_FAILED, data)]))
-                ended += 1
-        if ended:
-            log.warning("ended %d transcriptions a restart interrupted", ended)
-        return ended
+        return await end_unfinished(
+            self.store, self.appender, self.leasing, among,
+            TRANSCRIPTION_IN_PROGRESS, TRANSCRIPTION_ENDS,
+            lambda tid: (TRANSCRIPTION_FAILED, failure(tid, RESTARTED)),
+            "transcriptions",
+        )  # fmt: skip
 
     async def close(self) -> None:
         """Let the transcriptions under way end (their model is closed after this)."""

@@ -25,11 +25,11 @@ import pytest
 from openai import BadRequestError, InternalServerError, OpenAI
 
 from omni.api.app import Settings
+from omni.image_hosts import ImageHosts
 from omni.runtime.catalogue import scan
 from omni.runtime.loading import Loader
 from omni.runtime.tiny import build_tiny_llama
 from omni.runtime.tiny_vlm import IMAGE_SIZE, PATCH_SIZE, build_tiny_llava
-from omni.service.image_urls import ImageHosts
 from omni.service.models import Models
 from tests.api._helpers import n_deltas, wait_for
 from tests.server import ServerThread, free_port

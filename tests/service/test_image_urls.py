@@ -21,14 +21,13 @@ from typing import Any
 import pytest
 
 from omni.errors import InvalidRequest
+from omni.image_hosts import ImageHosts, public
 from omni.service import image_urls
 from omni.service.image_urls import (
     MAX_REDIRECTS,
     Fetcher,
-    ImageHosts,
     Target,
     Unfetchable,
-    public,
 )
 from omni.service.images import ImageRef, load_images
 

@@ -11,7 +11,8 @@ import zlib
 import pytest
 
 from omni.errors import InvalidRequest
-from omni.service.image_urls import Fetcher, ImageHosts
+from omni.image_hosts import ImageHosts
+from omni.service.image_urls import Fetcher
 from omni.service.images import ImageRef, load_images
 
 PART = "input[0].content[1]"

@@ -1,0 +1,68 @@
+"""What the server asks of every modality's service (responses, completions, embeddings,
+speech, image generation, transcriptions): the kinds of object it records, to recover what a
+crash (or a dead server's expired lease) left open, and to close. omni.server builds them, and
+recovers, takes over and closes them in loops over one tuple."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Protocol
+
+from omni.events import Append, Appender, EventLog, NewEvent
+from omni.service.leasing import Leasing
+from omni.service.streams import dumps
+
+log = logging.getLogger(__name__)
+
+
+class Modality(Protocol):
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """The kinds of object it records (omni.vocabulary), whose ids ID_PREFIXES begin."""
+        ...
+
+    async def recover(self, among: Sequence[str] | None = None) -> int:
+        """Take up what a crash left open (of those `among` these streams): end it, or run
+        it on. Returns how many."""
+        ...
+
+    async def close(self) -> None:
+        """Let what runs end (or be left for the next start) before the models close."""
+        ...
+
+
+def error_body(message: str, code: str) -> dict[str, Any]:
+    """OpenAI's error body of a server error (`code`: server_error, cancelled, ...)."""
+    return {"error": {"message": message, "type": "server_error", "param": None, "code": code}}
+
+
+def failure(stream_id: str, message: str) -> dict[str, Any]:
+    """The data of a request's failed ending: its id and OpenAI's error body."""
+    return {"id": stream_id, **error_body(message, "server_error")}
+
+
+async def end_unfinished(
+    store: EventLog,
+    appender: Appender,
+    leasing: Leasing,
+    among: Sequence[str] | None,
+    opened: str,
+    ends: Iterable[str],
+    ending: Callable[[str], tuple[str, dict[str, Any]]],
+    what: str,
+) -> int:
+    """End every stream opened by `opened` and not ended by one of `ends` that this server may
+    take (of those `among` these): its client went with the old process. `ending` gives the
+    type and data of one's ending, appended after its last event. Returns how many."""
+    ended = 0
+    unfinished = await store.unfinished(opened, sorted(ends))
+    async with leasing.taking(unfinished, among) as taken:
+        for stream_id in taken:
+            type_, data = ending(stream_id)
+            seq = await store.next_seq(stream_id)
+            await appender.append(Append(stream_id, seq, [NewEvent(type_, dumps(data))]))
+            ended += 1
+    if ended:
+        log.warning("ended %d %s a restart interrupted", ended, what)
+    return ended
