@@ -16,7 +16,7 @@ from typing import Any
 from omni import db
 from omni.events import Appender, Notifier
 from omni.events.backends import LogStore, make_store
-from omni.events.postgres import PostgresStore
+from omni.events.postgres.store import PostgresStore
 from omni.image_hosts import ImageHosts
 from omni.jobs import Engine
 from omni.lifecycle import Lifecycle

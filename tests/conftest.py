@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from omni.api.app import Settings
-from omni.runtime.mlx_engine import MLXEngine
+from omni.runtime.chat.engine import MLXEngine
 from omni.runtime.model_source import ModelSource
 from omni.runtime.tiny import build_tiny_llama
 from tests.server import ServerThread

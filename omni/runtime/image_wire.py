@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from omni.runtime.wire import LoadFailed
+from omni.runtime.chat.wire import LoadFailed
 
 __all__ = ["Cancel", "Close", "Done", "Failed", "Generate", "LoadFailed", "Loaded", "Partial",
            "Picture"]  # fmt: skip

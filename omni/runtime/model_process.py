@@ -19,7 +19,7 @@ from typing import Any, Generic, TypeVar
 
 from omni.errors import SERVER_ERROR, ModelLoadError, OmniError
 from omni.runtime import blas
-from omni.runtime.wire import Cancel
+from omni.runtime.chat.wire import Cancel
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -137,14 +137,7 @@ class ModelProcess:
             self._send(self._closing)
         except OmniError:
             pass
-        self._process.join(timeout=30)
-        if self._process.is_alive():
-            self._process.terminate()
-            self._process.join(timeout=5)
-        if self._reader.is_alive():
-            self._reader.join(timeout=5)
-        if self._conn is not None:
-            self._conn.close()
+        stop_process(self._process, self._reader, self._conn)
         self._process = None
 
     def _send(self, message: Any) -> None:
@@ -173,6 +166,20 @@ class ModelProcess:
             log.error("%s", self._gone)
         for loop, receiver in list(self._pending.values()):
             self.deliver(loop, receiver, OmniError(self._gone))
+
+
+def stop_process(process: Any, reader: threading.Thread, conn: Connection | None) -> None:
+    """After a model's process was asked to close: wait for it (ended if it will not), then
+    for its reader thread, which ends at the pipe's end that the exit made; the pipe closes
+    after it (closed under a recv in progress, recv raised TypeError in that thread)."""
+    process.join(timeout=30)
+    if process.is_alive():
+        process.terminate()
+        process.join(timeout=5)
+    if reader.is_alive():
+        reader.join(timeout=5)
+    if conn is not None:
+        conn.close()
 
 
 class Replies(Generic[T]):

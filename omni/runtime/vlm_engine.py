@@ -1,4 +1,4 @@
-"""A vision-language model's engine: the text engine (omni.runtime.mlx_engine: its process,
+"""A vision-language model's engine: the text engine (omni.runtime.chat.engine: its process,
 its pipe, its detokenizing, cancels, failures) around mlx-vlm's model in an engine process of
 its own (omni.runtime.vlm_worker). Prompts are rendered with the model's processor, which
 expands each image into the image tokens its vision tower fills: a prompt's token count holds
@@ -13,7 +13,7 @@ from typing import Any
 
 from omni.jobs import Capabilities
 from omni.runtime import vlm_worker
-from omni.runtime.mlx_engine import MLXEngine
+from omni.runtime.chat.engine import MLXEngine
 
 
 class VLMEngine(MLXEngine):

@@ -21,12 +21,12 @@ from omni.errors import SERVER_ERROR, ModelLoadError, OmniError
 from omni.events import Appender, MemoryStore, Notifier
 from omni.jobs import EmbeddingCapabilities
 from omni.runtime import embed_wire, image_wire, speech_wire, transcribe_wire
+from omni.runtime.chat.wire import Cancel
 from omni.runtime.embeddings import MLXEmbedder
 from omni.runtime.imager import MLXImager
 from omni.runtime.model_process import ModelProcess
 from omni.runtime.speech import MLXSpeaker
 from omni.runtime.transcriber import MLXTranscriber
-from omni.runtime.wire import Cancel
 from omni.schemas.audio import TranscriptionCreate
 from omni.schemas.embeddings import EmbeddingCreate
 from omni.schemas.images import ImageGenerate

@@ -7,21 +7,26 @@ holds the interpreter lock a decode step is waiting for.
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import sys
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omni.heap import set_aside
 from omni.runtime import blas, gemv, weights
+from omni.runtime.chat.generation_config import model_recommends
+from omni.runtime.chat.observe import QUIET, Observer, StepStats
+from omni.runtime.chat.wire import Loaded, LoadFailed
 from omni.runtime.cpu_attention import use_exp2_attention
-from omni.runtime.generation_config import model_recommends
-from omni.runtime.observe import QUIET, Observer, StepStats
 from omni.runtime.quiet import no_torch_advice
 from omni.runtime.types import Runtime
-from omni.runtime.wire import Loaded, LoadFailed
 from omni.settings import EngineSettings
+
+if TYPE_CHECKING:
+    from omni.runtime.model_source import ModelSource
 
 # MLX settings the engine runs with unless the environment sets them (MLX reads each at first
 # use). cuDNN's attention builds a graph for each new shape: ~65 ms for every prompt length not
@@ -72,7 +77,7 @@ def min_reuse() -> int:
 def prefill_group(chosen: int | None = None) -> int:
     """Prompts prefilled together: `chosen` (EngineSettings.prefill_group), else this machine's
     default device's."""
-    from omni.runtime.batching import PREFILL_GROUP
+    from omni.runtime.chat.state import PREFILL_GROUP
 
     return chosen or (CUDA_PREFILL_GROUP if on_cuda() else PREFILL_GROUP)
 
@@ -111,6 +116,25 @@ def as_run(model: Any, setting: str, library: str | None) -> Any:
     return model
 
 
+def spawn(
+    target: Callable[..., None], source: ModelSource, settings: EngineSettings
+) -> tuple[Any, Connection, Path | None]:
+    """Start the engine process running `target` (main, or a vision model's) for `source`,
+    with the engine's BLAS preloaded (omni.runtime.gemv): the process, the server's end of its
+    pipe, and the preloaded forwarder's file, to remove once the model is loaded."""
+    ctx = multiprocessing.get_context("spawn")  # never fork a process that holds threads
+    conn, child = ctx.Pipe()
+    process = ctx.Process(
+        target=target,
+        args=(child, source.path, settings, source.adapter, source.draft),
+        name="omni-engine",
+    )
+    with gemv.engine_libraries(settings.blas) as forwarder:
+        process.start()
+    child.close()
+    return process, conn, forwarder
+
+
 def main(
     conn: Connection,
     path: str,
@@ -131,8 +155,8 @@ def main(
     try:
         from mlx_lm import load
 
-        from omni.runtime.batching import BatchScheduler
-        from omni.runtime.generation import PrefixCache
+        from omni.runtime.chat.prefix_cache import PrefixCache
+        from omni.runtime.chat.scheduler import BatchScheduler
 
         model, tokenizer = load(path, adapter_path=adapter)[:2]
         library = None if on_gpu() else blas.in_use()
