@@ -25,8 +25,8 @@ from omni.metrics import Metrics
 from omni.service.completions import CompletionsService
 from omni.service.defaults import Defaults
 from omni.service.embeddings import EmbeddingsService
-from omni.service.generations import ImagesService
 from omni.service.image_urls import Fetcher
+from omni.service.images import ImagesService
 from omni.service.leasing import Leasing
 from omni.service.leftovers import purge_unstored
 from omni.service.modality import Modality

@@ -11,18 +11,18 @@ from quart import Quart, Response
 from omni import server
 from omni.api import (
     access,
-    audio,
     chat,
     embeddings,
     errors,
     gate,
+    images,
     inspector,
     metrics,
     models,
     responses,
+    speech,
+    transcriptions,
 )
-from omni.api import images as images_api
-from omni.api import speech as speech_api
 from omni.api.current import opened, serve, server_of
 from omni.api.gate import Access
 from omni.ids import new_id
@@ -34,7 +34,7 @@ from omni.settings import ServerSettings
 # The app's settings (omni.settings), by the name the app has always given them.
 Settings = ServerSettings
 
-BLUEPRINTS = (responses, models, chat, embeddings, speech_api, images_api, audio)
+BLUEPRINTS = (responses, models, chat, embeddings, speech, images, transcriptions)
 
 
 def shut_down(app: Quart) -> asyncio.Task[None]:

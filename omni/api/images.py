@@ -22,7 +22,7 @@ from omni.api.sse import event_frame
 from omni.errors import OmniError
 from omni.jobs import Drawn, PartialPicture, Picture
 from omni.schemas.images import ImageGenerate
-from omni.service.generations import Generation, usage
+from omni.service.images import Generation, usage
 from omni.vocabulary import IMAGE_COMPLETED, IMAGE_PARTIAL
 
 bp = Blueprint("images", __name__)

@@ -33,7 +33,6 @@ from omni.protocol.chat_recorder import ChunkRecorder, error_event
 from omni.schemas.chat import ChatCompletionCreate, CompletionCreate
 from omni.service.defaults import Defaults
 from omni.service.image_urls import PUBLIC_IMAGES, Fetcher
-from omni.service.images import load_images, message_images, pictures, refuse_images
 from omni.service.modality import end_unfinished
 from omni.service.models import Models
 from omni.service.ownership import cache_namespace
@@ -46,6 +45,7 @@ from omni.service.streams import dumps, request_stream
 from omni.service.structured import decoding_constraint
 from omni.service.tools import tool_policy
 from omni.service.unwritten import end_unwritten
+from omni.service.vision_inputs import load_images, message_images, pictures, refuse_images
 from omni.settings import ServerSettings
 from omni.vocabulary import ACCEPTED, CHAT, COMPLETION_CHUNK, COMPLETION_ENDS, TEXT
 

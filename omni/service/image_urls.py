@@ -4,7 +4,7 @@ each redirect hop; the connection goes to an address that was checked, with no s
 in between (DNS rebinding), under the URL's own Host header and, for https, its own name
 (SNI, and the certificate must be that name's). A fetch has one deadline for all its hops,
 connects and reads, so that a slow server holds a fetching thread no longer. Why a fetch gave
-no image is for the log: images.py answers every failure with one message, else a client
+no image is for the log: vision_inputs.py answers every failure with one message, else a client
 could scan ports with it."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from omni.settings import ServerSettings
 
 MAX_IMAGE_BYTES = 20 * 1024 * 1024  # OpenAI's limit for one image
 FETCH_TIMEOUT_S = 10.0  # for each connect and each read, within the fetch's deadline
-FETCH_THREADS = 4  # fetches at once (images.py), each holding a thread until its deadline
+FETCH_THREADS = 4  # fetches at once (vision_inputs.py), each holding a thread until its deadline
 MAX_REDIRECTS = 5
 MAX_ADDRESSES = 4  # connected to at most, of those a hop's host resolves to (all checked)
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})

@@ -22,12 +22,12 @@ from omni.jobs import Failed, Finished
 from omni.projections.response import fold_response
 from omni.protocol.recorder import ResponseRecorder
 from omni.service.image_urls import Fetcher
-from omni.service.images import ImageRef, load_images, pictures
 from omni.service.models import Models
 from omni.service.plan import stored_plan
 from omni.service.reasoning import reasoning_tokens
 from omni.service.runs import Run, Runs
 from omni.service.streams import dumps, kept, request_stream, tokens_stream
+from omni.service.vision_inputs import ImageRef, load_images, pictures
 from omni.vocabulary import CANCEL_REQUESTED, RESPONSE_ENDS
 
 

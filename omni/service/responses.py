@@ -30,7 +30,6 @@ from omni.schemas.responses import ResponseCreate
 from omni.service import recovery, references
 from omni.service.defaults import Defaults
 from omni.service.image_urls import PUBLIC_IMAGES, Fetcher
-from omni.service.images import ImageRef, item_images, load_images, pictures, refuse_images
 from omni.service.leasing import Leasing
 from omni.service.models import Models
 from omni.service.ownership import cache_namespace, visible
@@ -44,6 +43,7 @@ from omni.service.serial import ObjectLocks
 from omni.service.streams import dumps, is_kind, is_terminal, kept, request_stream
 from omni.service.structured import decoding_constraint
 from omni.service.tools import Mode, tool_policy
+from omni.service.vision_inputs import ImageRef, item_images, load_images, pictures, refuse_images
 from omni.settings import ServerSettings
 from omni.vocabulary import (
     ACCEPTED,

@@ -23,7 +23,7 @@ from omni.protocol import transcripts
 from omni.schemas.audio import TranscriptionCreate, form_fields
 from omni.service.transcriptions import TranscriptionsService, Upload, is_end, sent
 
-bp = Blueprint("audio", __name__)
+bp = Blueprint("transcriptions", __name__)
 
 
 def _service() -> TranscriptionsService:
