@@ -70,22 +70,30 @@ def split_input(value: Any) -> tuple[list[str] | None, list[list[int]] | None]:
             param="input",
         )
     if all(isinstance(v, str) for v in value):
-        for i, text in enumerate(value):
-            if not text:
-                raise InvalidRequest(f"'input[{i}]' is an empty string.", param="input")
-        return value, None
+        return _texts(value), None
     if all(_is_id(v) for v in value):
         return None, [value]
     if all(isinstance(v, list) for v in value):
-        for i, ids in enumerate(value):
-            if not ids:
-                raise InvalidRequest(f"'input[{i}]' is an empty list of tokens.", param="input")
-            if not all(_is_id(t) for t in ids):
-                raise InvalidRequest(f"'input[{i}]' must hold only token ids.", param="input")
-        return None, value
+        return None, _token_lists(value)
     raise InvalidRequest(
         "'input' must be all strings, all token ids, or all lists of token ids.", param="input"
     )
+
+
+def _texts(value: list[str]) -> list[str]:
+    for i, text in enumerate(value):
+        if not text:
+            raise InvalidRequest(f"'input[{i}]' is an empty string.", param="input")
+    return value
+
+
+def _token_lists(value: list[list[Any]]) -> list[list[int]]:
+    for i, ids in enumerate(value):
+        if not ids:
+            raise InvalidRequest(f"'input[{i}]' is an empty list of tokens.", param="input")
+        if not all(_is_id(t) for t in ids):
+            raise InvalidRequest(f"'input[{i}]' must hold only token ids.", param="input")
+    return value
 
 
 def _is_id(value: Any) -> bool:

@@ -264,46 +264,53 @@ class Runs:
 
     async def _record(self, run: Run) -> None:
         """Drain what the engine has sent into one append (group commit with the others)."""
-        recorder = run.recorder
         try:
-            while not recorder.done and not run.detached:
+            while not run.recorder.done and not run.detached:
                 outputs = [await run.job.outputs.get()]
                 while not run.job.outputs.empty():
                     outputs.append(run.job.outputs.get_nowait())
                 if run.unwritten is not None:
                     break  # nothing after a failed append may be recorded
-                appends = self._appends(run, outputs)
-                if getattr(recorder, "wants_stop", False):
-                    run.job.cancel()  # a stop sequence: no need to generate further
-                if recorder.done:
-                    self._observe(run, outputs)
-                    self._ended(run)
-                if recorder.done or (run.detached and appends):  # committed before we go on
-                    await self.appender.append(*appends)
-                elif appends:
-                    written = self.appender.submit(*appends)
-                    written.add_done_callback(lambda done: self._check_written(run, done))
+                await self._write(run, outputs)
         except StoreError as exc:
             self._stop_unwritten(run, exc)
         except Exception:
             log.exception("recording %s failed", run.stream_id)
         finally:
-            if not recorder.done:
+            if not run.recorder.done:
                 run.job.cancel()
             run.recorded.set()
         if run.unwritten is not None:
             await self._end_unwritten(run)
         if not run.store:
-            # Keep the rows until their readers have read them, then purge on purpose.
-            await run.released.wait()
-            await self.notifier.wait_idle(run.stream_id)
-            try:
-                await self.store.purge([run.stream_id, request_stream(run.stream_id)])
-            except StoreError as exc:  # start-up recovery purges what is left
-                log.debug("purge of %s failed: %s", run.stream_id, exc)
+            await self._purge(run)
         self._runs.pop(run.stream_id, None)
         # Done with, or left for the next start (a stop): another server may take it now.
         await self.leasing.release([run.stream_id, *run.leased])
+
+    async def _write(self, run: Run, outputs: list[Output]) -> None:
+        """Record `outputs`: the ending committed before the recorder goes on, the rest queued."""
+        recorder = run.recorder
+        appends = self._appends(run, outputs)
+        if getattr(recorder, "wants_stop", False):
+            run.job.cancel()  # a stop sequence: no need to generate further
+        if recorder.done:
+            self._observe(run, outputs)
+            self._ended(run)
+        if recorder.done or (run.detached and appends):  # committed before we go on
+            await self.appender.append(*appends)
+        elif appends:
+            written = self.appender.submit(*appends)
+            written.add_done_callback(lambda done: self._check_written(run, done))
+
+    async def _purge(self, run: Run) -> None:
+        """An unstored run: keep the rows until their readers have read them, then purge."""
+        await run.released.wait()
+        await self.notifier.wait_idle(run.stream_id)
+        try:
+            await self.store.purge([run.stream_id, request_stream(run.stream_id)])
+        except StoreError as exc:  # start-up recovery purges what is left
+            log.debug("purge of %s failed: %s", run.stream_id, exc)
 
     def _ended(self, run: Run) -> None:
         on_done, run.on_done = run.on_done, None

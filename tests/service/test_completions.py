@@ -11,7 +11,7 @@ import pytest
 from omni.events import MemoryStore
 from omni.jobs import Capabilities, Delta, Finished, RecommendedSampling, Sampling
 from omni.schemas.chat import ChatCompletionCreate, CompletionCreate
-from omni.service.completions import cache_key
+from omni.service.flights import cache_key
 from omni.service.stored import StoredCompletions
 
 from .conftest import ScriptedEngine, Services, serving
