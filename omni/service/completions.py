@@ -31,7 +31,7 @@ from omni.schemas.chat import ChatCompletionCreate, CompletionCreate
 from omni.service.defaults import Defaults
 from omni.service.flights import Flights, cache_key, is_end
 from omni.service.image_urls import PUBLIC_IMAGES, Fetcher
-from omni.service.modality import end_unfinished
+from omni.service.modality import LeftOpen
 from omni.service.models import Models
 from omni.service.ownership import cache_namespace
 from omni.service.plan import RunPlan
@@ -47,6 +47,10 @@ from omni.settings import ServerSettings
 from omni.vocabulary import ACCEPTED, CHAT, COMPLETION_CHUNK, COMPLETION_ENDS, TEXT
 
 RESTARTED = "The server restarted before this completion finished."
+LEFT_OPEN = [
+    LeftOpen(chunk, COMPLETION_ENDS, lambda _: error_event(RESTARTED), "completions")
+    for chunk in COMPLETION_CHUNK.values()
+]
 log = logging.getLogger(__name__)
 Body = TypeVar("Body", ChatCompletionCreate, CompletionCreate)
 
@@ -283,11 +287,8 @@ class CompletionsService:
         process), as a foreground response is ended: an error event, so its stream ends and
         purge can take it (an unstored one was purged at start-up). Returns how many."""
         ended = 0
-        for chunk in COMPLETION_CHUNK.values():
-            ended += await end_unfinished(
-                self.store, self.appender, self.runs.leasing, among, chunk, COMPLETION_ENDS,
-                lambda _: error_event(RESTARTED), "completions",
-            )  # fmt: skip
+        for left in LEFT_OPEN:
+            ended += await left.end(self.store, self.appender, self.runs.leasing, among)
         return ended
 
     def cancel_running(self, cid: str) -> None:

@@ -10,7 +10,6 @@ import asyncio
 import base64
 import math
 import sys
-import time
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
@@ -22,7 +21,7 @@ from omni.jobs import Embedder
 from omni.metrics import UNREAD, Metrics
 from omni.schemas.embeddings import EmbeddingCreate
 from omni.service.leasing import Leasing
-from omni.service.modality import end_unfinished, error_body, failure
+from omni.service.modality import LeftOpen, error_body, now_ms, submit_end
 from omni.service.streams import dumps, request_stream
 from omni.vocabulary import (
     ACCEPTED,
@@ -36,7 +35,11 @@ from omni.vocabulary import (
 
 MAX_INPUTS = 2048  # OpenAI's limit of inputs in one request
 RESTARTED = "The server restarted before these embeddings were ready."
+LEFT_OPEN = LeftOpen.failing(
+    EMBEDDING_IN_PROGRESS, EMBEDDING_ENDS, EMBEDDING_FAILED, RESTARTED, "embeddings requests"
+)
 GONE = "The client went away before its embeddings were ready."
+CANCELLED = error_body(GONE, "cancelled")  # an ending's error: the client went away
 
 
 class EmbedderSource(Protocol):
@@ -47,10 +50,6 @@ class EmbedderSource(Protocol):
         loaded while the request is taken in and embedded; a ModelNotFound, or an
         InvalidRequest for a chat model."""
         ...
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def split_input(value: Any) -> tuple[list[str] | None, list[list[int]] | None]:
@@ -141,7 +140,7 @@ class EmbeddingsService:
         self, body: EmbeddingCreate, owner: str | None = None
     ) -> tuple[str, dict[str, Any]]:
         """`owner`'s embeddings: their id in the log and OpenAI's answer."""
-        queued_at = _now_ms()
+        queued_at = now_ms()
         texts, given = split_input(body.input)
         async with self.models.use_embedder(body.model) as embedder:
             return await self._create(body, embedder, texts, given, owner, queued_at)
@@ -194,24 +193,23 @@ class EmbeddingsService:
         owner: str | None,
         queued_at: int,
     ) -> tuple[str, dict[str, Any]]:
-        caps = embedder.capabilities
-        await self._accept(eid, body, embedder.model_id, counts, owner, queued_at)
-        timings: dict[str, int] = {"queued_at": queued_at, "started_at": _now_ms()}
+        caps, model_id = embedder.capabilities, embedder.model_id
+        await self._accept(eid, body, model_id, counts, owner, queued_at)
+        timings: dict[str, int] = {"queued_at": queued_at, "started_at": now_ms()}
         try:
             vectors = await embedder.embed(inputs)
         except asyncio.CancelledError:  # the client went away: the log says so, unawaited
-            self._end(
-                eid, EMBEDDING_FAILED, embedder.model_id, timings, error_body(GONE, "cancelled")
-            )
+            submit_end(self.appender, eid, 1, EMBEDDING_FAILED, model_id, timings, CANCELLED)
             raise
         except Exception as exc:
             failure = internal(exc, f"embeddings {eid}")
-            await self._end(eid, EMBEDDING_FAILED, embedder.model_id, timings, failure.body())
+            failed = failure.body()
+            await submit_end(self.appender, eid, 1, EMBEDDING_FAILED, model_id, timings, failed)
             raise failure from None
         usage = {"prompt_tokens": sum(counts), "total_tokens": sum(counts)}
         dims = body.dimensions or caps.dimensions
         done = {"inputs": len(inputs), "dimensions": min(dims, caps.dimensions), "usage": usage}
-        await self._end(eid, EMBEDDING_COMPLETED, embedder.model_id, timings, done)
+        await submit_end(self.appender, eid, 1, EMBEDDING_COMPLETED, model_id, timings, done)
         self._observe(len(inputs), usage["prompt_tokens"], timings)
         data = [
             {
@@ -248,29 +246,16 @@ class EmbeddingsService:
             Append(eid, 0, [NewEvent(EMBEDDING_IN_PROGRESS, dumps(opening))]),
         )
 
-    def _end(
-        self, eid: str, type_: str, model_id: str, timings: dict[str, int], fields: dict[str, Any]
-    ) -> asyncio.Future[Any]:
-        """The ending's append, queued (awaited but where the request was cancelled)."""
-        timings = {**timings, "finished_at": _now_ms()}
-        data = {"id": eid, "model": model_id, **fields, "timings": timings}
-        return self.appender.submit(Append(eid, 1, [NewEvent(type_, dumps(data))]))
-
     def _observe(self, inputs: int, tokens: int, timings: dict[str, int]) -> None:
         m = self.metrics
         m.embedding_inputs.inc(inputs)
         m.input_tokens.labels("embeddings").inc(tokens)
-        m.embedding_seconds.observe((_now_ms() - timings["queued_at"]) / 1000)
+        m.embedding_seconds.observe((now_ms() - timings["queued_at"]) / 1000)
 
     async def recover(self, among: Sequence[str] | None = None) -> int:
         """End every embeddings request a crash left open (its client went with the old
         process). Returns how many."""
-        return await end_unfinished(
-            self.store, self.appender, self.leasing, among,
-            EMBEDDING_IN_PROGRESS, EMBEDDING_ENDS,
-            lambda eid: (EMBEDDING_FAILED, failure(eid, RESTARTED)),
-            "embeddings requests",
-        )  # fmt: skip
+        return await LEFT_OPEN.end(self.store, self.appender, self.leasing, among)
 
     async def close(self) -> None:
         """Nothing to wait for: a request's ending is written before its answer."""

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
@@ -21,7 +20,7 @@ from omni.ids import new_id
 from omni.jobs import Drawn, ImageOrder, Imager, PartialPicture, Picture
 from omni.schemas.images import ImageGenerate
 from omni.service.leasing import Leasing
-from omni.service.modality import end_unfinished, error_body, failure
+from omni.service.modality import LeftOpen, error_body, now_ms, submit_end
 from omni.service.streams import dumps, request_stream
 from omni.vocabulary import (
     ACCEPTED,
@@ -35,7 +34,11 @@ from omni.vocabulary import (
 )
 
 RESTARTED = "The server restarted before these images were drawn."
+LEFT_OPEN = LeftOpen.failing(
+    IMAGES_IN_PROGRESS, IMAGES_ENDS, IMAGES_FAILED, RESTARTED, "image generations"
+)
 GONE = "The client went away before its images were drawn."
+CANCELLED = error_body(GONE, "cancelled")  # an ending's error: the client went away
 log = logging.getLogger(__name__)
 Piece = PartialPicture | Picture | Drawn
 
@@ -61,10 +64,6 @@ class Generation:
     output_format: str
     created: int
     pieces: AsyncIterator[Piece]
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def order_for(body: ImageGenerate, imager: Imager, seed: int) -> ImageOrder:
@@ -100,7 +99,7 @@ class ImagesService:
     async def create(self, body: ImageGenerate, owner: str | None = None) -> Generation:
         """`owner`'s images, accepted and the model's first piece made (so that a model's
         failure is still an error the client reads)."""
-        queued_at = _now_ms()
+        queued_at = now_ms()
         async with self.models.use_imager(body.model) as imager:
             seed = secrets.randbelow(2**31) if body.seed is None else body.seed
             order = order_for(body, imager, seed)
@@ -108,7 +107,7 @@ class ImagesService:
             await self.leasing.claim(gid)
             try:
                 await self._accept(gid, body, order, imager.model_id, owner, queued_at)
-                timings = {"queued_at": queued_at, "started_at": _now_ms()}
+                timings = {"queued_at": queued_at, "started_at": now_ms()}
                 pieces = imager.draw(order)
                 first = await self._first(gid, imager.model_id, pieces, timings)
             except BaseException:
@@ -125,11 +124,13 @@ class ImagesService:
         try:
             return await anext(pieces)
         except asyncio.CancelledError:
-            self._end(gid, 1, IMAGES_FAILED, model_id, timings, error_body(GONE, "cancelled"))
+            submit_end(self.appender, gid, 1, IMAGES_FAILED, model_id, timings, CANCELLED)
             raise
         except Exception as exc:
             failure = internal(exc, f"image generation {gid}")
-            await self._end(gid, 1, IMAGES_FAILED, model_id, timings, failure.body())
+            await submit_end(
+                self.appender, gid, 1, IMAGES_FAILED, model_id, timings, failure.body()
+            )
             raise failure from None
 
     async def _rest(
@@ -156,15 +157,17 @@ class ImagesService:
                 piece = await anext(pieces)
             spent = usage(piece.input_tokens, piece.output_tokens)
             done = {"images": seq - 1, "bytes": sent, "usage": spent}
-            await self._end(gid, seq, IMAGES_COMPLETED, model_id, timings, done)
+            await submit_end(self.appender, gid, seq, IMAGES_COMPLETED, model_id, timings, done)
             yield piece
         except (asyncio.CancelledError, GeneratorExit):
-            self._end(gid, seq, IMAGES_FAILED, model_id, timings, error_body(GONE, "cancelled"))
+            submit_end(self.appender, gid, seq, IMAGES_FAILED, model_id, timings, CANCELLED)
             raise
         except Exception as exc:
             log.warning("image generation %s failed after its first piece: %s", gid, exc)
             failure = internal(exc, f"image generation {gid}")
-            await self._end(gid, seq, IMAGES_FAILED, model_id, timings, failure.body())
+            await submit_end(
+                self.appender, gid, seq, IMAGES_FAILED, model_id, timings, failure.body()
+            )
             raise failure from None
         finally:
             await pieces.aclose()  # type: ignore[attr-defined]
@@ -200,29 +203,10 @@ class ImagesService:
             Append(gid, 0, [NewEvent(IMAGES_IN_PROGRESS, dumps(opening))]),
         )
 
-    def _end(
-        self,
-        gid: str,
-        seq: int,
-        type_: str,
-        model_id: str,
-        timings: dict[str, int],
-        fields: dict[str, Any],
-    ) -> asyncio.Future[Any]:
-        """The ending's append, queued (awaited but where the request was cancelled)."""
-        timings = {**timings, "finished_at": _now_ms()}
-        data = {"id": gid, "model": model_id, **fields, "timings": timings}
-        return self.appender.submit(Append(gid, seq, [NewEvent(type_, dumps(data))]))
-
     async def recover(self, among: Sequence[str] | None = None) -> int:
         """End every image generation a crash left open (its client went with the old
         process). Returns how many."""
-        return await end_unfinished(
-            self.store, self.appender, self.leasing, among,
-            IMAGES_IN_PROGRESS, IMAGES_ENDS,
-            lambda gid: (IMAGES_FAILED, failure(gid, RESTARTED)),
-            "image generations",
-        )  # fmt: skip
+        return await LEFT_OPEN.end(self.store, self.appender, self.leasing, among)
 
     async def close(self) -> None:
         """Nothing to wait for: a generation's ending is written before its last piece."""

@@ -5,8 +5,11 @@ recovers, takes over and closes them in loops over one tuple."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Callable, Iterable, Sequence
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from omni.events import Append, Appender, EventLog, NewEvent
@@ -42,27 +45,60 @@ def failure(stream_id: str, message: str) -> dict[str, Any]:
     return {"id": stream_id, **error_body(message, "server_error")}
 
 
-async def end_unfinished(
-    store: EventLog,
+def now_ms() -> int:
+    """The time in milliseconds, as a request's timings record it."""
+    return time.time_ns() // 1_000_000
+
+
+def submit_end(
     appender: Appender,
-    leasing: Leasing,
-    among: Sequence[str] | None,
-    opened: str,
-    ends: Iterable[str],
-    ending: Callable[[str], tuple[str, dict[str, Any]]],
-    what: str,
-) -> int:
-    """End every stream opened by `opened` and not ended by one of `ends` that this server may
-    take (of those `among` these): its client went with the old process. `ending` gives the
-    type and data of one's ending, appended after its last event. Returns how many."""
-    ended = 0
-    unfinished = await store.unfinished(opened, sorted(ends))
-    async with leasing.taking(unfinished, among) as taken:
-        for stream_id in taken:
-            type_, data = ending(stream_id)
-            seq = await store.next_seq(stream_id)
-            await appender.append(Append(stream_id, seq, [NewEvent(type_, dumps(data))]))
-            ended += 1
-    if ended:
-        log.warning("ended %d %s a restart interrupted", ended, what)
-    return ended
+    stream_id: str,
+    seq: int,
+    type_: str,
+    model_id: str,
+    timings: dict[str, int],
+    fields: dict[str, Any],
+) -> asyncio.Future[Any]:
+    """A request's ending, queued (awaited but where the request was cancelled): its id, its
+    model, `fields` and its timings, finished now."""
+    data = {"id": stream_id, "model": model_id, **fields,
+            "timings": {**timings, "finished_at": now_ms()}}  # fmt: skip
+    return appender.submit(Append(stream_id, seq, [NewEvent(type_, dumps(data))]))
+
+
+@dataclass(frozen=True)
+class LeftOpen:
+    """What a crash leaves of a modality's requests: streams opened by `opened` and not ended
+    by one of `ends`; `ending` gives the type and data of one's ending."""
+
+    opened: str
+    ends: frozenset[str]
+    ending: Callable[[str], tuple[str, dict[str, Any]]]
+    what: str  # for the log: "speech requests", ...
+
+    @classmethod
+    def failing(cls, opened: str, ends: frozenset[str], failed: str, message: str, what: str
+                ) -> LeftOpen:  # fmt: skip
+        """Each ended by `failed`, OpenAI's server error saying `message`."""
+        return cls(opened, ends, lambda stream_id: (failed, failure(stream_id, message)), what)
+
+    async def end(
+        self,
+        store: EventLog,
+        appender: Appender,
+        leasing: Leasing,
+        among: Sequence[str] | None = None,
+    ) -> int:
+        """End every one this server may take (of those `among` these): its client went with
+        the old process. Its ending follows its last event. Returns how many."""
+        ended = 0
+        unfinished = await store.unfinished(self.opened, sorted(self.ends))
+        async with leasing.taking(unfinished, among) as taken:
+            for stream_id in taken:
+                type_, data = self.ending(stream_id)
+                seq = await store.next_seq(stream_id)
+                await appender.append(Append(stream_id, seq, [NewEvent(type_, dumps(data))]))
+                ended += 1
+        if ended:
+            log.warning("ended %d %s a restart interrupted", ended, self.what)
+        return ended

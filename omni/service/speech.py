@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
@@ -22,7 +21,7 @@ from omni.jobs import Answer, Speaker, Spoken
 from omni.metrics import UNREAD, Metrics
 from omni.schemas.speech import MEDIA_TYPES, SpeechCreate
 from omni.service.leasing import Leasing
-from omni.service.modality import end_unfinished, error_body, failure
+from omni.service.modality import LeftOpen, error_body, now_ms, submit_end
 from omni.service.streams import dumps, request_stream
 from omni.vocabulary import (
     ACCEPTED,
@@ -35,6 +34,9 @@ from omni.vocabulary import (
 )
 
 RESTARTED = "The server restarted before this speech was spoken."
+LEFT_OPEN = LeftOpen.failing(
+    SPEECH_IN_PROGRESS, SPEECH_ENDS, SPEECH_FAILED, RESTARTED, "speech requests"
+)
 GONE = "The client went away before its speech was spoken."
 log = logging.getLogger(__name__)
 
@@ -57,10 +59,6 @@ class Speech:
     model: str
     media_type: str
     pieces: AsyncGenerator[bytes | Spoken, None]
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def voice_for(body: SpeechCreate, speaker: Speaker) -> str | None:
@@ -100,7 +98,7 @@ class SpeechService:
     async def create(self, body: SpeechCreate, owner: str | None = None) -> Speech:
         """`owner`'s speech, accepted and its first audio spoken (so that a model's failure
         is still an error the client reads, not a cut file)."""
-        queued_at = _now_ms()
+        queued_at = now_ms()
         async with self.models.use_speaker(body.model) as speaker:
             voice = voice_for(body, speaker)
             if body.instructions and not speaker.capabilities.instructions:
@@ -112,7 +110,7 @@ class SpeechService:
             await self.leasing.claim(sid)
             try:
                 await self._accept(sid, body, speaker.model_id, voice, owner, queued_at)
-                timings = {"queued_at": queued_at, "started_at": _now_ms()}
+                timings = {"queued_at": queued_at, "started_at": now_ms()}
                 pieces = await speaker.speak(
                     body.input, voice, body.response_format, body.speed, body.instructions
                 )
@@ -252,8 +250,6 @@ class SpeechService:
         self, sid: str, type_: str, model_id: str, timings: dict[str, int], fields: dict[str, Any]
     ) -> asyncio.Future[Any]:
         """The ending's append (and its metrics)."""
-        timings = {**timings, "finished_at": _now_ms()}
-        data = {"id": sid, "model": model_id, **fields, "timings": timings}
         if type_ == SPEECH_COMPLETED:
             status, spoken = "completed", float(fields["duration_s"])
         else:
@@ -262,8 +258,8 @@ class SpeechService:
             spoken = float(fields.get("spoken", {}).get("duration_s", 0.0))
         self.metrics.speeches.labels(status).inc()
         self.metrics.speech_audio.inc(spoken)
-        self.metrics.speech_seconds.observe((timings["finished_at"] - timings["started_at"]) / 1000)
-        return self.appender.submit(Append(sid, 1, [NewEvent(type_, dumps(data))]))
+        self.metrics.speech_seconds.observe((now_ms() - timings["started_at"]) / 1000)
+        return submit_end(self.appender, sid, 1, type_, model_id, timings, fields)
 
     async def close(self) -> None:
         """Let the cancelled requests' models stop and their endings be written."""
@@ -273,12 +269,7 @@ class SpeechService:
     async def recover(self, among: Sequence[str] | None = None) -> int:
         """End every speech request a crash left open (its client went with the old
         process). Returns how many."""
-        return await end_unfinished(
-            self.store, self.appender, self.leasing, among,
-            SPEECH_IN_PROGRESS, SPEECH_ENDS,
-            lambda sid: (SPEECH_FAILED, failure(sid, RESTARTED)),
-            "speech requests",
-        )  # fmt: skip
+        return await LEFT_OPEN.end(self.store, self.appender, self.leasing, among)
 
 
 def usage(spoken: Spoken) -> dict[str, int]:

@@ -25,7 +25,7 @@ from omni.metrics import UNREAD, Metrics
 from omni.protocol import transcripts
 from omni.schemas.audio import TranscriptionCreate
 from omni.service.leasing import Leasing
-from omni.service.modality import end_unfinished, failure
+from omni.service.modality import LeftOpen, now_ms
 from omni.service.ownership import visible
 from omni.service.streams import dumps, request_stream
 from omni.vocabulary import (
@@ -42,6 +42,9 @@ from omni.vocabulary import (
 )
 
 RESTARTED = "The server restarted before this transcription was done."
+LEFT_OPEN = LeftOpen.failing(
+    TRANSCRIPTION_IN_PROGRESS, TRANSCRIPTION_ENDS, TRANSCRIPTION_FAILED, RESTARTED, "transcriptions"
+)
 GONE = "The client went away before its transcription was done."
 
 
@@ -59,10 +62,6 @@ class Upload:
     data: bytes
     filename: str
     task: str  # "transcribe" or "translate"
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def is_end(event: StoredEvent) -> bool:
@@ -117,7 +116,7 @@ class TranscriptionsService:
         owner: str | None,
         accepted: asyncio.Future[str],
     ) -> dict[str, Any] | OmniError:
-        queued_at = _now_ms()
+        queued_at = now_ms()
         try:
             async with self.models.use_transcriber(body.model) as model:
                 decoded = await asyncio.to_thread(model.decode, upload.data, upload.filename)
@@ -204,7 +203,7 @@ class TranscriptionsService:
             translate=task == "translate",
             words=body.words,
         )
-        started_at, seq, said, heard_s = _now_ms(), 1, False, 0.0
+        started_at, seq, said, heard_s = now_ms(), 1, False, 0.0
         end: Transcript | None = None
         answer: Answer[Heard | Transcript] | None = None
         self._answers[tid] = None
@@ -272,7 +271,7 @@ class TranscriptionsService:
 
     @staticmethod
     def _timings(started_at: int) -> dict[str, int]:
-        return {"started_at": started_at, "finished_at": _now_ms()}
+        return {"started_at": started_at, "finished_at": now_ms()}
 
     # --- reading ----------------------------------------------------------------------
 
@@ -306,12 +305,7 @@ class TranscriptionsService:
     async def recover(self, among: Sequence[str] | None = None) -> int:
         """End every transcription a crash left open (its client went with the old process).
         Returns how many."""
-        return await end_unfinished(
-            self.store, self.appender, self.leasing, among,
-            TRANSCRIPTION_IN_PROGRESS, TRANSCRIPTION_ENDS,
-            lambda tid: (TRANSCRIPTION_FAILED, failure(tid, RESTARTED)),
-            "transcriptions",
-        )  # fmt: skip
+        return await LEFT_OPEN.end(self.store, self.appender, self.leasing, among)
 
     async def close(self) -> None:
         """Let the transcriptions under way end (their model is closed after this)."""
