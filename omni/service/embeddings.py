@@ -10,7 +10,6 @@ import asyncio
 import base64
 import math
 import sys
-from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
@@ -21,7 +20,7 @@ from omni.jobs import Embedder
 from omni.metrics import UNREAD, Metrics
 from omni.schemas.embeddings import EmbeddingCreate
 from omni.service.leasing import Leasing
-from omni.service.modality import LeftOpen, error_body, now_ms, submit_end
+from omni.service.modality import LeftOpen, ModelRequests, error_body, now_ms, submit_end
 from omni.service.streams import dumps, request_stream
 from omni.vocabulary import (
     ACCEPTED,
@@ -35,9 +34,6 @@ from omni.vocabulary import (
 
 MAX_INPUTS = 2048  # OpenAI's limit of inputs in one request
 RESTARTED = "The server restarted before these embeddings were ready."
-LEFT_OPEN = LeftOpen.failing(
-    EMBEDDING_IN_PROGRESS, EMBEDDING_ENDS, EMBEDDING_FAILED, RESTARTED, "embeddings requests"
-)
 GONE = "The client went away before its embeddings were ready."
 CANCELLED = error_body(GONE, "cancelled")  # an ending's error: the client went away
 
@@ -119,8 +115,11 @@ def encoded(vector: list[float], encoding_format: str) -> list[float] | str:
     return base64.b64encode(packed.tobytes()).decode("ascii")
 
 
-class EmbeddingsService:
+class EmbeddingsService(ModelRequests):
     kinds = (EMBEDDING,)
+    left_open = LeftOpen.failing(
+        EMBEDDING_IN_PROGRESS, EMBEDDING_ENDS, EMBEDDING_FAILED, RESTARTED, "embeddings requests"
+    )
 
     def __init__(
         self,
@@ -251,14 +250,6 @@ class EmbeddingsService:
         m.embedding_inputs.inc(inputs)
         m.input_tokens.labels("embeddings").inc(tokens)
         m.embedding_seconds.observe((now_ms() - timings["queued_at"]) / 1000)
-
-    async def recover(self, among: Sequence[str] | None = None) -> int:
-        """End every embeddings request a crash left open (its client went with the old
-        process). Returns how many."""
-        return await LEFT_OPEN.end(self.store, self.appender, self.leasing, among)
-
-    async def close(self) -> None:
-        """Nothing to wait for: a request's ending is written before its answer."""
 
 
 def _check_vocabulary(inputs: list[list[int]], vocab_size: int) -> None:

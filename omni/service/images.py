@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -20,7 +20,7 @@ from omni.ids import new_id
 from omni.jobs import Drawn, ImageOrder, Imager, PartialPicture, Picture
 from omni.schemas.images import ImageGenerate
 from omni.service.leasing import Leasing
-from omni.service.modality import LeftOpen, error_body, now_ms, submit_end
+from omni.service.modality import LeftOpen, ModelRequests, error_body, now_ms, submit_end
 from omni.service.streams import dumps, request_stream
 from omni.vocabulary import (
     ACCEPTED,
@@ -34,9 +34,6 @@ from omni.vocabulary import (
 )
 
 RESTARTED = "The server restarted before these images were drawn."
-LEFT_OPEN = LeftOpen.failing(
-    IMAGES_IN_PROGRESS, IMAGES_ENDS, IMAGES_FAILED, RESTARTED, "image generations"
-)
 GONE = "The client went away before its images were drawn."
 CANCELLED = error_body(GONE, "cancelled")  # an ending's error: the client went away
 log = logging.getLogger(__name__)
@@ -81,8 +78,11 @@ def order_for(body: ImageGenerate, imager: Imager, seed: int) -> ImageOrder:
     )
 
 
-class ImagesService:
+class ImagesService(ModelRequests):
     kinds = (IMAGE,)
+    left_open = LeftOpen.failing(
+        IMAGES_IN_PROGRESS, IMAGES_ENDS, IMAGES_FAILED, RESTARTED, "image generations"
+    )
 
     def __init__(
         self,
@@ -202,14 +202,6 @@ class ImagesService:
             Append(request_stream(gid), 0, [NewEvent(ACCEPTED, dumps(request))]),
             Append(gid, 0, [NewEvent(IMAGES_IN_PROGRESS, dumps(opening))]),
         )
-
-    async def recover(self, among: Sequence[str] | None = None) -> int:
-        """End every image generation a crash left open (its client went with the old
-        process). Returns how many."""
-        return await LEFT_OPEN.end(self.store, self.appender, self.leasing, among)
-
-    async def close(self) -> None:
-        """Nothing to wait for: a generation's ending is written before its last piece."""
 
 
 def usage(input_tokens: int, output_tokens: int) -> dict[str, Any]:

@@ -10,7 +10,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from omni.events import Append, Appender, EventLog, NewEvent
 from omni.service.leasing import Leasing
@@ -102,3 +102,24 @@ class LeftOpen:
         if ended:
             log.warning("ended %d %s a restart interrupted", ended, self.what)
         return ended
+
+
+class ModelRequests:
+    """What the services of the model-process modalities (embeddings, speech, image
+    generation, transcription) share: each request a stream, its ending written by the
+    service; at a start, those a crash left open are ended failed (`left_open`)."""
+
+    kinds: ClassVar[tuple[str, ...]]
+    left_open: ClassVar[LeftOpen]
+    store: EventLog
+    appender: Appender
+    leasing: Leasing
+
+    async def recover(self, among: Sequence[str] | None = None) -> int:
+        """End every request a crash left open (its client went with the old process), of
+        those `among` these. Returns how many."""
+        return await self.left_open.end(self.store, self.appender, self.leasing, among)
+
+    async def close(self) -> None:
+        """Nothing to wait for, unless a service says otherwise: an ending is written before
+        the answer's last piece leaves."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -21,7 +21,7 @@ from omni.jobs import Answer, Speaker, Spoken
 from omni.metrics import UNREAD, Metrics
 from omni.schemas.speech import MEDIA_TYPES, SpeechCreate
 from omni.service.leasing import Leasing
-from omni.service.modality import LeftOpen, error_body, now_ms, submit_end
+from omni.service.modality import LeftOpen, ModelRequests, error_body, now_ms, submit_end
 from omni.service.streams import dumps, request_stream
 from omni.vocabulary import (
     ACCEPTED,
@@ -34,9 +34,6 @@ from omni.vocabulary import (
 )
 
 RESTARTED = "The server restarted before this speech was spoken."
-LEFT_OPEN = LeftOpen.failing(
-    SPEECH_IN_PROGRESS, SPEECH_ENDS, SPEECH_FAILED, RESTARTED, "speech requests"
-)
 GONE = "The client went away before its speech was spoken."
 log = logging.getLogger(__name__)
 
@@ -76,8 +73,11 @@ def voice_for(body: SpeechCreate, speaker: Speaker) -> str | None:
     return body.voice
 
 
-class SpeechService:
+class SpeechService(ModelRequests):
     kinds = (SPEECH,)
+    left_open = LeftOpen.failing(
+        SPEECH_IN_PROGRESS, SPEECH_ENDS, SPEECH_FAILED, RESTARTED, "speech requests"
+    )
 
     def __init__(
         self,
@@ -265,11 +265,6 @@ class SpeechService:
         """Let the cancelled requests' models stop and their endings be written."""
         if self._stopping:
             await asyncio.wait(list(self._stopping.values()), timeout=30)
-
-    async def recover(self, among: Sequence[str] | None = None) -> int:
-        """End every speech request a crash left open (its client went with the old
-        process). Returns how many."""
-        return await LEFT_OPEN.end(self.store, self.appender, self.leasing, among)
 
 
 def usage(spoken: Spoken) -> dict[str, int]:

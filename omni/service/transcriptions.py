@@ -11,7 +11,7 @@ import asyncio
 import hashlib
 import json
 import time
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -25,7 +25,7 @@ from omni.metrics import UNREAD, Metrics
 from omni.protocol import transcripts
 from omni.schemas.audio import TranscriptionCreate
 from omni.service.leasing import Leasing
-from omni.service.modality import LeftOpen, now_ms
+from omni.service.modality import LeftOpen, ModelRequests, now_ms
 from omni.service.ownership import visible
 from omni.service.streams import dumps, request_stream
 from omni.vocabulary import (
@@ -42,9 +42,6 @@ from omni.vocabulary import (
 )
 
 RESTARTED = "The server restarted before this transcription was done."
-LEFT_OPEN = LeftOpen.failing(
-    TRANSCRIPTION_IN_PROGRESS, TRANSCRIPTION_ENDS, TRANSCRIPTION_FAILED, RESTARTED, "transcriptions"
-)
 GONE = "The client went away before its transcription was done."
 
 
@@ -73,8 +70,15 @@ def sent(event: StoredEvent) -> bool:
     return event.type in (TRANSCRIPT_DELTA, TRANSCRIPT_DONE, TRANSCRIPTION_FAILED)
 
 
-class TranscriptionsService:
+class TranscriptionsService(ModelRequests):
     kinds = (TRANSCRIPTION,)
+    left_open = LeftOpen.failing(
+        TRANSCRIPTION_IN_PROGRESS,
+        TRANSCRIPTION_ENDS,
+        TRANSCRIPTION_FAILED,
+        RESTARTED,
+        "transcriptions",
+    )
 
     def __init__(
         self,
@@ -301,11 +305,6 @@ class TranscriptionsService:
             elif event.type == TRANSCRIPTION_FAILED:
                 return OmniError(data["error"]["message"])
         return None
-
-    async def recover(self, among: Sequence[str] | None = None) -> int:
-        """End every transcription a crash left open (its client went with the old process).
-        Returns how many."""
-        return await LEFT_OPEN.end(self.store, self.appender, self.leasing, among)
 
     async def close(self) -> None:
         """Let the transcriptions under way end (their model is closed after this)."""
