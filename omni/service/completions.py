@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Sequence
 from typing import Any, TypeVar
 
 from omni.errors import InvalidRequest, NotFound
@@ -112,6 +112,34 @@ class CompletionsService:
     async def _create_chat(
         self, engine: Engine, body: ChatCompletionCreate, bypass_cache: bool, owner: str | None
     ) -> tuple[str, bool]:
+        prompt, plan, images = await self._chat_plan(engine, body, owner)
+        key = cache_key(engine.model_id, body, plan.sampling, owner) if self.cache else None
+        cid = new_id("chatcmpl").replace("chatcmpl_", "chatcmpl-")
+
+        def generate(leased: tuple[str, ...] = ()) -> Awaitable[None]:
+            recorder = ChunkRecorder(
+                "chat",
+                cid,
+                engine.model_id,
+                int(time.time()),
+                stops=body.stop,
+                logprobs=body.logprobs,
+                splitter=plan.splitter(engine),
+                thinker=plan.thinker(engine, prompt),
+            )
+            return self._start(
+                engine, cid, "chat", body, recorder, prompt, plan, key, owner, leased, images
+            )
+
+        if key is None or bypass_cache:
+            await generate()
+            return cid, False
+        return cid, await self.flights.answer(key, cid, body, owner, generate)
+
+    async def _chat_plan(
+        self, engine: Engine, body: ChatCompletionCreate, owner: str | None
+    ) -> tuple[list[int], RunPlan, tuple[bytes, ...]]:
+        """The prompt, the plan and the images of a chat completion on `engine`."""
         tools, mode = tool_policy(body.tools or [], body.tool_choice)
         parallel = body.parallel_tool_calls is not False
         constraint = decoding_constraint(
@@ -149,45 +177,7 @@ class CompletionsService:
             constraint,
             cache_namespace(owner, body.prompt_cache_key),
         )
-        key = cache_key(engine.model_id, body, sampling, owner) if self.cache else None
-        cid = new_id("chatcmpl").replace("chatcmpl_", "chatcmpl-")
-        images = pictures(refs, loaded)
-        if key is None or bypass_cache:
-            await self._generate(engine, cid, body, prompt, plan, key, owner, images=images)
-            return cid, False
-        hit = await self.flights.answer(
-            key, cid, body, owner,
-            lambda flight: self._generate(
-                engine, cid, body, prompt, plan, key, owner, flight, images
-            ),
-        )  # fmt: skip
-        return cid, hit
-
-    async def _generate(
-        self,
-        engine: Engine,
-        cid: str,
-        body: ChatCompletionCreate,
-        prompt: list[int],
-        plan: RunPlan,
-        key: str | None,
-        owner: str | None,
-        leased: tuple[str, ...] = (),
-        images: tuple[bytes, ...] = (),
-    ) -> None:
-        recorder = ChunkRecorder(
-            "chat",
-            cid,
-            engine.model_id,
-            int(time.time()),
-            stops=body.stop,
-            logprobs=body.logprobs,
-            splitter=plan.splitter(engine),
-            thinker=plan.thinker(engine, prompt),
-        )
-        await self._start(
-            engine, cid, "chat", body, recorder, prompt, plan, key, owner, leased, images
-        )
+        return prompt, plan, pictures(refs, loaded)
 
     async def create_text(self, body: CompletionCreate, owner: str | None = None) -> str:
         self.runs.check_capacity()

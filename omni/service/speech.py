@@ -58,6 +58,16 @@ class Speech:
     pieces: AsyncGenerator[bytes | Spoken, None]
 
 
+@dataclass(frozen=True)
+class _Speaking:
+    """A speech under way: its stream, its model, the model's answer and its timings."""
+
+    sid: str
+    model_id: str
+    pieces: Answer[bytes | Spoken]
+    timings: dict[str, int]
+
+
 def voice_for(body: SpeechCreate, speaker: Speaker) -> str | None:
     """The voice to speak with: the one asked for, which the model must have, else its
     default; a 400 naming the model's voices."""
@@ -114,38 +124,28 @@ class SpeechService(ModelRequests):
                 pieces = await speaker.speak(
                     body.input, voice, body.response_format, body.speed, body.instructions
                 )
-                first = await self._first(sid, speaker.model_id, pieces, timings)
+                speaking = _Speaking(sid, speaker.model_id, pieces, timings)
+                first = await self._first(speaking)
             except BaseException:
                 if sid not in self._stopping:  # else it lets go once it has ended
                     await self.leasing.release([sid])
                 raise
-        rest = self._rest(sid, speaker.model_id, first, pieces, timings)
+        rest = self._rest(speaking, first)
         return Speech(sid, speaker.model_id, MEDIA_TYPES[body.response_format], rest)
 
-    async def _first(
-        self,
-        sid: str,
-        model_id: str,
-        pieces: Answer[bytes | Spoken],
-        timings: dict[str, int],
-    ) -> bytes | Spoken:
+    async def _first(self, s: _Speaking) -> bytes | Spoken:
         try:
-            return await anext(pieces)
+            return await anext(s.pieces)
         except asyncio.CancelledError:
-            self._stop(sid, model_id, pieces, timings, 0)
+            self._stop(s, 0)
             raise
         except Exception as exc:
-            failure = internal(exc, f"speech {sid}")
-            await self._end(sid, SPEECH_FAILED, model_id, timings, failure.body())
+            failure = internal(exc, f"speech {s.sid}")
+            await self._end(s, SPEECH_FAILED, failure.body())
             raise failure from None
 
     async def _rest(
-        self,
-        sid: str,
-        model_id: str,
-        first: bytes | Spoken,
-        pieces: Answer[bytes | Spoken],
-        timings: dict[str, int],
+        self, s: _Speaking, first: bytes | Spoken
     ) -> AsyncGenerator[bytes | Spoken, None]:
         """The pieces from the first on; the log's ending once the last is spoken, or once
         the model fails or the client goes (after the headers: the file is cut short)."""
@@ -154,7 +154,7 @@ class SpeechService(ModelRequests):
             while not isinstance(piece, Spoken):
                 sent += len(piece)
                 yield piece
-                piece = await anext(pieces)
+                piece = await anext(s.pieces)
             done = {
                 "duration_s": round(piece.seconds, 3),
                 "samples": piece.samples,
@@ -163,63 +163,47 @@ class SpeechService(ModelRequests):
                 "segments": piece.segments,
                 "usage": usage(piece),
             }
-            await self._end(sid, SPEECH_COMPLETED, model_id, timings, done)
+            await self._end(s, SPEECH_COMPLETED, done)
             yield piece
         except (asyncio.CancelledError, GeneratorExit):
             stopping = True
-            self._stop(sid, model_id, pieces, timings, sent)
+            self._stop(s, sent)
             raise
         except Exception as exc:
-            log.warning("speech %s failed after its first audio: %s", sid, exc)
-            failure = internal(exc, f"speech {sid}")
-            await self._end(sid, SPEECH_FAILED, model_id, timings, failure.body())
+            log.warning("speech %s failed after its first audio: %s", s.sid, exc)
+            failure = internal(exc, f"speech {s.sid}")
+            await self._end(s, SPEECH_FAILED, failure.body())
         finally:
             if not stopping:  # else _stopped() ends it
-                await pieces.aclose()
-                await self.leasing.release([sid])
+                await s.pieces.aclose()
+                await self.leasing.release([s.sid])
 
-    def _stop(
-        self,
-        sid: str,
-        model_id: str,
-        pieces: Answer[bytes | Spoken],
-        timings: dict[str, int],
-        sent: int,
-    ) -> None:
+    def _stop(self, s: _Speaking, sent: int) -> None:
         """The client went away: stop the model after its segment, and end the log once it
         has (in a task of its own: the request's is being cancelled)."""
-        pieces.cancel()
-        task = asyncio.get_running_loop().create_task(
-            self._stopped(sid, model_id, pieces, timings, sent)
-        )
-        self._stopping[sid] = task
-        task.add_done_callback(lambda _: self._stopping.pop(sid, None))
+        s.pieces.cancel()
+        task = asyncio.get_running_loop().create_task(self._stopped(s, sent))
+        self._stopping[s.sid] = task
+        task.add_done_callback(lambda _: self._stopping.pop(s.sid, None))
 
-    async def _stopped(
-        self,
-        sid: str,
-        model_id: str,
-        pieces: Answer[bytes | Spoken],
-        timings: dict[str, int],
-        sent: int,
-    ) -> None:
+    async def _stopped(self, s: _Speaking, sent: int) -> None:
         """`speech.failed` (code `cancelled`) with how much the model spoke before it
         stopped: the pieces after the client left are read to the model's last."""
         fields: dict[str, Any] = {**error_body(GONE, "cancelled"), "bytes": sent}
         try:
-            async for piece in pieces:
+            async for piece in s.pieces:
                 if isinstance(piece, Spoken):
                     fields["spoken"] = {"segments": piece.segments, "samples": piece.samples,
                                         "duration_s": round(piece.seconds, 3),
                                         "stopped": piece.cancelled}  # fmt: skip
         except OmniError as exc:  # the model failed, or its process went, meanwhile
-            log.warning("speech %s, cancelled, then: %s", sid, exc)
+            log.warning("speech %s, cancelled, then: %s", s.sid, exc)
         finally:
-            await pieces.aclose()
+            await s.pieces.aclose()
             try:
-                await self._end(sid, SPEECH_FAILED, model_id, timings, fields)
+                await self._end(s, SPEECH_FAILED, fields)
             finally:
-                await self.leasing.release([sid])
+                await self.leasing.release([s.sid])
 
     async def _accept(
         self,
@@ -246,9 +230,7 @@ class SpeechService(ModelRequests):
             Append(sid, 0, [NewEvent(SPEECH_IN_PROGRESS, dumps(opening))]),
         )
 
-    def _end(
-        self, sid: str, type_: str, model_id: str, timings: dict[str, int], fields: dict[str, Any]
-    ) -> asyncio.Future[Any]:
+    def _end(self, s: _Speaking, type_: str, fields: dict[str, Any]) -> asyncio.Future[Any]:
         """The ending's append (and its metrics)."""
         if type_ == SPEECH_COMPLETED:
             status, spoken = "completed", float(fields["duration_s"])
@@ -258,8 +240,8 @@ class SpeechService(ModelRequests):
             spoken = float(fields.get("spoken", {}).get("duration_s", 0.0))
         self.metrics.speeches.labels(status).inc()
         self.metrics.speech_audio.inc(spoken)
-        self.metrics.speech_seconds.observe((now_ms() - timings["started_at"]) / 1000)
-        return submit_end(self.appender, sid, 1, type_, model_id, timings, fields)
+        self.metrics.speech_seconds.observe((now_ms() - s.timings["started_at"]) / 1000)
+        return submit_end(self.appender, s.sid, 1, type_, s.model_id, s.timings, fields)
 
     async def close(self) -> None:
         """Let the cancelled requests' models stop and their endings be written."""

@@ -11,7 +11,7 @@ import asyncio
 import hashlib
 import json
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Awaitable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -129,7 +129,8 @@ class TranscriptionsService(ModelRequests):
                 try:
                     await self._accept(tid, body, upload, decoded, model.model_id, owner, queued_at)
                     accepted.set_result(tid)
-                    return await self._run(tid, body, upload.task, decoded, model)
+                    hearing = self._hear(tid, body, upload.task, decoded, model)
+                    return await self._observed(upload.task, hearing)
                 finally:
                     await self.leasing.release([tid])
         except Exception as exc:  # noqa: BLE001 - before acceptance: the request's error
@@ -170,18 +171,12 @@ class TranscriptionsService(ModelRequests):
             Append(tid, 0, [NewEvent(TRANSCRIPTION_IN_PROGRESS, dumps(opening))]),
         )
 
-    async def _run(
-        self,
-        tid: str,
-        body: TranscriptionCreate,
-        task: str,
-        decoded: Audio,
-        model: Transcriber,
+    async def _observed(
+        self, task: str, hearing: Awaitable[tuple[dict[str, Any] | OmniError, float]]
     ) -> dict[str, Any] | OmniError:
-        """Each window's text recorded as the model hears it, then the segments and the
-        done event; a failure, or a cancel (its client went away), ends it instead."""
+        """The outcome of `hearing` (_hear), and its figures for /metrics."""
         started = time.perf_counter()
-        outcome, heard = await self._hear(tid, body, task, decoded, model)
+        outcome, heard = await hearing
         status = "completed" if isinstance(outcome, dict) else "failed"
         if isinstance(outcome, OmniError) and outcome.code == "cancelled":
             status = "cancelled"
@@ -199,7 +194,9 @@ class TranscriptionsService(ModelRequests):
         decoded: Audio,
         model: Transcriber,
     ) -> tuple[dict[str, Any] | OmniError, float]:
-        """_run's outcome, and the seconds of audio the model heard."""
+        """Each window's text recorded as the model hears it, then the segments and the
+        done event; a failure, or a cancel (its client went away), ends it instead. The
+        transcript (or the failure, as a value), and the seconds of audio the model heard."""
         options = TranscribeOptions(
             language=body.language,
             prompt=body.prompt,
