@@ -11,17 +11,16 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from omni import db
 from omni.events import Appender, Notifier
 from omni.events.backends import LogStore, make_store
 from omni.events.postgres.store import PostgresStore
 from omni.image_hosts import ImageHosts
-from omni.jobs import Engine
 from omni.lifecycle import Lifecycle
 from omni.location import is_postgres
 from omni.metrics import Metrics
+from omni.ports.chat import Engine
 from omni.service.completions import CompletionsService
 from omni.service.defaults import Defaults
 from omni.service.embeddings import EmbeddingsService
@@ -199,10 +198,9 @@ def _watch(pool: Models, figures: Metrics) -> None:
         lambda: sum(e.running for e in pool.engines()),
     )
 
-    def observe(model: Any) -> None:
-        if hasattr(model, "on_step"):
-            model.on_step = lambda n: figures.batch.observe(n) if n else None
+    def observe(engine: Engine) -> None:
+        engine.on_step = lambda n: figures.batch.observe(n) if n else None
 
-    pool.on_load = observe
-    for model in pool.loaded():
-        observe(model)
+    pool.on_engine = observe
+    for engine in pool.engines():
+        observe(engine)

@@ -11,7 +11,7 @@ from pydantic import BaseModel
 from omni import features
 from omni.api.body import body_bytes
 from omni.api.current import current_server
-from omni.schemas.responses import parse_body
+from omni.schemas.body import parse_body
 from omni.server import Server
 
 Body = TypeVar("Body", bound=BaseModel)

@@ -26,8 +26,8 @@ from omni.api import (
 from omni.api.current import opened, serve, server_of
 from omni.api.gate import Access
 from omni.ids import new_id
-from omni.jobs import Engine
 from omni.metrics import Metrics
+from omni.ports.chat import Engine
 from omni.service.models import Models
 from omni.settings import ServerSettings
 

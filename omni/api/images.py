@@ -20,7 +20,7 @@ from omni.api.admit import admit
 from omni.api.gate import owner
 from omni.api.sse import event_frame
 from omni.errors import OmniError
-from omni.jobs import Drawn, PartialPicture, Picture
+from omni.ports.images import Drawn, PartialPicture, Picture
 from omni.schemas.images import ImageGenerate
 from omni.service.images import Generation, usage
 from omni.vocabulary import IMAGE_COMPLETED, IMAGE_PARTIAL

@@ -16,7 +16,7 @@ from omni.api import access
 from omni.api.admit import admit
 from omni.api.gate import owner
 from omni.api.sse import event_frame
-from omni.jobs import Spoken
+from omni.ports.speech import Spoken
 from omni.schemas.speech import SpeechCreate
 from omni.service.speech import Speech, usage
 from omni.vocabulary import SPEECH_AUDIO_DELTA, SPEECH_AUDIO_DONE

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from omni import features
-from omni.jobs import TranscribeOptions
+from omni.ports.transcription import TranscribeOptions
 from omni.runtime.chat import worker
 from omni.runtime.chat.inbox import Inbox
 from omni.runtime.quiet import no_torch_advice

@@ -17,7 +17,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from omni import features
-from omni.jobs import FinishReason
+from omni.ports.jobs import FinishReason
 from omni.runtime import blas, weights
 from omni.runtime.chat.generation_config import model_recommends
 from omni.runtime.chat.logprobs import Scorer

@@ -14,8 +14,8 @@ from typing import Any
 
 from omni.errors import StoreError
 from omni.events import Append, Appender, NewEvent, Notifier, Store, StoredEvent, follow
-from omni.jobs import Sampling
 from omni.metrics import Metrics
+from omni.ports.jobs import Sampling
 from omni.schemas.chat import ChatCompletionCreate
 from omni.service.runs import Runs
 from omni.service.streams import dumps, request_stream

@@ -18,7 +18,8 @@ from typing import Any, Protocol
 
 from omni.errors import InvalidRequest, ModelLoadError, NotFound, OmniError
 from omni.events import Append, Appender, EventLog, NewEvent, StoredEvent
-from omni.jobs import Engine, Failed, Finished
+from omni.ports.chat import Engine
+from omni.ports.jobs import Failed, Finished
 from omni.projections.response import fold_response
 from omni.protocol.recorder import ResponseRecorder
 from omni.service.image_urls import Fetcher

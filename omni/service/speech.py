@@ -17,8 +17,9 @@ from typing import Any, Protocol
 from omni.errors import InvalidRequest, OmniError, internal
 from omni.events import Append, Appender, EventLog, NewEvent
 from omni.ids import new_id
-from omni.jobs import Answer, Speaker, Spoken
 from omni.metrics import UNREAD, Metrics
+from omni.ports.model import Answer
+from omni.ports.speech import Speaker, SpeechOrder, Spoken
 from omni.schemas.speech import MEDIA_TYPES, SpeechCreate
 from omni.service.leasing import Leasing
 from omni.service.modality import LeftOpen, ModelRequests, error_body, now_ms, submit_end
@@ -121,9 +122,10 @@ class SpeechService(ModelRequests):
             try:
                 await self._accept(sid, body, speaker.model_id, voice, owner, queued_at)
                 timings = {"queued_at": queued_at, "started_at": now_ms()}
-                pieces = await speaker.speak(
+                order = SpeechOrder(
                     body.input, voice, body.response_format, body.speed, body.instructions
                 )
+                pieces = await speaker.speak(order)
                 speaking = _Speaking(sid, speaker.model_id, pieces, timings)
                 first = await self._first(speaking)
             except BaseException:
