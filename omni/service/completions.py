@@ -39,7 +39,8 @@ from omni.service.plan import RunPlan
 from omni.service.prompting import Prompter, refuse_unfittable, text_bytes
 from omni.service.reasoning import thinking_plan
 from omni.service.requests import rendered
-from omni.service.runs import Run, Runs
+from omni.service.run import Run
+from omni.service.runs import Runs
 from omni.service.streams import dumps, request_stream
 from omni.service.vision_inputs import load_images, message_images, pictures, refuse_images
 from omni.settings import ServerSettings

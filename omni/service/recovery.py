@@ -26,7 +26,8 @@ from omni.service.image_urls import Fetcher
 from omni.service.models import Models
 from omni.service.plan import stored_plan
 from omni.service.reasoning import reasoning_tokens
-from omni.service.runs import Run, Runs
+from omni.service.run import Run
+from omni.service.runs import Runs
 from omni.service.streams import dumps, kept, request_stream, tokens_stream
 from omni.service.vision_inputs import ImageRef, load_images, pictures
 from omni.vocabulary import CANCEL_REQUESTED, RESPONSE_ENDS

@@ -38,7 +38,8 @@ from omni.service.plan import RunPlan
 from omni.service.prompting import Prompter, fit_suffix, refuse_unfittable
 from omni.service.reasoning import thinking_plan
 from omni.service.requests import function_tools, initial_response, render_prompt
-from omni.service.runs import Run, Runs
+from omni.service.run import Run
+from omni.service.runs import Runs
 from omni.service.sealing import Sealer
 from omni.service.serial import ObjectLocks
 from omni.service.streams import dumps, is_kind, is_terminal, kept, request_stream
