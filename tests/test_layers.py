@@ -1,6 +1,6 @@
-"""Imports point down only (api → service → projections/protocol/events → schemas; the MLX
-runtime → protocol → tools → ports: tools and their grammar lie below all who use them),
-MLX is imported only by the runtime and SQLAlchemy only by the event store (and its
+"""Imports point down only (api → server, lifecycle → service → projections/protocol/events →
+schemas; the MLX runtime → protocol → tools → ports: tools and their grammar lie below all who
+use them), MLX is imported only by the runtime and SQLAlchemy only by the event store (and its
 migrations) and the inspector's reads. The service and the API reach a runtime only through
 omni.ports (the Model protocol and a port per modality, jobs and their outputs): never its
 internals, and never for an event's name (omni.vocabulary)."""
@@ -25,11 +25,14 @@ ALLOWED = {
     "runtime": {"schemas", "protocol", "ports", "tools"},
     "service": {"schemas", "projections", "protocol", "tools", "events", "ports"},
     "inspect": {"schemas", "projections"},  # reads for people (the CLI, /inspect)
-    "api": {"schemas", "service", "events", "protocol", "db", "inspect", "ports"},
-}
+    "lifecycle": {"service", "events"},  # what every endpoint asks before it starts work
+    "server": {"service", "events", "db", "lifecycle", "ports"},  # the composition root
+    "api": {"schemas", "service", "events", "protocol", "db", "inspect", "ports", "server",
+            "lifecycle"},
+}  # fmt: skip
 LEAVES = {
-    "catalogue", "errors", "features", "heap", "ids", "location", "lock", "metrics",
-    "settings", "vocabulary",
+    "catalogue", "errors", "features", "heap", "ids", "image_hosts", "location", "lock",
+    "metrics", "settings", "vocabulary",
 }  # fmt: skip
 
 
