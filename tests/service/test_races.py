@@ -14,7 +14,7 @@ import pytest
 from omni.db import upgrade
 from omni.errors import NotFound
 from omni.events import EventStore, MemoryStore
-from omni.jobs import Delta, Finished
+from omni.ports.jobs import Delta, Finished
 from omni.schemas.chat import ChatCompletionCreate
 from omni.schemas.responses import ResponseCreate
 
