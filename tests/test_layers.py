@@ -1,8 +1,9 @@
 """Imports point down only (api → service → projections/protocol/events → schemas; the MLX
-runtime → protocol → ports), MLX is imported only by the runtime and SQLAlchemy only by the
-event store (and its migrations) and the inspector's reads. The service and the API reach a
-runtime only through omni.ports (the Model protocol and a port per modality, jobs and their
-outputs): never its internals, and never for an event's name (omni.vocabulary)."""
+runtime → protocol → tools → ports: tools and their grammar lie below all who use them),
+MLX is imported only by the runtime and SQLAlchemy only by the event store (and its
+migrations) and the inspector's reads. The service and the API reach a runtime only through
+omni.ports (the Model protocol and a port per modality, jobs and their outputs): never its
+internals, and never for an event's name (omni.vocabulary)."""
 
 from __future__ import annotations
 
@@ -18,10 +19,11 @@ ALLOWED = {
     "schemas": set(),
     "events": set(),
     "ports": set(),  # what a service may ask of a runtime: below both
+    "tools": {"schemas", "ports"},  # which tools, their grammar, calls read out of text
     "projections": {"schemas"},
-    "protocol": {"schemas", "ports"},
-    "runtime": {"schemas", "protocol", "ports"},
-    "service": {"schemas", "projections", "protocol", "events", "ports"},
+    "protocol": {"schemas", "ports", "tools"},
+    "runtime": {"schemas", "protocol", "ports", "tools"},
+    "service": {"schemas", "projections", "protocol", "tools", "events", "ports"},
     "inspect": {"schemas", "projections"},  # reads for people (the CLI, /inspect)
     "api": {"schemas", "service", "events", "protocol", "db", "inspect", "ports"},
 }

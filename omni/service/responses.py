@@ -41,9 +41,9 @@ from omni.service.runs import Run, Runs
 from omni.service.sealing import Sealer
 from omni.service.serial import ObjectLocks
 from omni.service.streams import dumps, is_kind, is_terminal, kept, request_stream
-from omni.service.structured import decoding_constraint
-from omni.service.tools import Mode, tool_policy
 from omni.settings import ServerSettings
+from omni.tools.policy import Mode, tool_policy
+from omni.tools.schema import decoding_constraint
 from omni.vocabulary import (
     ACCEPTED,
     CANCEL_REQUESTED,
@@ -126,7 +126,9 @@ class ResponsesService:
         callable_tools, mode = tool_policy(tools, body.tool_choice)
         fmt = (body.text or {}).get("format")
         parallel = body.parallel_tool_calls
-        constraint = decoding_constraint(engine, callable_tools, mode, fmt, "text.format", parallel)
+        constraint = decoding_constraint(
+            engine.capabilities.tool_format, callable_tools, mode, fmt, "text.format", parallel
+        )
         effort = (body.reasoning or {}).get("effort")
         thinking, budget = thinking_plan(engine, effort, body.thinking_budget)
         history = conversation[: len(conversation) - len(items)]

@@ -17,6 +17,7 @@ from omni.ports.jobs import Delta, Failed, Finished, Job, Output, Started
 from omni.service.completions import CompletionsService
 from omni.service.leasing import Leasing
 from omni.service.responses import ResponsesService
+from omni.service.stored import StoredCompletions
 from omni.settings import ServerSettings
 
 
@@ -73,6 +74,7 @@ class Services:
     engine: ScriptedEngine
     responses: ResponsesService
     completions: CompletionsService
+    stored: StoredCompletions
 
 
 @asynccontextmanager
@@ -103,7 +105,7 @@ async def serving(
     await responses.recover()
     await completions.recover()
     try:
-        yield Services(store, engine, responses, completions)
+        yield Services(store, engine, responses, completions, StoredCompletions(store, appender))
     finally:
         await completions.close()
         await responses.close()
