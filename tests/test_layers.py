@@ -77,3 +77,26 @@ def test_mlx_and_sqlalchemy_stay_in_their_layers(path: Path) -> None:
     if "sqlalchemy" in top:  # omni/location.py only parses URLs with it
         held = ("events", "migrations", "inspect", "location")
         assert layer(path) in held, f"{path} imports SQLAlchemy"
+
+
+EVENTS = PACKAGE / "events"
+BACKENDS = ("sqlite", "postgres")
+
+
+@pytest.mark.parametrize(
+    "path", sorted(EVENTS.rglob("*.py")), ids=lambda p: str(p.relative_to(EVENTS))
+)
+def test_the_log_backends_stand_apart(path: Path) -> None:
+    """omni/events/sqlite and omni/events/postgres are twins on the parts the package shares:
+    neither imports the other, and only the package's face and backends.py (which picks one
+    for a --db) import either."""
+    rel = path.relative_to(EVENTS)
+    own = rel.parts[0] if len(rel.parts) > 1 else None
+    for name in imports(path):
+        parts = name.split(".")
+        if parts[:2] != ["omni", "events"] or len(parts) < 3 or parts[2] not in BACKENDS:
+            continue
+        if own is None:
+            assert rel.name in ("__init__.py", "backends.py"), f"events/{rel} imports {name}"
+        else:
+            assert parts[2] == own, f"events/{rel} imports {name}"
