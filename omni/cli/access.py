@@ -15,7 +15,7 @@ from omni.errors import OmniError
 
 if TYPE_CHECKING:
     from omni.api.gate import Access
-    from omni.service.image_urls import ImageHosts
+    from omni.image_hosts import ImageHosts
 
 
 def is_loopback(host: str) -> bool:
@@ -58,7 +58,7 @@ def access(args: argparse.Namespace) -> Access:
 
 def image_hosts(args: argparse.Namespace) -> ImageHosts:
     """What image URLs may name beyond public addresses (--allow-image-hosts)."""
-    from omni.service.image_urls import ImageHosts
+    from omni.image_hosts import ImageHosts
 
     try:
         return ImageHosts.parse(flat(args.allow_image_hosts))

@@ -12,7 +12,7 @@ from omni import db
 from omni.cli import db_postgres, db_sqlite
 from omni.cli.options import DB_HELP, parsed
 from omni.errors import StoreError
-from omni.events import maintenance
+from omni.events.maintenance import parse_duration, parse_moment
 from omni.location import is_postgres, shown
 from omni.service.retention import STATUSES
 
@@ -40,13 +40,13 @@ def add_parsers(sub: Any, default_db: str) -> None:
     when = purge.add_mutually_exclusive_group(required=True)
     when.add_argument(
         "--older-than",
-        type=parsed(maintenance.parse_duration),
+        type=parsed(parse_duration),
         metavar="DURATION",
         help="ended longer ago than this: 30d, 12h, 90m",
     )
     when.add_argument(
         "--before",
-        type=parsed(maintenance.parse_moment),
+        type=parsed(parse_moment),
         metavar="DATE",
         help="ended before this ISO date or date-time (local time unless it names a zone)",
     )

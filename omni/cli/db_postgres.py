@@ -9,7 +9,7 @@ from typing import Any
 from omni import db
 from omni.cli.db_report import checked, objects, would_remove
 from omni.errors import StoreError
-from omni.events import pg_maintenance
+from omni.events.postgres import maintenance as pg_maintenance
 from omni.location import shown
 from omni.service.retention import VOCABULARY
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
-from omni.events.maintenance import Finished, Problem
+from omni.events.checks import Problem
+from omni.events.maintenance import Finished
 
 
 def checked(where: str, problems: Sequence[Problem], streams: int, rows: int) -> int:

@@ -8,7 +8,7 @@ from pathlib import Path
 from omni import db
 from omni.cli.db_report import checked, objects, would_remove
 from omni.errors import StoreError
-from omni.events import maintenance
+from omni.events.sqlite import maintenance
 from omni.service.retention import VOCABULARY
 
 

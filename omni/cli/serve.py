@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
     from omni.api.gate import Access
     from omni.catalogue import ModelEntry
-    from omni.service.image_urls import ImageHosts
+    from omni.image_hosts import ImageHosts
     from omni.service.models import Models
 
 log = logging.getLogger("omni")

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from omni import features
-from omni.runtime import worker
+from omni.runtime.chat import worker
 from omni.runtime.embed_wire import Close, Embed, Failed, Loaded, LoadFailed, Vectors
 from omni.runtime.pooling import pooling_modes
 from omni.runtime.quiet import no_torch_advice

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from omni.runtime.wire import LoadFailed
+from omni.ports.images import ImageOrder
+from omni.runtime.chat.wire import Cancel, Close, LoadFailed
 
 __all__ = ["Cancel", "Close", "Done", "Failed", "Generate", "LoadFailed", "Loaded", "Partial",
            "Picture"]  # fmt: skip
@@ -15,29 +16,10 @@ __all__ = ["Cancel", "Close", "Done", "Failed", "Generate", "LoadFailed", "Loade
 
 
 @dataclass(frozen=True, slots=True)
-class Generate:
-    id: int
-    prompt: str
-    n: int
-    width: int
-    height: int
-    steps: int
-    seed: int  # the first image's; the next ones take seed + 1, seed + 2, ...
-    output_format: str  # png, jpeg or webp
-    compression: int  # 0-100: jpeg's and webp's quality loss (100: none)
-    partial_images: int  # 0-3 of each image, decoded from its latents on the way
-
-
-@dataclass(frozen=True, slots=True)
-class Cancel:
-    """Stop job `id` at its next step (its client went away)."""
+class Generate(ImageOrder):
+    """What one request asks of the model, under its id."""
 
     id: int
-
-
-@dataclass(frozen=True, slots=True)
-class Close:
-    """End the process."""
 
 
 Request = Generate | Cancel | Close

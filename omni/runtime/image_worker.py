@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from omni import features
-from omni.runtime import worker
+from omni.runtime.chat import worker
 from omni.runtime.image_wire import (
     Cancel,
     Close,

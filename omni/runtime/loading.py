@@ -36,7 +36,7 @@ class Loader:
         if entry.kind == "image":
             return self.imager(entry)
         from omni.runtime.catalogue import takes_images
-        from omni.runtime.mlx_engine import MLXEngine
+        from omni.runtime.chat.engine import MLXEngine
         from omni.runtime.vlm_engine import VLMEngine
 
         source = self.source(entry)

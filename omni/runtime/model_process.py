@@ -19,7 +19,7 @@ from typing import Any, Generic, TypeVar
 
 from omni.errors import SERVER_ERROR, ModelLoadError, OmniError
 from omni.runtime import blas
-from omni.runtime.wire import Cancel
+from omni.runtime.chat.wire import Cancel
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -28,6 +28,13 @@ T = TypeVar("T")
 class ModelProcess:
     """`what`: the model, for messages ("embedding model"); `name`: the process's name;
     `closing`: the message that asks the process to stop."""
+
+    # What the pool reads (omni.ports.model.Model): loaded once start() returns, requests
+    # counted in `running`, and the weights' memory not known (the folder's size counts).
+    queued = 0
+    loading = False
+    load_error: str | None = None
+    memory_bytes: int | None = None
 
     def __init__(self, path: str, what: str, name: str, closing: Any):
         self.path = path
@@ -92,7 +99,7 @@ class ModelProcess:
         self, make: Callable[[int], Any], read: Callable[[Any], tuple[T, bool]]
     ) -> Replies[T]:
         """Send `make(id)`; its replies, each as `read` makes it a value (and says whether it
-        is the last), as they come (omni.jobs.Answer)."""
+        is the last), as they come (omni.ports.model.Answer)."""
         if self._gone is not None:
             raise OmniError(self._gone)
         queue: asyncio.Queue[Any] = asyncio.Queue()
@@ -137,14 +144,7 @@ class ModelProcess:
             self._send(self._closing)
         except OmniError:
             pass
-        self._process.join(timeout=30)
-        if self._process.is_alive():
-            self._process.terminate()
-            self._process.join(timeout=5)
-        if self._reader.is_alive():
-            self._reader.join(timeout=5)
-        if self._conn is not None:
-            self._conn.close()
+        stop_process(self._process, self._reader, self._conn)
         self._process = None
 
     def _send(self, message: Any) -> None:
@@ -175,8 +175,22 @@ class ModelProcess:
             self.deliver(loop, receiver, OmniError(self._gone))
 
 
+def stop_process(process: Any, reader: threading.Thread, conn: Connection | None) -> None:
+    """After a model's process was asked to close: wait for it (ended if it will not), then
+    for its reader thread, which ends at the pipe's end that the exit made; the pipe closes
+    after it (closed under a recv in progress, recv raised TypeError in that thread)."""
+    process.join(timeout=30)
+    if process.is_alive():
+        process.terminate()
+        process.join(timeout=5)
+    if reader.is_alive():
+        reader.join(timeout=5)
+    if conn is not None:
+        conn.close()
+
+
 class Replies(Generic[T]):
-    """One request's replies, read from its queue (omni.jobs.Answer). The reader thread puts
+    """One request's replies, read from its queue (omni.ports.model.Answer). The reader thread puts
     them there, or the OmniError that says the process is gone."""
 
     def __init__(

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from omni import features
-from omni.runtime import worker
 from omni.runtime.audio_out import Encoder
-from omni.runtime.inbox import Inbox
+from omni.runtime.chat import worker
+from omni.runtime.chat.inbox import Inbox
 from omni.runtime.quiet import no_torch_advice
 from omni.runtime.speech_wire import Audio, Close, Done, Failed, Loaded, LoadFailed, Speak
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from omni.jobs import TranscribeOptions
-from omni.runtime.wire import Cancel
+from omni.ports.transcription import TranscribeOptions
+from omni.runtime.chat.wire import Cancel
 
 __all__ = ["Cancel", "Close", "Failed", "LoadFailed", "Loaded", "Transcribe", "Transcript",
            "Window"]  # fmt: skip
@@ -52,7 +52,7 @@ class Window:
 
 @dataclass(frozen=True)
 class Transcript:
-    """omni.jobs.Transcript's fields."""
+    """omni.ports.transcription.Transcript's fields."""
 
     id: int
     result: dict[str, Any]

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from omni import features
-from omni.jobs import TranscribeOptions
-from omni.runtime import worker
-from omni.runtime.inbox import Inbox
+from omni.ports.transcription import TranscribeOptions
+from omni.runtime.chat import worker
+from omni.runtime.chat.inbox import Inbox
 from omni.runtime.quiet import no_torch_advice
 from omni.runtime.transcribe_wire import (
     Close,

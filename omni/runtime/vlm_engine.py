@@ -1,4 +1,4 @@
-"""A vision-language model's engine: the text engine (omni.runtime.mlx_engine: its process,
+"""A vision-language model's engine: the text engine (omni.runtime.chat.engine: its process,
 its pipe, its detokenizing, cancels, failures) around mlx-vlm's model in an engine process of
 its own (omni.runtime.vlm_worker). Prompts are rendered with the model's processor, which
 expands each image into the image tokens its vision tower fills: a prompt's token count holds
@@ -11,9 +11,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from omni.jobs import Capabilities
+from omni.ports.chat import Capabilities, Messages, Tools
 from omni.runtime import vlm_worker
-from omni.runtime.mlx_engine import MLXEngine
+from omni.runtime.chat.engine import MLXEngine
 
 
 class VLMEngine(MLXEngine):
@@ -28,12 +28,7 @@ class VLMEngine(MLXEngine):
     def capabilities(self) -> Capabilities:
         return dataclasses.replace(super().capabilities, vision=True)
 
-    def render(
-        self,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]],
-        thinking: bool | None = None,
-    ) -> list[int]:
+    def render(self, messages: Messages, tools: Tools, thinking: bool | None = None) -> list[int]:
         """Image parts ({"type": "image", "image": bytes}) become the model's image tokens,
         as many as its processor makes of each image."""
         import numpy as np

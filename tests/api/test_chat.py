@@ -293,7 +293,7 @@ def test_tools_and_tool_choice_are_accepted(client: OpenAI, server, tool_choice:
     if tool_choice == "none":
         check_usage(completion.usage, prompt_len(server, HI), 2)
     else:
-        from omni.protocol.tool_calls import plain_tools_prompt
+        from omni.tools.calls import plain_tools_prompt
 
         called = TOOLS if tool_choice in ("auto", "required") else TOOLS[:1]
         system = [{"role": "system", "content": plain_tools_prompt(called)}]
@@ -473,7 +473,7 @@ def test_non_deterministic_requests_say_cache_miss(http: httpx.Client) -> None:
 @pytest.fixture
 def own_engine_server(tiny_model_dir, tmp_path: Path) -> Iterator[ServerThread]:
     """A server with an engine of its own: what fails here cannot break the shared engine."""
-    from omni.runtime.mlx_engine import MLXEngine
+    from omni.runtime.chat.engine import MLXEngine
     from omni.runtime.model_source import ModelSource
 
     engine = MLXEngine(ModelSource(str(tiny_model_dir), MODEL))

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from omni.api.app import Settings
+from omni.runtime.chat.engine import MLXEngine
 from omni.runtime.default_model import DEFAULT_MODEL_ID
-from omni.runtime.mlx_engine import MLXEngine
 from omni.runtime.model_source import ModelSource
 from tests.server import ServerThread
 

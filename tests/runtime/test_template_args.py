@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from omni.runtime.mlx_engine import MLXEngine
+from omni.runtime.chat.engine import MLXEngine
 from omni.runtime.model_source import ModelSource
 
 TEMPLATE = (

@@ -10,7 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from omni.jobs import Delta, Failed, Finished, Job, Output, RecommendedSampling, Sampling
+from omni.ports.chat import RecommendedSampling
+from omni.ports.jobs import Delta, Failed, Finished, Job, Output, Sampling
 from omni.runtime.catalogue import takes_images
 from omni.runtime.model_source import ModelSource
 from omni.runtime.tiny_vlm import build_tiny_qwen2_vl
