@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from omni.catalogue import GB
-from omni.cli import logs, models
+from omni.cli import catalogue, logs
 from omni.cli.options import (
     BIG,
     DB_HELP,
@@ -69,7 +69,7 @@ def add_serve(sub: Any) -> None:
     _add_logging(serve)
     _add_log_keeping(serve)
     _add_runtime(serve)
-    models.add_serve_flags(serve)
+    catalogue.add_serve_flags(serve)
     _add_access(serve)
     _add_defaults(serve)
 
