@@ -116,3 +116,40 @@ async def serving(
 async def services() -> AsyncIterator[Services]:
     async with serving(MemoryStore(), ScriptedEngine()) as served:
         yield served
+
+
+@pytest.fixture(scope="session")
+def migrated(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """An empty SQLite log, migrated once for the run: tests copy it (a migration takes ~0.5 s)."""
+    from omni.db import upgrade
+
+    path = tmp_path_factory.mktemp("migrated") / "omni.db"
+    upgrade(str(path))
+    return path
+
+
+@pytest.fixture
+async def logged(migrated: Any, tmp_path: Any) -> AsyncIterator[Services]:
+    """The services on a migrated SQLite file, whose rows a test may count (store.path)."""
+    import shutil
+
+    from omni.events import EventStore
+
+    path = str(tmp_path / "omni.db")
+    shutil.copyfile(migrated, path)
+    store = EventStore(path)
+    await store.open()
+    try:
+        async with serving(store, ScriptedEngine()) as served:
+            yield served
+    finally:
+        await store.close()
+
+
+def high_water(services: Services) -> int:
+    """The log's AUTOINCREMENT mark (on `logged`): it moves with every row ever appended."""
+    import sqlite3
+
+    with sqlite3.connect(services.store.path) as conn:
+        row = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'events'").fetchone()
+    return int(row[0])
