@@ -153,3 +153,46 @@ def high_water(services: Services) -> int:
     with sqlite3.connect(services.store.path) as conn:
         row = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'events'").fetchone()
     return int(row[0])
+
+
+class OneAtATime(ScriptedEngine):
+    """A scripted engine that decodes one job at a time: the others wait in its queue,
+    unclaimed, each taking the next script when it is reached; one cancelled while it waited
+    is skipped then (it never runs). `generations`: the jobs that ran."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waiting: list[Job] = []
+        self.current: Job | None = None
+
+    @property  # type: ignore[override]
+    def queued(self) -> int:
+        return len(self.waiting)
+
+    @property
+    def generations(self) -> int:
+        return len(self.jobs)
+
+    def submit(self, job: Job) -> None:
+        self.waiting.append(job)
+        self._next()
+
+    def _next(self) -> None:
+        while self.current is None and self.waiting:
+            job = self.waiting.pop(0)
+            if not job.claim():
+                continue  # cancelled while it waited: the service has ended it
+            self.jobs.append(job)
+            script = self.scripts.pop(0)
+            for out in (Started(), *script):
+                job.outputs.put_nowait(out)
+            if script and isinstance(script[-1], Finished | Failed):
+                continue  # done: the next one may start
+            self.current = job
+            said = sum(isinstance(out, Delta) for out in script)
+            job.on_cancel = lambda job=job, said=said: self._stopped(job, said)
+
+    def _stopped(self, job: Job, said: int) -> None:
+        job.outputs.put_nowait(Finished("cancelled", len(job.prompt), said))
+        self.current = None
+        self._next()
