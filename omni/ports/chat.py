@@ -17,7 +17,7 @@ Tools = list[dict[str, Any]]  # the tools offered, as the template takes them
 @dataclass(frozen=True, slots=True)
 class ToolFormat:
     """How a model writes calls: between `start` and `end` markers, read by `parser`
-    (mlx-lm's, for the model's family); no markers: plain JSON (omni.protocol.tool_calls)."""
+    (mlx-lm's, for the model's family); no markers: plain JSON (omni.tools.calls)."""
 
     start: str | None = None
     end: str | None = None

@@ -97,7 +97,7 @@ class Job:
     # Prefix-cache namespace (the request's prompt_cache_key): conversations stay apart.
     cache_namespace: str = ""
     # A grammar the output must follow: {"type": "json_schema", "schema": {...}} or
-    # {"type": "json_object"} (omni.protocol.grammar).
+    # {"type": "json_object"} (omni.tools.grammar).
     constraint: dict[str, Any] | None = None
     # Other requests the server was still taking in as this one's job left for the engine.
     behind: int = 0

@@ -14,7 +14,7 @@ from openai.types.chat import ChatCompletionChunk
 from omni.ports.chat import ToolFormat
 from omni.ports.jobs import Delta, Failed, Finished, Logprobs, Started, TokenLogprob
 from omni.protocol.chat_recorder import ChunkRecorder
-from omni.protocol.tool_calls import CallSplitter
+from omni.tools.calls import CallSplitter
 from omni.vocabulary import (
     COMPLETION_CANCELLED,
     COMPLETION_CHUNK,

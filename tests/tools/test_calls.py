@@ -34,7 +34,7 @@ from mlx_lm.tool_parsers import (
 )
 
 from omni.ports.chat import ToolFormat
-from omni.protocol.tool_calls import Call, CallSplitter, Segment, partial_suffix
+from omni.tools.calls import Call, CallSplitter, Segment, partial_suffix
 
 
 def _tool(name: str, **properties: str) -> dict[str, Any]:
