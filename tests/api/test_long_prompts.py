@@ -56,7 +56,7 @@ def deltas_between(server: Any, rid: str, after: int, before: int) -> int:
 
 def running(client: OpenAI, server: Any) -> str:
     rid = client.responses.create(model=MODEL, background=True, **LONG_RUN).id
-    assert wait_for(lambda: n_deltas(server, rid) >= 5, timeout=10)
+    assert wait_for(lambda: n_deltas(server, rid) >= 5, timeout=60)
     return rid
 
 
