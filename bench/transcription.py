@@ -113,7 +113,7 @@ def main() -> None:
         )
     import mlx.core as mx
 
-    from omni.cli import omni_home
+    from omni.cli.options import omni_home
     from omni.runtime.default_transcription import ensure_default_transcription
     from omni.runtime.transcribe_worker import load
 
