@@ -107,7 +107,7 @@ def _log_level(text: str) -> str:
 
 def _blas(text: str) -> str:
     """An argparse type: auto, bundled, or a BLAS library a fresh process could load."""
-    from omni.runtime import blas
+    from omni.runtime.platform import blas
 
     if text in (blas.AUTO, blas.BUNDLED):
         return text
@@ -118,7 +118,7 @@ def _blas(text: str) -> str:
 
 
 def _weights(text: str) -> str:
-    from omni.runtime.weights import CHOICES
+    from omni.runtime.loading.weights import CHOICES
 
     if text not in CHOICES:
         raise argparse.ArgumentTypeError(
@@ -566,8 +566,8 @@ def serve(args: argparse.Namespace) -> None:
 
 
 def _serve(args: argparse.Namespace) -> None:
-    from omni.runtime.device import keep_server_off_the_accelerator
-    from omni.runtime.quiet import no_torch_advice
+    from omni.runtime.platform.device import keep_server_off_the_accelerator
+    from omni.runtime.platform.quiet import no_torch_advice
 
     keep_server_off_the_accelerator()  # first: before anything imports mlx-lm
     no_torch_advice()
@@ -576,10 +576,10 @@ def _serve(args: argparse.Namespace) -> None:
     from hypercorn.config import Config
 
     from omni.api.app import create_app, shut_down
-    from omni.runtime.default_embedding import DEFAULT_EMBEDDING_ID
-    from omni.runtime.default_model import DEFAULT_MODEL_ID
-    from omni.runtime.default_transcription import DEFAULT_TRANSCRIPTION_ID
-    from omni.runtime.loading import Loader
+    from omni.runtime.embeddings.default import DEFAULT_EMBEDDING_ID
+    from omni.runtime.loading.default_model import DEFAULT_MODEL_ID
+    from omni.runtime.loading.loader import Loader
+    from omni.runtime.transcription.default import DEFAULT_TRANSCRIPTION_ID
     from omni.service.models import Models
 
     gate = access(args)

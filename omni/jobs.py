@@ -152,7 +152,7 @@ class Capabilities:
     template_tools: bool = False  # the chat template renders tools (and calls, results) itself
     tool_format: ToolFormat = ToolFormat()  # how the model writes calls
     thinking: tuple[str, str] | None = None  # the think block's markers, for a reasoning model
-    vision: bool = False  # it takes images (a vision-language model: omni.runtime.vlm_engine)
+    vision: bool = False  # it takes images (a vision-language model: omni.runtime.vision.engine)
     sampling: RecommendedSampling = RecommendedSampling()  # its makers' recommended sampling
 
 
@@ -301,7 +301,7 @@ class Stored(Protocol):
 
 
 class Embedder(Protocol):
-    """What the service needs from an embedding model's runner (omni.runtime.embeddings)."""
+    """What the service needs from an embedding model's runner (omni.runtime.embeddings.engine)."""
 
     model_id: str
 
@@ -326,7 +326,7 @@ class Embedder(Protocol):
 
 
 class Speaker(Protocol):
-    """What the service needs from a speech model's runner (omni.runtime.speech)."""
+    """What the service needs from a speech model's runner (omni.runtime.speech.engine)."""
 
     model_id: str
 
@@ -404,7 +404,8 @@ class Drawn:
 
 
 class Imager(Protocol):
-    """What the service needs from an image generation model's runner (omni.runtime.imager)."""
+    """What the service needs from an image generation model's runner
+    (omni.runtime.images.engine)."""
 
     model_id: str
 
@@ -463,7 +464,8 @@ class Transcript:
 
 
 class Transcriber(Protocol):
-    """What the service needs from a speech-to-text model's runner (omni.runtime.transcriber)."""
+    """What the service needs from a speech-to-text model's runner
+    (omni.runtime.transcription.engine)."""
 
     model_id: str
 

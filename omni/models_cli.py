@@ -152,7 +152,7 @@ def catalogue(
     """The catalogue `args` describe, and the chat model --model names (None: the default).
     A --model that names nothing found stops the start here, in one line saying what was
     looked for and where."""
-    from omni.runtime.catalogue import hf_home, scan
+    from omni.runtime.loading.catalogue import hf_home, scan
 
     dirs = [Path(d).expanduser() for d in args.models_dir]
     hf = None if args.no_hf_cache else hf_home()
@@ -175,7 +175,7 @@ def catalogue(
 
 def _at_path(spec: str) -> ModelEntry | None:
     """The model at path `spec`; None: nothing is there."""
-    from omni.runtime.catalogue import entry_for
+    from omni.runtime.loading.catalogue import entry_for
 
     local = Path(spec).expanduser()
     if not local.exists():
@@ -195,8 +195,8 @@ def _named(
 ) -> ModelEntry:
     """The model `spec` names: an id or alias of the catalogue, else a Hugging Face repo in
     the cache (listed there or not), else one fetched from the hub."""
-    from omni.runtime import catalogue, hub
-    from omni.runtime.model_source import is_repo_id
+    from omni.runtime.loading import catalogue, hub
+    from omni.runtime.loading.source import is_repo_id
 
     found = catalogue.find(spec, entries, aliases)
     if found is not None:
@@ -333,7 +333,9 @@ def _served(url: str) -> list[dict[str, Any]] | None:
 
 
 def _pull(name: str, home: Path) -> int:
-    from omni.runtime import default_embedding, default_model, default_transcription
+    from omni.runtime.embeddings import default as default_embedding
+    from omni.runtime.loading import default_model
+    from omni.runtime.transcription import default as default_transcription
 
     def say(message: str) -> None:
         print(f"omni: {message}", file=sys.stderr, flush=True)
@@ -341,13 +343,13 @@ def _pull(name: str, home: Path) -> int:
     if name == default_model.DEFAULT_MODEL_ID:
         path = default_model.ensure_default_model(home, say)
     elif name == default_embedding.DEFAULT_EMBEDDING_ID:
-        from omni.runtime.default_embedding import ensure_default_embedding
+        from omni.runtime.embeddings.default import ensure_default_embedding
 
         path = ensure_default_embedding(home, say)
     elif name == default_transcription.DEFAULT_TRANSCRIPTION_ID:
         path = default_transcription.ensure_default_transcription(home, say)
     elif "/" in name:
-        from omni.runtime.hub import fetch
+        from omni.runtime.loading.hub import fetch
 
         path = fetch(name, say)
     else:

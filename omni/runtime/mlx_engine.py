@@ -38,9 +38,10 @@ from omni.jobs import (
     Started,
 )
 from omni.protocol.tool_calls import ToolFormat
-from omni.runtime import gemv, wire, worker
+from omni.runtime import wire, worker
 from omni.runtime.generation_config import recommended_sampling
-from omni.runtime.model_source import ModelSource
+from omni.runtime.loading.source import ModelSource
+from omni.runtime.platform import gemv
 from omni.runtime.types import Runtime
 from omni.runtime.worker import config_context_length
 from omni.settings import EngineSettings, engine_knobs
@@ -85,7 +86,7 @@ class MLXEngine:
 
     # Told, from the reader thread, how many jobs got a token in each step (/metrics).
     on_step: Callable[[int], None] | None = None
-    # What the engine process runs (a vision model's engine runs its own: omni.runtime.vlm_worker).
+    # What the engine process runs (a vision model's runs its own: omni.runtime.vision.worker).
     worker_main: Callable[..., None] = staticmethod(worker.main)
 
     def __init__(

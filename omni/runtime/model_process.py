@@ -1,6 +1,6 @@
 """A model in a process of its own, spoken to over a pipe: the embedder, the transcriber and
 the speaker share it. The process is spawned (never forked from a process that holds
-threads) with the engine's BLAS preloaded (omni.runtime.blas: on MLX's CPU build the matrix
+threads) with the engine's BLAS preloaded (omni.runtime.platform.blas: on MLX's CPU build the matrix
 products run there), and sends one message once its model is loaded or could not be. Each
 request then has an id; a reader thread hands each reply to the event loop that asked, so
 the loop never waits on the pipe, and once the process is gone every request still waiting
@@ -18,7 +18,7 @@ from multiprocessing.connection import Connection
 from typing import Any, Generic, TypeVar
 
 from omni.errors import SERVER_ERROR, ModelLoadError, OmniError
-from omni.runtime import blas
+from omni.runtime.platform import blas
 from omni.runtime.wire import Cancel
 
 log = logging.getLogger(__name__)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from omni.runtime.blas import describe
+from omni.runtime.platform.blas import describe
 
 
 @dataclass(frozen=True, slots=True)
@@ -14,7 +14,7 @@ class Runtime:
     blas: str | None  # the BLAS library MLX's products run on (None: on a GPU, or none)
     weights: str  # "float32", "4/8-bit quantized", ...
     weights_setting: str  # what --weights asked for (auto, stored, float32)
-    gemv: bool = False  # one-row products go to the BLAS's sgemv (omni.runtime.gemv)
+    gemv: bool = False  # one-row products go to the BLAS's sgemv (omni.runtime.platform.gemv)
     memory_bytes: int = 0  # what the weights (a draft model's too) take in memory, as run
 
     def __str__(self) -> str:

@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from omni.heap import set_aside
-from omni.runtime import blas, gemv, weights
-from omni.runtime.cpu_attention import use_exp2_attention
 from omni.runtime.generation_config import model_recommends
+from omni.runtime.loading import weights
 from omni.runtime.observe import QUIET, Observer, StepStats
-from omni.runtime.quiet import no_torch_advice
+from omni.runtime.platform import blas, gemv
+from omni.runtime.platform.cpu_attention import use_exp2_attention
+from omni.runtime.platform.quiet import no_torch_advice
 from omni.runtime.types import Runtime
 from omni.runtime.wire import Loaded, LoadFailed
 from omni.settings import EngineSettings
@@ -121,8 +122,8 @@ def main(
     """Load the model (with LoRA `adapter`s; `draft_path`: a draft model for speculative
     decoding, of the same vocabulary) and serve jobs from `conn` until Close."""
     _die_with_parent()
-    # What the server preloaded (omni.runtime.blas, gemv) is in this process since its start;
-    # a process this one starts must not look for it: the forwarder's file is removed once
+    # What the server preloaded (omni.runtime.platform: blas, gemv) is in this process since its
+    # start; a process this one starts must not look for it: the forwarder's file is removed once
     # the model is loaded (the dynamic linker said so on stderr for every such process).
     os.environ.pop("LD_PRELOAD", None)
     use_mlx_settings()

@@ -23,9 +23,9 @@ import pytest
 
 from omni.api.app import Settings
 from omni.cli import parser, sampling_defaults
+from omni.runtime.loading.source import ModelSource
 from omni.runtime.mlx_engine import MLXEngine
-from omni.runtime.model_source import ModelSource
-from omni.runtime.tiny import build_tiny_llama
+from omni.testing.llama import build_tiny_llama
 from tests.api._helpers import MODEL, parse_frames
 from tests.server import ServerThread
 

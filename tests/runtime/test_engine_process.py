@@ -15,8 +15,8 @@ import pytest
 
 from omni.errors import ModelLoadError
 from omni.jobs import Delta, Failed, Finished, Job, Output, Sampling, Started
+from omni.runtime.loading.source import ModelSource
 from omni.runtime.mlx_engine import MLXEngine
-from omni.runtime.model_source import ModelSource
 
 GREEDY_LONG = Sampling(temperature=0.0, max_tokens=2000, logit_bias=((2, -100.0),))
 
