@@ -73,14 +73,19 @@ class ModelProcess:
         self._process = None
         raise ModelLoadError(f"cannot load {self._what} {self.path}: {why}")
 
-    async def ask(self, make: Callable[[int], Any]) -> Any:
-        """Send `make(id)` and wait for its one answer (answer() of its reply)."""
+    def expect(self, receiver: asyncio.Future[Any] | asyncio.Queue[Any]) -> int:
+        """A new request's id, whose replies go to `receiver` on this event loop (deliver());
+        OmniError where the model's process is gone."""
         if self._gone is not None:
             raise OmniError(self._gone)
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[Any] = loop.create_future()
         job_id = next(self._ids)
-        self._pending[job_id] = (loop, future)
+        self._pending[job_id] = (asyncio.get_running_loop(), receiver)
+        return job_id
+
+    async def ask(self, make: Callable[[int], Any]) -> Any:
+        """Send `make(id)` and wait for its one answer (answer() of its reply)."""
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        job_id = self.expect(future)
         try:
             # A big request is megabytes of pickle: sent from a thread, the loop goes on.
             await asyncio.to_thread(self._send, make(job_id))
@@ -93,11 +98,8 @@ class ModelProcess:
     ) -> Replies[T]:
         """Send `make(id)`; its replies, each as `read` makes it a value (and says whether it
         is the last), as they come (omni.jobs.Answer)."""
-        if self._gone is not None:
-            raise OmniError(self._gone)
         queue: asyncio.Queue[Any] = asyncio.Queue()
-        job_id = next(self._ids)
-        self._pending[job_id] = (asyncio.get_running_loop(), queue)
+        job_id = self.expect(queue)
         try:
             # Megabytes of audio, and a busy process reads it only when its request is
             # done: sent from a thread, the loop goes on.

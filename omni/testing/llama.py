@@ -76,7 +76,21 @@ def build_tiny_llama(
     out.mkdir(parents=True, exist_ok=True)
     build_tokenizer(out, thinking=thinking, extra=extra_tokens)
     vocab = len(json.loads((out / "tokenizer.json").read_text())["model"]["vocab"]) + 3
-    config: dict[str, Any] = {
+    config = {**llama_config(hidden, layers, vocab), "rope_theta": 10000.0,
+              "tie_word_embeddings": False}  # fmt: skip
+    mx.random.seed(seed)
+    model = llama.Model(llama.ModelArgs(**config))
+    # A wide random head gives varied greedy text rather than one repeated token.
+    flat: list[tuple[str, mx.array]] = tree_flatten(model.parameters())  # type: ignore[assignment]
+    params = {k: v * 8 if k.startswith("lm_head") else v for k, v in flat}
+    mx.save_safetensors(str(out / "model.safetensors"), params)
+    (out / "config.json").write_text(json.dumps(config, indent=2))
+    return out
+
+
+def llama_config(hidden: int, layers: int, vocab: int) -> dict[str, Any]:
+    """A tiny llama's config.json (4 heads, 2 of keys and values)."""
+    return {
         "model_type": "llama",
         "hidden_size": hidden,
         "num_hidden_layers": layers,
@@ -86,17 +100,7 @@ def build_tiny_llama(
         "rms_norm_eps": 1e-5,
         "vocab_size": vocab,
         "max_position_embeddings": 2048,
-        "rope_theta": 10000.0,
-        "tie_word_embeddings": False,
     }
-    mx.random.seed(seed)
-    model = llama.Model(llama.ModelArgs(**config))
-    # A wide random head gives varied greedy text rather than one repeated token.
-    flat: list[tuple[str, mx.array]] = tree_flatten(model.parameters())  # type: ignore[assignment]
-    params = {k: v * 8 if k.startswith("lm_head") else v for k, v in flat}
-    mx.save_safetensors(str(out / "model.safetensors"), params)
-    (out / "config.json").write_text(json.dumps(config, indent=2))
-    return out
 
 
 def build_tiny_adapter(model_dir: Path, out: Path, *, rank: int = 4, seed: int = 0) -> Path:

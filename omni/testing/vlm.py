@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from omni.testing.llama import build_tokenizer
+from omni.testing.llama import build_tokenizer, llama_config
 
 IMAGE_TOKEN = "<image>"
 IMAGE_SIZE = 28  # pixels a side: 2 x 2 patches of 14, so an image is 4 prompt tokens
@@ -40,17 +40,7 @@ def build_tiny_llava(out: Path, *, hidden: int = 64, seed: int = 0) -> Path:
     tokenizer.chat_template = CHATML_PARTS
     tokenizer.save_pretrained(str(out))
     vocab = len(tokenizer)
-    text: dict[str, Any] = {
-        "model_type": "llama",
-        "hidden_size": hidden,
-        "num_hidden_layers": 2,
-        "intermediate_size": hidden * 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "rms_norm_eps": 1e-5,
-        "vocab_size": vocab,
-        "max_position_embeddings": 2048,
-    }
+    text = llama_config(hidden, 2, vocab)
     vision: dict[str, Any] = {
         "model_type": "clip_vision_model",
         "num_hidden_layers": 2,

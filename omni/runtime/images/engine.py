@@ -39,12 +39,8 @@ class MLXImager(ModelProcess):
     async def draw(self, order: ImageOrder) -> AsyncIterator[PartialPicture | Picture | Drawn]:
         """Each image's partial pictures then the picture, then one Drawn; a failure of the
         model raises OmniError. Left before its end, the job is cancelled in the model."""
-        if self._gone is not None:
-            raise OmniError(self._gone)
-        loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Any] = asyncio.Queue()
-        job_id = next(self._ids)
-        self._pending[job_id] = (loop, queue)
+        job_id = self.expect(queue)
         ended = False
         try:
             self._send(wire.Generate(job_id, order.prompt, order.n, order.width, order.height,
@@ -75,10 +71,3 @@ class MLXImager(ModelProcess):
                     self._send(wire.Cancel(job_id))
                 except OmniError:
                     pass
-
-    def deliver(self, loop: asyncio.AbstractEventLoop, receiver: Any, value: Any) -> None:
-        """Each reply of a request goes to its queue, as it comes (draw() reads them)."""
-        try:
-            loop.call_soon_threadsafe(receiver.put_nowait, value)
-        except RuntimeError:  # that event loop is closed: nobody is left to read it
-            pass

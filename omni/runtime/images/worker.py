@@ -12,26 +12,13 @@ import copy
 import inspect
 import io
 import json
-import os
 from collections import deque
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from omni import features
-from omni.runtime import worker
-from omni.runtime.images.wire import (
-    Cancel,
-    Close,
-    Done,
-    Failed,
-    Generate,
-    Loaded,
-    LoadFailed,
-    Partial,
-    Picture,
-)
-from omni.runtime.platform.quiet import no_torch_advice
+from omni.runtime.images.wire import Cancel, Close, Done, Failed, Generate, Loaded, Partial, Picture
+from omni.runtime.model_worker import serve_model, why
 
 PATCH = 16  # pixels a latent patch covers (the VAE's 8, patchified by 2)
 # Distilled checkpoints take 4 steps without guidance; the base ones 50 with it.
@@ -166,21 +153,12 @@ def _json(path: Path) -> dict[str, Any]:
 
 
 def main(conn: Connection, path: str) -> None:
-    worker._die_with_parent()
-    os.environ.pop("LD_PRELOAD", None)  # the BLAS is in this process; not in what it starts
-    os.environ.setdefault("TQDM_DISABLE", "1")  # mflux's progress bars: nobody reads them
-    no_torch_advice()
-    try:
-        features.feature("images").load()
+    def load() -> tuple[Imager, Loaded]:
         imager = Imager(path, conn)
-    except BaseException as exc:  # noqa: BLE001 - reported to the server as a value
-        conn.send(LoadFailed(f"{type(exc).__name__}: {exc}"))
-        return
-    conn.send(Loaded(int(imager.defaults["steps"])))
-    try:
-        serve(conn, imager)
-    except (EOFError, OSError):  # the server is gone: nobody is left to draw for
-        pass
+        return imager, Loaded(int(imager.defaults["steps"]))
+
+    # TQDM_DISABLE: mflux's progress bars, which nobody reads.
+    serve_model(conn, "images", load, lambda imager: serve(conn, imager), TQDM_DISABLE="1")
 
 
 def serve(conn: Connection, imager: Imager) -> None:
@@ -195,6 +173,6 @@ def serve(conn: Connection, imager: Imager) -> None:
                 except Stopped:
                     conn.send(Failed(job.id, "cancelled", cancelled=True))
                 except Exception as exc:  # noqa: BLE001 - reported to the server as a value
-                    conn.send(Failed(job.id, f"{type(exc).__name__}: {exc}"))
+                    conn.send(Failed(job.id, why(exc)))
             case Cancel():  # of a job already done
                 pass

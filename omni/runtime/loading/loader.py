@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from omni import features
 from omni.catalogue import ModelEntry
@@ -15,6 +15,18 @@ from omni.runtime.loading.source import ModelSource, resolve_model
 from omni.settings import EngineSettings
 
 Progress = Callable[[str], None]
+
+
+class Starting(Protocol):
+    """A model in a process of its own (omni.runtime.model_process), before its start."""
+
+    path: str
+    model_id: str
+
+    def start(self) -> None: ...
+
+
+P = TypeVar("P", bound=Starting)
 
 
 class Loader:
@@ -65,19 +77,13 @@ class Loader:
             from omni.runtime.embeddings.default import ensure_default_embedding
 
             path = str(ensure_default_embedding(self.home, self.progress))
-        self.progress(f"loading embedding model {entry.id} from {path}")
-        embedder = MLXEmbedder(path, entry.id)
-        embedder.start()
-        return embedder
+        return self._started("embedding model", MLXEmbedder(path, entry.id))
 
     def speaker(self, entry: ModelEntry) -> Any:
         features.require("speech")
         from omni.runtime.speech.engine import MLXSpeaker
 
-        self.progress(f"loading speech model {entry.id} from {entry.path}")
-        speaker = MLXSpeaker(entry.path, entry.id)
-        speaker.start()
-        return speaker
+        return self._started("speech model", MLXSpeaker(entry.path, entry.id))
 
     def transcriber(self, entry: ModelEntry) -> Any:
         features.require("transcription")
@@ -88,16 +94,16 @@ class Loader:
             from omni.runtime.transcription.default import ensure_default_transcription
 
             path = str(ensure_default_transcription(self.home, self.progress))
-        self.progress(f"loading transcription model {entry.id} from {path}")
-        transcriber = MLXTranscriber(path, entry.id)
-        transcriber.start()
-        return transcriber
+        return self._started("transcription model", MLXTranscriber(path, entry.id))
 
     def imager(self, entry: ModelEntry) -> Any:
         features.require("images")
         from omni.runtime.images.engine import MLXImager
 
-        self.progress(f"loading image model {entry.id} from {entry.path}")
-        imager = MLXImager(entry.path, entry.id)
-        imager.start()
-        return imager
+        return self._started("image model", MLXImager(entry.path, entry.id))
+
+    def _started(self, what: str, process: P) -> P:
+        """`process` (a model in a process of its own), started: its model loaded."""
+        self.progress(f"loading {what} {process.model_id} from {process.path}")
+        process.start()
+        return process

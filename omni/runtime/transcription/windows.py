@@ -88,21 +88,11 @@ def windows(model: Any, audio: mx.array, hearing: Hearing) -> Generator[Window, 
                 tokens, tokenizer, result, seek, segment_size, time_precision, input_stride
             )
             if hearing.words:
-                add_word_timestamps(
-                    segments=current,
-                    model=model,
-                    tokenizer=tokenizer,
-                    mel=mel_segment,
-                    num_frames=segment_size,
-                    last_speech_timestamp=last_speech_timestamp,
-                )
-                if not single_timestamp_ending:
-                    last_word_end = _get_end(current)
-                    if last_word_end is not None and last_word_end > time_offset:
-                        seek = round(last_word_end * FRAMES_PER_SECOND)
-                last_word_end = _get_end(current)
-                if last_word_end is not None:
-                    last_speech_timestamp = last_word_end
+                words = (model, tokenizer, mel_segment, segment_size)
+                seek, last_speech_timestamp = _words(
+                    current, words, last_speech_timestamp, time_offset, seek,
+                    single_timestamp_ending,
+                )  # fmt: skip
 
             for segment in current:  # instantaneous or without text: emptied
                 if segment["start"] == segment["end"] or segment["text"].strip() == "":
@@ -116,6 +106,36 @@ def windows(model: Any, audio: mx.array, hearing: Hearing) -> Generator[Window, 
             yield Window(language, numbered, _seconds(end), seek >= content_frames)
     finally:
         mx.clear_cache()
+
+
+def _words(
+    current: list[dict[str, Any]],
+    window: tuple[Any, Any, mx.array, int],
+    last_speech: float,
+    start: float,
+    seek: int,
+    single_timestamp_ending: bool,
+) -> tuple[int, float]:
+    """Word timestamps into the window's segments (`window`: the model, the tokenizer, the
+    window's mel and its frames); where the window did not end on a single timestamp, the next
+    starts after its last word. The seek and the end of the last speech, as they now are."""
+    model, tokenizer, mel, frames = window
+    add_word_timestamps(
+        segments=current,
+        model=model,
+        tokenizer=tokenizer,
+        mel=mel,
+        num_frames=frames,
+        last_speech_timestamp=last_speech,
+    )
+    if not single_timestamp_ending:
+        last_word_end = _get_end(current)
+        if last_word_end is not None and last_word_end > start:
+            seek = round(last_word_end * FRAMES_PER_SECOND)
+    last_word_end = _get_end(current)
+    if last_word_end is not None:
+        last_speech = last_word_end
+    return seek, last_speech
 
 
 def _seconds(frames: int) -> float:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from omni.jobs import TranscribeOptions
-from omni.runtime.wire import Cancel
+from omni.runtime.wire import Cancel, LoadFailed
 
 __all__ = ["Cancel", "Close", "Failed", "LoadFailed", "Loaded", "Transcribe", "Transcript",
            "Window"]  # fmt: skip
@@ -33,11 +33,6 @@ Request = Transcribe | Cancel | Close
 @dataclass(frozen=True)
 class Loaded:
     multilingual: bool
-
-
-@dataclass(frozen=True)
-class LoadFailed:
-    message: str
 
 
 @dataclass(frozen=True)

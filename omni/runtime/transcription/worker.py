@@ -7,26 +7,15 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Generator
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from omni import features
 from omni.jobs import TranscribeOptions
-from omni.runtime import worker
 from omni.runtime.inbox import Inbox
-from omni.runtime.platform.quiet import no_torch_advice
-from omni.runtime.transcription.wire import (
-    Close,
-    Failed,
-    Loaded,
-    LoadFailed,
-    Transcribe,
-    Transcript,
-    Window,
-)
+from omni.runtime.model_worker import serve_in_turn, serve_model
+from omni.runtime.transcription.wire import Close, Failed, Loaded, Transcribe, Transcript, Window
 
 FALLBACK = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)  # Whisper's temperatures, tried in turn
 
@@ -137,26 +126,11 @@ def _plain(segment: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(conn: Connection, path: str) -> None:
-    worker._die_with_parent()
-    os.environ.pop("LD_PRELOAD", None)  # the BLAS is in this process; not in what it starts
-    no_torch_advice()
-    try:
-        features.feature("transcription").load()
+    def loaded() -> tuple[Any, Loaded]:
         model = load(path)
-    except BaseException as exc:  # noqa: BLE001 - reported to the server as a value
-        conn.send(LoadFailed(f"{type(exc).__name__}: {exc}"))
-        return
-    conn.send(Loaded(bool(model.is_multilingual)))
-    inbox = Inbox(conn, Close)
-    try:
-        while True:
-            message = inbox.next()
-            if isinstance(message, Close):
-                return
-            assert isinstance(message, Transcribe)
-            try:
-                run(conn, inbox, model, message)
-            except Exception as exc:  # noqa: BLE001 - reported to the server as a value
-                conn.send(Failed(message.id, f"{type(exc).__name__}: {exc}"))
-    except (EOFError, OSError):  # the server is gone: nobody is left to transcribe for
-        pass
+        return model, Loaded(bool(model.is_multilingual))
+
+    def serve(model: Any) -> None:
+        serve_in_turn(conn, Close, lambda inbox, job: run(conn, inbox, model, job), Failed)
+
+    serve_model(conn, "transcription", loaded, serve)

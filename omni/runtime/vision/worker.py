@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import io
 import logging
-import os
 from collections import deque
 from multiprocessing.connection import Connection
 from typing import Any
@@ -22,8 +21,8 @@ from omni.runtime.batching import GENERATION_FAILED, seeded_sampler
 from omni.runtime.generation import Scorer, ThinkBudget, logits_processors
 from omni.runtime.generation_config import model_recommends
 from omni.runtime.loading import weights
+from omni.runtime.model_worker import serve_model
 from omni.runtime.platform import blas
-from omni.runtime.platform.quiet import no_torch_advice
 from omni.runtime.types import Runtime
 from omni.runtime.wire import (
     Cancel,
@@ -31,14 +30,13 @@ from omni.runtime.wire import (
     Failed,
     Finished,
     Loaded,
-    LoadFailed,
     Output,
     Request,
     Spec,
     Started,
     Token,
 )
-from omni.runtime.worker import _die_with_parent, on_gpu, prefill_chunk, use_mlx_settings
+from omni.runtime.worker import MLX_SETTINGS, on_gpu, prefill_chunk
 from omni.settings import EngineSettings
 
 log = logging.getLogger(__name__)
@@ -65,11 +63,8 @@ def main(
     draft_path: str | None = None,
 ) -> None:
     """Load the model (with LoRA `adapter`s) and serve jobs from `conn` until Close."""
-    _die_with_parent()
-    os.environ.pop("LD_PRELOAD", None)
-    use_mlx_settings()
-    no_torch_advice()
-    try:
+
+    def start() -> tuple[VisionRunner, Loaded]:
         if draft_path is not None:
             raise ValueError("vision models are not decoded speculatively: name no draft model")
         features.feature("vision").load()
@@ -78,20 +73,17 @@ def main(
 
         model, processor = load(path, adapter_path=adapter)
         eos = model.config.eos_token_id
-        tokenizer = load_tokenizer(path, eos_token_ids=[eos] if isinstance(eos, int) else eos)
+        ends = [eos] if isinstance(eos, int) else eos
+        tokenizer = load_tokenizer(path, eos_token_ids=ends)
         library = None if on_gpu() else blas.in_use()
         taken = weights.nbytes(model)
         runtime = Runtime(library, weights.describe(model), settings.weights, memory_bytes=taken)
         runner = VisionRunner(model, processor, tokenizer, prefill_chunk(settings.prefill_chunk))
-    except BaseException as exc:  # noqa: BLE001 - reported to the server as a value
-        conn.send(LoadFailed(f"{type(exc).__name__}: {exc}"))
-        return
-    ends = sorted(tokenizer.eos_token_ids)
-    conn.send(Loaded(context_length(model), ends, runtime, model_recommends(path)))
-    try:
-        runner.run(conn)
-    except (EOFError, OSError):  # the server is gone: nobody is left to generate for
-        pass
+        eos_ids = sorted(tokenizer.eos_token_ids)
+        return runner, Loaded(context_length(model), eos_ids, runtime, model_recommends(path))
+
+    # The engine's MLX settings (omni.runtime.worker.use_mlx_settings) as the process begins.
+    serve_model(conn, None, start, lambda runner: runner.run(conn), **MLX_SETTINGS)
 
 
 class VisionRunner:
