@@ -43,9 +43,7 @@ class MLXImager(ModelProcess):
         job_id = self.expect(queue)
         ended = False
         try:
-            self._send(wire.Generate(job_id, order.prompt, order.n, order.width, order.height,
-                                     order.steps, order.seed, order.output_format,
-                                     order.compression, order.partial_images))  # fmt: skip
+            self._send(wire.Generate(job_id, order))
             while True:
                 match await queue.get():
                     case wire.Partial(_, image, index, data):

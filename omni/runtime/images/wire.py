@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from omni.runtime.wire import LoadFailed
+from omni.jobs import ImageOrder
+from omni.runtime.wire import Cancel, LoadFailed
 
 __all__ = ["Cancel", "Close", "Done", "Failed", "Generate", "LoadFailed", "Loaded", "Partial",
            "Picture"]  # fmt: skip
@@ -17,22 +18,10 @@ __all__ = ["Cancel", "Close", "Done", "Failed", "Generate", "LoadFailed", "Loade
 @dataclass(frozen=True, slots=True)
 class Generate:
     id: int
-    prompt: str
-    n: int
-    width: int
-    height: int
-    steps: int
-    seed: int  # the first image's; the next ones take seed + 1, seed + 2, ...
-    output_format: str  # png, jpeg or webp
-    compression: int  # 0-100: jpeg's and webp's quality loss (100: none)
-    partial_images: int  # 0-3 of each image, decoded from its latents on the way
+    order: ImageOrder  # compression: jpeg's and webp's quality loss (100: none)
 
 
-@dataclass(frozen=True, slots=True)
-class Cancel:
-    """Stop job `id` at its next step (its client went away)."""
-
-    id: int
+# Cancel (omni.runtime.wire): stop job `id` at its next step (its client went away).
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from omni.jobs import ImageOrder
 from omni.runtime.images.wire import Cancel, Close, Done, Failed, Generate, Loaded, Partial, Picture
 from omni.runtime.model_worker import serve_model, why
 
@@ -48,27 +49,28 @@ class Imager:
         self.partial_at: list[int] = []
 
     def generate(self, job: Generate) -> None:
-        self.job, self.partial_at = job, partial_steps(job.steps, job.partial_images)
-        tokens = self.model.tokenizers["qwen3"].tokenize(job.prompt)
+        order = job.order
+        self.job, self.partial_at = job, partial_steps(order.steps, order.partial_images)
+        tokens = self.model.tokenizers["qwen3"].tokenize(order.prompt)
         input_tokens = int(tokens.attention_mask.sum().item())
-        patches = (job.width // PATCH) * (job.height // PATCH)
+        patches = (order.width // PATCH) * (order.height // PATCH)
         try:
-            for i in range(job.n):
+            for i in range(order.n):
                 self.image = i
-                seed = job.seed + i
+                seed = order.seed + i
                 made = self.model.generate_image(
                     seed=seed,
-                    prompt=job.prompt,
-                    num_inference_steps=job.steps,
-                    height=job.height,
-                    width=job.width,
+                    prompt=order.prompt,
+                    num_inference_steps=order.steps,
+                    height=order.height,
+                    width=order.width,
                     guidance=self.defaults["guidance"],
                 )
-                data = encode(made.image, job)
+                data = encode(made.image, order)
                 self.conn.send(Picture(job.id, i, seed, data, input_tokens, patches))
         finally:
             self.job = None
-        self.conn.send(Done(job.id, input_tokens, patches * job.n))
+        self.conn.send(Done(job.id, input_tokens, patches * order.n))
 
     # mflux's in-loop callback: after each denoising step.
     def call_in_loop(
@@ -88,7 +90,7 @@ class Imager:
             packed = Flux2LatentCreator.unpack_latents(latents, config.height, config.width)
             picture = ImageUtil.to_pil(self.model.vae.decode_packed_latents(packed))
             index = self.partial_at.index(step)
-            self.conn.send(Partial(job.id, self.image, index, encode(picture, job)))
+            self.conn.send(Partial(job.id, self.image, index, encode(picture, job.order)))
 
     def _look(self, job: Generate) -> None:
         """Read what the server sent meanwhile: a cancel of this job (or the end) stops it;
@@ -128,13 +130,13 @@ def partial_steps(steps: int, partials: int) -> list[int]:
     return sorted(s for s in at if 0 < s < steps)
 
 
-def encode(picture: Any, job: Generate) -> bytes:
+def encode(picture: Any, order: ImageOrder) -> bytes:
     out = io.BytesIO()
-    if job.output_format == "png":
+    if order.output_format == "png":
         picture.save(out, format="PNG")
     else:
-        fmt = "JPEG" if job.output_format == "jpeg" else "WEBP"
-        picture.convert("RGB").save(out, format=fmt, quality=job.compression)
+        fmt = "JPEG" if order.output_format == "jpeg" else "WEBP"
+        picture.convert("RGB").save(out, format=fmt, quality=order.compression)
     return out.getvalue()
 
 
