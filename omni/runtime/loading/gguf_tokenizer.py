@@ -52,7 +52,8 @@ def build_tokenizer(meta: dict[str, Any], max_length: int) -> Any:
         tok.post_processor = processors.TemplateProcessing(
             single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, tokens.index(bos))]
         )
-    return PreTrainedTokenizerFast(
+    # transformers' tokenizer classes take untyped keywords: called as Any.
+    return cast(Any, PreTrainedTokenizerFast)(
         tokenizer_object=tok,
         model_max_length=max_length,
         clean_up_tokenization_spaces=False,

@@ -13,7 +13,7 @@ import io
 import logging
 from collections import deque
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, cast
 
 from omni import features
 from omni.jobs import FinishReason
@@ -74,7 +74,7 @@ def main(
         model, processor = load(path, adapter_path=adapter)
         eos = model.config.eos_token_id
         ends = [eos] if isinstance(eos, int) else eos
-        tokenizer = load_tokenizer(path, eos_token_ids=ends)
+        tokenizer = cast(Any, load_tokenizer)(path, eos_token_ids=ends)  # mlx-lm's is untyped
         library = None if on_gpu() else blas.in_use()
         taken = weights.nbytes(model)
         runtime = Runtime(library, weights.describe(model), settings.weights, memory_bytes=taken)
