@@ -139,14 +139,7 @@ class ModelProcess:
             self._send(self._closing)
         except OmniError:
             pass
-        self._process.join(timeout=30)
-        if self._process.is_alive():
-            self._process.terminate()
-            self._process.join(timeout=5)
-        if self._reader.is_alive():
-            self._reader.join(timeout=5)
-        if self._conn is not None:
-            self._conn.close()
+        wait_for_end(self._process, self._reader, self._conn)
         self._process = None
 
     def _send(self, message: Any) -> None:
@@ -227,6 +220,20 @@ class Replies(Generic[T]):
     def _end(self) -> None:
         self._over = True
         self._process._pending.pop(self._id, None)
+
+
+def wait_for_end(process: Any, reader: threading.Thread, conn: Connection | None) -> None:
+    """A model's process asked to close: waited for (30 s, then terminated), then its reader,
+    which ends at the pipe's end that the exit made; the pipe closes after it (closed under a
+    recv in progress, recv raises TypeError in that thread)."""
+    process.join(timeout=30)
+    if process.is_alive():
+        process.terminate()
+        process.join(timeout=5)
+    if reader.is_alive():
+        reader.join(timeout=5)
+    if conn is not None:
+        conn.close()
 
 
 def settle(loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any], value: Any) -> None:
