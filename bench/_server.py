@@ -17,10 +17,10 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from omni.runtime.worker import use_mlx_settings  # noqa: E402
+from omni.runtime.chat.worker import use_mlx_settings  # noqa: E402
 
 # The raw mlx-lm baselines of every benchmark that imports this run with the MLX settings
-# Omni's engine uses (MLX_CUDA_USE_CUDNN_SDPA=0: omni.runtime.worker). Set in this process's
+# Omni's engine uses (MLX_CUDA_USE_CUDNN_SDPA=0: omni.runtime.chat.worker). Set in this process's
 # environment, they reach the servers it starts too (Omni's engine, mlx_lm.server):
 # every side of a ratio runs the same kernels.
 use_mlx_settings()
@@ -120,9 +120,9 @@ def engine_form(model: Any) -> Any:
     """`model` as Omni's engine runs it by default (in a process RawWorker started with
     like_engine): float32 weights on a CPU with an optimized BLAS, exp2 attention on a CPU;
     as loaded on a GPU."""
+    from omni.runtime.chat.worker import as_run, on_gpu
     from omni.runtime.loading import weights
     from omni.runtime.platform import blas
-    from omni.runtime.worker import as_run, on_gpu
 
     return as_run(model, weights.AUTO, None if on_gpu() else blas.in_use())
 

@@ -418,7 +418,7 @@ def raw_worker(
     finally:
         gen.close()
     if trace is not None and trace_path:
-        from omni.runtime.observe import write_trace
+        from omni.runtime.chat.observe import write_trace
 
         write_trace(trace_path, trace)
 
@@ -469,7 +469,7 @@ class RawBatch:
 def omni_prefill_group() -> int:
     """The prompts Omni's engine prefills at a time in this run: BENCH_OMNI_ENV's
     OMNI_PREFILL_GROUP, else the engine's own on this device."""
-    from omni.runtime.worker import prefill_group
+    from omni.runtime.chat.worker import prefill_group
     from omni.settings import engine_knobs
 
     knobs = engine_knobs({**os.environ, **bench_omni_env()})  # the environment start_omni gives

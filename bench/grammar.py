@@ -49,7 +49,7 @@ sys.path.insert(0, str(ROOT))
 from _server import chat_ids  # noqa: E402
 
 from omni.protocol.grammar import JSON_OPTIONS  # noqa: E402
-from omni.runtime.constraints import Constraints, apply_bitmask, bitmask_of  # noqa: E402
+from omni.runtime.chat.constraints import Constraints, apply_bitmask, bitmask_of  # noqa: E402
 
 DEFAULT_MODEL = Path.home() / ".cache" / "omni" / "models" / "smollm2-135m-instruct"
 PROMPT = "Write one order of a lighthouse supply shop as JSON, with three items."

@@ -30,8 +30,9 @@ Targets (bench/README.md; issue 21), per round and on the medians over rounds:
 - p99_gap <= 3 * median_gap + chunk_time, over the window; chunk_time = prefill_alone /
   ceil(prompt_tokens / --chunk), the time one prefill chunk takes;
 - ttft_under_load <= 1.5 * prefill_alone.
---chunk defaults to the engine's prefill chunk on this device (omni.runtime.worker.prefill_chunk,
-OMNI_PREFILL_CHUNK in BENCH_OMNI_ENV or the environment sets it).
+--chunk defaults to the engine's prefill chunk on this device
+(omni.runtime.chat.worker.prefill_chunk, OMNI_PREFILL_CHUNK in BENCH_OMNI_ENV or the
+environment sets it).
 The engine's step trace (OMNI_ENGINE_TRACE) is written for the run: each round reports the
 longest engine step in its window, with the prompt tokens it prefilled.
 Writes bench/out/longprompt.json: every round's raw arrivals and figures, and the summary.
@@ -62,7 +63,7 @@ from _plot import write_results  # noqa: E402
 from _server import bench_omni_env, chat_body, chat_ids, start_omni  # noqa: E402
 from concurrency import NO_CACHE, TOPICS, percentile, stop  # noqa: E402
 
-from omni.runtime.observe import TRACE_FIELDS  # noqa: E402
+from omni.runtime.chat.observe import TRACE_FIELDS  # noqa: E402
 
 WARM_TOKENS = 8  # tokens each stream has before the long prompt is sent
 WORDS = (
@@ -428,7 +429,7 @@ if __name__ == "__main__":
     p.add_argument("--timeout", type=float, default=1800, help="seconds a request may take")
     ARGS = p.parse_args()
     if ARGS.chunk is None:  # the engine's, in the environment start_omni gives it
-        from omni.runtime.worker import prefill_chunk
+        from omni.runtime.chat.worker import prefill_chunk
         from omni.settings import engine_knobs
 
         knobs = engine_knobs({**os.environ, **bench_omni_env()})

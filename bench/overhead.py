@@ -149,7 +149,7 @@ def engine_run(source: Any, tokens: int) -> tuple[Run, Callable[[], None]]:
     import asyncio
 
     from omni.jobs import Delta, Failed, Finished, Job, Sampling
-    from omni.runtime.mlx_engine import MLXEngine
+    from omni.runtime.chat.engine import MLXEngine
 
     engine = MLXEngine(source, prompt_cache_entries=0)
     engine.start()

@@ -90,8 +90,8 @@ def raw_decode_tps(tokens: int = 32) -> tuple[str, float]:
     from mlx_lm.sample_utils import make_sampler
 
     from omni.cli import omni_home
+    from omni.runtime.chat.worker import use_mlx_settings
     from omni.runtime.loading.source import resolve_model
-    from omni.runtime.worker import use_mlx_settings
 
     use_mlx_settings()  # as Omni's engine runs
     source = resolve_model(None, omni_home(), lambda m: print(m, file=sys.stderr))

@@ -14,7 +14,8 @@ from typing import Any
 
 from omni import db
 from omni.errors import StoreError
-from omni.events import maintenance
+from omni.events.maintenance import Finished, parse_duration, parse_moment
+from omni.events.sqlite import maintenance
 from omni.location import is_postgres
 from omni.service.retention import STATUSES, VOCABULARY
 
@@ -37,13 +38,13 @@ def add_parsers(dbsub: Any, default_db: str) -> None:
     when = purge.add_mutually_exclusive_group(required=True)
     when.add_argument(
         "--older-than",
-        type=_parsed(maintenance.parse_duration),
+        type=_parsed(parse_duration),
         metavar="DURATION",
         help="ended longer ago than this: 30d, 12h, 90m",
     )
     when.add_argument(
         "--before",
-        type=_parsed(maintenance.parse_moment),
+        type=_parsed(parse_moment),
         metavar="DATE",
         help="ended before this ISO date or date-time (local time unless it names a zone)",
     )
@@ -125,7 +126,7 @@ def _purge(path: str, before_ms: int, statuses: set[str] | None, dry_run: bool) 
     return 0
 
 
-def objects(doomed: list[maintenance.Finished]) -> str:
+def objects(doomed: list[Finished]) -> str:
     responses = sum(f.id.startswith("resp_") for f in doomed)
     return f"{responses} responses, {len(doomed) - responses} completions"
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from omni import db, db_commands
 from omni.errors import StoreError
-from omni.events import pg_maintenance
+from omni.events.postgres import maintenance as pg_maintenance
 from omni.location import shown
 from omni.service.retention import VOCABULARY
 

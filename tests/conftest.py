@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from omni.api.app import Settings
+from omni.runtime.chat.engine import MLXEngine
 from omni.runtime.loading.source import ModelSource
-from omni.runtime.mlx_engine import MLXEngine
 from omni.testing.llama import build_tiny_llama
 from tests.server import ServerThread
 

@@ -30,7 +30,7 @@ from omni.api import speech as speech_api
 from omni.api.gate import Access
 from omni.events import Appender, Notifier
 from omni.events.backends import LogStore, make_store
-from omni.events.postgres import PostgresStore
+from omni.events.postgres.store import PostgresStore
 from omni.ids import new_id
 from omni.jobs import Engine
 from omni.location import is_postgres

@@ -1,7 +1,7 @@
 """Constrained decoding's grammars: the lark grammar (llguidance's dialect) a `json_schema`,
 `json_object` or a model family's tool calls must follow, and the check that a schema can be
 enforced. The engine process compiles them and applies their token masks
-(omni.runtime.constraints)."""
+(omni.runtime.chat.constraints)."""
 
 from __future__ import annotations
 

@@ -18,8 +18,8 @@ from multiprocessing.connection import Connection
 from typing import Any, Generic, TypeVar
 
 from omni.errors import SERVER_ERROR, ModelLoadError, OmniError
+from omni.runtime.chat.wire import Cancel
 from omni.runtime.platform import blas
-from omni.runtime.wire import Cancel
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -139,7 +139,7 @@ class ModelProcess:
             self._send(self._closing)
         except OmniError:
             pass
-        wait_for_end(self._process, self._reader, self._conn)
+        stop_process(self._process, self._reader, self._conn)
         self._process = None
 
     def _send(self, message: Any) -> None:
@@ -168,6 +168,20 @@ class ModelProcess:
             log.error("%s", self._gone)
         for loop, receiver in list(self._pending.values()):
             self.deliver(loop, receiver, OmniError(self._gone))
+
+
+def stop_process(process: Any, reader: threading.Thread, conn: Connection | None) -> None:
+    """After a model's process was asked to close: wait for it (ended if it will not), then
+    for its reader thread, which ends at the pipe's end that the exit made; the pipe closes
+    after it (closed under a recv in progress, recv raised TypeError in that thread)."""
+    process.join(timeout=30)
+    if process.is_alive():
+        process.terminate()
+        process.join(timeout=5)
+    if reader.is_alive():
+        reader.join(timeout=5)
+    if conn is not None:
+        conn.close()
 
 
 class Replies(Generic[T]):
@@ -220,20 +234,6 @@ class Replies(Generic[T]):
     def _end(self) -> None:
         self._over = True
         self._process._pending.pop(self._id, None)
-
-
-def wait_for_end(process: Any, reader: threading.Thread, conn: Connection | None) -> None:
-    """A model's process asked to close: waited for (30 s, then terminated), then its reader,
-    which ends at the pipe's end that the exit made; the pipe closes after it (closed under a
-    recv in progress, recv raises TypeError in that thread)."""
-    process.join(timeout=30)
-    if process.is_alive():
-        process.terminate()
-        process.join(timeout=5)
-    if reader.is_alive():
-        reader.join(timeout=5)
-    if conn is not None:
-        conn.close()
 
 
 def settle(loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any], value: Any) -> None:

@@ -11,9 +11,9 @@ from multiprocessing.connection import Connection
 from typing import Any, TypeVar
 
 from omni import features
-from omni.runtime.inbox import Inbox
+from omni.runtime.chat.inbox import Inbox
+from omni.runtime.chat.wire import LoadFailed
 from omni.runtime.platform.quiet import no_torch_advice
-from omni.runtime.wire import LoadFailed
 
 M = TypeVar("M")
 

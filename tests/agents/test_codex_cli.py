@@ -23,8 +23,8 @@ import pytest
 
 from omni.api.app import Settings
 from omni.cli import parser, sampling_defaults
+from omni.runtime.chat.engine import MLXEngine
 from omni.runtime.loading.source import ModelSource
-from omni.runtime.mlx_engine import MLXEngine
 from omni.testing.llama import build_tiny_llama
 from tests.api._helpers import MODEL, parse_frames
 from tests.server import ServerThread

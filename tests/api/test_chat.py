@@ -473,8 +473,8 @@ def test_non_deterministic_requests_say_cache_miss(http: httpx.Client) -> None:
 @pytest.fixture
 def own_engine_server(tiny_model_dir, tmp_path: Path) -> Iterator[ServerThread]:
     """A server with an engine of its own: what fails here cannot break the shared engine."""
+    from omni.runtime.chat.engine import MLXEngine
     from omni.runtime.loading.source import ModelSource
-    from omni.runtime.mlx_engine import MLXEngine
 
     engine = MLXEngine(ModelSource(str(tiny_model_dir), MODEL))
     engine.start()

@@ -21,8 +21,9 @@ import httpx
 import pytest
 
 from omni.api.app import Settings
-from omni.events import driver, sqlite_cache
-from omni.events import store as event_store
+from omni.events import driver
+from omni.events.sqlite import cache as sqlite_cache
+from omni.events.sqlite import store as event_store
 from tests.api._helpers import KEEPALIVE, MODEL, capture, read_log, wait_for
 from tests.server import ServerThread
 

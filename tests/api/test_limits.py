@@ -14,7 +14,7 @@ import pytest
 from openai import BadRequestError, OpenAI, RateLimitError
 
 from omni.api.app import Settings
-from omni.runtime.mlx_engine import MLXEngine
+from omni.runtime.chat.engine import MLXEngine
 from tests.api._helpers import MODEL, assert_error, wait_for
 from tests.server import ServerThread
 

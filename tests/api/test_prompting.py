@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from omni.runtime.mlx_engine import longest_token
+from omni.runtime.chat.tokenizer import longest_token
 from tests.server import running
 
 

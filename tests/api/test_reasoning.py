@@ -14,8 +14,8 @@ import openai
 import pytest
 from openai import OpenAI
 
+from omni.runtime.chat.engine import MLXEngine
 from omni.runtime.loading.source import ModelSource
-from omni.runtime.mlx_engine import MLXEngine
 from omni.testing.llama import build_tiny_llama
 from tests.server import serving
 

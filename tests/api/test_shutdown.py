@@ -13,7 +13,7 @@ import httpx
 import openai
 
 from omni.api.app import shut_down
-from omni.runtime.mlx_engine import MLXEngine
+from omni.runtime.chat.engine import MLXEngine
 from omni.vocabulary import ACCEPTED
 from tests.api._helpers import (
     CANCEL_REQUESTED,

@@ -19,7 +19,7 @@ from mlx_lm.utils import load_tokenizer
 
 from omni.protocol.grammar import CALL_FAMILIES, family_tools
 from omni.protocol.tool_calls import CallSplitter, ToolFormat
-from omni.runtime.constraints import Constraints
+from omni.runtime.chat.constraints import Constraints
 from omni.testing.llama import build_tiny_llama
 
 WEATHER = {

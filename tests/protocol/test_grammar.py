@@ -17,7 +17,7 @@ from mlx_lm.generate import BatchGenerator, generate_step
 from mlx_lm.sample_utils import make_sampler
 
 from omni.protocol.grammar import GrammarError, check_schema
-from omni.runtime.constraints import Constraints, apply_bitmask, bitmask_of
+from omni.runtime.chat.constraints import Constraints, apply_bitmask, bitmask_of
 
 PERSON = {
     "type": "object",

@@ -10,7 +10,7 @@ import pytest
 
 from omni.errors import ModelLoadError
 from omni.jobs import RecommendedSampling
-from omni.runtime.generation_config import recommended_sampling
+from omni.runtime.chat.generation_config import recommended_sampling
 from omni.runtime.loading import default_model, wheels
 from omni.runtime.loading.default_model import (
     DEFAULT_MODEL_ID,

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from omni.jobs import RecommendedSampling
-from omni.runtime import wire, worker
-from omni.runtime.generation_config import recommended_sampling
+from omni.runtime.chat import wire, worker
+from omni.runtime.chat.engine import MLXEngine
+from omni.runtime.chat.generation_config import recommended_sampling
 from omni.runtime.loading.source import ModelSource
-from omni.runtime.mlx_engine import MLXEngine
 from omni.settings import EngineSettings
 from omni.testing.llama import build_tiny_llama
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from mlx_lm.utils import load_tokenizer
 
-from omni.runtime.constraints import Constraints
+from omni.runtime.chat.constraints import Constraints
 from omni.service.structured import (
     answer_or_call,
     call_constraint,

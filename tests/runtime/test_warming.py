@@ -12,8 +12,8 @@ import pytest
 
 from omni.errors import ModelLoadError
 from omni.jobs import Delta, Failed, Finished, Job, Output, Sampling
+from omni.runtime.chat.engine import MLXEngine
 from omni.runtime.loading.source import ModelSource
-from omni.runtime.mlx_engine import MLXEngine
 
 
 async def outputs(job: Job) -> list[Output]:

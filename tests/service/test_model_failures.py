@@ -20,6 +20,7 @@ from omni.catalogue import ModelEntry
 from omni.errors import SERVER_ERROR, ModelLoadError, OmniError
 from omni.events import Appender, MemoryStore, Notifier
 from omni.jobs import EmbeddingCapabilities
+from omni.runtime.chat.wire import Cancel
 from omni.runtime.embeddings import wire as embed_wire
 from omni.runtime.embeddings.engine import MLXEmbedder
 from omni.runtime.images import wire as image_wire
@@ -29,7 +30,6 @@ from omni.runtime.speech import wire as speech_wire
 from omni.runtime.speech.engine import MLXSpeaker
 from omni.runtime.transcription import wire as transcribe_wire
 from omni.runtime.transcription.engine import MLXTranscriber
-from omni.runtime.wire import Cancel
 from omni.schemas.audio import TranscriptionCreate
 from omni.schemas.embeddings import EmbeddingCreate
 from omni.schemas.images import ImageGenerate

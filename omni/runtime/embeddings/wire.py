@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from omni.runtime.wire import LoadFailed
+from omni.runtime.chat.wire import LoadFailed
 
 __all__ = ["Close", "Embed", "Failed", "LoadFailed", "Loaded", "Vectors"]
 

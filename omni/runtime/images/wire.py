@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from omni.jobs import ImageOrder
-from omni.runtime.wire import Cancel, LoadFailed
+from omni.runtime.chat.wire import Cancel, LoadFailed
 
 __all__ = ["Cancel", "Close", "Done", "Failed", "Generate", "LoadFailed", "Loaded", "Partial",
            "Picture"]  # fmt: skip
@@ -21,7 +21,7 @@ class Generate:
     order: ImageOrder  # compression: jpeg's and webp's quality loss (100: none)
 
 
-# Cancel (omni.runtime.wire): stop job `id` at its next step (its client went away).
+# Cancel (omni.runtime.chat.wire): stop job `id` at its next step (its client went away).
 
 
 @dataclass(frozen=True, slots=True)

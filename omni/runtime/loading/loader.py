@@ -47,8 +47,8 @@ class Loader:
             return self.transcriber(entry)
         if entry.kind == "image":
             return self.imager(entry)
+        from omni.runtime.chat.engine import MLXEngine
         from omni.runtime.loading.catalogue import takes_images
-        from omni.runtime.mlx_engine import MLXEngine
         from omni.runtime.vision.engine import VLMEngine
 
         source = self.source(entry)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from omni.runtime.wire import Cancel, LoadFailed
+from omni.runtime.chat.wire import Cancel, LoadFailed
 
 __all__ = ["Audio", "Cancel", "Close", "Done", "Failed", "LoadFailed", "Loaded", "Speak"]
 

@@ -11,7 +11,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from omni.runtime.inbox import Inbox
+from omni.runtime.chat.inbox import Inbox
 from omni.runtime.model_worker import serve_in_turn, serve_model
 from omni.runtime.speech.encoder import Encoder
 from omni.runtime.speech.wire import Audio, Close, Done, Failed, Loaded, Speak

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from omni.jobs import TranscribeOptions
-from omni.runtime.wire import Cancel, LoadFailed
+from omni.runtime.chat.wire import Cancel, LoadFailed
 
 __all__ = ["Cancel", "Close", "Failed", "LoadFailed", "Loaded", "Transcribe", "Transcript",
            "Window"]  # fmt: skip

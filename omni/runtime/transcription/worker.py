@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from omni.jobs import TranscribeOptions
-from omni.runtime.inbox import Inbox
+from omni.runtime.chat.inbox import Inbox
 from omni.runtime.model_worker import serve_in_turn, serve_model
 from omni.runtime.transcription.wire import Close, Failed, Loaded, Transcribe, Transcript, Window
 

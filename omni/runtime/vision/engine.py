@@ -1,4 +1,4 @@
-"""A vision-language model's engine: the text engine (omni.runtime.mlx_engine: its process,
+"""A vision-language model's engine: the text engine (omni.runtime.chat.engine: its process,
 its pipe, its detokenizing, cancels, failures) around mlx-vlm's model in an engine process of
 its own (omni.runtime.vision.worker). Prompts are rendered with the model's processor, which
 expands each image into the image tokens its vision tower fills: a prompt's token count holds
@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from omni.jobs import Capabilities
-from omni.runtime.mlx_engine import MLXEngine
+from omni.runtime.chat.engine import MLXEngine
 from omni.runtime.vision import worker
 
 

@@ -1,6 +1,6 @@
 """The engine process of a vision-language model: loads it with mlx-vlm, then generates for
 one job at a time with mlx-vlm's generate_step, its images through the model's own image
-processor and vision tower. It speaks the text engine's pipe (omni.runtime.wire): the same
+processor and vision tower. It speaks the text engine's pipe (omni.runtime.chat.wire): the same
 Started, Token and Finished values, a cancel heard after every token.
 
 One at a time: mlx-vlm's batch generator pads a batch's prompts and images together at its
@@ -17,14 +17,11 @@ from typing import Any, cast
 
 from omni import features
 from omni.jobs import FinishReason
-from omni.runtime.batching import GENERATION_FAILED, seeded_sampler
-from omni.runtime.generation import Scorer, ThinkBudget, logits_processors
-from omni.runtime.generation_config import model_recommends
-from omni.runtime.loading import weights
-from omni.runtime.model_worker import serve_model
-from omni.runtime.platform import blas
-from omni.runtime.types import Runtime
-from omni.runtime.wire import (
+from omni.runtime.chat.generation_config import model_recommends
+from omni.runtime.chat.logprobs import Scorer
+from omni.runtime.chat.sampling import Processors, seeded_sampler
+from omni.runtime.chat.state import GENERATION_FAILED
+from omni.runtime.chat.wire import (
     Cancel,
     Close,
     Failed,
@@ -36,7 +33,11 @@ from omni.runtime.wire import (
     Started,
     Token,
 )
-from omni.runtime.worker import MLX_SETTINGS, on_gpu, prefill_chunk
+from omni.runtime.chat.worker import MLX_SETTINGS, on_gpu, prefill_chunk
+from omni.runtime.loading import weights
+from omni.runtime.model_worker import serve_model
+from omni.runtime.platform import blas
+from omni.runtime.types import Runtime
 from omni.settings import EngineSettings
 
 log = logging.getLogger(__name__)
@@ -82,7 +83,7 @@ def main(
         eos_ids = sorted(tokenizer.eos_token_ids)
         return runner, Loaded(context_length(model), eos_ids, runtime, model_recommends(path))
 
-    # The engine's MLX settings (omni.runtime.worker.use_mlx_settings) as the process begins.
+    # The engine's MLX settings (omni.runtime.chat.worker.use_mlx_settings) as the process begins.
     serve_model(conn, None, start, lambda runner: runner.run(conn), **MLX_SETTINGS)
 
 
@@ -95,7 +96,7 @@ class VisionRunner:
         self.waiting: deque[Spec] = deque()
         self.stopping: set[int] = set()
         self.closing = False
-        self._constraints: Any = None
+        self._processors = Processors(tokenizer)
 
     def run(self, conn: Connection) -> None:
         while not self.closing:
@@ -192,20 +193,3 @@ class VisionRunner:
         if s.seed is not None and s.temperature > 0:
             return seeded_sampler(s)
         return make_sampler(temp=s.temperature, top_p=s.top_p, min_p=s.min_p, top_k=s.top_k)
-
-    def _processors(self, spec: Spec) -> list[Any]:
-        """As the text engine's (omni.runtime.batching): penalties, a thinking budget, a
-        grammar."""
-        processors = logits_processors(spec.sampling)
-        budget = spec.sampling.thinking_budget
-        start: tuple[int, ...] = self.tokenizer.think_start_tokens or ()
-        end: tuple[int, ...] = self.tokenizer.think_end_tokens or ()
-        if budget is not None and len(start) == 1 and len(end) == 1:
-            processors.append(ThinkBudget(start[0], end[0], budget))
-        if spec.constraint is not None:
-            if self._constraints is None:
-                from omni.runtime.constraints import Constraints
-
-                self._constraints = Constraints(self.tokenizer)
-            processors.append(self._constraints.processor(spec.constraint, spec.resume_tokens))
-        return processors

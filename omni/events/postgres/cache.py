@@ -1,29 +1,20 @@
 """The replay-cache index in PostgreSQL: the `chat_cache` table, which migration 0004's
 plpgsql triggers keep in the transaction of each append that changes it (as SQLite's do).
-The store bounds it in the same transaction; this answers lookups and rebuilds it. `rowid`
-is the table's identity column there: it orders a key's rows as SQLite's rowid does."""
+The store bounds it in the same transaction; this answers lookups and rebuilds it
+(omni/events/cache.py holds the statements SQLite shares)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from omni.events import cache
 from omni.events.driver import Sql, now_ms
-from omni.events.sqlite_cache import CACHE_UPKEEP_ROWS
-
-if TYPE_CHECKING:
-    from omni.events.postgres import PostgresStore
-
-__all__ = ["CACHE_UPKEEP_ROWS", "INDEXED", "PostgresCacheIndex"]
+from omni.events.postgres.connections import PostgresConnections
 
 # The events whose triggers add an index row: an append holding one bounds the index after
 # (SQLite counts the rows its triggers changed; PostgreSQL's statement cannot tell). The
 # rebuild below names the same type, as the schema's triggers do.
 INDEXED = frozenset({"chat.completion.usage"})
 
-_LOOKUP = (
-    "SELECT completion_id FROM chat_cache WHERE key = %s AND created_at >= %s"
-    " ORDER BY created_at DESC, rowid DESC LIMIT 1"
-)
+_LOOKUP = cache.lookup("%s")
 _REBUILD = """
     INSERT INTO chat_cache (key, completion_id, created_at)
     SELECT r.doc ->> 'key', u.stream_id, u.created_at FROM events u,
@@ -37,31 +28,19 @@ _REBUILD = """
     ORDER BY u.position
     ON CONFLICT DO NOTHING
 """
-# LIMIT NULL: no limit (SQLite's LIMIT -1).
-_EXPIRE = (
-    "DELETE FROM chat_cache WHERE rowid IN (SELECT rowid FROM chat_cache"
-    " WHERE created_at < %s ORDER BY created_at LIMIT %s)"
-)
-_TRIM = (
-    "DELETE FROM chat_cache WHERE rowid IN (SELECT rowid FROM chat_cache"
-    " ORDER BY created_at DESC, rowid DESC LIMIT %s OFFSET %s)"
-)
 
 
 class PostgresCacheIndex:
-    """The index of one PostgresStore, within the store's bounds (cache_max_entries,
-    cache_max_age_ms)."""
+    """The index of one PostgresStore, within the bounds its connections hold
+    (cache_max_entries, cache_max_age_ms)."""
 
-    def __init__(self, store: PostgresStore):
+    def __init__(self, store: PostgresConnections):
         self._store = store
 
     def upkeep(self, now: int, most: int | None) -> list[Sql]:
-        """What bounds the index: at most `most` rows of each statement (None: all)."""
-        store = self._store
-        expire = (_EXPIRE, [(now - store.cache_max_age_ms, most)])
-        if store.cache_max_entries < 0:  # no bound
-            return [expire]
-        return [expire, (_TRIM, [(most, store.cache_max_entries)])]
+        """What bounds the index: at most `most` rows of each statement (None: all; LIMIT
+        NULL is no limit)."""
+        return cache.upkeep("%s", self._store, now, most)
 
     async def lookup(self, key: str) -> str | None:
         """The completion that answers this request key, if one is indexed and fresh."""

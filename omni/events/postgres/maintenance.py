@@ -1,4 +1,4 @@
-"""Operating a PostgreSQL log: maintenance.py's checks, listings and purges in PostgreSQL's SQL,
+"""Operating a PostgreSQL log: SQLite's checks, listings and purges in PostgreSQL's SQL,
 over a sync SQLAlchemy connection (the CLI's engine, or the server's through `run_sync`).
 
 What is SQLite's alone has no counterpart here: the file's integrity and unused pages (the
@@ -16,8 +16,19 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import NullPool
 
 from omni.errors import StoreError
-from omni.events.maintenance import PER_TRANSACTION, Finished, Problem, Vocabulary, streams_of
-from omni.events.postgres import LOG_LOCK, json_path
+from omni.events.maintenance import (
+    PER_TRANSACTION,
+    Finished,
+    Problem,
+    Vocabulary,
+    cache_problems,
+    finished_of,
+    request_problems,
+    stream_problems,
+    streams_of,
+)
+from omni.events.postgres.connections import LOG_LOCK
+from omni.events.postgres.store import json_path
 from omni.location import postgres_url, require_driver, shown
 
 BACKUP = (
@@ -45,13 +56,11 @@ def opened(url: str) -> Iterator[Engine]:
 
 
 def check(conn: Connection, vocabulary: Vocabulary) -> list[Problem]:
-    """Every broken invariant of the log (as maintenance.check, less SQLite's file checks),
-    read in one snapshot: a server may write meanwhile."""
-    found: list[Problem] = []
+    """Every broken invariant of the log (as SQLite's check, less its file checks), read in
+    one snapshot: a server may write meanwhile."""
     with conn.begin():
         conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-        ends = {"ends": sorted(vocabulary.ends)}
-        for sid, low, high, count, terminals, last_end in conn.execute(
+        streams = conn.execute(
             text(
                 f"""SELECT stream_id, min(seq), max(seq), count(*), {_TERMINALS}, {_LAST_END}
                 FROM events GROUP BY stream_id
@@ -59,18 +68,10 @@ def check(conn: Connection, vocabulary: Vocabulary) -> list[Problem]:
                     OR (strpos(stream_id, '/') = 0 AND ({_TERMINALS} > 1
                         OR {_LAST_END} != max(seq)))"""
             ),
-            ends,
-        ):
-            if low != 0 or high != count - 1:
-                what = f"seq not contiguous from 0: {count} rows, {low}..{high}"
-                found.append(Problem(sid, what))
-            if "/" in sid:
-                continue  # terminal events end public streams only
-            if terminals > 1:
-                found.append(Problem(sid, f"{terminals} terminal events"))
-            if last_end is not None and last_end != high:
-                found.append(Problem(sid, f"events after the terminal event at seq {last_end}"))
-        for sid, first in conn.execute(
+            {"ends": sorted(vocabulary.ends)},
+        )
+        found = stream_problems(streams)
+        requests = conn.execute(
             text(
                 """SELECT p.stream_id, r.type FROM events p
                 LEFT JOIN events r ON r.stream_id = p.stream_id || '/request' AND r.seq = 0
@@ -78,17 +79,15 @@ def check(conn: Connection, vocabulary: Vocabulary) -> list[Problem]:
                   AND (r.type IS NULL OR r.type != :accepted)"""
             ),
             {"accepted": vocabulary.accepted},
-        ):
-            what = "no /request stream" if first is None else f"/request opens with {first}"
-            found.append(Problem(sid, what))
-        for key, cid in conn.execute(
+        )
+        found += request_problems(requests)
+        cached = conn.execute(
             text(
                 """SELECT key, completion_id FROM chat_cache c WHERE NOT EXISTS
                 (SELECT 1 FROM events e WHERE e.stream_id = c.completion_id AND e.seq = 0)"""
             )
-        ):
-            found.append(Problem(cid, f"replay-cache entry {key[:16]} points at no stream"))
-    return found
+        )
+        return found + cache_problems(cached)
 
 
 def counts(conn: Connection) -> tuple[int, int]:
@@ -105,7 +104,7 @@ def finished(
     before_ms: int,
     statuses: Iterable[str] | None = None,
 ) -> list[Finished]:
-    """As maintenance.finished: objects that ended (and for a deleted one, its tombstone)
+    """As SQLite's finished: objects that ended (and for a deleted one, its tombstone)
     before `before_ms`, oldest first, with the given statuses; never one still running."""
     paths = [(t, p) for t, p in sorted(vocabulary.ends.items()) if p.startswith("$.")]
     args: dict[str, object] = {
@@ -135,17 +134,7 @@ def finished(
         ),
         args,
     ).all()
-    wanted = None if statuses is None else set(statuses)
-    found = []
-    for oid, type_, said_status, deleted, ended_at in rows:
-        status = vocabulary.ends[type_]
-        if deleted:
-            status = "deleted"
-        elif status.startswith("$."):
-            status = str(said_status)
-        if wanted is None or status in wanted:
-            found.append(Finished(oid, status, int(ended_at)))
-    return found
+    return finished_of(rows, vocabulary, statuses)
 
 
 def count_events(conn: Connection, ids: Sequence[str]) -> int:

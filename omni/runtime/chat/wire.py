@@ -1,13 +1,13 @@
-"""What crosses the pipe between the server (omni.runtime.mlx_engine) and the engine process
-(omni.runtime.worker, omni.runtime.batching): one value per message, each side's `match` on
-its class. A decode step's outputs go back as one message, a list of them."""
+"""What crosses the pipe between the server (omni.runtime.chat.engine) and the engine process
+(omni.runtime.chat.worker, omni.runtime.chat.scheduler): one value per message, each
+side's `match` on its class. A decode step's outputs go back as one message, a list of them."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from omni.jobs import FinishReason, Logprobs, RecommendedSampling, Sampling, fields_getter
+from omni.jobs import FinishReason, Job, Logprobs, RecommendedSampling, Sampling, fields_getter
 from omni.runtime.types import Runtime
 
 # The server to the engine.
@@ -28,6 +28,20 @@ class Spec:
     behind: int = 0
     images: tuple[bytes, ...] = ()  # what the prompt's image tokens stand for (vision models)
 
+    @classmethod
+    def of(cls, job_id: int, job: Job) -> Spec:
+        """The job as the engine is sent it, under `job_id`."""
+        return cls(
+            job_id,
+            job.prompt,
+            job.resume_tokens,
+            job.cache_namespace,
+            job.sampling,
+            job.constraint,
+            job.behind,
+            job.images,
+        )
+
     def __reduce__(self) -> tuple[Any, ...]:
         # One a request, pickled on the event loop: its fields as a tuple pickle in half the
         # time of a slotted dataclass's own state (a list built from dataclasses.fields()).
@@ -39,11 +53,15 @@ _spec_fields = fields_getter(Spec)
 
 @dataclass(frozen=True, slots=True)
 class Cancel:
+    """Stop job `id`: waiting, it leaves the queue; running, it ends at its next step."""
+
     id: int
 
 
 @dataclass(frozen=True, slots=True)
 class MaxBatch:
+    """Decode `size` jobs together at most from now on (more wait, queued)."""
+
     size: int
 
 
@@ -67,6 +85,8 @@ class Loaded:
 
 @dataclass(frozen=True, slots=True)
 class LoadFailed:
+    """Why the model could not be loaded (the process then exits)."""
+
     message: str
 
 

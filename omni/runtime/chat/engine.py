@@ -14,22 +14,19 @@ import asyncio
 import dataclasses
 import itertools
 import logging
-import multiprocessing
 import pickle
 import shutil
 import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 from omni.errors import ModelLoadError
 from omni.jobs import (
     Capabilities,
-    Delta,
     Failed,
     Finished,
     Job,
@@ -38,51 +35,21 @@ from omni.jobs import (
     Started,
 )
 from omni.protocol.tool_calls import ToolFormat
-from omni.runtime import wire, worker
-from omni.runtime.generation_config import recommended_sampling
+from omni.runtime.chat import delivery, tokenizer, wire, worker
+from omni.runtime.chat.delivery import HOLD_MIN, HOLD_S, Pending
+from omni.runtime.chat.generation_config import recommended_sampling
+from omni.runtime.chat.worker import config_context_length
 from omni.runtime.loading.source import ModelSource
-from omni.runtime.platform import gemv
+from omni.runtime.model_process import stop_process
 from omni.runtime.types import Runtime
-from omni.runtime.worker import config_context_length
 from omni.settings import EngineSettings, engine_knobs
 
 log = logging.getLogger(__name__)
 
-# A big batch's tokens are handed to the event loop a few steps at a time: the loop's work for
-# a stream (its recorder's append, the commit, the follower's wake-up, the SSE write) is paid
-# once for the tokens of several steps. Only for steps of HOLD_MIN outputs or more (a small
-# batch costs the loop little), never for longer than HOLD_S, and never for a job's first
-# token, its start or its end, which go at once (time to first token is not held up).
-HOLD_MIN: Final = 16
-HOLD_S: Final = 0.015
-
-
-@dataclass(eq=False, slots=True)
-class _Pending:
-    job: Job
-    loop: asyncio.AbstractEventLoop
-    detokenizer: Any
-    started: bool = False
-    spoke: bool = False  # its first text went out (the reader thread's alone)
-
-
-SLOW_TOKENIZER_TOKEN_BYTES = 256
-
-
-def longest_token(tokenizer: Any) -> int:
-    """The most UTF-8 bytes any one token decodes to (special tokens included): no text
-    of n bytes is fewer than n / this many tokens."""
-    hf = getattr(tokenizer._tokenizer, "backend_tokenizer", None)
-    if hf is None:  # a slow tokenizer: not measured, a generous guess
-        return SLOW_TOKENIZER_TOKEN_BYTES
-    size = hf.get_vocab_size(with_added_tokens=True)
-    texts = hf.decode_batch([[i] for i in range(size)], skip_special_tokens=False)
-    return max(1, *(len(t.encode()) for t in texts))
-
 
 class MLXEngine:
-    """Runs the model in an engine process (omni.runtime.worker); jobs are decoded together
-    by continuous batching (omni.runtime.batching)."""
+    """Runs the model in an engine process (omni.runtime.chat.worker); jobs are decoded together
+    by continuous batching (omni.runtime.chat.scheduler)."""
 
     # Told, from the reader thread, how many jobs got a token in each step (/metrics).
     on_step: Callable[[int], None] | None = None
@@ -114,7 +81,7 @@ class MLXEngine:
         self._conn: Connection | None = None
         self._send_lock = threading.Lock()
         self._ids = itertools.count()
-        self._pending: dict[int, _Pending] = {}
+        self._pending: dict[int, Pending] = {}
         self._generations = 0
         self._gone: str | None = None  # why the engine process is no longer there (for jobs)
         self._load_error: str | None = None  # why its weights did not load (for the log)
@@ -135,16 +102,7 @@ class MLXEngine:
         for the weights; if those fail to load, each ends Failed with the reason."""
         settings = self._settings or self._from_environment()
         settings = dataclasses.replace(settings, max_batch=self._max_batch)
-        ctx = multiprocessing.get_context("spawn")  # never fork a process that holds threads
-        conn, child = ctx.Pipe()
-        self._process = ctx.Process(
-            target=self.worker_main,
-            args=(child, self.source.path, settings, self.source.adapter, self.source.draft),
-            name="omni-engine",
-        )
-        with gemv.engine_libraries(settings.blas) as forwarder:
-            self._process.start()
-        child.close()
+        self._process, conn, forwarder = worker.spawn(self.worker_main, self.source, settings)
         self._loading = threading.Thread(
             target=self._await_weights, args=(conn, forwarder), name="omni-engine-load",
             daemon=True,
@@ -229,10 +187,8 @@ class MLXEngine:
         self._reader.start()
 
     def _load_tokenizer(self, eos: Any) -> None:
-        from mlx_lm.utils import load_tokenizer
-
-        self._tokenizer = load_tokenizer(self.source.path, eos_token_ids=eos)
-        self.max_token_bytes = longest_token(self._tokenizer)
+        self._tokenizer = tokenizer.load(self.source.path, eos)
+        self.max_token_bytes = tokenizer.longest_token(self._tokenizer)
 
     def _from_environment(self) -> EngineSettings:
         try:
@@ -252,13 +208,7 @@ class MLXEngine:
         extra = dict(self.template_args)
         if thinking is not None:
             extra["enable_thinking"] = thinking
-        tokens = self._tokenizer.apply_chat_template(
-            messages, tools=tools or None, add_generation_prompt=True, tokenize=True, **extra
-        )
-        # transformers 5 may hand back a BatchEncoding; mlx-lm wants a flat list of ids.
-        if isinstance(tokens, dict) or hasattr(tokens, "input_ids"):
-            tokens = tokens["input_ids"]
-        return list(tokens)
+        return tokenizer.render(self._tokenizer, messages, tools, extra)
 
     @property
     def capabilities(self) -> Capabilities:
@@ -280,10 +230,7 @@ class MLXEngine:
     @property
     def thinking(self) -> tuple[str, str] | None:
         """The think block's markers, for a reasoning model (found by mlx-lm)."""
-        tok = self._tokenizer
-        if tok is None or not tok.has_thinking:
-            return None
-        return str(tok.think_start), str(tok.think_end)
+        return tokenizer.thinking(self._tokenizer)
 
     def opens_thinking(self, prompt: list[int]) -> bool:
         """The template opened the think block at the end of the prompt."""
@@ -293,21 +240,13 @@ class MLXEngine:
     @property
     def supports_tools(self) -> bool:
         """The chat template renders tools (and tool calls and results) itself."""
-        template = getattr(self._tokenizer, "chat_template", None)
-        return isinstance(template, str) and "tools" in template
+        return tokenizer.renders_tools(self._tokenizer)
 
     @property
     def tool_format(self) -> ToolFormat:
         """How this model writes calls: mlx-lm's markers and parser for its family, or plain
         JSON when mlx-lm knows none."""
-        tok = self._tokenizer
-        if tok is None or not tok.has_tool_calling:
-            return ToolFormat()
-        family = str(getattr(tok.tool_parser, "__module__", "")).rsplit(".", 1)[-1]
-        template = getattr(tok, "chat_template", None) or ""
-        if family == "mistral" and "[ARGS]" not in template:
-            family = "mistral_v03"  # one JSON list of calls, not NAME[ARGS]{...}
-        return ToolFormat(tok.tool_call_start, tok.tool_call_end, tok.tool_parser, family)
+        return tokenizer.tool_format(self._tokenizer)
 
     def encode(self, text: str) -> list[int]:
         """Prompt tokens for raw text (legacy completions): no chat template."""
@@ -315,12 +254,7 @@ class MLXEngine:
 
     def segments(self, tokens: list[int]) -> list[str]:
         """Each token's text as a stream delivers it (a streaming detokenizer's segments)."""
-        detokenizer = self._tokenizer.detokenizer
-        out = []
-        for token in tokens:
-            detokenizer.add_token(token)
-            out.append(detokenizer.last_segment)
-        return out
+        return tokenizer.segments(self._tokenizer, tokens)
 
     @property
     def max_batch(self) -> int:
@@ -356,23 +290,9 @@ class MLXEngine:
         if self._gone is not None:
             job.outputs.put_nowait(Failed(self._gone))
             return
-        detokenizer = self._tokenizer.detokenizer
-        for token in job.resume_tokens:  # rebuild the text state of a resumed generation
-            detokenizer.add_token(token)
-        detokenizer.offset = len(detokenizer.text)
         job_id = next(self._ids)
-        self._pending[job_id] = _Pending(job, loop, detokenizer)
-        spec = wire.Spec(
-            job_id,
-            job.prompt,
-            job.resume_tokens,
-            job.cache_namespace,
-            job.sampling,
-            job.constraint,
-            job.behind,
-            job.images,
-        )
-        self._send(spec)
+        self._pending[job_id] = delivery.pending(job, loop, self._tokenizer)
+        self._send(wire.Spec.of(job_id, job))
         # Sent after the job itself, so the engine always knows the id it is asked to stop;
         # not once its end has come back (a finished request's clean-up cancels it too).
         job.on_cancel = lambda: self._cancel(job_id)
@@ -391,16 +311,7 @@ class MLXEngine:
         if not self._loaded.is_set():  # still loading the weights: nobody waits for them
             self._process.terminate()
         self._send(wire.Close())
-        self._process.join(timeout=30)
-        if self._process.is_alive():
-            self._process.terminate()
-            self._process.join(timeout=5)
-        # The reader ends at the pipe's end, which the process's exit made; the pipe closes
-        # after it (closed under a recv in progress, recv raised TypeError in that thread).
-        if self._reader.is_alive():
-            self._reader.join(timeout=5)
-        if self._conn is not None:
-            self._conn.close()
+        stop_process(self._process, self._reader, self._conn)
         self._process = None
 
     def _send(self, message: wire.Request) -> None:
@@ -442,7 +353,7 @@ class MLXEngine:
             if len(outputs) < HOLD_MIN or now - oldest + gap >= HOLD_S:
                 self._deliver(held)
                 held = []
-            elif urgent := self._urgent(outputs):
+            elif urgent := delivery.urgent(outputs, self._pending):
                 self._deliver([o for o in held if o.id in urgent])
                 held = [o for o in held if o.id not in urgent]
         self._deliver(held)
@@ -451,16 +362,6 @@ class MLXEngine:
             self._gone = f"the engine process exited unexpectedly (exit code {exit_code})"
             log.error("%s", self._gone)
         self._deliver([wire.Failed(job_id, self._gone) for job_id in list(self._pending)])
-
-    def _urgent(self, outputs: list[wire.Output]) -> set[int]:
-        """The jobs whose outputs go at once: a start, an end, tokens until the first text."""
-        urgent = set()
-        for o in outputs:
-            if not isinstance(o, wire.Token):
-                urgent.add(o.id)
-            elif (pending := self._pending.get(o.id)) is not None and not pending.spoke:
-                urgent.add(o.id)
-        return urgent
 
     def _deliver(self, outputs: list[wire.Output]) -> None:
         """One hand-off per event loop for `outputs` (a step's, or several held steps'),
@@ -471,35 +372,23 @@ class MLXEngine:
             if pending is None:
                 continue
             items = by_loop[pending.loop]
-            match output:
-                case wire.Token(_, token, logprobs):
-                    pending.detokenizer.add_token(token)
-                    text = pending.detokenizer.last_segment
-                    pending.spoke = pending.spoke or bool(text)  # "": half a character, say
-                    items.append((pending.job, Delta(text, token, logprobs)))
-                case wire.Started(_, reached):
-                    pending.started = True
-                    self._generations += reached
-                    items.append((pending.job, Started()))
-                case wire.Finished(job_id, reason, prompt_tokens, completion_tokens, cached):
-                    del self._pending[job_id]
-                    pending.detokenizer.finalize()
-                    if tail := pending.detokenizer.last_segment:
-                        items.append((pending.job, Delta(tail, None)))
-                    ended = Finished(reason, prompt_tokens, completion_tokens, cached)
-                    items.append((pending.job, ended))
-                case wire.Failed(job_id, message):
-                    del self._pending[job_id]
-                    items.append((pending.job, Failed(message)))
-        for loop, items in by_loop.items():
-            if not items:
-                continue
+            if isinstance(output, wire.Token):
+                items.append((pending.job, delivery.delta(pending, output)))
+            else:
+                items.extend((pending.job, out) for out in self._settle(pending, output))
+        delivery.hand_off(by_loop)
 
-            def put(items: list[tuple[Job, Output]] = items) -> None:
-                for job, out in items:
-                    job.outputs.put_nowait(out)
-
-            try:
-                loop.call_soon_threadsafe(put)
-            except RuntimeError:  # that event loop is closed: nobody is left to read it
-                pass
+    def _settle(self, pending: Pending, output: wire.Output) -> list[Output]:
+        """A job's start or end, as its own outputs (an ended job is no longer pending)."""
+        match output:
+            case wire.Started(_, reached):
+                pending.started = True
+                self._generations += reached
+                return [Started()]
+            case wire.Finished(job_id):
+                del self._pending[job_id]
+                return delivery.finished(pending, output)
+            case wire.Failed(job_id, message):
+                del self._pending[job_id]
+                return [Failed(message)]
+        return []

@@ -1,45 +1,29 @@
 """The replay-cache index in SQLite: the `chat_cache` table, which migration 0004's triggers
 keep in the transaction of each append that changes it (a completion's last event adds its
 row, a tombstone or a purge removes it). The store only bounds it, in the same transaction;
-this answers lookups and rebuilds it, through the store's connections."""
+this answers lookups and rebuilds it, through the store's connections
+(omni/events/cache.py holds the statements PostgreSQL shares)."""
 
 from __future__ import annotations
 
 import logging
 import sqlite3
-from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection, func, literal_column, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from omni.errors import StoreError
+from omni.events import cache
 from omni.events.driver import Sql, execute, now_ms, reason
 from omni.events.schema import chat_cache
-
-if TYPE_CHECKING:
-    from omni.events.store import EventStore
+from omni.events.sqlite.connections import SqliteConnections
 
 log = logging.getLogger(__name__)
 
-# Replay-cache index upkeep, on either path, in the append's transaction: what is past its
-# age, then all but the newest cache_max_entries. The trim walks the created_at index from the
-# newest and deletes what lies past the limit: ~0.1 ms at 1,024 entries, where `key NOT IN
-# (the newest 1,024)` took ~1 ms (a temporary b-tree each time). An append's upkeep deletes at
-# most CACHE_UPKEEP_ROWS of each (the triggers add a row or two): a day's
-# worth of entries expiring at once, or a bound lowered since the last start, must not be
-# deleted in one go on the event loop (100,000 rows: ~100 ms). The rest goes with the next
-# appends (lookups skip expired entries anyway); open() and rebuild() delete all at once,
-# on the writer's thread.
-CACHE_UPKEEP_ROWS = 64
 # A lookup by key (its index) on the loop's connection: ~10 µs, where the reader's thread and
 # SQLAlchemy took ~1 ms of the loop's time a request, and a burst's lookups queued behind each
 # other there before any of them reached the engine.
-# A key answered more than once (a no-cache request, a race) has a row for each: the newest
-# answers, and the next one once that is deleted.
-_CACHE_LOOKUP = (
-    "SELECT completion_id FROM chat_cache WHERE key = ? AND created_at >= ?"
-    " ORDER BY created_at DESC, rowid DESC LIMIT 1"
-)
+_LOOKUP = cache.lookup("?")
 # The index made from the whole log: what migration 0004's trigger chat_cache_on_end adds at
 # each completion's end, less what its other triggers remove (a tombstone, a purge). The one
 # place the store names event types: the schema's own triggers name them too
@@ -57,30 +41,18 @@ _CACHE_REBUILD = """
                       WHERE d.stream_id = r.stream_id AND +d.type = 'omni.completion.deleted')
     ORDER BY u.position
 """
-_CACHE_EXPIRE = (
-    "DELETE FROM chat_cache WHERE rowid IN (SELECT rowid FROM chat_cache"
-    " WHERE created_at < ? ORDER BY created_at LIMIT ?)"
-)
-_CACHE_TRIM = (
-    "DELETE FROM chat_cache WHERE rowid IN (SELECT rowid FROM chat_cache"
-    " ORDER BY created_at DESC, rowid DESC LIMIT ? OFFSET ?)"
-)
 
 
 class SqliteCacheIndex:
-    """The index of one EventStore, within the bounds the store holds (cache_max_entries,
-    cache_max_age_ms)."""
+    """The index of one EventStore, within the bounds its connections hold
+    (cache_max_entries, cache_max_age_ms)."""
 
-    def __init__(self, store: EventStore):
+    def __init__(self, store: SqliteConnections):
         self._store = store
 
     def upkeep(self, now: int, most: int) -> list[Sql]:
         """What bounds the index: at most `most` rows of each statement (-1: all)."""
-        store = self._store
-        expire = (_CACHE_EXPIRE, [(now - store.cache_max_age_ms, most)])
-        if store.cache_max_entries < 0:  # no bound (SQLite's LIMIT -1, as before)
-            return [expire]
-        return [expire, (_CACHE_TRIM, [(most, store.cache_max_entries)])]
+        return cache.upkeep("?", self._store, now, most)
 
     async def lookup(self, key: str) -> str | None:
         """The completion that answers this request key, if one is indexed and fresh."""
@@ -90,7 +62,7 @@ class SqliteCacheIndex:
         direct = store._direct
         if direct is not None and not direct.in_transaction:
             try:
-                found = direct.execute(_CACHE_LOOKUP, (key, cutoff)).fetchone()
+                found = direct.execute(_LOOKUP, (key, cutoff)).fetchone()
             except sqlite3.Error as exc:  # busy, say: the reader's connection waits for it
                 log.debug("direct cache lookup failed: %s", exc)
             else:

@@ -1,12 +1,13 @@
-"""Pieces of one generation that the batch scheduler uses: prefix (KV) cache reuse, logits
-processors and logprob scoring. They run on the engine thread."""
+"""Prefix (KV) cache reuse in the engine process: the KV caches of recent prompts and answers,
+found again by the longest shared token prefix."""
 
 from __future__ import annotations
 
 import copy
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import mlx.core as mx
 import numpy as np
@@ -16,9 +17,10 @@ from mlx_lm.models.cache import (
     make_prompt_cache,
     trim_prompt_cache,
 )
-from mlx_lm.sample_utils import make_logits_processors
 
-from omni.jobs import Logprobs, Sampling, TokenLogprob
+# MLX and mlx-lm leave these unannotated: typed here, where they are called.
+_async_eval = cast(Callable[[list[Any]], None], mx.async_eval)
+_kv_cache = cast(Callable[[], KVCache], KVCache)
 
 
 class PrefixCache:
@@ -110,7 +112,7 @@ class PrefixCache:
         # A cache cut out of a batch is a lazy copy that holds on to the whole batch's buffer
         # until it is computed: compute it now (without waiting), so that only its own bytes,
         # the ones counted here, stay held.
-        mx.async_eval([c.state for c in cache])
+        _async_eval([c.state for c in cache])
         entry = _Entry(cache, sum(c.nbytes for c in cache), ids, cuttable)
         self._entries[key] = entry
         self._bytes += entry.nbytes
@@ -143,7 +145,7 @@ def _prefix_of(cache: list[Any], keep: int, held: int) -> list[Any]:
         # buffer of its own (KVCache concatenates), so the entry is never written to.
         out = []
         for c in cache:
-            part = KVCache()
+            part = _kv_cache()
             part.keys, part.values = c.keys[..., :keep, :], c.values[..., :keep, :]
             part.offset = keep
             out.append(part)
@@ -152,89 +154,3 @@ def _prefix_of(cache: list[Any], keep: int, held: int) -> list[Any]:
     if keep < held:
         trim_prompt_cache(copied, held - keep)
     return copied
-
-
-def logits_processors(s: Sampling) -> list[Any]:
-    return make_logits_processors(
-        logit_bias=dict(s.logit_bias) or None,
-        repetition_penalty=s.repetition_penalty,
-        presence_penalty=s.presence_penalty,
-        frequency_penalty=s.frequency_penalty,
-    )
-
-
-class Scorer:
-    """Logprobs in OpenAI's shape: each token with its exact UTF-8 bytes (a token may hold
-    part of a character), its text, and the top alternatives."""
-
-    def __init__(self, tokenizer: Any):
-        self.tokenizer = tokenizer
-        self._bytes: dict[int, bytes] = {}
-
-    def token_bytes(self, token: int) -> bytes:
-        if token not in self._bytes:
-            self._bytes[token] = self._raw(token)
-        return self._bytes[token]
-
-    def _raw(self, token: int) -> bytes:
-        piece = self.tokenizer.convert_ids_to_tokens(token)
-        if isinstance(piece, str):
-            if len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">"):
-                return bytes([int(piece[3:5], 16)])  # a byte-fallback token
-            decoder = _byte_decoder()
-            if piece and all(c in decoder for c in piece):  # byte-level BPE
-                return bytes(decoder[c] for c in piece)
-        return str(self.tokenizer.decode([token])).encode()
-
-    def entry(self, token: int, logprob: float) -> TokenLogprob:
-        raw = self.token_bytes(token)
-        return TokenLogprob(raw.decode("utf-8", "replace"), tuple(raw), logprob)
-
-    def __call__(self, token: int, logprobs: Any, k: int) -> Logprobs:
-        """The chosen token's log probability and the k most likely alternatives."""
-        chosen = self.entry(token, float(logprobs[token].item()))
-        if k == 0:
-            return Logprobs(chosen)
-        best = mx.argpartition(-logprobs, k - 1)[:k]
-        ids: list[int] = best.tolist()  # type: ignore[assignment]
-        values: list[float] = logprobs[best].tolist()
-        ranked = sorted(zip(ids, values, strict=True), key=lambda p: -p[1])
-        return Logprobs(chosen, tuple(self.entry(t, v) for t, v in ranked))
-
-
-def _byte_decoder() -> dict[str, int]:
-    from mlx_lm.tokenizer_utils import _byte_decoder as decoder
-
-    return decoder()  # type: ignore[no-any-return]
-
-
-class ThinkBudget:
-    """At `budget` tokens inside the think block, the block's end is forced: the model stops
-    reasoning and answers. mlx-lm's processor signature; single-token markers only."""
-
-    def __init__(self, start: int, end: int, budget: int):
-        self.start, self.end, self.budget = start, end, budget
-        self._seen: int | None = None
-        self._inside = False
-        self._count = 0
-
-    def __call__(self, tokens: mx.array, logits: mx.array) -> mx.array:
-        if self._seen is None:  # the prompt: did the template open the block?
-            history: list[int] = tokens.tolist()  # type: ignore[assignment]
-            opened = max((i for i, t in enumerate(history) if t == self.start), default=-1)
-            closed = max((i for i, t in enumerate(history) if t == self.end), default=-1)
-            self._inside = opened > closed
-        else:
-            new: list[int] = tokens[self._seen :].tolist()  # type: ignore[assignment]
-            for token in new:
-                if token == self.start:
-                    self._inside, self._count = True, 0
-                elif token == self.end:
-                    self._inside = False
-                elif self._inside:
-                    self._count += 1
-        self._seen = tokens.size
-        if self._inside and self._count >= self.budget:
-            mask = mx.full(logits.shape, -mx.inf, dtype=logits.dtype)
-            return mx.where(mx.arange(logits.shape[-1]) == self.end, logits, mask)
-        return logits

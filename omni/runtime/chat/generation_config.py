@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from omni.jobs import RecommendedSampling
 
@@ -58,7 +59,7 @@ def model_recommends(path: str) -> RecommendedSampling:
         from mlx_lm.utils import hf_repo_to_path
 
         try:
-            folder = hf_repo_to_path(path)
+            folder = cast(Callable[[str], Path], hf_repo_to_path)(path)  # unannotated
         except Exception:  # noqa: BLE001 - not all its files are in the cache: no advice
             return RecommendedSampling()
     return recommended_sampling(folder)

@@ -11,6 +11,7 @@ follower is woken once it is back (each reads the log again: nothing is skipped)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -83,8 +84,6 @@ class Listener:
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await task
-            except asyncio.CancelledError:
-                pass
         await self._drop()

@@ -9,7 +9,7 @@ from collections import deque
 from multiprocessing.connection import Connection
 from typing import Any
 
-from omni.runtime.wire import Cancel
+from omni.runtime.chat.wire import Cancel
 
 
 class Inbox:

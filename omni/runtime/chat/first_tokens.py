@@ -7,8 +7,8 @@ at each prompt's end give its first token at once. The group then joins the runn
 BatchGenerator's own groups do after that extra step, its cache as the pass left it (nothing is
 copied or fed twice).
 
-Joining uses three of BatchGenerator's private members (`joins` says whether this mlx-lm has
-them; without them the scheduler hands prompts to BatchGenerator whole, as before).
+Joining uses three of BatchGenerator's private members (omni.runtime.chat.batch_generator says
+whether this mlx-lm has them; without them the scheduler hands prompts to BatchGenerator whole).
 """
 
 from __future__ import annotations
@@ -17,10 +17,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import mlx.core as mx
-from mlx_lm.generate import BatchGenerator, GenerationBatch
+from mlx_lm.generate import BatchGenerator
 
-# What join() needs of a BatchGenerator beyond its public API (mlx-lm 0.32).
-_PRIVATE = ("_generation_batch", "_uid_count", "_default_stop_sequences")
+from omni.runtime.chat import batch_generator
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,11 +43,6 @@ class Fed:
     tokens: list[int]
     logprobs: list[mx.array]
     cache: list[Any]
-
-
-def joins(batch: BatchGenerator) -> bool:
-    """Whether `batch` (this mlx-lm's BatchGenerator) can take a group fed here."""
-    return all(hasattr(batch, name) for name in _PRIVATE)
 
 
 def feed(model: Any, rows: list[Row]) -> Fed:
@@ -109,19 +103,6 @@ def join(
     if len(keep) < len(rows):
         for c in cache:
             c.filter(keep)
-    uids = list(range(batch._uid_count, batch._uid_count + len(keep)))
-    batch._uid_count += len(keep)
-    group = GenerationBatch(
-        model,
-        uids,
-        mx.array([fed.tokens[i] for i in keep]),
-        cache,
-        [list(rows[i].history) for i in keep],
-        [rows[i].sampler for i in keep],
-        batch.sampler,
-        [rows[i].processors for i in keep],
-        [batch._default_stop_sequences] * len(keep),
-        max_tokens,
-    )
-    batch._generation_batch.extend(group)
-    return uids
+    kept = [(list(rows[i].history), rows[i].sampler, rows[i].processors) for i in keep]
+    tokens = [fed.tokens[i] for i in keep]
+    return batch_generator.join(batch, model, tokens, cache, kept, max_tokens)
