@@ -41,7 +41,6 @@ from omni.runtime.chat.generation_config import recommended_sampling
 from omni.runtime.chat.worker import config_context_length
 from omni.runtime.loading.source import ModelSource
 from omni.runtime.model_process import stop_process
-from omni.runtime.types import Runtime
 from omni.settings import EngineSettings, engine_knobs
 
 log = logging.getLogger(__name__)
@@ -67,7 +66,7 @@ class MLXEngine:
         read at start()."""
         self.source = source
         self._settings, self._given = settings, given
-        self.runtime: Runtime | None = None  # what the engine process runs with, once loaded
+        self.runtime: wire.Runtime | None = None  # what the engine process runs with, once loaded
         chosen = settings or EngineSettings(**given)
         self.template_args = dict(chosen.template_args)  # for every chat-template render
         self._max_batch = chosen.max_batch

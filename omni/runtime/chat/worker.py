@@ -17,12 +17,11 @@ from typing import TYPE_CHECKING, Any
 from omni.heap import set_aside
 from omni.runtime.chat.generation_config import model_recommends
 from omni.runtime.chat.observe import QUIET, Observer, StepStats
-from omni.runtime.chat.wire import Loaded, LoadFailed
+from omni.runtime.chat.wire import Loaded, LoadFailed, Runtime
 from omni.runtime.loading import weights
 from omni.runtime.model_worker import begin
 from omni.runtime.platform import blas, gemv
 from omni.runtime.platform.cpu_attention import use_exp2_attention
-from omni.runtime.types import Runtime
 from omni.settings import EngineSettings
 
 if TYPE_CHECKING:

@@ -29,6 +29,7 @@ from omni.runtime.chat.wire import (
     Loaded,
     Output,
     Request,
+    Runtime,
     Spec,
     Started,
     Token,
@@ -37,7 +38,6 @@ from omni.runtime.chat.worker import MLX_SETTINGS, on_gpu, prefill_chunk
 from omni.runtime.loading import weights
 from omni.runtime.model_worker import serve_model
 from omni.runtime.platform import blas
-from omni.runtime.types import Runtime
 from omni.settings import EngineSettings
 
 log = logging.getLogger(__name__)
