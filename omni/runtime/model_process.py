@@ -1,8 +1,9 @@
-"""A model in a process of its own, spoken to over a pipe: the embedder, the transcriber and
-the speaker share it. The process is spawned (never forked from a process that holds
-threads) with the engine's BLAS preloaded (omni.runtime.platform.blas: on MLX's CPU build the matrix
-products run there), and sends one message once its model is loaded or could not be. Each
-request then has an id; a reader thread hands each reply to the event loop that asked, so
+"""A model in a process of its own, spoken to over a pipe: the server's side, which the
+embedder, the transcriber, the speaker and the imager share (the process's side:
+omni.runtime.model_worker). The process is spawned (never forked from a process that holds
+threads) with the engine's BLAS preloaded (omni.runtime.platform.blas: on MLX's CPU build the
+matrix products run there), and sends one message once its model is loaded or could not be.
+Each request then has an id; a reader thread hands each reply to the event loop that asked, so
 the loop never waits on the pipe, and once the process is gone every request still waiting
 is told why."""
 
