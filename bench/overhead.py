@@ -148,7 +148,7 @@ def engine_run(source: Any, tokens: int) -> tuple[Run, Callable[[], None]]:
     raw mlx-lm and the server's paths."""
     import asyncio
 
-    from omni.jobs import Delta, Failed, Finished, Job, Sampling
+    from omni.ports.jobs import Delta, Failed, Finished, Job, Sampling
     from omni.runtime.chat.engine import MLXEngine
 
     engine = MLXEngine(source, prompt_cache_entries=0)

@@ -12,6 +12,7 @@ from omni.api.app import Settings
 from omni.runtime.chat.engine import MLXEngine
 from omni.runtime.loading.source import ModelSource
 from omni.testing.llama import build_tiny_llama
+from tests.machine import alone
 from tests.server import ServerThread
 
 TINY_ID = "tiny-llama"
@@ -35,8 +36,8 @@ def smollm_dir() -> Path:
     """The real default model, fetched and converted once per machine (OMNI_TEST_HOME)."""
     from omni.runtime.loading.default_model import ensure_default_model
 
-    home = Path(os.environ.get("OMNI_TEST_HOME", Path.home() / ".cache" / "omni-test"))
-    return ensure_default_model(home, print)
+    with alone() as home:
+        return ensure_default_model(home, print)
 
 
 @pytest.fixture(scope="session")
@@ -53,8 +54,8 @@ def whisper_dir() -> Path:
     and converted once per machine (OMNI_TEST_HOME)."""
     from omni.runtime.transcription.default import ensure_default_transcription
 
-    home = Path(os.environ.get("OMNI_TEST_HOME", Path.home() / ".cache" / "omni-test"))
-    return ensure_default_transcription(home, print)
+    with alone() as home:
+        return ensure_default_transcription(home, print)
 
 
 @pytest.fixture(scope="session")

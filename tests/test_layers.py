@@ -1,8 +1,9 @@
 """Imports point down only (api → service → projections/protocol/events → schemas; the MLX
-runtime → protocol → schemas), MLX is imported only by the runtime (and the tiny test models of
-omni.testing) and SQLAlchemy only by the event store (and its migrations) and the inspector's
-reads. The service and the API reach a runtime only through omni.jobs (the Engine protocol,
-jobs and their outputs): never its internals, and never for an event's name (omni.vocabulary)."""
+runtime → protocol → tools → ports: tools and their grammar lie below all who use them),
+MLX is imported only by the runtime (and the tiny test models of omni.testing) and SQLAlchemy
+only by the event store (and its migrations) and the inspector's reads. The service and the
+API reach a runtime only through omni.ports (the Model protocol and a port per modality, jobs
+and their outputs): never its internals, and never for an event's name (omni.vocabulary)."""
 
 from __future__ import annotations
 
@@ -17,16 +18,18 @@ PACKAGE = Path(__file__).resolve().parent.parent / "omni"
 ALLOWED = {
     "schemas": set(),
     "events": set(),
+    "ports": set(),  # what a service may ask of a runtime: below both
+    "tools": {"schemas", "ports"},  # which tools, their grammar, calls read out of text
     "projections": {"schemas"},
-    "protocol": {"schemas"},
-    "runtime": {"schemas", "protocol"},
+    "protocol": {"schemas", "ports", "tools"},
+    "runtime": {"schemas", "protocol", "ports", "tools"},
     "testing": set(),  # tiny random-weight models for tests and benchmarks
-    "service": {"schemas", "projections", "protocol", "events"},
+    "service": {"schemas", "projections", "protocol", "tools", "events", "ports"},
     "inspect": {"schemas", "projections"},  # reads for people (the CLI, /inspect)
-    "api": {"schemas", "service", "events", "protocol", "db", "inspect"},
+    "api": {"schemas", "service", "events", "protocol", "db", "inspect", "ports"},
 }
 LEAVES = {
-    "catalogue", "errors", "features", "heap", "ids", "jobs", "location", "lock", "metrics",
+    "catalogue", "errors", "features", "heap", "ids", "location", "lock", "metrics",
     "settings", "vocabulary",
 }  # fmt: skip
 

@@ -32,9 +32,9 @@ from omni.events import Appender, Notifier
 from omni.events.backends import LogStore, make_store
 from omni.events.postgres.store import PostgresStore
 from omni.ids import new_id
-from omni.jobs import Engine
 from omni.location import is_postgres
 from omni.metrics import Metrics
+from omni.ports.chat import Engine
 from omni.service.completions import CompletionsService
 from omni.service.defaults import Defaults
 from omni.service.embeddings import EmbeddingsService
@@ -190,13 +190,12 @@ def create_app(settings: Settings, served: Models | Engine) -> Quart:
             lambda: sum(e.running for e in pool.engines()),
         )
 
-        def observe(model: Any) -> None:  # each decode step's batch, of every chat model
-            if hasattr(model, "on_step"):
-                model.on_step = lambda n: figures.batch.observe(n) if n else None
+        def observe(engine: Engine) -> None:  # each decode step's batch, of every chat model
+            engine.on_step = lambda n: figures.batch.observe(n) if n else None
 
-        pool.on_load = observe
-        for model in pool.loaded():
-            observe(model)
+        pool.on_engine = observe
+        for engine in pool.engines():
+            observe(engine)
         pool.start()
         service.runs.leasing = leasing
         hosts, deadline_s = settings.image_hosts or ImageHosts(), settings.image_fetch_timeout_s

@@ -15,8 +15,8 @@ from omni.api.gate import owner
 from omni.api.query import page_args
 from omni.api.sse import DONE_FRAME, KEEPALIVE_FRAME, chunk_frames
 from omni.errors import OmniError, StoreError
+from omni.schemas.body import load_json, parse_body
 from omni.schemas.chat import ChatCompletionCreate, CompletionCreate
-from omni.schemas.responses import load_json, parse_body
 from omni.service.completions import CompletionsService, is_end
 from omni.vocabulary import COMPLETION_ERROR
 

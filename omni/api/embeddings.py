@@ -10,8 +10,8 @@ from omni.api import access
 from omni.api.body import body_bytes
 from omni.api.gate import owner
 from omni.errors import ModelNotFound, ShuttingDown
+from omni.schemas.body import parse_body
 from omni.schemas.embeddings import EmbeddingCreate
-from omni.schemas.responses import parse_body
 
 bp = Blueprint("embeddings", __name__)
 

@@ -20,9 +20,9 @@ from omni.api import access
 from omni.api.body import body_bytes
 from omni.api.gate import owner
 from omni.errors import ModelNotFound, OmniError, ShuttingDown
-from omni.jobs import Drawn, PartialPicture, Picture
+from omni.ports.images import Drawn, PartialPicture, Picture
+from omni.schemas.body import parse_body
 from omni.schemas.images import ImageGenerate
-from omni.schemas.responses import parse_body
 from omni.service.generations import Generation, usage
 from omni.vocabulary import IMAGE_COMPLETED, IMAGE_PARTIAL
 

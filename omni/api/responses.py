@@ -15,7 +15,8 @@ from omni.api.gate import owner
 from omni.api.query import bool_arg, int_arg, page_args
 from omni.api.sse import KEEPALIVE_FRAME, error_frame, frame
 from omni.errors import InvalidRequest, OmniError, StoreError
-from omni.schemas.responses import ResponseCreate, parse_body
+from omni.schemas.body import parse_body
+from omni.schemas.responses import ResponseCreate
 from omni.service.responses import ResponsesService
 
 log = logging.getLogger(__name__)

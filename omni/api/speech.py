@@ -18,8 +18,8 @@ from omni.api import access
 from omni.api.body import body_bytes
 from omni.api.gate import owner
 from omni.errors import ModelNotFound, ShuttingDown
-from omni.jobs import Spoken
-from omni.schemas.responses import parse_body
+from omni.ports.speech import Spoken
+from omni.schemas.body import parse_body
 from omni.schemas.speech import SpeechCreate
 from omni.service.speech import Speech, usage
 from omni.vocabulary import SPEECH_AUDIO_DELTA, SPEECH_AUDIO_DONE

@@ -30,6 +30,13 @@ class ModelProcess:
     """`what`: the model, for messages ("embedding model"); `name`: the process's name;
     `closing`: the message that asks the process to stop."""
 
+    # What the pool reads (omni.ports.model.Model): loaded once start() returns, requests
+    # counted in `running`, and the weights' memory not known (the folder's size counts).
+    queued = 0
+    loading = False
+    load_error: str | None = None
+    memory_bytes: int | None = None
+
     def __init__(self, path: str, what: str, name: str, closing: Any):
         self.path = path
         self.model_id = path  # its id in the catalogue, set by the subclass
@@ -98,7 +105,7 @@ class ModelProcess:
         self, make: Callable[[int], Any], read: Callable[[Any], tuple[T, bool]]
     ) -> Replies[T]:
         """Send `make(id)`; its replies, each as `read` makes it a value (and says whether it
-        is the last), as they come (omni.jobs.Answer)."""
+        is the last), as they come (omni.ports.model.Answer)."""
         queue: asyncio.Queue[Any] = asyncio.Queue()
         job_id = self.expect(queue)
         try:
@@ -186,7 +193,7 @@ def stop_process(process: Any, reader: threading.Thread, conn: Connection | None
 
 
 class Replies(Generic[T]):
-    """One request's replies, read from its queue (omni.jobs.Answer). The reader thread puts
+    """One request's replies, read from its queue (omni.ports.model.Answer). The reader thread puts
     them there, or the OmniError that says the process is gone."""
 
     def __init__(

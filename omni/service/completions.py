@@ -25,8 +25,9 @@ from omni.events import (
     follow_pages,
 )
 from omni.ids import new_id
-from omni.jobs import Engine, Sampling
 from omni.metrics import UNREAD, Metrics
+from omni.ports.chat import Engine
+from omni.ports.jobs import Sampling
 from omni.projections.completions import fold_chat, fold_text
 from omni.projections.messages import chat_content, chat_for_template
 from omni.protocol.chat_recorder import ChunkRecorder, error_event
@@ -42,10 +43,10 @@ from omni.service.reasoning import thinking_plan
 from omni.service.requests import rendered
 from omni.service.runs import Run, Runs
 from omni.service.streams import dumps, request_stream
-from omni.service.structured import decoding_constraint
-from omni.service.tools import tool_policy
 from omni.service.unwritten import end_unwritten
 from omni.settings import ServerSettings
+from omni.tools.policy import tool_policy
+from omni.tools.schema import decoding_constraint
 from omni.vocabulary import ACCEPTED, COMPLETION_CHUNK, COMPLETION_ENDS
 
 MIRROR_PAGE = 512
@@ -145,7 +146,12 @@ class CompletionsService:
         tools, mode = tool_policy(body.tools or [], body.tool_choice)
         parallel = body.parallel_tool_calls is not False
         constraint = decoding_constraint(
-            engine, tools, mode, body.response_format, "response_format", parallel
+            engine.capabilities.tool_format,
+            tools,
+            mode,
+            body.response_format,
+            "response_format",
+            parallel,
         )
         structured = engine.capabilities.template_tools
         refs = message_images([m.content for m in body.messages])

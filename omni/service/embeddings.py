@@ -19,8 +19,8 @@ from typing import Any, Protocol
 from omni.errors import InvalidRequest, internal
 from omni.events import Append, Appender, EventLog, NewEvent
 from omni.ids import new_id
-from omni.jobs import Embedder
 from omni.metrics import UNREAD, Metrics
+from omni.ports.embeddings import Embedder
 from omni.schemas.embeddings import EmbeddingCreate
 from omni.service.leasing import Leasing
 from omni.service.streams import dumps, request_stream

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from omni.errors import internal
 from omni.events import Append, Appender, EventLog, NewEvent
 from omni.ids import new_id
-from omni.jobs import Drawn, ImageOrder, Imager, PartialPicture, Picture
+from omni.ports.images import Drawn, ImageOrder, Imager, PartialPicture, Picture
 from omni.schemas.images import ImageGenerate
 from omni.service.leasing import Leasing
 from omni.service.streams import dumps, request_stream

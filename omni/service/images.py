@@ -19,7 +19,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from omni.errors import InvalidRequest
-from omni.jobs import Engine
+from omni.ports.chat import Engine
 from omni.service.image_urls import FETCH_THREADS, MAX_IMAGE_BYTES, Fetcher, Unfetchable
 
 log = logging.getLogger(__name__)

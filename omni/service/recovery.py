@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from omni.errors import InvalidRequest, ModelLoadError, NotFound, OmniError
 from omni.events import Append, NewEvent
-from omni.jobs import Failed, Finished
+from omni.ports.jobs import Failed, Finished
 from omni.projections.response import fold_response
 from omni.protocol.recorder import ResponseRecorder
 from omni.service.images import ImageRef, load_images, pictures

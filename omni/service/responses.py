@@ -19,7 +19,8 @@ from omni.events import (
     follow_pages,
 )
 from omni.ids import new_id
-from omni.jobs import Engine, Sampling
+from omni.ports.chat import Engine
+from omni.ports.jobs import Sampling
 from omni.projections.input_items import page_items
 from omni.projections.messages import item_text
 from omni.projections.response import fold_response
@@ -40,9 +41,9 @@ from omni.service.runs import Run, Runs
 from omni.service.sealing import Sealer
 from omni.service.serial import ObjectLocks
 from omni.service.streams import dumps, is_kind, is_terminal, kept, request_stream
-from omni.service.structured import decoding_constraint
-from omni.service.tools import Mode, tool_policy
 from omni.settings import ServerSettings
+from omni.tools.policy import Mode, tool_policy
+from omni.tools.schema import decoding_constraint
 from omni.vocabulary import (
     ACCEPTED,
     CANCEL_REQUESTED,
@@ -125,7 +126,9 @@ class ResponsesService:
         callable_tools, mode = tool_policy(tools, body.tool_choice)
         fmt = (body.text or {}).get("format")
         parallel = body.parallel_tool_calls
-        constraint = decoding_constraint(engine, callable_tools, mode, fmt, "text.format", parallel)
+        constraint = decoding_constraint(
+            engine.capabilities.tool_format, callable_tools, mode, fmt, "text.format", parallel
+        )
         effort = (body.reasoning or {}).get("effort")
         thinking, budget = thinking_plan(engine, effort, body.thinking_budget)
         history = conversation[: len(conversation) - len(items)]

@@ -15,8 +15,9 @@ from typing import Any
 
 from omni.errors import Overloaded, ShuttingDown, StoreError
 from omni.events import Append, Appender, EventLog, NewEvent, Notifier, StoredEvent
-from omni.jobs import Delta, Engine, Failed, Finished, Job, Output
 from omni.metrics import UNREAD, Metrics
+from omni.ports.chat import Engine
+from omni.ports.jobs import Delta, Failed, Finished, Job, Output
 from omni.protocol.chat_recorder import ChunkRecorder
 from omni.protocol.recorder import ResponseRecorder
 from omni.service.intake import Intake

@@ -18,8 +18,9 @@ from typing import Any, Protocol
 from omni.errors import InvalidRequest, OmniError, internal
 from omni.events import Append, Appender, EventLog, NewEvent
 from omni.ids import new_id
-from omni.jobs import Answer, Speaker, Spoken
 from omni.metrics import UNREAD, Metrics
+from omni.ports.model import Answer
+from omni.ports.speech import Speaker, SpeechOrder, Spoken
 from omni.schemas.speech import MEDIA_TYPES, SpeechCreate
 from omni.service.leasing import Leasing
 from omni.service.streams import dumps, request_stream
@@ -110,9 +111,10 @@ class SpeechService:
             try:
                 await self._accept(sid, body, speaker.model_id, voice, owner, queued_at)
                 timings = {"queued_at": queued_at, "started_at": _now_ms()}
-                pieces = await speaker.speak(
+                order = SpeechOrder(
                     body.input, voice, body.response_format, body.speed, body.instructions
                 )
+                pieces = await speaker.speak(order)
                 first = await self._first(sid, speaker.model_id, pieces, timings)
             except BaseException:
                 if sid not in self._stopping:  # else it lets go once it has ended

@@ -21,8 +21,9 @@ from omni.errors import SERVER_ERROR, NotFound, OmniError, internal
 from omni.events import Append, Appender, EventLog, NewEvent, Notifier, StoredEvent
 from omni.events.follow import follow
 from omni.ids import new_id
-from omni.jobs import Answer, Audio, Heard, TranscribeOptions, Transcriber, Transcript
 from omni.metrics import UNREAD, Metrics
+from omni.ports.model import Answer
+from omni.ports.transcription import Audio, Heard, TranscribeOptions, Transcriber, Transcript
 from omni.protocol import transcripts
 from omni.schemas.audio import TranscriptionCreate
 from omni.service.leasing import Leasing

@@ -293,7 +293,7 @@ def test_tools_and_tool_choice_are_accepted(client: OpenAI, server, tool_choice:
     if tool_choice == "none":
         check_usage(completion.usage, prompt_len(server, HI), 2)
     else:
-        from omni.protocol.tool_calls import plain_tools_prompt
+        from omni.tools.calls import plain_tools_prompt
 
         called = TOOLS if tool_choice in ("auto", "required") else TOOLS[:1]
         system = [{"role": "system", "content": plain_tools_prompt(called)}]

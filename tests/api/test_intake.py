@@ -15,7 +15,7 @@ import pytest
 from openai import AsyncOpenAI, BadRequestError, OpenAI
 
 from omni.api.app import Settings
-from omni.jobs import Job
+from omni.ports.jobs import Job
 from omni.runtime.chat.engine import MLXEngine
 from tests.api._helpers import MODEL
 from tests.server import ServerThread

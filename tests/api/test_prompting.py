@@ -26,6 +26,7 @@ class WatchedEngine:
         self.model_id = engine.model_id
         self.capabilities = engine.capabilities  # the tiny model's template: its own
         self.queued = self.running = 0
+        self.loading, self.load_error, self.memory_bytes, self.path = False, None, None, ""
         self.on_step = None
         self.renders = 0
         self.encodes = 0

@@ -70,7 +70,7 @@ def test_whisper_loads_without_mlx_audios_playback(whisper_dir: Path) -> None:
 
     probe = (
         "import sys\n"
-        "from omni.jobs import TranscribeOptions\n"
+        "from omni.ports.transcription import TranscribeOptions\n"
         "from omni.runtime.transcription.worker import load, transcribe\n"
         f"model = load({str(whisper_dir)!r})\n"
         "transcribe(model, bytes(4 * 16000), TranscribeOptions())\n"

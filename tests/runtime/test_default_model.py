@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from omni.errors import ModelLoadError
-from omni.jobs import RecommendedSampling
+from omni.ports.chat import RecommendedSampling
 from omni.runtime.chat.generation_config import recommended_sampling
 from omni.runtime.loading import default_model, wheels
 from omni.runtime.loading.default_model import (

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from omni.errors import ModelLoadError
-from omni.jobs import Delta, Failed, Finished, Job, Output, Sampling, Started
+from omni.ports.jobs import Delta, Failed, Finished, Job, Output, Sampling, Started
 from omni.runtime.chat.engine import MLXEngine
 from omni.runtime.loading.source import ModelSource
 

@@ -11,7 +11,7 @@ import pytest
 from mlx_lm import load
 from mlx_lm.generate import BatchGenerator
 
-from omni.jobs import Sampling
+from omni.ports.jobs import Sampling
 from omni.runtime.chat import batch_generator
 from omni.runtime.chat.prefix_cache import PrefixCache
 from omni.runtime.chat.scheduler import BatchScheduler

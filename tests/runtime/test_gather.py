@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from mlx_lm import load
 
-from omni.jobs import Sampling
+from omni.ports.jobs import Sampling
 from omni.runtime.chat.observe import StepStats
 from omni.runtime.chat.prefix_cache import PrefixCache
 from omni.runtime.chat.scheduler import BatchScheduler

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from omni.jobs import RecommendedSampling
+from omni.ports.chat import RecommendedSampling
 from omni.runtime.chat import wire, worker
 from omni.runtime.chat.engine import MLXEngine
 from omni.runtime.chat.generation_config import recommended_sampling

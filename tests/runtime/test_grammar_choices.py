@@ -11,7 +11,7 @@ import pytest
 from mlx_lm.utils import load_tokenizer
 
 from omni.runtime.chat.constraints import Constraints
-from omni.service.structured import (
+from omni.tools.schema import (
     answer_or_call,
     call_constraint,
     native_strict_constraint,

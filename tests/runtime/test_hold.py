@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from omni.jobs import Delta, Finished, Job, Sampling, Started
+from omni.ports.jobs import Delta, Finished, Job, Sampling, Started
 from omni.runtime.chat import engine as mlx_engine
 from omni.runtime.chat import wire
 from omni.runtime.chat.delivery import HOLD_MIN, HOLD_S, Pending

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from mlx_lm import load
 
-from omni.jobs import Sampling
+from omni.ports.jobs import Sampling
 from omni.runtime.chat import watchdog
 from omni.runtime.chat.prefix_cache import PrefixCache
 from omni.runtime.chat.scheduler import BatchScheduler
@@ -137,8 +137,11 @@ def test_a_slow_step_is_logged_with_what_it_was_doing(
     def slow_model(*args: Any, **kwargs: Any) -> Any:
         nonlocal calls
         calls += 1
-        if calls == 10:  # one chunk of the long prompt takes far longer than the rest
-            time.sleep(2.0)
+        if calls == 10:  # one chunk of the long prompt runs until the watchdog has said so
+            deadline = time.monotonic() + 60
+            while not any("engine step has run for" in r.getMessage() for r in caplog.records):
+                assert time.monotonic() < deadline, "the watchdog never spoke"
+                time.sleep(0.01)
         return model(*args, **kwargs)
 
     # Slow: over 0.5 s, which no other step of this run takes, even on a loaded machine.

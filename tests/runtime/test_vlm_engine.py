@@ -10,7 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from omni.jobs import Delta, Failed, Finished, Job, Output, RecommendedSampling, Sampling
+from omni.ports.chat import RecommendedSampling
+from omni.ports.jobs import Delta, Failed, Finished, Job, Output, Sampling
 from omni.runtime.loading.catalogue import takes_images
 from omni.runtime.loading.source import ModelSource
 from omni.runtime.vision.engine import VLMEngine

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from omni.errors import ModelLoadError
-from omni.jobs import Delta, Failed, Finished, Job, Output, Sampling
+from omni.ports.jobs import Delta, Failed, Finished, Job, Output, Sampling
 from omni.runtime.chat.engine import MLXEngine
 from omni.runtime.loading.source import ModelSource
 

@@ -19,7 +19,7 @@ PROBE = """
 import json, sys
 import mlx.core as mx, numpy as np
 from pathlib import Path
-from omni.jobs import TranscribeOptions
+from omni.ports.transcription import TranscribeOptions
 from omni.runtime.transcription.audio import decode
 from omni.runtime.transcription.worker import FALLBACK, _plain, hear, load, segments
 model = load(sys.argv[1])

@@ -12,10 +12,12 @@ from typing import Any
 import pytest
 
 from omni.events import Appender, MemoryStore, Notifier
-from omni.jobs import Capabilities, Delta, Failed, Finished, Job, Output, Started
+from omni.ports.chat import Capabilities
+from omni.ports.jobs import Delta, Failed, Finished, Job, Output, Started
 from omni.service.completions import CompletionsService
 from omni.service.leasing import Leasing
 from omni.service.responses import ResponsesService
+from omni.service.stored import StoredCompletions
 from omni.settings import ServerSettings
 
 
@@ -26,6 +28,7 @@ class ScriptedEngine:
     model_id = "scripted"
     capabilities = Capabilities(context_length=1024, max_token_bytes=16)  # a plain model
     queued = running = 0
+    loading, load_error, memory_bytes, path = False, None, None, ""  # loaded; nothing to measure
     on_step = None
 
     def __init__(self) -> None:
@@ -71,6 +74,7 @@ class Services:
     engine: ScriptedEngine
     responses: ResponsesService
     completions: CompletionsService
+    stored: StoredCompletions
 
 
 @asynccontextmanager
@@ -101,7 +105,7 @@ async def serving(
     await responses.recover()
     await completions.recover()
     try:
-        yield Services(store, engine, responses, completions)
+        yield Services(store, engine, responses, completions, StoredCompletions(store, appender))
     finally:
         await completions.close()
         await responses.close()

@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 from omni.events import MemoryStore, Notifier
-from omni.jobs import Delta, Finished
+from omni.ports.jobs import Delta, Finished
 from omni.schemas.chat import ChatCompletionCreate
 from omni.schemas.responses import ResponseCreate
 from omni.service.completions import flight_lease

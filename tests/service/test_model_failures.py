@@ -19,7 +19,7 @@ import pytest
 from omni.catalogue import ModelEntry
 from omni.errors import SERVER_ERROR, ModelLoadError, OmniError
 from omni.events import Appender, MemoryStore, Notifier
-from omni.jobs import EmbeddingCapabilities
+from omni.ports.embeddings import EmbeddingCapabilities
 from omni.runtime.chat.wire import Cancel
 from omni.runtime.embeddings import wire as embed_wire
 from omni.runtime.embeddings.engine import MLXEmbedder

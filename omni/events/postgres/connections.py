@@ -40,20 +40,14 @@ class PostgresConnections:
     `synchronous`: SQLite's names for PostgreSQL's synchronous_commit (FULL: on)."""
 
     def __init__(
-        self,
-        url: str,
-        *,
-        cache_max_entries: int = 1024,
-        cache_max_age_s: float = 86400.0,
-        synchronous: str = "NORMAL",
-        pool_size: int = 8,
+        self, url: str, synchronous: str, max_entries: int, max_age_s: float, pool_size: int
     ):
         self.url = url
         # As SQLite's modes: FULL waits for each commit's WAL flush; NORMAL does not, so a
         # commit survives Omni's crash, and PostgreSQL's own only within ~0.6 s of it.
         self._synchronous_commit = "on" if synchronous.upper() in ("FULL", "EXTRA") else "off"
-        self.cache_max_entries = cache_max_entries
-        self.cache_max_age_ms = int(cache_max_age_s * 1000)
+        self.cache_max_entries = max_entries
+        self.cache_max_age_ms = int(max_age_s * 1000)
         self._pool_size = pool_size
         self._engine: AsyncEngine | None = None
         self._writer: Any = None  # psycopg.AsyncConnection: appends, purges, upkeep

@@ -16,17 +16,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import NullPool
 
 from omni.errors import StoreError
-from omni.events.maintenance import (
-    PER_TRANSACTION,
-    Finished,
-    Problem,
-    Vocabulary,
-    cache_problems,
-    finished_of,
-    request_problems,
-    stream_problems,
-    streams_of,
-)
+from omni.events.checks import Problem, cache_problems, request_problems, stream_problems
+from omni.events.maintenance import PER_TRANSACTION, Finished, Vocabulary, finished_of, streams_of
 from omni.events.postgres.connections import LOG_LOCK
 from omni.events.postgres.store import json_path
 from omni.location import postgres_url, require_driver, shown

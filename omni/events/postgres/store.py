@@ -65,13 +65,7 @@ class PostgresStore(PostgresConnections, SqlReads):
         synchronous: str = "NORMAL",
         pool_size: int = 8,
     ):
-        super().__init__(
-            url,
-            cache_max_entries=cache_max_entries,
-            cache_max_age_s=cache_max_age_s,
-            synchronous=synchronous,
-            pool_size=pool_size,
-        )
+        super().__init__(url, synchronous, cache_max_entries, cache_max_age_s, pool_size)
         self.cache = PostgresCacheIndex(self)  # in the same database, bounded in each append
         self.leases = PostgresLeases(self)  # who runs what, among replicas sharing the log
         self.replica: str | None = None  # the server's: its appends are fenced by the leases

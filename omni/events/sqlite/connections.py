@@ -49,18 +49,11 @@ class SqliteConnections:
     """One SQLite file's connections, writes one at a time in call order; with the replay
     cache's bounds, which each write's upkeep keeps (omni/events/sqlite/cache.py)."""
 
-    def __init__(
-        self,
-        path: str,
-        *,
-        synchronous: str = "NORMAL",
-        cache_max_entries: int = 1024,
-        cache_max_age_s: float = 86400.0,
-    ):
+    def __init__(self, path: str, synchronous: str, max_entries: int, max_age_s: float):
         self.path = path
         self._synchronous = synchronous
-        self.cache_max_entries = cache_max_entries
-        self.cache_max_age_ms = int(cache_max_age_s * 1000)
+        self.cache_max_entries = max_entries
+        self.cache_max_age_ms = int(max_age_s * 1000)
         self._writer: Engine | None = None
         self._write_thread: ThreadPoolExecutor | None = None
         self._reader: AsyncEngine | None = None

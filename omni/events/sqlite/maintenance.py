@@ -2,7 +2,7 @@
 
 Plain sqlite3 on the file, used by `omni db` and by the server's retention (which runs the
 deletes through its own store, so its memory of recent rows forgets them too). What the
-rows mean is omni/events/maintenance.py's, as for PostgreSQL.
+rows mean is omni/events/checks.py's and omni/events/maintenance.py's, as for PostgreSQL.
 """
 
 from __future__ import annotations
@@ -14,17 +14,8 @@ from contextlib import closing, contextmanager
 from pathlib import Path
 
 from omni.errors import DatabaseInUse, StoreError
-from omni.events.maintenance import (
-    PER_TRANSACTION,
-    Finished,
-    Problem,
-    Vocabulary,
-    cache_problems,
-    finished_of,
-    request_problems,
-    stream_problems,
-    streams_of,
-)
+from omni.events.checks import Problem, cache_problems, request_problems, stream_problems
+from omni.events.maintenance import PER_TRANSACTION, Finished, Vocabulary, finished_of, streams_of
 from omni.lock import DatabaseLock
 
 

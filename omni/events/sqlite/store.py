@@ -89,12 +89,7 @@ class EventStore(SqliteConnections, SqlReads):
         cache_max_age_s: float = 86400.0,
         recent_rows: int = 1024,
     ):
-        super().__init__(
-            path,
-            synchronous=synchronous,
-            cache_max_entries=cache_max_entries,
-            cache_max_age_s=cache_max_age_s,
-        )
+        super().__init__(path, synchronous, cache_max_entries, cache_max_age_s)
         self.cache = SqliteCacheIndex(self)  # in the same file, bounded in each append
         self.leases = SqliteLeases(self)
         # This store is the log's only writer, so what it committed last is what followers

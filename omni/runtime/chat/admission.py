@@ -50,10 +50,7 @@ class Admission(Gathering):
             and not expecting
             and len(self.prefills) < self.max_batch  # long prompts being fed count too
         ):
-            if self.ready and solo_ok(self.ready[0].slot.spec):
-                self._begin(self._start_solo, self.ready.popleft())
-            elif self.waiting and solo_ok(self.waiting[0]):
-                self._begin_spec(self._start_solo, self.waiting.popleft())
+            self._start_alone()
         grouped = bool(
             (self.ready or self.waiting)
             and not hold
@@ -61,15 +58,27 @@ class Admission(Gathering):
             and self._groups_align()
         )
         if grouped:
-            if self.first_from_prefill:
-                self._take_group()
-            else:
-                while self.ready and len(self.slots) < self.max_batch:
-                    self._begin(self._lead, self.ready.popleft())
-                while self.waiting and len(self.slots) + len(self.prefills) < self.max_batch:
-                    self._begin_spec(self._admit, self.waiting.popleft())
+            self._hand_to_batch()
         self._cancel_stopped()
         return grouped
+
+    def _start_alone(self) -> None:
+        """The one job to start, with nothing else running, on the solo path (unless seeded)."""
+        if self.ready and solo_ok(self.ready[0].slot.spec):
+            self._begin(self._start_solo, self.ready.popleft())
+        elif self.waiting and solo_ok(self.waiting[0]):
+            self._begin_spec(self._start_solo, self.waiting.popleft())
+
+    def _hand_to_batch(self) -> None:
+        """Jobs join the batch: this step's group, or (an mlx-lm that cannot take a group fed
+        apart) each handed to BatchGenerator."""
+        if self.first_from_prefill:
+            self._take_group()
+            return
+        while self.ready and len(self.slots) < self.max_batch:
+            self._begin(self._lead, self.ready.popleft())
+        while self.waiting and len(self.slots) + len(self.prefills) < self.max_batch:
+            self._begin_spec(self._admit, self.waiting.popleft())
 
     def _take_group(self, waiting: bool = True) -> None:
         """A prefill group's worth of prompts to feed in this step (_feed_group): long ones

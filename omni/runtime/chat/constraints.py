@@ -1,4 +1,4 @@
-"""Constrained decoding in the engine process: a grammar (omni.protocol.grammar) compiled by
+"""Constrained decoding in the engine process: a grammar (omni.tools.grammar) compiled by
 llguidance and enforced token by token with its masks, applied as an mlx-lm logits
 processor."""
 
@@ -15,7 +15,8 @@ import mlx.core as mx
 import numpy as np
 from llguidance import LLMatcher
 
-from omni.protocol.grammar import GrammarError, grammar_for, validate
+from omni.tools.grammar import grammar_for, validate
+from omni.tools.lark import GrammarError
 
 Processor = Callable[[mx.array, mx.array], mx.array]
 

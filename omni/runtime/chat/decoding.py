@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from omni.jobs import FinishReason
+from omni.ports.jobs import FinishReason
 from omni.runtime.chat import batch_generator
 from omni.runtime.chat.pipe import Pipe
 from omni.runtime.chat.state import Slot, Start

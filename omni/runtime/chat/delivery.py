@@ -8,7 +8,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any, Final
 
-from omni.jobs import Delta, Finished, Job, Output
+from omni.ports.jobs import Delta, Finished, Job, Output
 from omni.runtime.chat import wire
 
 # A big batch's tokens are handed to the event loop a few steps at a time: the loop's work for

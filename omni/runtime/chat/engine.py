@@ -25,16 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from omni.errors import ModelLoadError
-from omni.jobs import (
-    Capabilities,
-    Failed,
-    Finished,
-    Job,
-    Output,
-    RecommendedSampling,
-    Started,
-)
-from omni.protocol.tool_calls import ToolFormat
+from omni.ports.chat import Capabilities, Messages, RecommendedSampling, ToolFormat, Tools
+from omni.ports.jobs import Failed, Finished, Job, Output, Started
 from omni.runtime.chat import delivery, tokenizer, wire, worker
 from omni.runtime.chat.delivery import HOLD_MIN, HOLD_S, Pending
 from omni.runtime.chat.generation_config import recommended_sampling
@@ -52,6 +44,8 @@ class MLXEngine:
 
     # Told, from the reader thread, how many jobs got a token in each step (/metrics).
     on_step: Callable[[int], None] | None = None
+    # Nothing on disk for the pool to measure: the engine reports its memory_bytes.
+    path = ""
     # What the engine process runs (a vision model's runs its own: omni.runtime.vision.worker).
     worker_main: Callable[..., None] = staticmethod(worker.main)
 
@@ -195,12 +189,7 @@ class MLXEngine:
         except ValueError as exc:  # a knob set wrong: the engine cannot start
             raise ModelLoadError(f"cannot load model {self.source.path}: {exc}") from None
 
-    def render(
-        self,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]],
-        thinking: bool | None = None,
-    ) -> list[int]:
+    def render(self, messages: Messages, tools: Tools, thinking: bool | None = None) -> list[int]:
         """`thinking`: switch a reasoning template's thinking on or off (its own kwarg, e.g.
         enable_thinking, as mlx-lm names it); None leaves the template's default (or what
         `template_args` set)."""

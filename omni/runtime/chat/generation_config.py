@@ -8,9 +8,9 @@ import json
 import math
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
-from omni.jobs import RecommendedSampling
+from omni.ports.chat import RecommendedSampling
 
 # Each key: the type it must have and the values a request may set (as the request's schema).
 _RANGES: dict[str, tuple[type, float, float]] = {
@@ -59,7 +59,8 @@ def model_recommends(path: str) -> RecommendedSampling:
         from mlx_lm.utils import hf_repo_to_path
 
         try:
-            folder = cast(Callable[[str], Path], hf_repo_to_path)(path)  # unannotated
+            repo_path: Callable[[str], Path] = hf_repo_to_path  # unannotated
+            folder = repo_path(path)
         except Exception:  # noqa: BLE001 - not all its files are in the cache: no advice
             return RecommendedSampling()
     return recommended_sampling(folder)

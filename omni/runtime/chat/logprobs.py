@@ -6,7 +6,7 @@ from typing import Any
 
 import mlx.core as mx
 
-from omni.jobs import Logprobs, TokenLogprob
+from omni.ports.jobs import Logprobs, TokenLogprob
 
 
 class Scorer:

@@ -82,8 +82,18 @@ class Prefilling(Decoding):
             log.exception("generation step failed")
             self.out.extend(Failed(s.id, GENERATION_FAILED) for s in group if s.id not in ended)
             return
-        if not keep:
-            return
+        if keep:
+            self._join_group(group, rows, fed, keep)
+
+    def _join_group(
+        self,
+        group: list[Start],
+        rows: list[first_tokens.Row],
+        fed: first_tokens.Fed,
+        keep: list[int],
+    ) -> None:
+        """The group's rows `keep` (those that did not end at their first token) join the
+        batch's decoding."""
         left = [group[i].slot for i in keep]
         try:
             with mx.stream(self.batch.stream):

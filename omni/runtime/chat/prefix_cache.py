@@ -7,7 +7,7 @@ import copy
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import mlx.core as mx
 import numpy as np
@@ -19,8 +19,8 @@ from mlx_lm.models.cache import (
 )
 
 # MLX and mlx-lm leave these unannotated: typed here, where they are called.
-_async_eval = cast(Callable[[list[Any]], None], mx.async_eval)
-_kv_cache = cast(Callable[[], KVCache], KVCache)
+_async_eval: Callable[[list[Any]], None] = mx.async_eval
+_kv_cache: Callable[[], KVCache] = KVCache
 
 
 class PrefixCache:

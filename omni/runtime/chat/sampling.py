@@ -16,7 +16,7 @@ from mlx_lm.sample_utils import (
     make_sampler,
 )
 
-from omni.jobs import Sampling
+from omni.ports.jobs import Sampling
 from omni.runtime.chat.wire import Spec
 
 

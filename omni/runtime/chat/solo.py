@@ -9,7 +9,7 @@ import mlx.core as mx
 from mlx_lm.generate import generate_step
 from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
 
-from omni.jobs import FinishReason
+from omni.ports.jobs import FinishReason
 from omni.runtime.chat.pipe import Stopped
 from omni.runtime.chat.prefill import Prefilling
 from omni.runtime.chat.sampling import with_history

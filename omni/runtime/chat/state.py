@@ -13,7 +13,7 @@ from typing import Any, Final
 
 from mlx_lm.generate import BatchGenerator
 
-from omni.jobs import FinishReason
+from omni.ports.jobs import FinishReason
 from omni.runtime.chat import batch_generator
 from omni.runtime.chat.logprobs import Scorer
 from omni.runtime.chat.observe import QUIET, Observer

@@ -5,9 +5,9 @@ model writes tool calls, and the most bytes one token stands for."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
-from omni.protocol.tool_calls import ToolFormat
+from omni.ports.chat import ToolFormat
 
 SLOW_TOKENIZER_TOKEN_BYTES = 256
 
@@ -16,7 +16,8 @@ def load(path: str, eos: Any) -> Any:
     """mlx-lm's tokenizer of the model at `path` (`eos`: its end tokens, as its config says)."""
     from mlx_lm.utils import load_tokenizer
 
-    return cast(Callable[..., Any], load_tokenizer)(path, eos_token_ids=eos)  # unannotated
+    load_it: Callable[..., Any] = load_tokenizer  # unannotated
+    return load_it(path, eos_token_ids=eos)
 
 
 def longest_token(tokenizer: Any) -> int:

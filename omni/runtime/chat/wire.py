@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from omni.jobs import FinishReason, Job, Logprobs, RecommendedSampling, Sampling, fields_getter
+from omni.ports.chat import RecommendedSampling
+from omni.ports.jobs import FinishReason, Job, Logprobs, Sampling, fields_getter
 from omni.runtime.platform.blas import describe
 
 # The server to the engine.

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from omni.errors import ModelLoadError
-from omni.jobs import EmbeddingCapabilities
+from omni.ports.embeddings import EmbeddingCapabilities
 from omni.runtime.embeddings import pooling, wire, worker
 from omni.runtime.model_process import ModelProcess
 
@@ -49,8 +49,8 @@ def load_tokenizer(folder: Path) -> tuple[Tokenize, int]:
 
 
 class MLXEmbedder(ModelProcess):
-    """Implements omni.jobs.Embedder: start() loads the model, embed() is answered from the
-    model's process by a reader thread, so the event loop never waits on the pipe."""
+    """Implements omni.ports.embeddings.Embedder: start() loads the model, embed() is answered
+    from the model's process by a reader thread, so the event loop never waits on the pipe."""
 
     def __init__(self, path: str, model_id: str, max_batch: int = MAX_BATCH):
         super().__init__(path, "embedding model", "omni-embedder", wire.Close())

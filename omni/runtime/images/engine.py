@@ -5,11 +5,12 @@ encoded, and the partial ones on the way, read by a thread and handed to the eve
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator
 from typing import Any
 
 from omni.errors import OmniError
-from omni.jobs import Drawn, ImageCapabilities, ImageOrder, PartialPicture, Picture
+from omni.ports.images import Drawn, ImageCapabilities, ImageOrder, PartialPicture, Picture
 from omni.runtime.images import wire, worker
 from omni.runtime.model_process import ModelProcess
 
@@ -19,7 +20,7 @@ class Cancelled(OmniError):
 
 
 class MLXImager(ModelProcess):
-    """Implements omni.jobs.Imager: start() loads the model, draw() yields what one request
+    """Implements omni.ports.images.Imager: start() loads the model, draw() yields what one request
     makes as its process sends it (one request is drawn at a time; others wait)."""
 
     def __init__(self, path: str, model_id: str):
@@ -43,7 +44,7 @@ class MLXImager(ModelProcess):
         job_id = self.expect(queue)
         ended = False
         try:
-            self._send(wire.Generate(job_id, order))
+            self._send(wire.Generate(**dataclasses.asdict(order), id=job_id))
             while True:
                 match await queue.get():
                     case wire.Partial(_, image, index, data):

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from omni.jobs import ImageOrder
-from omni.runtime.chat.wire import Cancel, LoadFailed
+from omni.ports.images import ImageOrder
+from omni.runtime.chat.wire import Cancel, Close, LoadFailed
 
 __all__ = ["Cancel", "Close", "Done", "Failed", "Generate", "LoadFailed", "Loaded", "Partial",
            "Picture"]  # fmt: skip
@@ -16,17 +16,10 @@ __all__ = ["Cancel", "Close", "Done", "Failed", "Generate", "LoadFailed", "Loade
 
 
 @dataclass(frozen=True, slots=True)
-class Generate:
+class Generate(ImageOrder):
+    """What one request asks of the model, under its id."""
+
     id: int
-    order: ImageOrder  # compression: jpeg's and webp's quality loss (100: none)
-
-
-# Cancel (omni.runtime.chat.wire): stop job `id` at its next step (its client went away).
-
-
-@dataclass(frozen=True, slots=True)
-class Close:
-    """End the process."""
 
 
 Request = Generate | Cancel | Close

@@ -17,7 +17,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from omni.jobs import ImageOrder
+from omni.ports.images import ImageOrder
 from omni.runtime.images.wire import Cancel, Close, Done, Failed, Generate, Loaded, Partial, Picture
 from omni.runtime.model_worker import serve_model, why
 
@@ -49,28 +49,27 @@ class Imager:
         self.partial_at: list[int] = []
 
     def generate(self, job: Generate) -> None:
-        order = job.order
-        self.job, self.partial_at = job, partial_steps(order.steps, order.partial_images)
-        tokens = self.model.tokenizers["qwen3"].tokenize(order.prompt)
+        self.job, self.partial_at = job, partial_steps(job.steps, job.partial_images)
+        tokens = self.model.tokenizers["qwen3"].tokenize(job.prompt)
         input_tokens = int(tokens.attention_mask.sum().item())
-        patches = (order.width // PATCH) * (order.height // PATCH)
+        patches = (job.width // PATCH) * (job.height // PATCH)
         try:
-            for i in range(order.n):
+            for i in range(job.n):
                 self.image = i
-                seed = order.seed + i
+                seed = job.seed + i
                 made = self.model.generate_image(
                     seed=seed,
-                    prompt=order.prompt,
-                    num_inference_steps=order.steps,
-                    height=order.height,
-                    width=order.width,
+                    prompt=job.prompt,
+                    num_inference_steps=job.steps,
+                    height=job.height,
+                    width=job.width,
                     guidance=self.defaults["guidance"],
                 )
-                data = encode(made.image, order)
+                data = encode(made.image, job)
                 self.conn.send(Picture(job.id, i, seed, data, input_tokens, patches))
         finally:
             self.job = None
-        self.conn.send(Done(job.id, input_tokens, patches * order.n))
+        self.conn.send(Done(job.id, input_tokens, patches * job.n))
 
     # mflux's in-loop callback: after each denoising step.
     def call_in_loop(
@@ -90,7 +89,7 @@ class Imager:
             packed = Flux2LatentCreator.unpack_latents(latents, config.height, config.width)
             picture = ImageUtil.to_pil(self.model.vae.decode_packed_latents(packed))
             index = self.partial_at.index(step)
-            self.conn.send(Partial(job.id, self.image, index, encode(picture, job.order)))
+            self.conn.send(Partial(job.id, self.image, index, encode(picture, job)))
 
     def _look(self, job: Generate) -> None:
         """Read what the server sent meanwhile: a cancel of this job (or the end) stops it;

@@ -4,16 +4,17 @@ encoded file, a piece at a time, read by a thread and handed to the event loop."
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from omni.errors import OmniError
-from omni.jobs import SpeechCapabilities, Spoken
+from omni.ports.speech import SpeechCapabilities, SpeechOrder, Spoken
 from omni.runtime.model_process import ModelProcess, Replies
 from omni.runtime.speech import wire, worker
 
 
 class MLXSpeaker(ModelProcess):
-    """Implements omni.jobs.Speaker: start() loads the model, speak() answers the bytes of
+    """Implements omni.ports.speech.Speaker: start() loads the model, speak() answers the bytes of
     one request as its process sends them (one request is spoken at a time; others wait)."""
 
     def __init__(self, path: str, model_id: str):
@@ -33,18 +34,11 @@ class MLXSpeaker(ModelProcess):
     def capabilities(self) -> SpeechCapabilities:
         return self._caps
 
-    async def speak(
-        self,
-        text: str,
-        voice: str | None,
-        response_format: str,
-        speed: float,
-        instructions: str | None = None,
-    ) -> Replies[bytes | Spoken]:
+    async def speak(self, order: SpeechOrder) -> Replies[bytes | Spoken]:
         """The encoded file's pieces, then one Spoken (how much was spoken); a failure of
         the model raises OmniError. cancel() stops the model after its segment."""
         return await self.stream(
-            lambda i: wire.Speak(i, text, voice, response_format, speed, instructions), self._piece
+            lambda i: wire.Speak(**dataclasses.asdict(order), id=i), self._piece
         )
 
     def _piece(self, reply: Any) -> tuple[bytes | Spoken, bool]:

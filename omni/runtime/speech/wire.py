@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from omni.runtime.chat.wire import Cancel, LoadFailed
+from omni.ports.speech import SpeechOrder
+from omni.runtime.chat.wire import Cancel, Close, LoadFailed
 
 __all__ = ["Audio", "Cancel", "Close", "Done", "Failed", "LoadFailed", "Loaded", "Speak"]
 
@@ -14,18 +15,10 @@ __all__ = ["Audio", "Cancel", "Close", "Done", "Failed", "LoadFailed", "Loaded",
 
 
 @dataclass(frozen=True, slots=True)
-class Speak:
+class Speak(SpeechOrder):
+    """What one request asks of the model, under its id."""
+
     id: int
-    text: str
-    voice: str | None
-    response_format: str  # a key of omni.schemas.speech.MEDIA_TYPES
-    speed: float
-    instructions: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Close:
-    """End the process."""
 
 
 Request = Speak | Cancel | Close

@@ -8,7 +8,7 @@ import io
 from typing import Any
 
 from omni.errors import InvalidRequest
-from omni.jobs import Audio
+from omni.ports.transcription import Audio
 
 SAMPLE_RATE = 16000
 

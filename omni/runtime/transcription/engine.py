@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Any
 
 from omni.errors import ModelLoadError, OmniError
-from omni.jobs import Audio, Heard, TranscribeOptions, Transcript
+from omni.ports.transcription import Audio, Heard, TranscribeOptions, Transcript
 from omni.runtime.model_process import ModelProcess, Replies
 from omni.runtime.transcription import audio, wire, worker
 
 
 class MLXTranscriber(ModelProcess):
-    """Implements omni.jobs.Transcriber."""
+    """Implements omni.ports.transcription.Transcriber."""
 
     def __init__(self, path: str, model_id: str):
         super().__init__(path, "transcription model", "omni-transcriber", wire.Close())

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from omni.jobs import TranscribeOptions
+from omni.ports.transcription import TranscribeOptions
 from omni.runtime.chat.wire import Cancel, LoadFailed
 
 __all__ = ["Cancel", "Close", "Failed", "LoadFailed", "Loaded", "Transcribe", "Transcript",
@@ -47,7 +47,7 @@ class Window:
 
 @dataclass(frozen=True)
 class Transcript:
-    """omni.jobs.Transcript's fields."""
+    """omni.ports.transcription.Transcript's fields."""
 
     id: int
     result: dict[str, Any]

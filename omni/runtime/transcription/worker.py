@@ -12,7 +12,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from omni.jobs import TranscribeOptions
+from omni.ports.transcription import TranscribeOptions
 from omni.runtime.chat.inbox import Inbox
 from omni.runtime.model_worker import serve_in_turn, serve_model
 from omni.runtime.transcription.wire import Close, Failed, Loaded, Transcribe, Transcript, Window

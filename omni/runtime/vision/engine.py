@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from omni.jobs import Capabilities
+from omni.ports.chat import Capabilities, Messages, Tools
 from omni.runtime.chat.engine import MLXEngine
 from omni.runtime.vision import worker
 
@@ -28,12 +28,7 @@ class VLMEngine(MLXEngine):
     def capabilities(self) -> Capabilities:
         return dataclasses.replace(super().capabilities, vision=True)
 
-    def render(
-        self,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]],
-        thinking: bool | None = None,
-    ) -> list[int]:
+    def render(self, messages: Messages, tools: Tools, thinking: bool | None = None) -> list[int]:
         """Image parts ({"type": "image", "image": bytes}) become the model's image tokens,
         as many as its processor makes of each image."""
         import numpy as np

@@ -16,7 +16,7 @@ from multiprocessing.connection import Connection
 from typing import Any, cast
 
 from omni import features
-from omni.jobs import FinishReason
+from omni.ports.jobs import FinishReason
 from omni.runtime.chat.generation_config import model_recommends
 from omni.runtime.chat.logprobs import Scorer
 from omni.runtime.chat.sampling import Processors, seeded_sampler

@@ -6,13 +6,14 @@ from __future__ import annotations
 from typing import Any
 
 from omni.errors import InvalidRequest
-from omni.jobs import Engine
-from omni.protocol.grammar import GrammarError, check_schema
-from omni.service.tools import Mode, json_markers, own_format, plain_calls
+from omni.ports.chat import ToolFormat
+from omni.tools.grammar import check_schema
+from omni.tools.lark import GrammarError
+from omni.tools.policy import Mode, json_markers, own_format, plain_calls
 
 
 def decoding_constraint(
-    engine: Engine,
+    calls: ToolFormat,
     tools: list[dict[str, Any]],
     mode: Mode,
     fmt: dict[str, Any] | None,
@@ -22,10 +23,11 @@ def decoding_constraint(
     """The grammar a request's output must follow, if any: a required call (in the model's
     own format when that is JSON between markers), else the answer format `fmt` (Responses'
     `text.format` or Chat's `response_format`, at `param`), with strict tools' calls
-    allowed under tool_choice auto. `parallel` (parallel_tool_calls): one call or several."""
-    found = json_markers(engine)
+    allowed under tool_choice auto. `calls`: how the model writes calls; `parallel`
+    (parallel_tool_calls): one call or several."""
+    found = json_markers(calls)
     markers = (found.start, found.end) if found is not None else None
-    family = own_format(engine, tools) if tools else None
+    family = own_format(calls, tools) if tools else None
     if mode == "required":
         if family is not None:  # in the model's own format, checked like the JSON ones
             _check_all(tools)
@@ -34,7 +36,7 @@ def decoding_constraint(
     constraint = output_constraint(fmt, param)
     if mode != "auto" or not tools:
         return constraint
-    if plain_calls(engine):
+    if plain_calls(calls):
         if constraint is None:
             return strict_calls_constraint(tools, parallel)
         return answer_or_call(constraint, tools, parallel)

@@ -6,7 +6,7 @@ between them goes to that parser, and the markers never reach the answer. A mode
 is asked (by the prompt, or by a grammar) to answer with plain JSON calls: an output that opens
 with `{`, `[` or a code fence is held back until the end and becomes calls if it parses as
 such, or text if not. An output the limit cut short keeps the calls it completed and drops
-the one it was writing (omni.protocol.cut_calls); unless a call is forced, a cut JSON object
+the one it was writing (omni.tools.cut); unless a call is forced, a cut JSON object
 that names no offered tool is an answer, kept as text.
 """
 
@@ -17,22 +17,12 @@ import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
-from omni.protocol.cut_calls import closed_prefixes, plain_items
+from omni.ports.chat import ToolFormat
+from omni.tools.cut import closed_prefixes, plain_items
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class ToolFormat:
-    """How a model writes calls: between `start` and `end` markers, read by `parser`
-    (mlx-lm's, for the model's family); no markers: plain JSON."""
-
-    start: str | None = None
-    end: str | None = None
-    parser: Callable[[str, Any], Any] | None = None
-    family: str | None = None  # mlx-lm's parser module ("qwen3_coder", ...), None: plain JSON
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +32,23 @@ class Call:
 
 
 Segment = tuple[Literal["text"], str] | tuple[Literal["call"], Call]
+E = TypeVar("E")
+
+
+def routed(
+    segments: list[Segment], text: Callable[[str], list[E]], call: Callable[[Call], list[E]]
+) -> list[E]:
+    """The events of `segments`, in order: `text`'s for answer text, `call`'s for a call."""
+    events: list[E] = []
+    for kind, value in segments:
+        if kind == "text":
+            assert isinstance(value, str)
+            events += text(value)
+        else:
+            assert isinstance(value, Call)
+            events += call(value)
+    return events
+
 
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
 
@@ -142,9 +149,7 @@ class CallSplitter:
             if not self._inside:
                 at = self._held.find(start)
                 if at < 0:
-                    keep = partial_suffix(self._held, start)
-                    released = self._held[: len(self._held) - keep]
-                    self._held = self._held[len(released) :]
+                    released, self._held = held_back(self._held, start)
                     if released:
                         out.append(("text", released))
                     return out
@@ -251,6 +256,12 @@ def partial_suffix(text: str, marker: str) -> int:
         if marker.startswith(text[-n:]):
             return n
     return 0
+
+
+def held_back(text: str, marker: str) -> tuple[str, str]:
+    """`text` as (what may be released, the end held back as it may begin `marker`)."""
+    at = len(text) - partial_suffix(text, marker)
+    return text[:at], text[at:]
 
 
 def chat_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:

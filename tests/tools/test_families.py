@@ -17,10 +17,11 @@ from mlx_lm import load
 from mlx_lm.generate import generate_step
 from mlx_lm.utils import load_tokenizer
 
-from omni.protocol.grammar import CALL_FAMILIES, family_tools
-from omni.protocol.tool_calls import CallSplitter, ToolFormat
+from omni.ports.chat import ToolFormat
 from omni.runtime.chat.constraints import Constraints
 from omni.testing.llama import build_tiny_llama
+from omni.tools.calls import CallSplitter
+from omni.tools.families import CALL_FAMILIES, family_tools
 
 WEATHER = {
     "type": "function",

@@ -1,13 +1,14 @@
-"""Which tools a request lets the model call, and how calls are read out of its text."""
+"""Which tools a request lets the model call, and how calls are read out of its text, given
+how the model writes calls (its ToolFormat)."""
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
 from omni.errors import InvalidRequest
-from omni.jobs import Engine
-from omni.protocol.grammar import family_tools
-from omni.protocol.tool_calls import CallSplitter, ToolFormat, chat_tools
+from omni.ports.chat import ToolFormat
+from omni.tools.calls import CallSplitter, chat_tools
+from omni.tools.families import family_tools
 
 Mode = Literal["none", "auto", "required"]
 
@@ -56,32 +57,29 @@ def tool_policy(
 
 
 def splitter(
-    engine: Engine, tools: list[dict[str, Any]], mode: Mode, parallel: bool | None = True
+    fmt: ToolFormat, tools: list[dict[str, Any]], mode: Mode, parallel: bool | None = True
 ) -> CallSplitter | None:
     """Reads calls out of the generated text, when the model may call a tool. A call that
-    must be made is forced by a grammar (omni.service.structured) in the model's own format
+    must be made is forced by a grammar (omni.tools.schema) in the model's own format
     where one can be written, else as plain JSON, and read in that format. Without
     `parallel` (parallel_tool_calls false) only the first call is made."""
     if mode == "none" or not tools:
         return None
-    fmt = _format(engine)
-    if mode == "required" and json_markers(engine) is None and own_format(engine, tools) is None:
+    if mode == "required" and json_markers(fmt) is None and own_format(fmt, tools) is None:
         fmt = ToolFormat()  # the grammar forces plain JSON
     max_calls = None if parallel is not False else 1
     return CallSplitter(fmt, tools, max_calls, forced=mode == "required")
 
 
-def plain_calls(engine: Engine) -> bool:
+def plain_calls(fmt: ToolFormat) -> bool:
     """The model writes calls as plain JSON (mlx-lm knows no call format for it)."""
-    fmt = _format(engine)
     return not (fmt.start and fmt.parser)
 
 
-def own_format(engine: Engine, tools: list[dict[str, Any]]) -> dict[str, Any] | None:
+def own_format(fmt: ToolFormat, tools: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The model's own call format as a grammar can write it, for a family whose calls are
     not JSON between markers (Qwen3-Coder, GLM, MiniMax, Kimi, Mistral, LFM2): the family
     and the tools, or None (no such family, or a parameter its format cannot carry)."""
-    fmt = _format(engine)
     if fmt.family is None:
         return None
     listed = family_tools(fmt.family, tools)
@@ -90,13 +88,7 @@ def own_format(engine: Engine, tools: list[dict[str, Any]]) -> dict[str, Any] | 
     return {"type": "family_call", "family": fmt.family, "tools": listed}
 
 
-def json_markers(engine: Engine) -> ToolFormat | None:
+def json_markers(fmt: ToolFormat) -> ToolFormat | None:
     """The model's own call format when its calls are JSON between markers (Hermes, Qwen 2.5
     and 3, ...): a grammar can then force or check calls in that format."""
-    fmt = _format(engine)
     return fmt if fmt.start and fmt.end and fmt.family == "json_tools" else None
-
-
-def _format(engine: Engine) -> ToolFormat:
-    """How the engine's model writes calls."""
-    return engine.capabilities.tool_format

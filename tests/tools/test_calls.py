@@ -33,7 +33,8 @@ from mlx_lm.tool_parsers import (
     qwen3_coder,
 )
 
-from omni.protocol.tool_calls import Call, CallSplitter, Segment, ToolFormat, partial_suffix
+from omni.ports.chat import ToolFormat
+from omni.tools.calls import Call, CallSplitter, Segment, partial_suffix
 
 
 def _tool(name: str, **properties: str) -> dict[str, Any]:

@@ -16,8 +16,9 @@ from mlx_lm import load
 from mlx_lm.generate import BatchGenerator, generate_step
 from mlx_lm.sample_utils import make_sampler
 
-from omni.protocol.grammar import GrammarError, check_schema
 from omni.runtime.chat.constraints import Constraints, apply_bitmask, bitmask_of
+from omni.tools.grammar import check_schema
+from omni.tools.lark import GrammarError
 
 PERSON = {
     "type": "object",

@@ -1,120 +1,14 @@
-"""Constrained decoding's grammars: the lark grammar (llguidance's dialect) a `json_schema`,
-`json_object` or a model family's tool calls must follow, and the check that a schema can be
-enforced. The engine process compiles them and applies their token masks
-(omni.runtime.chat.constraints)."""
+"""Model families' own call formats (Qwen3-Coder, GLM, MiniMax, Kimi, Mistral, LFM2) as
+grammars: which tools a family's format carries faithfully, and the lark rules of its calls."""
 
 from __future__ import annotations
 
-import json
 import keyword
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-import llguidance
-from llguidance import LLMatcher
-
-# Compact JSON, as OpenAI writes it: flexible whitespace lets a small model pad forever.
-JSON_OPTIONS: dict[str, Any] = {
-    "whitespace_flexible": False,
-    "item_separator": ",",
-    "key_separator": ":",
-}
-
-
-class GrammarError(ValueError):
-    """A schema the engine cannot enforce; the message names the unsupported feature."""
-
-
-def grammar_for(spec: dict[str, Any], specials: dict[str, int] | None = None) -> str:
-    """The llguidance grammar of a constraint spec (omni.service.structured builds them):
-    `json_schema`, `json_object`, `text_or_call` (free text that does not open like a call,
-    or a call), `answer_or_call`, `native_call` (JSON between the model's markers) or
-    `family_call` (a family's own format); not yet validated.
-    `specials`: the tokenizer's added tokens (text -> id); a marker that is one of them is
-    written as that token, which llguidance never matches by its spelling."""
-    kind = spec.get("type")
-    lit = Literals(specials or {})
-    if kind == "answer_or_call":  # an answer in its schema, or a call (both JSON)
-        call, answer = _json_arg(spec.get("schema", {})), _json_arg(spec.get("answer", {}))
-        return _lark(f"start: call | answer\ncall: {call}\nanswer: {answer}\n")
-    if kind == "native_call":  # calls between a model's own markers, JSON inside
-        rest = f'"\\n" call "\\n" {lit(spec["end"])}'
-        more = f' ("\\n" {lit(spec["start"])} {rest})*' if spec.get("repeat") else ""
-        rules = lit.opening(spec["start"], f"{rest}{more}", bool(spec.get("required")))
-        return _lark(rules + f"call: {_json_arg(spec.get('schema', {}))}\n")
-    if kind == "family_call":  # calls in a model family's own, not-JSON, format
-        return _lark(family_rules(spec, lit))
-    if kind == "text_or_call":
-        # Prose never opens like a call (an object, a list, a code fence): those are calls,
-        # and must be valid ones.
-        call = _json_arg(spec.get("schema", {}))
-        return _lark(f"start: call | prose\ncall: {call}\nprose: /\\s*[^{{\\[`\\s][\\s\\S]*/\n")
-    if kind == "json_object":
-        schema: Any = {"type": "object"}
-    elif kind == "json_schema":
-        schema = spec.get("schema")
-        if not isinstance(schema, dict):
-            raise GrammarError("json_schema needs a 'schema' object")
-    else:
-        raise GrammarError(f"unsupported constraint type: {kind!r}")
-    try:
-        return LLMatcher.grammar_from_json_schema(schema, overrides=JSON_OPTIONS)  # type: ignore[arg-type]
-    except ValueError as exc:
-        raise GrammarError(f"invalid schema: {exc}") from exc
-
-
-def _lark(rules: str) -> str:
-    try:
-        return LLMatcher.grammar_from_lark(rules)
-    except ValueError as exc:
-        raise GrammarError(f"invalid schema: {exc}") from exc
-
-
-class Literals:
-    """Literal text as lark: quoted strings, except where the text holds one of the
-    tokenizer's added tokens (call markers usually are: <tool_call>, [TOOL_CALLS], ...),
-    which become token references `<[id]>`."""
-
-    def __init__(self, specials: dict[str, int]):
-        self.specials = sorted(
-            ((text, i) for text, i in specials.items() if len(text) > 1),
-            key=lambda item: -len(item[0]),
-        )
-
-    def __call__(self, text: str) -> str:
-        parts, plain, i = [], "", 0
-        while i < len(text):
-            found = next(((t, n) for t, n in self.specials if text.startswith(t, i)), None)
-            if found is None:
-                plain += text[i]
-                i += 1
-                continue
-            if plain:
-                parts.append(_q(plain))
-            parts.append(f"<[{found[1]}]>")
-            plain, i = "", i + len(found[0])
-        if plain:
-            parts.append(_q(plain))
-        return " ".join(parts) or '""'
-
-    def split(self, text: str) -> tuple[str, str]:
-        """`text` cut before its first added token: (plain text, the rest)."""
-        at = min((text.find(t) for t, _ in self.specials if t in text), default=len(text))
-        return text[:at], text[at:]
-
-    def opening(self, start: str, rest: str, required: bool) -> str:
-        """`start: START rest` for a required call; else free text without the marker, or
-        text then the marker and `rest`."""
-        if required:
-            return f"start: {self(start)} {rest}\n"
-        mark = _regex_escape(start)
-        prose = f"PROSE: /(?s:.+)/ & ~/(?s:.*{mark}.*)/\n"
-        if self.split(start)[0] != start:  # the marker is a token: it ends any text
-            return f"start: PROSE | PROSE? {self(start)} {rest}\n" + prose
-        # text that ends with the marker, and holds it nowhere else
-        head = f"HEAD: /(?s:.*){mark}/ & ~/(?s:.*{mark}.+)/\n"
-        return f"start: PROSE | HEAD {rest}\n" + prose + head
+from omni.tools.lark import Literals, json_arg, regex_escape
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +41,16 @@ class CallFamily:
     names: str = r"[A-Za-z0-9_-]+"  # tool and parameter names the parser reads back whole
 
 
-_q = json.dumps  # a lark string literal
+# <tool_call>NAME<arg_key>KEY</arg_key><arg_value>VALUE</arg_value></tool_call>
+_GLM = CallFamily(
+    "<tool_call>",
+    "</tool_call>",
+    "",
+    "",
+    kv=("<arg_key>", "</arg_key><arg_value>", "</arg_value>"),
+    stops=("</arg_value>", "<arg_key>", "</tool_call>"),
+    strips=True,
+)
 CALL_FAMILIES: dict[str, CallFamily] = {  # by mlx-lm tool-parser module
     # <tool_call>\n<function=NAME>\n<parameter=KEY>\nVALUE\n</parameter>\n</function>\n</tool_call>
     "qwen3_coder": CallFamily(
@@ -161,25 +64,10 @@ CALL_FAMILIES: dict[str, CallFamily] = {  # by mlx-lm tool-parser module
         stops=("</parameter>", "<parameter=", "</function>", "</tool_call>"),
         null_is_none=True,
     ),
-    # <tool_call>NAME<arg_key>KEY</arg_key><arg_value>VALUE</arg_value></tool_call>
-    "glm47": CallFamily(
-        "<tool_call>",
-        "</tool_call>",
-        "",
-        "",
-        kv=("<arg_key>", "</arg_key><arg_value>", "</arg_value>"),
-        stops=("</arg_value>", "<arg_key>", "</tool_call>"),
-        strips=True,
-    ),
-    "laguna": CallFamily(
-        "<tool_call>",
-        "</tool_call>",
-        "",
-        "\n",
-        sep="\n",
-        kv=("<arg_key>", "</arg_key>\n<arg_value>", "</arg_value>\n"),
-        stops=("</arg_value>", "<arg_key>", "</tool_call>"),
-        strips=True,
+    "glm47": _GLM,
+    # GLM's, each part on its own line
+    "laguna": replace(
+        _GLM, name_end="\n", sep="\n", kv=("<arg_key>", "</arg_key>\n<arg_value>", "</arg_value>\n")
     ),
     # <minimax:tool_call>\n<invoke name="NAME">\n<parameter name="KEY">VALUE</parameter>\n
     # </invoke>\n</minimax:tool_call>
@@ -293,29 +181,37 @@ def _kv_expressible(fam: CallFamily, params: dict[str, Any]) -> bool:
         return False
     if set(params) - {"type", "properties", "required", "additionalProperties", "description"}:
         return False
-    for key, prop in (params.get("properties") or {}).items():
-        if not _named(fam, key) or not isinstance(prop, dict) or not _within_limits(prop):
+    properties = (params.get("properties") or {}).items()
+    return all(_kv_property(fam, key, prop) for key, prop in properties)
+
+
+def _kv_property(fam: CallFamily, key: str, prop: Any) -> bool:
+    """One property a key/value format carries faithfully."""
+    if not _named(fam, key) or not isinstance(prop, dict) or not _within_limits(prop):
+        return False
+    if fam.kv_json:  # any JSON value
+        return True
+    kind = prop.get("type")
+    if not isinstance(kind, str) or kind not in _RAW_TYPES - {"object", "array"}:
+        # (an object or array would be JSON text inside the tags, whose strings could
+        # hold the tag that ends the value for the parser)
+        return False
+    return kind != "string" or _raw_string(fam, prop)
+
+
+def _raw_string(fam: CallFamily, prop: dict[str, Any]) -> bool:
+    """A string property the family's parser reads back exactly as raw text."""
+    if set(prop) - _PLAIN_STRING_KEYS - {"enum"}:
+        return False  # a pattern or format: only the JSON form can hold it
+    if max(prop.get("minLength", 0), prop.get("maxLength", 0)) > _LONGEST_RAW:
+        return False
+    for value in prop.get("enum", []):
+        if not isinstance(value, str) or any(stop in value for stop in fam.stops):
             return False
-        if fam.kv_json:  # any JSON value
-            continue
-        kind = prop.get("type")
-        if not isinstance(kind, str) or kind not in _RAW_TYPES - {"object", "array"}:
-            # (an object or array would be JSON text inside the tags, whose strings could
-            # hold the tag that ends the value for the parser)
+        if fam.strips and value != value.strip():
             return False
-        if kind != "string":
-            continue
-        if set(prop) - _PLAIN_STRING_KEYS - {"enum"}:
-            return False  # a pattern or format: only the JSON form can hold it
-        if max(prop.get("minLength", 0), prop.get("maxLength", 0)) > _LONGEST_RAW:
+        if fam.null_is_none and value.lower() == "null":
             return False
-        for value in prop.get("enum", []):
-            if not isinstance(value, str) or any(stop in value for stop in fam.stops):
-                return False
-            if fam.strips and value != value.strip():
-                return False
-            if fam.null_is_none and value.lower() == "null":
-                return False
     return True
 
 
@@ -331,7 +227,7 @@ def family_rules(spec: dict[str, Any], lit: Literals | None = None) -> str:
         if fam.kv:
             args = _kv_args(fam, tool["parameters"], i, rules, lit)
         else:
-            args = _json_arg(tool["parameters"])
+            args = json_arg(tool["parameters"])
         index = '":" /[0-9]{1,3}/ ' if fam.indexed else ""
         rules.append(
             f"call{i}: {lit(fam.head + tool['name'])} {index}{lit(fam.name_end)} {args} "
@@ -347,10 +243,6 @@ def family_rules(spec: dict[str, Any], lit: Literals | None = None) -> str:
         more = f" ({lit(fam.sep + fam.start)} call {lit(fam.close)})*" if repeat else ""
         rest = f"call {lit(fam.close)}{more}"
     return lit.opening(fam.start, rest, bool(spec.get("required"))) + "\n".join(rules) + "\n"
-
-
-def _json_arg(params: dict[str, Any]) -> str:
-    return f"%json {json.dumps({**params, 'x-guidance': JSON_OPTIONS})}"
 
 
 def _kv_args(
@@ -388,17 +280,17 @@ def _kv_value(
     assert fam.kv is not None
     after = fam.kv[2]
     if fam.kv_json or prop.get("type") != "string":
-        return f"{_json_arg(_bounded(prop))} {lit(after)}"
+        return f"{json_arg(_bounded(prop))} {lit(after)}"
     if "enum" in prop:
         return "(" + " | ".join(f"{lit(v)} {lit(after)}" for v in prop["enum"]) + ")"
     close, rest = lit.split(after)  # text up to an added token (which ends any text)
     if close == after:  # all text: the closing tag; a trailing newline follows it
         close = after.rstrip("\n") or after
         rest = after[len(close) :]
-    mark = _regex_escape(close)
+    mark = regex_escape(close)
     low, high = prop.get("minLength", 0), prop.get("maxLength")
     length = f"{{{low},{'' if high is None else high}}}"
-    stops = "|".join(_regex_escape(stop) for stop in fam.stops)
+    stops = "|".join(regex_escape(stop) for stop in fam.stops)
     parts = [f"/(?s:.{length}){mark}/", f"~/(?s:.*({stops}).*){mark}/"]
     if fam.strips:  # empty, or no whitespace at either end
         edge = "[^\\s\\x1c-\\x1f]"  # what Python's str.strip() keeps
@@ -419,19 +311,3 @@ def _bounded(prop: dict[str, Any]) -> dict[str, Any]:
         "minimum": max(prop.get("minimum", -limit), -limit),
         "maximum": min(prop.get("maximum", limit), limit),
     }
-
-
-def check_schema(schema: dict[str, Any]) -> None:
-    """Validate without a tokenizer, in well under a millisecond for ordinary schemas."""
-    validate(grammar_for({"type": "json_schema", "schema": schema}))
-
-
-def validate(grammar: str, tokenizer: llguidance.LLTokenizer | None = None) -> None:
-    failed, messages = LLMatcher.validate_grammar_with_warnings(grammar, tokenizer)
-    if failed:
-        raise GrammarError(f"schema not supported: {messages[0]}")
-
-
-def _regex_escape(text: str) -> str:
-    """`text` as a literal inside a lark /regex/."""
-    return "".join("\\n" if c == "\n" else "\\" + c if c in "\\.+*?()|[]{}^$/" else c for c in text)
