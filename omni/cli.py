@@ -28,7 +28,7 @@ from omni.settings import EngineSettings, ServerSettings, engine_knobs
 
 if TYPE_CHECKING:
     from omni.api.gate import Access
-    from omni.service.image_urls import ImageHosts
+    from omni.image_hosts import ImageHosts
 
 log = logging.getLogger("omni")
 BIG = 2**63 - 1  # SQLite's largest integer
@@ -518,7 +518,7 @@ def access(args: argparse.Namespace) -> Access:
 
 def image_hosts(args: argparse.Namespace) -> ImageHosts:
     """What image URLs may name beyond public addresses (--allow-image-hosts)."""
-    from omni.service.image_urls import ImageHosts
+    from omni.image_hosts import ImageHosts
 
     try:
         return ImageHosts.parse(_flat(args.allow_image_hosts))

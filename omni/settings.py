@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # a leaf: the server's parts are named here, never imported
     from omni.api.gate import Access
+    from omni.image_hosts import ImageHosts
     from omni.service.defaults import Defaults
-    from omni.service.image_urls import ImageHosts
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """The event log: its contract (append/read, the cache index, the leases), the appender, the
 notifier (wake-ups), follow (catch up, then wait) and the in-memory store; its SQL backends
 in sqlite/ and postgres/, each with the same files for the same roles (store, connections,
-cache, leases, maintenance), on the parts both share here (reads, cache, leases, schema)."""
+cache, leases, maintenance), on the parts both share here (schema, reads, cache, leases,
+maintenance, checks, driver)."""
 
 from omni.events.appender import Appender
 from omni.events.contract import Append, CacheIndex, EventLog, NewEvent, Store, StoredEvent

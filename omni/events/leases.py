@@ -5,6 +5,7 @@ omni/events/postgres/leases.py)."""
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -52,7 +53,7 @@ def holder(stream_id: str) -> Select[Any]:
     return select(leases.c.owner, leases.c.expires_at).where(leases.c.stream_id == stream_id)
 
 
-class SqlLeases:
+class SqlLeases(ABC):
     """The contract's Leases over a backend's `_run` (one write statement, committed alone:
     its rows and its row count) and `fetch` (one read)."""
 
@@ -60,11 +61,12 @@ class SqlLeases:
         self._insert = insert
         self._fetch = fetch
 
-    async def _run(self, statement: Any) -> tuple[list[Any], int]:
-        raise NotImplementedError
+    @abstractmethod
+    async def _run(self, statement: Any) -> tuple[list[Any], int]: ...
 
+    @abstractmethod
     async def settle(self) -> None:
-        raise NotImplementedError
+        """Return once every append other servers began before this call is through."""
 
     async def claim(self, stream_ids: Sequence[str], owner: str, ttl_ms: int) -> list[str]:
         if not stream_ids:

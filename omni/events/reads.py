@@ -3,6 +3,7 @@ them on its own read connections (its `_fetch`), and adds what it words its own 
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any
 
@@ -12,12 +13,12 @@ from omni.events.contract import StoredEvent
 from omni.events.schema import events, items
 
 
-class SqlReads:
+class SqlReads(ABC):
     """The contract's reads of a stream, a type and the item index (omni/events/contract.py's
     EventLog), over `_fetch`: one query, its rows."""
 
-    async def _fetch(self, query: Any) -> list[Any]:
-        raise NotImplementedError
+    @abstractmethod
+    async def _fetch(self, query: Any) -> list[Any]: ...
 
     async def read(
         self, stream_id: str, after: int = -1, limit: int | None = None

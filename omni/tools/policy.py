@@ -88,7 +88,9 @@ def own_format(fmt: ToolFormat, tools: list[dict[str, Any]]) -> dict[str, Any] |
     return {"type": "family_call", "family": fmt.family, "tools": listed}
 
 
-def json_markers(fmt: ToolFormat) -> ToolFormat | None:
-    """The model's own call format when its calls are JSON between markers (Hermes, Qwen 2.5
-    and 3, ...): a grammar can then force or check calls in that format."""
-    return fmt if fmt.start and fmt.end and fmt.family == "json_tools" else None
+def json_markers(fmt: ToolFormat) -> tuple[str, str] | None:
+    """The markers of the model's own call format when its calls are JSON between them
+    (Hermes, Qwen 2.5 and 3, ...): a grammar can then force or check calls in that format."""
+    if fmt.start and fmt.end and fmt.family == "json_tools":
+        return fmt.start, fmt.end
+    return None

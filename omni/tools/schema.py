@@ -25,14 +25,13 @@ def decoding_constraint(
     `text.format` or Chat's `response_format`, at `param`), with strict tools' calls
     allowed under tool_choice auto. `calls`: how the model writes calls; `parallel`
     (parallel_tool_calls): one call or several."""
-    found = json_markers(calls)
-    markers = (found.start, found.end) if found is not None else None
+    markers = json_markers(calls)
     family = own_format(calls, tools) if tools else None
     if mode == "required":
         if family is not None:  # in the model's own format, checked like the JSON ones
             _check_all(tools)
             return {**family, "required": True, "repeat": parallel}
-        return call_constraint(tools, markers, parallel)  # type: ignore[arg-type]
+        return call_constraint(tools, markers, parallel)
     constraint = output_constraint(fmt, param)
     if mode != "auto" or not tools:
         return constraint
@@ -41,7 +40,7 @@ def decoding_constraint(
             return strict_calls_constraint(tools, parallel)
         return answer_or_call(constraint, tools, parallel)
     if constraint is None and markers is not None:
-        return native_strict_constraint(tools, markers, parallel)  # type: ignore[arg-type]
+        return native_strict_constraint(tools, markers, parallel)
     if constraint is None and family is not None and any(_strict(t) for t in tools):
         _check_all([t for t in tools if _strict(t)])  # a strict tool's schema: 400 if not
         try:

@@ -95,7 +95,8 @@ async def test_a_run_whose_opening_cannot_be_committed_is_cancelled_not_left_run
     from omni.events import Append, NewEvent
     from omni.ports.jobs import Sampling
     from omni.protocol.chat_recorder import ChunkRecorder
-    from omni.service.runs import Run, Runs
+    from omni.service.run import Run
+    from omni.service.runs import Runs
 
     class FullDisk:
         async def append(self, *appends: Append) -> None:

@@ -12,7 +12,7 @@ from omni.events import MemoryStore
 from omni.ports.chat import Capabilities, RecommendedSampling
 from omni.ports.jobs import Delta, Finished, Sampling
 from omni.schemas.chat import ChatCompletionCreate, CompletionCreate
-from omni.service.completions import cache_key
+from omni.service.flights import cache_key
 from omni.service.stored import StoredCompletions
 
 from .conftest import ScriptedEngine, Services, serving

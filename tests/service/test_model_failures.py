@@ -35,7 +35,7 @@ from omni.schemas.embeddings import EmbeddingCreate
 from omni.schemas.images import ImageGenerate
 from omni.schemas.speech import SpeechCreate
 from omni.service.embeddings import EmbeddingsService
-from omni.service.generations import ImagesService
+from omni.service.images import ImagesService
 from omni.service.models import Models
 from omni.service.speech import SpeechService
 from omni.service.transcriptions import TranscriptionsService, Upload

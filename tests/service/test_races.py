@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from omni.jobs import Delta, Finished
 
 from omni.db import upgrade
 from omni.errors import NotFound
 from omni.events import EventStore, MemoryStore
+from omni.ports.jobs import Delta, Finished
 from omni.schemas.chat import ChatCompletionCreate
 from omni.schemas.responses import ResponseCreate
 

@@ -25,6 +25,7 @@ from omni.runtime.platform.cpu_attention import use_exp2_attention
 from omni.settings import EngineSettings
 
 if TYPE_CHECKING:
+    from omni.runtime.chat.scheduler import BatchScheduler
     from omni.runtime.loading.source import ModelSource
 
 # MLX settings the engine runs with unless the environment sets them (MLX reads each at first
@@ -149,52 +150,71 @@ def main(
     begin(**MLX_SETTINGS)  # and the engine's MLX settings (use_mlx_settings)
     observer = watching(settings)
     try:
-        from mlx_lm import load
-
-        from omni.runtime.chat.prefix_cache import PrefixCache
-        from omni.runtime.chat.scheduler import BatchScheduler
-
-        model, tokenizer = load(path, adapter_path=adapter)[:2]
-        library = None if on_gpu() else blas.in_use()
-        model = as_run(model, settings.weights, library)
-        draft = None
-        if draft_path is not None:
-            draft, drafts = load(draft_path)[:2]
-            if drafts.vocab_size != tokenizer.vocab_size:
-                raise ValueError(
-                    f"the draft model {draft_path} has a vocabulary of {drafts.vocab_size} "
-                    f"tokens, the model {tokenizer.vocab_size}: they must be the same"
-                )
-            if weights.choose(settings.weights, draft, blas.optimized(library)) == weights.FLOAT32:
-                draft = weights.to_float32(draft)
-        forwarded = not on_gpu() and gemv.forwarding(blas.holder("cblas_sgemm"))
-        taken = weights.nbytes(model) + (0 if draft is None else weights.nbytes(draft))
-        runtime = Runtime(library, weights.describe(model), settings.weights, forwarded, taken)
-        limits = (settings.prompt_cache_entries, settings.prompt_cache_bytes)
-        cache = PrefixCache(model, *limits, min_reuse())
-        scheduler = BatchScheduler(
-            model,
-            tokenizer,
-            cache,
-            settings.max_batch,
-            settings.gather_s,
-            observer,
-            prefill_group(settings.prefill_group),
-            prefill_chunk(settings.prefill_chunk),
-            draft,
-            settings.num_draft_tokens,
-        )
-        set_aside("engine")  # the model and the tokenizer: no full collection walks them again
+        scheduler, loaded = load_engine(path, settings, observer, adapter, draft_path)
     except BaseException as exc:  # noqa: BLE001 - reported to the server as a value
         conn.send(LoadFailed(f"{type(exc).__name__}: {exc}"))
         return
-    ends = sorted(tokenizer.eos_token_ids)
-    conn.send(Loaded(context_length(model), ends, runtime, model_recommends(path)))
+    conn.send(loaded)
     try:
         scheduler.run(conn)
     except (EOFError, OSError):  # the server is gone: nobody is left to decode for
         pass
     observer.close()
+
+
+def load_engine(
+    path: str,
+    settings: EngineSettings,
+    observer: Observer,
+    adapter: str | None = None,
+    draft_path: str | None = None,
+) -> tuple[BatchScheduler, Loaded]:
+    """The model at `path` as the engine runs it, in its scheduler, and what the server is told
+    of it once loaded."""
+    from mlx_lm import load
+
+    from omni.runtime.chat.prefix_cache import PrefixCache
+    from omni.runtime.chat.scheduler import BatchScheduler
+
+    model, tokenizer = load(path, adapter_path=adapter)[:2]
+    library = None if on_gpu() else blas.in_use()
+    model = as_run(model, settings.weights, library)
+    draft = None if draft_path is None else load_draft(draft_path, tokenizer, settings, library)
+    forwarded = not on_gpu() and gemv.forwarding(blas.holder("cblas_sgemm"))
+    taken = weights.nbytes(model) + (0 if draft is None else weights.nbytes(draft))
+    runtime = Runtime(library, weights.describe(model), settings.weights, forwarded, taken)
+    limits = (settings.prompt_cache_entries, settings.prompt_cache_bytes)
+    cache = PrefixCache(model, *limits, min_reuse())
+    scheduler = BatchScheduler(
+        model,
+        tokenizer,
+        cache,
+        settings.max_batch,
+        settings.gather_s,
+        observer,
+        prefill_group(settings.prefill_group),
+        prefill_chunk(settings.prefill_chunk),
+        draft,
+        settings.num_draft_tokens,
+    )
+    set_aside("engine")  # the model and the tokenizer: no full collection walks them again
+    ends = sorted(tokenizer.eos_token_ids)
+    return scheduler, Loaded(context_length(model), ends, runtime, model_recommends(path))
+
+
+def load_draft(path: str, tokenizer: Any, settings: EngineSettings, library: str | None) -> Any:
+    """A draft model for speculative decoding, which must share the model's vocabulary."""
+    from mlx_lm import load
+
+    draft, drafts = load(path)[:2]
+    if drafts.vocab_size != tokenizer.vocab_size:
+        raise ValueError(
+            f"the draft model {path} has a vocabulary of {drafts.vocab_size} "
+            f"tokens, the model {tokenizer.vocab_size}: they must be the same"
+        )
+    if weights.choose(settings.weights, draft, blas.optimized(library)) == weights.FLOAT32:
+        draft = weights.to_float32(draft)
+    return draft
 
 
 def watching(settings: EngineSettings) -> Observer:

@@ -1,5 +1,5 @@
-"""What images.py makes of an image: every picture that cannot be taken is a 400 in OpenAI's
-shape, and the log says what went wrong without the secrets a URL may carry."""
+"""What vision_inputs.py makes of an image: every picture that cannot be taken is a 400 in
+OpenAI's shape, and the log says what went wrong without the secrets a URL may carry."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ import zlib
 import pytest
 
 from omni.errors import InvalidRequest
-from omni.service.image_urls import Fetcher, ImageHosts
-from omni.service.images import ImageRef, load_images
+from omni.image_hosts import ImageHosts
+from omni.service.image_urls import Fetcher
+from omni.service.vision_inputs import ImageRef, load_images
 
 PART = "input[0].content[1]"
 
@@ -45,7 +46,7 @@ async def test_the_log_names_no_secret_of_an_image_url(caplog: pytest.LogCapture
     signed = "http://user:hunter2@127.0.0.1:9/cats/1.png?X-Amz-Signature=s3cr3t#frag"
     spaced = "http://127.0.0.1:9/cats/2.png?sig=s3cr3t too"  # no request line can carry it
     allowed = Fetcher(ImageHosts.parse(["127.0.0.1"]))
-    with caplog.at_level(logging.INFO, logger="omni.service.images"):
+    with caplog.at_level(logging.INFO, logger="omni.service.vision_inputs"):
         for url, fetcher in ((signed, Fetcher()), (spaced, allowed)):
             with pytest.raises(InvalidRequest) as bad:
                 await load_images([ImageRef(url, PART)], fetcher)

@@ -11,27 +11,25 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from pydantic import ValidationError
-from quart import Blueprint, Response, current_app, request
+from quart import Blueprint, Response, request
 
 from omni import features
 from omni.api import access
+from omni.api.current import current_server
 from omni.api.gate import owner
 from omni.api.sse import KEEPALIVE_FRAME, error_frame, frame
-from omni.errors import InvalidRequest, ModelNotFound, OmniError, ShuttingDown, StoreError
+from omni.errors import InvalidRequest, OmniError, StoreError
 from omni.protocol import transcripts
 from omni.schemas.audio import TranscriptionCreate, form_fields
 from omni.service.transcriptions import TranscriptionsService, Upload, is_end, sent
 
-bp = Blueprint("audio", __name__)
+bp = Blueprint("transcriptions", __name__)
 
 
 def _service() -> TranscriptionsService:
-    state = current_app.config["OMNI"]
-    if state.responses.runs.closing:
-        raise ShuttingDown("The server is shutting down; retry shortly.")
-    if state.transcriptions is None:  # a server started without a model pool
-        raise ModelNotFound("This server serves no transcription model.", param="model")
-    return state.transcriptions  # type: ignore[no-any-return]
+    server = current_server()
+    server.lifecycle.refuse_if_closing()
+    return server.transcriptions
 
 
 @bp.post("/audio/transcriptions")
