@@ -94,7 +94,7 @@ class OmniProcess(subprocess.Popen[bytes]):
 def model_or_tiny(model: str | None, folder: Path) -> tuple[str, str]:
     """(path, id) of --model, resolved as `omni serve` does; without one, a tiny random-weight
     llama (4 layers, 256 wide) built in `folder`."""
-    from omni.cli import omni_home
+    from omni.cli.options import omni_home
     from omni.runtime.loading.source import resolve_model
     from omni.testing.llama import build_tiny_llama
 

@@ -63,7 +63,7 @@ def main() -> None:
     use_mlx_settings()
     path = args.model
     if path is None:
-        from omni.cli import omni_home
+        from omni.cli.options import omni_home
         from omni.runtime.loading.default_model import ensure_default_model
 
         path = str(ensure_default_model(omni_home(), print))

@@ -477,7 +477,7 @@ def omni_prefill_group() -> int:
 
 
 def main() -> None:
-    from omni.cli import omni_home
+    from omni.cli.options import omni_home
     from omni.runtime.loading.source import resolve_model
 
     source = resolve_model(ARGS.model, omni_home(), lambda m: print(m, file=sys.stderr))

@@ -136,7 +136,7 @@ def engine_line(log: Path) -> str:
 def main() -> None:
     from mlx_lm.utils import load_tokenizer
 
-    from omni.cli import omni_home
+    from omni.cli.options import omni_home
     from omni.runtime.loading.default_model import fetch_gguf
     from omni.runtime.loading.source import resolve_model
 

@@ -111,7 +111,7 @@ def main() -> None:
 
     default = args.model is None
     if default:
-        from omni.cli import omni_home
+        from omni.cli.options import omni_home
         from omni.runtime.embeddings.default import ensure_default_embedding
 
         path = str(ensure_default_embedding(omni_home(), print))

@@ -342,7 +342,7 @@ def flat(rnd: dict[str, Any]) -> dict[str, Any]:
 def main() -> None:
     from mlx_lm.utils import load_tokenizer
 
-    from omni.cli import omni_home
+    from omni.cli.options import omni_home
     from omni.runtime.loading.source import resolve_model
 
     source = resolve_model(ARGS.model, omni_home(), lambda m: print(m, file=sys.stderr))

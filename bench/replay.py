@@ -89,7 +89,7 @@ def raw_decode_tps(tokens: int = 32) -> tuple[str, float]:
     from mlx_lm import load, stream_generate
     from mlx_lm.sample_utils import make_sampler
 
-    from omni.cli import omni_home
+    from omni.cli.options import omni_home
     from omni.runtime.chat.worker import use_mlx_settings
     from omni.runtime.loading.source import resolve_model
 

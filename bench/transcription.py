@@ -113,7 +113,7 @@ def main() -> None:
         )
     import mlx.core as mx
 
-    from omni.cli import omni_home
+    from omni.cli.options import omni_home
     from omni.runtime.transcription.default import ensure_default_transcription
     from omni.runtime.transcription.worker import load
 

@@ -145,12 +145,11 @@ async def build(
         Lifecycle(responses.runs, notifier, settings.shutdown_grace_s),
         responses,
         completions,
-        EmbeddingsService(store, appender, pool, figures, leasing),
-        SpeechService(store, appender, pool, leasing, figures),
-        ImagesService(store, appender, pool, leasing),
-        TranscriptionsService(
-            store, appender, notifier, pool, leasing, settings.keepalive, figures
-        ),
+        EmbeddingsService(store, appender, pool, leasing=leasing, metrics=figures),
+        SpeechService(store, appender, pool, leasing=leasing, metrics=figures),
+        ImagesService(store, appender, pool, leasing=leasing),
+        TranscriptionsService(store, appender, notifier, pool, leasing=leasing,
+                              keepalive=settings.keepalive, metrics=figures),
         StoredCompletions(store, appender),
         int(time.time()),
     )  # fmt: skip

@@ -126,8 +126,9 @@ class EmbeddingsService(ModelRequests):
         store: EventLog,
         appender: Appender,
         models: EmbedderSource,
-        metrics: Metrics = UNREAD,
+        *,
         leasing: Leasing | None = None,
+        metrics: Metrics = UNREAD,
     ):
         self.store = store
         self.appender = appender

@@ -89,6 +89,7 @@ class ImagesService(ModelRequests):
         store: EventLog,
         appender: Appender,
         models: ImagerSource,
+        *,
         leasing: Leasing | None = None,
     ):
         self.store = store

@@ -95,6 +95,7 @@ class SpeechService(ModelRequests):
         store: EventLog,
         appender: Appender,
         models: SpeakerSource,
+        *,
         leasing: Leasing | None = None,
         metrics: Metrics = UNREAD,
     ):

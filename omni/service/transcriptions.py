@@ -29,6 +29,7 @@ from omni.service.leasing import Leasing
 from omni.service.modality import LeftOpen, ModelRequests, now_ms
 from omni.service.ownership import visible
 from omni.service.streams import dumps, request_stream
+from omni.settings import ServerSettings
 from omni.vocabulary import (
     ACCEPTED,
     ID_PREFIXES,
@@ -87,8 +88,9 @@ class TranscriptionsService(ModelRequests):
         appender: Appender,
         notifier: Notifier,
         models: TranscriberSource,
+        *,
         leasing: Leasing | None = None,
-        keepalive: float = 15.0,
+        keepalive: float = ServerSettings.keepalive,
         metrics: Metrics = UNREAD,
     ):
         self.store, self.appender, self.notifier = store, appender, notifier

@@ -22,7 +22,8 @@ import jsonschema
 import pytest
 
 from omni.api.app import Settings
-from omni.cli import parser, sampling_defaults
+from omni.cli.program import parser
+from omni.cli.serve import sampling_defaults
 from omni.runtime.chat.engine import MLXEngine
 from omni.runtime.loading.source import ModelSource
 from omni.testing.llama import build_tiny_llama

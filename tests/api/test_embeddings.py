@@ -64,7 +64,7 @@ def served(
         with running(tiny_engine, db) as (srv, client):
             state = srv.state
             state.embeddings = EmbeddingsService(
-                state.store, state.appender, OneEmbedder(embedder), state.metrics
+                state.store, state.appender, OneEmbedder(embedder), metrics=state.metrics
             )
             yield srv, client, db
     finally:

@@ -20,6 +20,20 @@ _PRIVATE = ("_generation_batch", "_uid_count", "_default_stop_sequences")
 # Its methods are unannotated: each is typed here, once, as the callable it is.
 
 
+def make(model: Any, eos: list[int], max_batch: int, group: int, chunk: int) -> BatchGenerator:
+    """The scheduler's BatchGenerator: `max_batch` jobs decoding at most, prefilled `group` at
+    a time, each ending at any of the `eos` tokens."""
+    return BatchGenerator(
+        model,
+        stop_tokens=[[t] for t in eos],
+        completion_batch_size=max_batch,
+        prefill_batch_size=min(group, max_batch),
+        # What it is given is a chunk at most (longer prompts are fed apart, see
+        # Admission._take_long): a step of it, next_generated, feeds at most one chunk a prompt.
+        prefill_step_size=chunk,
+    )
+
+
 def joins(batch: BatchGenerator) -> bool:
     """Whether `batch` (this mlx-lm's BatchGenerator) can take a group fed apart."""
     return all(hasattr(batch, name) for name in _PRIVATE)

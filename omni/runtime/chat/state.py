@@ -11,8 +11,6 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, Final
 
-from mlx_lm.generate import BatchGenerator
-
 from omni.ports.jobs import FinishReason
 from omni.runtime.chat import batch_generator
 from omni.runtime.chat.logprobs import Scorer
@@ -97,15 +95,7 @@ class SchedulerState:
         self.samplers = Samplers()
         self.processors = Processors(tokenizer)
         eos = sorted(tokenizer.eos_token_ids)
-        self.batch = BatchGenerator(
-            model,
-            stop_tokens=[[t] for t in eos],
-            completion_batch_size=max_batch,
-            prefill_batch_size=min(prefill_group, max_batch),
-            # What it is given is a chunk at most (longer prompts are fed apart, see
-            # _take_long): a step of it, next_generated, feeds at most one chunk a prompt.
-            prefill_step_size=prefill_chunk,
-        )
+        self.batch = batch_generator.make(model, eos, max_batch, prefill_group, prefill_chunk)
         self.chunk = prefill_chunk
         self.max_batch = max_batch
         self.gather_s = gather_s

@@ -1,5 +1,4 @@
-"""`omni ls | show | tail | replay | stats`: the log read for people, straight from the file
-(with the server up, stopped or killed), never written."""
+"""The inspection commands on `omni`'s parser, and the one that runs a command."""
 
 from __future__ import annotations
 
@@ -8,12 +7,12 @@ import os
 import sys
 from typing import Any
 
+from omni.cli.inspect.commands import ls, replay, show, stats
+from omni.cli.inspect.tail import tail
+from omni.cli.options import DB_HELP, parsed
 from omni.events.maintenance import parse_duration
 from omni.inspect import KINDS, STATUSES
-from omni.inspect_cli.commands import ls, replay, show, stats
-from omni.inspect_cli.tail import tail
 
-DB_HELP = "the event log: an SQLite file, or a postgresql:// URL"
 COMMANDS = {"ls": ls, "show": show, "tail": tail, "replay": replay, "stats": stats}
 
 
@@ -30,7 +29,10 @@ def add_parsers(sub: Any, default_db: str) -> None:
     p.add_argument("--kind", choices=KINDS, help="only this kind of object")
     p.add_argument("--model", help="only this model")
     p.add_argument(
-        "--since", type=_duration, metavar="DURATION", help="created within: 30m, 2h, 1d"
+        "--since",
+        type=parsed(parse_duration),
+        metavar="DURATION",
+        help="created within: 30m, 2h, 1d",
     )
     p.add_argument("--limit", type=_positive, default=20, help="at most this many")
 
@@ -50,7 +52,10 @@ def add_parsers(sub: Any, default_db: str) -> None:
 
     p = command("stats", "counts by status and model, tokens, TTFT and tokens/s percentiles")
     p.add_argument(
-        "--since", type=_duration, metavar="DURATION", help="created within: 30m, 2h, 1d"
+        "--since",
+        type=parsed(parse_duration),
+        metavar="DURATION",
+        help="created within: 30m, 2h, 1d",
     )
     p.add_argument("--json", action="store_true", help="as JSON, for machines")
 
@@ -64,13 +69,6 @@ def run(args: argparse.Namespace) -> int:
         # Python would report the unflushed stdout at exit: point it at nothing first.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141  # 128 + SIGPIPE, as the shell reports a command killed by it
-
-
-def _duration(text: str) -> float:
-    try:
-        return parse_duration(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _positive(text: str) -> int:

@@ -17,16 +17,28 @@ from pathlib import Path
 from typing import Any
 
 from omni.catalogue import GB, ModelEntry
+from omni.cli.options import Number, add_number, add_switch, env, parsed
 from omni.errors import OmniError
 
 DEFAULT_URL = "http://127.0.0.1:10240"
 # The share of the machine's memory the loaded models' weights get by default: the rest is
 # for their prefix caches (--prompt-cache-gb each), the server and everything else.
 MEMORY_SHARE = 0.5
+# `omni serve`'s flags that name a file or model, each defaulting to OMNI_<FLAG>.
+NAMED = (
+    ("--config", "FILE", "a TOML file whose [aliases] table maps names to models (flags win)"),
+    ("--adapter-path", "DIR",
+     "LoRA adapters (an mlx-lm adapter folder) loaded with --model, which then "
+     "answers with them; a request may name others with its adapter_path"),
+    ("--draft-model", "MODEL",
+     "a smaller model of the same vocabulary (an id of the catalogue) that drafts "
+     "tokens for --model (speculative decoding: requests are then decoded one at a time); "
+     "a request may name one with its draft_model"),
+)  # fmt: skip
 
 
-def add_serve_flags(serve: argparse.ArgumentParser, number: Callable[..., None]) -> None:
-    """`number(parser, flag, kind, low, high, default, help)`: the CLI's numeric flags."""
+def add_serve_flags(serve: argparse.ArgumentParser) -> None:
+    """`omni serve`'s flags for its catalogue, the models it keeps loaded and their names."""
     serve.add_argument(
         "--models-dir",
         action="append",
@@ -35,22 +47,21 @@ def add_serve_flags(serve: argparse.ArgumentParser, number: Callable[..., None])
         help="a folder of mlx-lm model folders and .gguf files to serve too (repeatable; "
         "OMNI_MODELS_DIR: several, separated by the path separator)",
     )
-    number(
-        serve, "--models-memory-gb", float, 0.001, 1e6, None,
+    add_number(serve, Number(
+        "--models-memory-gb", float, 0.001, 1e6, None,
         "memory the loaded models' weights may take together: the least recently used idle "
         "one is unloaded before another would pass it (default: a half of this machine's "
         f"memory, {_machine_memory() * MEMORY_SHARE / GB:.1f} GB here)",
-    )  # fmt: skip
-    number(
-        serve, "--max-loaded-models", int, 1, 1024, None,
+    ))  # fmt: skip
+    add_number(serve, Number(
+        "--max-loaded-models", int, 1, 1024, None,
         "most models loaded at once, whatever their size (default: no count, only memory)",
-    )  # fmt: skip
+    ))  # fmt: skip
+    idle_ttl = env("MODEL_IDLE_TTL", None)
     serve.add_argument(
         "--model-idle-ttl",
         type=_seconds,
-        default=_seconds(os.environ["OMNI_MODEL_IDLE_TTL"])
-        if os.environ.get("OMNI_MODEL_IDLE_TTL")
-        else None,
+        default=_seconds(idle_ttl) if idle_ttl else None,
         metavar="DURATION",
         help="unload a model idle this long (e.g. 600, 10m, 1h; default: never)",
     )
@@ -63,32 +74,17 @@ def add_serve_flags(serve: argparse.ArgumentParser, number: Callable[..., None])
         help="let requests name MODEL (an id of the catalogue) as NAME, e.g. gpt-5.5=qwen3-8b "
         "(repeatable)",
     )
-    serve.add_argument(
-        "--config",
-        default=os.environ.get("OMNI_CONFIG") or None,
-        metavar="FILE",
-        help="a TOML file whose [aliases] table maps names to models (flags win)",
-    )
-    serve.add_argument(
-        "--adapter-path",
-        default=os.environ.get("OMNI_ADAPTER_PATH") or None,
-        metavar="DIR",
-        help="LoRA adapters (an mlx-lm adapter folder) loaded with --model, which then "
-        "answers with them; a request may name others with its adapter_path",
-    )
-    serve.add_argument(
-        "--draft-model",
-        default=os.environ.get("OMNI_DRAFT_MODEL") or None,
-        metavar="MODEL",
-        help="a smaller model of the same vocabulary (an id of the catalogue) that drafts "
-        "tokens for --model (speculative decoding: requests are then decoded one at a time); "
-        "a request may name one with its draft_model",
-    )
-    number(serve, "--num-draft-tokens", int, 1, 64, "2", "tokens a draft model proposes a step")
-    serve.add_argument(
+    for flag, metavar, help_ in NAMED:
+        name = flag.removeprefix("--").replace("-", "_").upper()
+        serve.add_argument(flag, default=env(name, None), metavar=metavar, help=help_)
+    add_number(serve, Number(
+        "--num-draft-tokens", int, 1, 64, "2", "tokens a draft model proposes a step"
+    ))  # fmt: skip
+    add_switch(
+        serve,
         "--no-hf-cache",
-        action="store_true",
-        help="do not list the MLX models found in the Hugging Face cache (HF_HOME)",
+        "do not list the MLX models found in the Hugging Face cache (HF_HOME)",
+        from_env=False,
     )
 
 
@@ -116,7 +112,7 @@ def add_parsers(sub: Any) -> None:
     models.add_argument("--no-hf-cache", action="store_true", help="leave out the HF cache")
     models.add_argument(
         "--url",
-        default=os.environ.get("OMNI_URL") or DEFAULT_URL,
+        default=env("URL", DEFAULT_URL),
         help="a running server, asked what it has loaded (default: %(default)s)",
     )
     models.add_argument("--json", action="store_true", help="one JSON object a line")
@@ -378,9 +374,5 @@ def _alias(text: str) -> tuple[str, str]:
 def _seconds(text: str) -> float:
     from omni.events.maintenance import parse_duration
 
-    try:
-        return parse_duration(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(
-            f"{exc} (--model-idle-ttl or OMNI_MODEL_IDLE_TTL)"
-        ) from None
+    value: float = parsed(parse_duration, " (--model-idle-ttl or OMNI_MODEL_IDLE_TTL)")(text)
+    return value

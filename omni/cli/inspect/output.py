@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from omni.inspect_cli.layout import Column, fit
+from omni.cli.inspect.layout import Column, fit
 
 STATUS_STYLE = {
     "completed": "green",
@@ -54,7 +54,7 @@ class Out:
         self, title: str | None, columns: Sequence[Column | str], rows: Sequence[Sequence[Any]]
     ) -> None:
         """Rows under a header; the column named STATUS coloured on a terminal, where the
-        table fits its width as omni.inspect_cli.layout says (a name: a text column)."""
+        table fits its width as omni.cli.inspect.layout says (a name: a text column)."""
         specs = [c if isinstance(c, Column) else Column(c) for c in columns]
         cells = [[text(v) for v in row] for row in rows]
         if not self.pretty:

@@ -9,10 +9,10 @@ import time
 from collections.abc import Sequence
 
 from omni.api.sse import DONE_FRAME, chunk_frames, frame
+from omni.cli.inspect.layout import Column
+from omni.cli.inspect.output import Out, ms, rate, text
+from omni.cli.inspect.reading import inspector, unknown
 from omni.inspect import STATUSES, Detail, Inspector, Stats, Summary, iso
-from omni.inspect_cli.layout import Column
-from omni.inspect_cli.output import Out, ms, rate, text
-from omni.inspect_cli.reading import inspector, unknown
 from omni.vocabulary import COMPLETION_ENDS
 
 # Ids and numbers are never folded; where the rest, folded, is still too wide for the

@@ -7,9 +7,9 @@ import argparse
 import sys
 import time
 
+from omni.cli.inspect.output import Out
+from omni.cli.inspect.reading import inspector, unknown
 from omni.inspect import Inspector, open_log
-from omni.inspect_cli.output import Out
-from omni.inspect_cli.reading import inspector, unknown
 from omni.location import shown
 from omni.vocabulary import COMPLETION_ENDS, RESPONSE_ENDS
 
