@@ -152,9 +152,11 @@ def _completion(kind: str, events: Events, request: dict[str, Any]) -> Output:
     return completion_output(kind, fold(pairs))
 
 
-# An object's output, by its kind (another kind: a completion's, chat or text).
-_OUTPUTS: dict[str, Callable[[str, Events, dict[str, Any]], Output]] = {
+# An object's output, by its kind (tests/test_modalities.py: every kind has one).
+OUTPUTS: dict[str, Callable[[str, Events, dict[str, Any]], Output]] = {
     "response": _response,
+    "chat.completion": _completion,
+    "text_completion": _completion,
     "embedding": _nothing,
     "speech": _speech,
     "image": _images,
@@ -164,4 +166,4 @@ _OUTPUTS: dict[str, Callable[[str, Events, dict[str, Any]], Output]] = {
 
 def object_output(kind: str, events: Events, request: dict[str, Any]) -> Output:
     """An object's output from its public stream (and its accepted request)."""
-    return _OUTPUTS.get(kind, _completion)(kind, events, request)
+    return OUTPUTS.get(kind, _completion)(kind, events, request)

@@ -166,8 +166,9 @@ def _kept(body: dict[str, Any], sampling: dict[str, Any], items: list[InputLine]
     }
 
 
-# A request's summary, by the kind of object it made (another kind: a text completion's).
-_SUMMARIES: dict[str, Callable[[dict[str, Any], dict[str, Any]], RequestSummary]] = {
+# A request's summary, by the kind of object it made (tests/test_modalities.py: every kind has
+# one; another kind: a text completion's).
+SUMMARIES: dict[str, Callable[[dict[str, Any], dict[str, Any]], RequestSummary]] = {
     "response": _response,
     "chat.completion": _chat,
     "text_completion": _text_completion,
@@ -180,4 +181,4 @@ _SUMMARIES: dict[str, Callable[[dict[str, Any], dict[str, Any]], RequestSummary]
 
 def request_summary(kind: str, doc: dict[str, Any]) -> RequestSummary:
     """An accepted request ({kind, body, ...}) as {model, sampling, instructions, input}."""
-    return _SUMMARIES.get(kind, _text_completion)(doc.get("body") or {}, doc)
+    return SUMMARIES.get(kind, _text_completion)(doc.get("body") or {}, doc)
