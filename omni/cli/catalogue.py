@@ -125,7 +125,7 @@ def catalogue(
     """The catalogue `args` describe, and the chat model --model names (None: the default).
     A --model that names nothing found stops the start here, in one line saying what was
     looked for and where."""
-    from omni.runtime.catalogue import hf_home, scan
+    from omni.runtime.loading.catalogue import hf_home, scan
 
     dirs = [Path(d).expanduser() for d in args.models_dir]
     hf = None if args.no_hf_cache else hf_home()
@@ -148,7 +148,7 @@ def catalogue(
 
 def _at_path(spec: str) -> ModelEntry | None:
     """The model at path `spec`; None: nothing is there."""
-    from omni.runtime.catalogue import entry_for
+    from omni.runtime.loading.catalogue import entry_for
 
     local = Path(spec).expanduser()
     if not local.exists():
@@ -168,8 +168,8 @@ def _named(
 ) -> ModelEntry:
     """The model `spec` names: an id or alias of the catalogue, else a Hugging Face repo in
     the cache (listed there or not), else one fetched from the hub."""
-    from omni.runtime import catalogue, hub
-    from omni.runtime.model_source import is_repo_id
+    from omni.runtime.loading import catalogue, hub
+    from omni.runtime.loading.source import is_repo_id
 
     found = catalogue.find(spec, entries, aliases)
     if found is not None:

@@ -129,7 +129,9 @@ def _served(url: str) -> list[dict[str, Any]] | None:
 
 
 def _pull(name: str, home: Path) -> int:
-    from omni.runtime import default_embedding, default_model, default_transcription
+    from omni.runtime.embeddings import default as default_embedding
+    from omni.runtime.loading import default_model
+    from omni.runtime.transcription import default as default_transcription
 
     def say(message: str) -> None:
         print(f"omni: {message}", file=sys.stderr, flush=True)
@@ -137,13 +139,13 @@ def _pull(name: str, home: Path) -> int:
     if name == default_model.DEFAULT_MODEL_ID:
         path = default_model.ensure_default_model(home, say)
     elif name == default_embedding.DEFAULT_EMBEDDING_ID:
-        from omni.runtime.default_embedding import ensure_default_embedding
+        from omni.runtime.embeddings.default import ensure_default_embedding
 
         path = ensure_default_embedding(home, say)
     elif name == default_transcription.DEFAULT_TRANSCRIPTION_ID:
         path = default_transcription.ensure_default_transcription(home, say)
     elif "/" in name:
-        from omni.runtime.hub import fetch
+        from omni.runtime.loading.hub import fetch
 
         path = fetch(name, say)
     else:

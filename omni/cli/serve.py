@@ -65,8 +65,8 @@ def serve(args: argparse.Namespace) -> None:
 
 
 def _serve(args: argparse.Namespace) -> None:
-    from omni.runtime.device import keep_server_off_the_accelerator
-    from omni.runtime.quiet import no_torch_advice
+    from omni.runtime.platform.device import keep_server_off_the_accelerator
+    from omni.runtime.platform.quiet import no_torch_advice
 
     keep_server_off_the_accelerator()  # first: before anything imports mlx-lm
     no_torch_advice()
@@ -104,7 +104,7 @@ def _catalogue_and_default(
 ) -> tuple[list[ModelEntry], str, dict[str, str]]:
     """The catalogue, the default chat model's id and the aliases (--model's spelling of the
     default among them, where it is a path or the id in another case)."""
-    from omni.runtime.default_model import DEFAULT_MODEL_ID
+    from omni.runtime.loading.default_model import DEFAULT_MODEL_ID
 
     aliases = catalogue.aliases(args)
     entries, named = catalogue.catalogue(args, omni_home(), aliases, _progress)
@@ -118,9 +118,9 @@ def _models(
     args: argparse.Namespace, entries: list[ModelEntry], default: str, aliases: dict[str, str]
 ) -> Models:
     """The model pool, its default loaded (a start that cannot serve it fails here)."""
-    from omni.runtime.default_embedding import DEFAULT_EMBEDDING_ID
-    from omni.runtime.default_transcription import DEFAULT_TRANSCRIPTION_ID
-    from omni.runtime.loading import Loader
+    from omni.runtime.embeddings.default import DEFAULT_EMBEDDING_ID
+    from omni.runtime.loading.loader import Loader
+    from omni.runtime.transcription.default import DEFAULT_TRANSCRIPTION_ID
     from omni.service.models import Models
 
     loader = Loader(omni_home(), engine_settings(args), _progress)

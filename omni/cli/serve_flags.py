@@ -243,7 +243,7 @@ def _log_level(text: str) -> str:
 
 def _blas(text: str) -> str:
     """An argparse type: auto, bundled, or a BLAS library a fresh process could load."""
-    from omni.runtime import blas
+    from omni.runtime.platform import blas
 
     if text in (blas.AUTO, blas.BUNDLED):
         return text
@@ -254,7 +254,7 @@ def _blas(text: str) -> str:
 
 
 def _weights(text: str) -> str:
-    from omni.runtime.weights import CHOICES
+    from omni.runtime.loading.weights import CHOICES
 
     if text not in CHOICES:
         raise argparse.ArgumentTypeError(
