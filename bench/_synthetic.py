@@ -8,7 +8,8 @@ import threading
 import time
 from typing import Any
 
-from omni.jobs import Capabilities, Delta, Finished, Job, Started
+from omni.ports.chat import Capabilities
+from omni.ports.jobs import Delta, Finished, Job, Started
 
 
 class SyntheticEngine:
@@ -16,6 +17,7 @@ class SyntheticEngine:
     # A plain model whose context no prompt here comes near: none is refused as too long.
     capabilities = Capabilities(context_length=1_000_000, max_token_bytes=16)
     queued = running = 0
+    loading, load_error, memory_bytes, path = False, None, None, ""  # loaded; nothing to measure
     on_step = None
 
     def __init__(self, interval_s: float = 0.0):

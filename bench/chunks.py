@@ -4,7 +4,7 @@ In-process, the engine's own way: a forward pass of a chunk on a plain KV cache,
 
 For each size: the prompt's prefill tokens/s, its ratio to the fastest size measured in the
 same run, and one chunk's time (what a running stream waits between two of its tokens, beside
-its own decode step). The engine's chunk on a device (omni.runtime.worker.prefill_chunk) is the
+its own decode step). The engine's chunk on a device (omni.runtime.chat.worker.prefill_chunk) is the
 smallest size within `--within` of the fastest: as fast a prefill, the shortest hold.
 
     python bench/chunks.py [--model PATH] [--prompt-tokens 2048] [--sizes 64,128,...] [--rounds 3]
@@ -48,8 +48,9 @@ def main() -> None:
 
     from mlx_lm import load
 
-    from omni.runtime import blas, weights
-    from omni.runtime.worker import on_gpu, prefill_chunk, use_mlx_settings
+    from omni.runtime.chat.worker import on_gpu, prefill_chunk, use_mlx_settings
+    from omni.runtime.loading import weights
+    from omni.runtime.platform import blas
     from omni.settings import engine_knobs
 
     # The engine's own BLAS (preloaded, so this script runs again in a process that has it).
@@ -62,8 +63,8 @@ def main() -> None:
     use_mlx_settings()
     path = args.model
     if path is None:
-        from omni.cli import omni_home
-        from omni.runtime.default_model import ensure_default_model
+        from omni.cli.options import omni_home
+        from omni.runtime.loading.default_model import ensure_default_model
 
         path = str(ensure_default_model(omni_home(), print))
     model = load(path)[0]

@@ -418,7 +418,7 @@ def raw_worker(
     finally:
         gen.close()
     if trace is not None and trace_path:
-        from omni.runtime.observe import write_trace
+        from omni.runtime.chat.observe import write_trace
 
         write_trace(trace_path, trace)
 
@@ -469,7 +469,7 @@ class RawBatch:
 def omni_prefill_group() -> int:
     """The prompts Omni's engine prefills at a time in this run: BENCH_OMNI_ENV's
     OMNI_PREFILL_GROUP, else the engine's own on this device."""
-    from omni.runtime.worker import prefill_group
+    from omni.runtime.chat.worker import prefill_group
     from omni.settings import engine_knobs
 
     knobs = engine_knobs({**os.environ, **bench_omni_env()})  # the environment start_omni gives
@@ -477,8 +477,8 @@ def omni_prefill_group() -> int:
 
 
 def main() -> None:
-    from omni.cli import omni_home
-    from omni.runtime.model_source import resolve_model
+    from omni.cli.options import omni_home
+    from omni.runtime.loading.source import resolve_model
 
     source = resolve_model(ARGS.model, omni_home(), lambda m: print(m, file=sys.stderr))
     if SPLIT is not None:  # the servers and raw (started from here) inherit these CPUs

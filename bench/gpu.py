@@ -56,7 +56,7 @@ def build(folder: Path) -> Path:
     from mlx.utils import tree_flatten
     from mlx_lm.models import llama
 
-    from omni.runtime.tiny import build_tokenizer
+    from omni.testing.llama import build_tokenizer
 
     folder.mkdir(parents=True, exist_ok=True)
     build_tokenizer(folder)
@@ -136,7 +136,7 @@ def main() -> None:
 
 def groups(model: Path, out: Path, extra: list[str]) -> None:
     """Omni's prefill group against raw's, alternating, at 64 streams (CUDA_PREFILL_GROUP)."""
-    from omni.runtime.worker import prefill_group
+    from omni.runtime.chat.worker import prefill_group
     from omni.settings import engine_knobs
 
     print(

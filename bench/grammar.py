@@ -14,10 +14,10 @@ For each engine that imports (`pip install llguidance xgrammar outlines-core`):
     baseline in the same run, rounds interleaved, best round per configuration; plus each
     processor's own time per call in that loop, and a control processor that only waits for
     the sampled token (what any grammar processor must do, and mlx-lm's pipelining loses).
-Every engine shares one mask application (omni.protocol.grammar.apply_bitmask), so the figures
-compare the engines, not their kernels (llguidance's and outlines-core's MLX kernels are Metal
-only). Compact JSON output everywhere. Prints tables and writes bench/out/grammar.json (copied to
-bench/results/cpu_grammar.json).
+Every engine shares one mask application (omni.runtime.chat.constraints.apply_bitmask), so the
+figures compare the engines, not their kernels (llguidance's and outlines-core's MLX kernels are
+Metal only). Compact JSON output everywhere. Prints tables and writes bench/out/grammar.json
+(copied to bench/results/cpu_grammar.json).
 """
 
 from __future__ import annotations
@@ -48,8 +48,8 @@ sys.path.insert(0, str(ROOT))
 
 from _server import chat_ids  # noqa: E402
 
-from omni.protocol.grammar import JSON_OPTIONS  # noqa: E402
-from omni.runtime.constraints import Constraints, apply_bitmask, bitmask_of  # noqa: E402
+from omni.runtime.chat.constraints import Constraints, apply_bitmask, bitmask_of  # noqa: E402
+from omni.tools.lark import JSON_OPTIONS  # noqa: E402
 
 DEFAULT_MODEL = Path.home() / ".cache" / "omni" / "models" / "smollm2-135m-instruct"
 PROMPT = "Write one order of a lighthouse supply shop as JSON, with three items."
@@ -445,7 +445,8 @@ def pct(xs: list[float], p: int) -> float:
 
 
 class EngineProcessor:
-    """The same per-request protocol as omni.protocol.grammar.GrammarProcessor, over any engine."""
+    """The same per-request protocol as omni.runtime.chat.constraints.Constraints, over any
+    engine."""
 
     def __init__(self, engine: Engine, compiled: Any) -> None:
         self.engine, self.matcher = engine, engine.matcher(compiled)
@@ -523,7 +524,7 @@ def end_to_end(model_path: str, engines: dict[str, Engine], n: int, rounds: int)
     configs: dict[str, Callable[[], Any] | None] = {
         BASELINE: None,
         CONTROL: lambda: reads_token,
-        "omni.protocol.grammar (llguidance)": lambda: omni.processor(spec),
+        "omni.tools.grammar (llguidance)": lambda: omni.processor(spec),
     }
     for name, engine in engines.items():
         if name != "llguidance":  # the omni row is llguidance

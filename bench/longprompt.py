@@ -6,7 +6,7 @@ tokens, and how late is the long prompt's first token?
                                [--long-tokens 16] [--chunk N] [--after 20]
 
 --model: as `omni serve` takes it (default: the default model, under OMNI_HOME), or a tiny
-random llama's folder (omni.runtime.tiny.build_tiny_llama(path, layers=4, hidden=256): a
+random llama's folder (omni.testing.llama.build_tiny_llama(path, layers=4, hidden=256): a
 2,000-token prefill takes seconds on a CPU, and its 2,048-token context still fits one).
 Through `omni serve` (a subprocess on a temp db), streamed chat completions, greedy. Each round
 runs two arms, their order turning from round to round:
@@ -30,8 +30,9 @@ Targets (bench/README.md; issue 21), per round and on the medians over rounds:
 - p99_gap <= 3 * median_gap + chunk_time, over the window; chunk_time = prefill_alone /
   ceil(prompt_tokens / --chunk), the time one prefill chunk takes;
 - ttft_under_load <= 1.5 * prefill_alone.
---chunk defaults to the engine's prefill chunk on this device (omni.runtime.worker.prefill_chunk,
-OMNI_PREFILL_CHUNK in BENCH_OMNI_ENV or the environment sets it).
+--chunk defaults to the engine's prefill chunk on this device
+(omni.runtime.chat.worker.prefill_chunk, OMNI_PREFILL_CHUNK in BENCH_OMNI_ENV or the
+environment sets it).
 The engine's step trace (OMNI_ENGINE_TRACE) is written for the run: each round reports the
 longest engine step in its window, with the prompt tokens it prefilled.
 Writes bench/out/longprompt.json: every round's raw arrivals and figures, and the summary.
@@ -62,7 +63,7 @@ from _plot import write_results  # noqa: E402
 from _server import bench_omni_env, chat_body, chat_ids, start_omni  # noqa: E402
 from concurrency import NO_CACHE, TOPICS, percentile, stop  # noqa: E402
 
-from omni.runtime.observe import TRACE_FIELDS  # noqa: E402
+from omni.runtime.chat.observe import TRACE_FIELDS  # noqa: E402
 
 WARM_TOKENS = 8  # tokens each stream has before the long prompt is sent
 WORDS = (
@@ -341,8 +342,8 @@ def flat(rnd: dict[str, Any]) -> dict[str, Any]:
 def main() -> None:
     from mlx_lm.utils import load_tokenizer
 
-    from omni.cli import omni_home
-    from omni.runtime.model_source import resolve_model
+    from omni.cli.options import omni_home
+    from omni.runtime.loading.source import resolve_model
 
     source = resolve_model(ARGS.model, omni_home(), lambda m: print(m, file=sys.stderr))
     tokenizer = load_tokenizer(Path(source.path))
@@ -428,7 +429,7 @@ if __name__ == "__main__":
     p.add_argument("--timeout", type=float, default=1800, help="seconds a request may take")
     ARGS = p.parse_args()
     if ARGS.chunk is None:  # the engine's, in the environment start_omni gives it
-        from omni.runtime.worker import prefill_chunk
+        from omni.runtime.chat.worker import prefill_chunk
         from omni.settings import engine_knobs
 
         knobs = engine_knobs({**os.environ, **bench_omni_env()})

@@ -148,8 +148,8 @@ def engine_run(source: Any, tokens: int) -> tuple[Run, Callable[[], None]]:
     raw mlx-lm and the server's paths."""
     import asyncio
 
-    from omni.jobs import Delta, Failed, Finished, Job, Sampling
-    from omni.runtime.mlx_engine import MLXEngine
+    from omni.ports.jobs import Delta, Failed, Finished, Job, Sampling
+    from omni.runtime.chat.engine import MLXEngine
 
     engine = MLXEngine(source, prompt_cache_entries=0)
     engine.start()
@@ -185,8 +185,8 @@ def _median(runs: list[dict[str, float]]) -> dict[str, float]:
 
 
 def main() -> None:
-    from omni.cli import omni_home
-    from omni.runtime.model_source import resolve_model
+    from omni.cli.options import omni_home
+    from omni.runtime.loading.source import resolve_model
 
     source = resolve_model(ARGS.model, omni_home(), lambda m: print(m, file=sys.stderr))
     paths: tuple[str, ...] = ("raw", "responses", "chat") + (("engine",) if ARGS.engine else ())

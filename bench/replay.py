@@ -89,9 +89,9 @@ def raw_decode_tps(tokens: int = 32) -> tuple[str, float]:
     from mlx_lm import load, stream_generate
     from mlx_lm.sample_utils import make_sampler
 
-    from omni.cli import omni_home
-    from omni.runtime.model_source import resolve_model
-    from omni.runtime.worker import use_mlx_settings
+    from omni.cli.options import omni_home
+    from omni.runtime.chat.worker import use_mlx_settings
+    from omni.runtime.loading.source import resolve_model
 
     use_mlx_settings()  # as Omni's engine runs
     source = resolve_model(None, omni_home(), lambda m: print(m, file=sys.stderr))

@@ -29,7 +29,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-# Fields of a step-trace row (omni.runtime.observe.TRACE_FIELDS).
+# Fields of a step-trace row (omni.runtime.chat.observe.TRACE_FIELDS).
 T, STEP_S, ARRIVED, WAITING, RUNNING, PREFILL_TOKENS, PREFILL_S = range(7)
 
 

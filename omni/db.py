@@ -12,6 +12,7 @@ import logging
 import sqlite3
 from contextlib import closing
 from pathlib import Path
+from typing import Any
 
 from alembic import command
 from alembic.config import Config
@@ -46,7 +47,8 @@ def inspect(db_path: str, verify: bool = True) -> str | None:
     UnusableDatabase for a file this Omni must not write; `verify`: SQLite's quick_check
     reads every page first (a damaged one is found now, not by a request)."""
     if is_postgres(db_path):
-        return db_postgres.revision(db_path, ScriptDirectory.from_config(alembic_config(db_path)))
+        tables, rows = db_postgres.versions(db_path)
+        return _judged(shown(db_path), tables, rows, db_path) if tables else None
     path = Path(db_path)
     if not path.is_file() or path.stat().st_size == 0:
         return None  # nothing yet (or not a file: the write probe says so)
@@ -79,22 +81,30 @@ def _revision(db_path: str, conn: sqlite3.Connection, verify: bool) -> str | Non
     rows = []
     if "alembic_version" in tables:
         rows = conn.execute("SELECT version_num FROM alembic_version").fetchall()
-    # Ours: Alembic's table with the log's, or Alembic's alone and empty (a first upgrade cut off).
-    if "alembic_version" not in tables or (rows and "events" not in tables):
-        names = ", ".join(sorted(tables)[:5])
-        raise UnusableDatabase(f"{db_path} is not an Omni log (its tables: {names})")
-    revision = str(rows[0][0]) if rows else None
-    script = ScriptDirectory.from_config(alembic_config(db_path))
-    if revision is not None and revision not in {r.revision for r in script.walk_revisions()}:
-        raise UnusableDatabase(
-            f"{db_path} has schema version {revision}, newer than this Omni (knows up to "
-            f"{script.get_current_head()}); upgrade Omni"
-        )
+    revision = _judged(db_path, tables, rows, db_path)
     if verify:
         found = [str(row[0]) for row in conn.execute("PRAGMA quick_check(1)")]
         if found != ["ok"]:
             problem = found[0].splitlines()[-1]  # past "*** in database main ***"
             raise UnusableDatabase(f"{db_path} is damaged ({problem}); restore it from a backup")
+    return revision
+
+
+def _judged(name: str, tables: set[str], rows: list[Any], db_path: str) -> str | None:
+    """The revision of a log with these tables and these rows of Alembic's table, named
+    `name` in what it raises: UnusableDatabase for another program's database, or a schema
+    newer than this Omni knows."""
+    # Ours: Alembic's table with the log's, or Alembic's alone and empty (a first upgrade cut off).
+    if "alembic_version" not in tables or (rows and "events" not in tables):
+        names = ", ".join(sorted(tables)[:5])
+        raise UnusableDatabase(f"{name} is not an Omni log (its tables: {names})")
+    revision = str(rows[0][0]) if rows else None
+    script = ScriptDirectory.from_config(alembic_config(db_path))
+    if revision is not None and revision not in {r.revision for r in script.walk_revisions()}:
+        raise UnusableDatabase(
+            f"{name} has schema version {revision}, newer than this Omni (knows up to "
+            f"{script.get_current_head()}); upgrade Omni"
+        )
     return revision
 
 

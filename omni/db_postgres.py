@@ -1,15 +1,14 @@
 """Schema upgrades of a PostgreSQL log: the same Alembic migrations as SQLite's (they branch on
-the dialect), and the same refusals before anything is written: a database holding another
-program's tables, or a schema newer than this Omni knows. The file checks of SQLite (its
-header, quick_check, WAL) have no counterpart: the server keeps its own pages sound."""
+the dialect), and what omni/db.py reads before anything is written, to refuse as it refuses
+an SQLite file a database holding another program's tables, or a schema newer than this
+Omni knows. The file checks of SQLite (its header, quick_check, WAL) have no counterpart:
+the server keeps its own pages sound."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from alembic.script import ScriptDirectory
-
-from omni.errors import StoreError, UnusableDatabase
+from omni.errors import StoreError
 from omni.location import conninfo, require_driver, shown
 
 # The key of the advisory lock that one upgrade holds (migrations/env.py): replicas that
@@ -27,9 +26,9 @@ def connect(db: str, **kwargs: Any) -> Any:
         raise StoreError(f"cannot open database {shown(db)}: {message}") from None
 
 
-def revision(db: str, script: ScriptDirectory) -> str | None:
-    """The schema revision of the log, read only; None for a database without tables (an
-    Omni log yet to be made). Raises UnusableDatabase for one this Omni must not write."""
+def versions(db: str) -> tuple[set[str], list[Any]]:
+    """The database's tables and the rows of Alembic's version table, read only (no tables:
+    an Omni log yet to be made); omni/db.py judges them as it judges an SQLite file's."""
     with connect(db, autocommit=True) as conn:
         tables = {
             name
@@ -37,31 +36,7 @@ def revision(db: str, script: ScriptDirectory) -> str | None:
                 "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
             )
         }
-        if not tables:
-            return None
         rows = []
         if "alembic_version" in tables:
             rows = conn.execute("SELECT version_num FROM alembic_version").fetchall()
-    if "alembic_version" not in tables or (rows and "events" not in tables):
-        names = ", ".join(sorted(tables)[:5])
-        raise UnusableDatabase(f"{shown(db)} is not an Omni log (its tables: {names})")
-    found = str(rows[0][0]) if rows else None
-    if found is not None and found not in {r.revision for r in script.walk_revisions()}:
-        raise UnusableDatabase(
-            f"{shown(db)} has schema version {found}, newer than this Omni (knows up to "
-            f"{script.get_current_head()}); upgrade Omni"
-        )
-    return found
-
-
-def missing(db: str, names: tuple[str, ...]) -> list[str]:
-    """Which of these tables and views the log lacks."""
-    with connect(db, autocommit=True) as conn:
-        have = {
-            str(n)
-            for (n,) in conn.execute(
-                "SELECT table_name FROM information_schema.tables"
-                " WHERE table_schema = current_schema()"
-            )
-        }
-    return [n for n in names if n not in have]
+    return tables, rows

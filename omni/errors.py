@@ -37,16 +37,20 @@ class OmniError(Exception):
         }
 
 
-class InvalidRequest(OmniError):
+class Refused(OmniError):
+    """A request refused for what it is or asks (OpenAI's invalid_request_error, a 4xx)."""
+
     status = 400
     type = "invalid_request_error"
     code: str | None = None
 
 
-class NotFound(OmniError):
+class InvalidRequest(Refused):
+    pass
+
+
+class NotFound(Refused):
     status = 404
-    type = "invalid_request_error"
-    code: str | None = None
 
 
 class ModelNotFound(NotFound):
@@ -117,32 +121,24 @@ class ShuttingDown(OmniError):
     retry_after = 1
 
 
-class Unauthorized(OmniError):
+class Unauthorized(Refused):
     """No API key, or one this server does not know (401, as OpenAI answers it)."""
 
-    status = 401
-    type = "invalid_request_error"
-    code: str | None = "invalid_api_key"
+    status, code = 401, "invalid_api_key"
 
 
-class Forbidden(OmniError):
+class Forbidden(Refused):
     """A request from a host name or a web origin this server does not answer."""
 
-    status = 403
-    type = "invalid_request_error"
-    code: str | None = "forbidden"
+    status, code = 403, "forbidden"
 
 
-class PayloadTooLarge(OmniError):
-    status = 413
-    type = "invalid_request_error"
-    code: str | None = "request_too_large"
+class PayloadTooLarge(Refused):
+    status, code = 413, "request_too_large"
 
 
-class UnsupportedMediaType(OmniError):
-    status = 415
-    type = "invalid_request_error"
-    code: str | None = "unsupported_media_type"
+class UnsupportedMediaType(Refused):
+    status, code = 415, "unsupported_media_type"
 
 
 class NotInstalled(OmniError):

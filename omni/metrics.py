@@ -23,110 +23,106 @@ AUDIO = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1
 
 class Metrics:
     def __init__(self) -> None:
-        self.registry = r = CollectorRegistry()
-        self.requests = Counter(
+        self.registry = CollectorRegistry()
+        count, spread = self._counter, self._histogram
+        self.requests = count(
             "omni_http_requests",
             "HTTP requests answered, by route (the URL rule), method and status",
-            ["route", "method", "status"],
-            registry=r,
+            "route", "method", "status",
+        )  # fmt: skip
+        self.input_tokens = count(
+            "omni_input_tokens", "Prompt tokens of finished generations", "api"
         )
-        self.input_tokens = Counter(
-            "omni_input_tokens", "Prompt tokens of finished generations", ["api"], registry=r
+        self.output_tokens = count(
+            "omni_output_tokens", "Tokens generated (replays not counted)", "api"
         )
-        self.output_tokens = Counter(
-            "omni_output_tokens", "Tokens generated (replays not counted)", ["api"], registry=r
-        )
-        self.reused_tokens = Counter(
+        self.reused_tokens = count(
             "omni_prefix_cache_reused_tokens",
             "Prompt tokens taken from the prefix (KV) cache instead of prefilled",
-            ["api"],
-            registry=r,
+            "api",
         )
-        self.generations = Counter(
-            "omni_generations", "Generations ended, by finish reason", ["api", "reason"], registry=r
+        self.generations = count(
+            "omni_generations", "Generations ended, by finish reason", "api", "reason"
         )
-        self.first_token = Histogram(
+        self.first_token = spread(
             "omni_time_to_first_token_seconds",
             "From a generation's submission to its first token",
-            ["api"],
-            buckets=LATENCY,
-            registry=r,
+            LATENCY,
+            "api",
         )
-        self.per_token = Histogram(
+        self.per_token = spread(
             "omni_time_per_output_token_seconds",
             "A generation's mean time between output tokens after the first",
-            ["api"],
-            buckets=PER_TOKEN,
-            registry=r,
+            PER_TOKEN,
+            "api",
         )
-        self.replay_cache = Counter(
+        self.replay_cache = count(
             "omni_replay_cache_requests",
             "Cacheable chat completions, by result (hit: replayed from the log)",
-            ["result"],
-            registry=r,
+            "result",
         )
-        self.events = Counter("omni_events_appended", "Events committed to the log", registry=r)
-        self.commit = Histogram(
-            "omni_commit_seconds",
-            "Time of one group commit (one transaction)",
-            buckets=COMMIT,
-            registry=r,
+        self.events = count("omni_events_appended", "Events committed to the log")
+        self.commit = spread(
+            "omni_commit_seconds", "Time of one group commit (one transaction)", COMMIT
         )
-        self.batch = Histogram(
-            "omni_batch_size",
-            "Jobs that got a token in one engine step (the decode batch)",
-            buckets=BATCH,
-            registry=r,
+        self.batch = spread(
+            "omni_batch_size", "Jobs that got a token in one engine step (the decode batch)", BATCH
         )
-        self.embedding_inputs = Counter(
-            "omni_embeddings_inputs", "Inputs embedded (strings or token lists)", registry=r
+        self.embedding_inputs = count(
+            "omni_embeddings_inputs", "Inputs embedded (strings or token lists)"
         )
-        self.embedding_seconds = Histogram(
+        self.embedding_seconds = spread(
             "omni_embeddings_request_seconds",
             "From an embeddings request's arrival to its vectors (a model's load included)",
-            buckets=LATENCY,
-            registry=r,
+            LATENCY,
         )
-        self.transcriptions = Counter(
+        self.transcriptions = count(
             "omni_transcriptions",
             "Transcriptions and translations ended, by task and status (completed, failed,"
             " cancelled: its client went away)",
-            ["task", "status"],
-            registry=r,
-        )
-        self.transcription_audio = Counter(
+            "task", "status",
+        )  # fmt: skip
+        self.transcription_audio = count(
             "omni_transcription_audio_seconds",
             "Seconds of audio the transcription models heard",
-            ["task"],
-            registry=r,
+            "task",
         )
-        self.transcription_seconds = Histogram(
+        self.transcription_seconds = spread(
             "omni_transcription_request_seconds",
             "From a transcription's acceptance to its ending",
-            ["task"],
-            buckets=AUDIO,
-            registry=r,
+            AUDIO,
+            "task",
         )
-        self.speeches = Counter(
+        self.speeches = count(
             "omni_speech_requests",
             "Speech requests ended, by status (completed, failed, cancelled: its client went away)",
-            ["status"],
-            registry=r,
+            "status",
         )
-        self.speech_audio = Counter(
-            "omni_speech_audio_seconds", "Seconds of audio the speech models spoke", registry=r
+        self.speech_audio = count(
+            "omni_speech_audio_seconds", "Seconds of audio the speech models spoke"
         )
-        self.speech_seconds = Histogram(
+        self.speech_seconds = spread(
             "omni_speech_request_seconds",
             "From a speech request's acceptance to its ending (its last audio, or its model"
             " stopping)",
-            buckets=AUDIO,
-            registry=r,
+            AUDIO,
         )
-        self.queued = Gauge("omni_jobs_queued", "Jobs waiting for the model", registry=r)
-        self.running = Gauge("omni_jobs_running", "Jobs the model is working on", registry=r)
+        self.queued = Gauge(
+            "omni_jobs_queued", "Jobs waiting for the model", registry=self.registry
+        )
+        self.running = Gauge(
+            "omni_jobs_running", "Jobs the model is working on", registry=self.registry
+        )
         for outcome in ("hit", "miss"):  # both series exist from the start, at 0
             self.replay_cache.labels(outcome)
+
+    def _counter(self, name: str, doc: str, *labels: str) -> Counter:
+        return Counter(name, doc, labels, registry=self.registry)
+
+    def _histogram(
+        self, name: str, doc: str, buckets: tuple[float, ...], *labels: str
+    ) -> Histogram:
+        return Histogram(name, doc, labels, buckets=buckets, registry=self.registry)
 
     def watch(self, queued: Callable[[], float], running: Callable[[], float]) -> None:
         """Gauges read at scrape time."""

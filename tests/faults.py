@@ -8,7 +8,8 @@ import threading
 from typing import Any
 
 from omni.events import EventStore
-from omni.jobs import Capabilities, Delta, Finished, Job
+from omni.ports.chat import Capabilities
+from omni.ports.jobs import Delta, Finished, Job
 
 NO_BOUND = 4294967294  # SQLite's largest max_page_count (it clamps to its own)
 
@@ -38,6 +39,7 @@ class Dripping:
     model_id = "scripted"
     capabilities = Capabilities(context_length=4096, max_token_bytes=16)  # a plain model
     queued = running = 0
+    loading, load_error, memory_bytes, path = False, None, None, ""  # loaded; nothing to measure
     on_step = None
 
     def __init__(self, limit: int = 5000, text: str = "x" * 600 + " ") -> None:

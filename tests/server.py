@@ -16,6 +16,8 @@ from hypercorn.asyncio import serve
 from hypercorn.config import Config
 
 from omni.api.app import Settings, create_app
+from omni.api.current import server_of
+from omni.server import Server
 
 
 def free_port() -> int:
@@ -56,8 +58,8 @@ class ServerThread:
         raise RuntimeError("server did not start")
 
     @property
-    def state(self) -> Any:
-        return self.app.config["OMNI"]
+    def state(self) -> Server:
+        return server_of(self.app)
 
     def call(self, coro: Any) -> Any:
         """Run a coroutine on the server's loop (to reach the store from a test)."""

@@ -163,7 +163,7 @@ def test_a_failed_start_keeps_an_existing_database(tmp_path: Path) -> None:
 
 
 def test_env_settings_are_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from omni.cli import parser
+    from omni.cli.program import parser
 
     monkeypatch.setenv("OMNI_PORT", "12345")
     monkeypatch.setenv("OMNI_DB", str(tmp_path / "env.db"))
@@ -184,7 +184,7 @@ def test_env_settings_are_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
 def test_no_store_by_default_from_the_flag_or_the_environment(
     argv: list[str], env: str, kept: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from omni.cli import parser
+    from omni.cli.program import parser
 
     monkeypatch.setenv("OMNI_NO_STORE_BY_DEFAULT", env)
     assert parser().parse_args(["serve", *argv]).no_store_by_default is not kept
@@ -209,7 +209,7 @@ def test_no_store_by_default_from_the_flag_or_the_environment(
 def test_out_of_range_numbers_are_a_usage_error(
     flag: str, value: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from omni.cli import parser
+    from omni.cli.program import parser
 
     with pytest.raises(SystemExit) as exit:
         parser().parse_args(["serve", flag, value])
@@ -221,7 +221,7 @@ def test_out_of_range_numbers_are_a_usage_error(
 def test_out_of_range_environment_is_a_usage_error(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from omni.cli import parser
+    from omni.cli.program import parser
 
     monkeypatch.setenv("OMNI_MAX_BATCH_SIZE", "abc")
     with pytest.raises(SystemExit):
@@ -242,7 +242,8 @@ def test_out_of_range_environment_is_a_usage_error(
 def test_sampling_flags_are_the_models_own_unless_given(monkeypatch: pytest.MonkeyPatch) -> None:
     """--temp, --top-p and --max-tokens are unset by default: the model's recommended sampling
     and no output cap; given on the command line or in the environment, the operator's."""
-    from omni.cli import parser, sampling_defaults
+    from omni.cli.program import parser
+    from omni.cli.serve import sampling_defaults
     from omni.service.defaults import Defaults
 
     for name in ("OMNI_TEMP", "OMNI_TOP_P", "OMNI_MAX_TOKENS"):
@@ -432,7 +433,7 @@ def test_the_server_process_keeps_off_the_accelerator() -> None:
     """What `omni serve` runs first: after it, mlx-lm's generation stream (made at import) is on
     the CPU, so only the engine process opens the GPU."""
     code = (
-        "from omni.runtime.device import keep_server_off_the_accelerator as k; k()\n"
+        "from omni.runtime.platform.device import keep_server_off_the_accelerator as k; k()\n"
         "import mlx.core as mx\n"
         "from mlx_lm.generate import generation_stream\n"
         "assert generation_stream.device == mx.cpu, generation_stream.device\n"
@@ -451,7 +452,7 @@ def _subcommands(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentP
 
 
 def test_every_flag_has_help_and_shows_its_default() -> None:
-    from omni.cli import parser
+    from omni.cli.program import parser
 
     for command in _subcommands(parser()):
         text = " ".join(command.format_help().split())  # unwrapped
@@ -467,7 +468,7 @@ def test_every_flag_has_help_and_shows_its_default() -> None:
 
 
 def test_a_bad_log_level_is_one_usage_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    from omni.cli import parser
+    from omni.cli.program import parser
 
     result = omni("serve", "--log-level", "loud")
     assert result.returncode == 2 and "Traceback" not in result.stderr

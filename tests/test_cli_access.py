@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from openai import AuthenticationError, OpenAI
 
-from omni.cli import access, image_hosts, is_loopback, parser
+from omni.cli.access import access, image_hosts, is_loopback
+from omni.cli.program import parser
 from tests.test_cli import assert_one_line_error, omni, serving
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from omni import cli
+from omni.cli.program import parser
 
 
 def omni(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -27,10 +28,10 @@ def db(tmp_path: Path) -> Path:
 
 
 def test_retention_flag_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert cli.parser().parse_args(["serve"]).retention is None
-    assert cli.parser().parse_args(["serve", "--retention", "30d"]).retention == 30 * 86400
+    assert parser().parse_args(["serve"]).retention is None
+    assert parser().parse_args(["serve", "--retention", "30d"]).retention == 30 * 86400
     monkeypatch.setenv("OMNI_RETENTION", "12h")
-    assert cli.parser().parse_args(["serve"]).retention == 12 * 3600
+    assert parser().parse_args(["serve"]).retention == 12 * 3600
 
 
 def test_bad_values_are_one_line_usage_errors(db: Path) -> None:

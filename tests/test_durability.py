@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from omni.cli import parser
+from omni.cli.program import parser
 from omni.db import upgrade
 from omni.events import EventStore
 

@@ -17,8 +17,8 @@ def test_the_engine_process_sets_aside_its_model_before_it_reports_loaded(
     code = f"""
 import gc, os, threading
 from multiprocessing import Pipe
-from omni.runtime import worker
-from omni.runtime.wire import Close, Loaded
+from omni.runtime.chat import worker
+from omni.runtime.chat.wire import Close, Loaded
 from omni.settings import EngineSettings
 ours, theirs = Pipe()
 settings = EngineSettings(prompt_cache_entries=2, prompt_cache_bytes=1 << 20, max_batch=2)

@@ -1,8 +1,10 @@
-"""Imports point down only (api → service → projections/protocol/events → schemas; the MLX
-runtime → protocol → schemas), MLX is imported only by the runtime and SQLAlchemy only by the
-event store (and its migrations) and the inspector's reads. The service and the API reach a
-runtime only through omni.jobs (the Engine protocol, jobs and their outputs): never its
-internals, and never for an event's name (omni.vocabulary)."""
+"""Imports point down only (api → server, lifecycle → service → projections/protocol/events →
+schemas; the MLX runtime → protocol → tools → ports: tools and their grammar lie below all who
+use them), MLX is imported only by the runtime (and the tiny test models of omni.testing) and
+SQLAlchemy only by the event store (and its migrations) and the inspector's reads. The service
+and the API reach a runtime only through omni.ports (the Model protocol and a port per
+modality, jobs and their outputs): never its internals, and never for an event's name
+(omni.vocabulary)."""
 
 from __future__ import annotations
 
@@ -17,16 +19,23 @@ PACKAGE = Path(__file__).resolve().parent.parent / "omni"
 ALLOWED = {
     "schemas": set(),
     "events": set(),
+    "ports": set(),  # what a service may ask of a runtime: below both
+    "tools": {"schemas", "ports"},  # which tools, their grammar, calls read out of text
     "projections": {"schemas"},
-    "protocol": {"schemas"},
-    "runtime": {"schemas", "protocol"},
-    "service": {"schemas", "projections", "protocol", "events"},
+    "protocol": {"schemas", "ports", "tools"},
+    "runtime": {"schemas", "protocol", "ports", "tools"},
+    "testing": set(),  # tiny random-weight models for tests and benchmarks
+    "service": {"schemas", "projections", "protocol", "tools", "events", "ports"},
     "inspect": {"schemas", "projections"},  # reads for people (the CLI, /inspect)
-    "api": {"schemas", "service", "events", "protocol", "db", "inspect"},
-}
+    "lifecycle": {"service", "events"},  # what every endpoint asks before it starts work
+    "server": {"service", "events", "db", "lifecycle", "ports"},  # the composition root
+    "api": {"schemas", "service", "events", "protocol", "db", "inspect", "ports", "server",
+            "lifecycle"},
+    "cli": {"api", "service", "runtime", "events", "inspect", "db"},  # the top: runs them all
+}  # fmt: skip
 LEAVES = {
-    "catalogue", "errors", "features", "heap", "ids", "jobs", "location", "lock", "metrics",
-    "settings", "vocabulary",
+    "catalogue", "errors", "features", "heap", "ids", "image_hosts", "location", "lock",
+    "metrics", "settings", "vocabulary",
 }  # fmt: skip
 
 
@@ -67,7 +76,30 @@ def test_imports_point_down(path: Path) -> None:
 def test_mlx_and_sqlalchemy_stay_in_their_layers(path: Path) -> None:
     top = {name.split(".")[0] for name in imports(path)}
     if "mlx" in top or "mlx_lm" in top:
-        assert layer(path) == "runtime", f"{path} imports MLX"
+        assert layer(path) in ("runtime", "testing"), f"{path} imports MLX"
     if "sqlalchemy" in top:  # omni/location.py only parses URLs with it
         held = ("events", "migrations", "inspect", "location")
         assert layer(path) in held, f"{path} imports SQLAlchemy"
+
+
+EVENTS = PACKAGE / "events"
+BACKENDS = ("sqlite", "postgres")
+
+
+@pytest.mark.parametrize(
+    "path", sorted(EVENTS.rglob("*.py")), ids=lambda p: str(p.relative_to(EVENTS))
+)
+def test_the_log_backends_stand_apart(path: Path) -> None:
+    """omni/events/sqlite and omni/events/postgres are twins on the parts the package shares:
+    neither imports the other, and only the package's face and backends.py (which picks one
+    for a --db) import either."""
+    rel = path.relative_to(EVENTS)
+    own = rel.parts[0] if len(rel.parts) > 1 else None
+    for name in imports(path):
+        parts = name.split(".")
+        if parts[:2] != ["omni", "events"] or len(parts) < 3 or parts[2] not in BACKENDS:
+            continue
+        if own is None:
+            assert rel.name in ("__init__.py", "backends.py"), f"events/{rel} imports {name}"
+        else:
+            assert parts[2] == own, f"events/{rel} imports {name}"

@@ -36,7 +36,7 @@ if os.environ.get("INTAKE_TRACE") and not os.environ.get("INTAKE_TRACE_DONE"):
 
     import omni.api.app as app_module
     import omni.api.chat as chat_module
-    import omni.runtime.mlx_engine as engine_module
+    import omni.runtime.chat.engine as engine_module
     import omni.service.prompting as prompting
 
     omni_dir = os.path.dirname(os.path.dirname(os.path.abspath(app_module.__file__)))

@@ -3,28 +3,42 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
-from typing import Any
+from typing import Any, TypeVar
 
-from quart import Blueprint, Response, current_app, request
+from quart import Blueprint, Response, request
 
 from omni.api import access
 from omni.api.body import body_bytes
+from omni.api.current import current_server
 from omni.api.gate import owner
 from omni.api.query import page_args
 from omni.api.sse import DONE_FRAME, KEEPALIVE_FRAME, chunk_frames
 from omni.errors import OmniError, StoreError
+from omni.schemas.body import load_json, parse_body
 from omni.schemas.chat import ChatCompletionCreate, CompletionCreate
-from omni.schemas.responses import load_json, parse_body
-from omni.service.completions import CompletionsService, is_end
+from omni.service.completions import CompletionsService
+from omni.service.flights import is_end
 from omni.vocabulary import COMPLETION_ERROR
 
 bp = Blueprint("chat", __name__)
 
 
-def _state() -> Any:
-    return current_app.config["OMNI"]
+Body = TypeVar("Body", ChatCompletionCreate, CompletionCreate)
+Created = TypeVar("Created")
+
+
+async def _accept(
+    schema: type[Body], create: Callable[[Body], Awaitable[Created]]
+) -> tuple[Body, Created]:
+    """A completion request taken in (omni.service.intake): its body, for a model served
+    here, and what `create` made of it."""
+    server = current_server()
+    with server.lifecycle.intake.request():
+        body: Body = parse_body(await body_bytes(), schema)
+        server.responses.check_model(body.model)
+        return body, await create(body)
 
 
 def _stream(service: CompletionsService, cid: str, include_usage: bool) -> Response:
@@ -85,12 +99,11 @@ def _no_cache() -> bool:
 
 @bp.post("/chat/completions")
 async def create_chat() -> Any:
-    state = _state()
-    service: CompletionsService = state.completions
-    with state.responses.runs.intake.request():
-        body = parse_body(await body_bytes(), ChatCompletionCreate)
-        state.responses.check_model(body.model)
-        cid, hit = await service.create_chat(body, bypass_cache=_no_cache(), owner=owner())
+    service = current_server().completions
+    body, (cid, hit) = await _accept(
+        ChatCompletionCreate,
+        lambda body: service.create_chat(body, bypass_cache=_no_cache(), owner=owner()),
+    )
     if body.stream:
         response = _stream(service, cid, body.include_usage)
     else:
@@ -104,12 +117,8 @@ async def create_chat() -> Any:
 
 @bp.post("/completions")
 async def create_text() -> Any:
-    state = _state()
-    service: CompletionsService = state.completions
-    with state.responses.runs.intake.request():
-        body = parse_body(await body_bytes(), CompletionCreate)
-        state.responses.check_model(body.model)
-        cid = await service.create_text(body, owner())
+    service = current_server().completions
+    body, cid = await _accept(CompletionCreate, lambda body: service.create_text(body, owner()))
     if body.stream:
         return _stream(service, cid, body.include_usage)
     return await _complete(service, "text", cid)
@@ -126,27 +135,27 @@ async def list_chat() -> Any:
         for key, value in request.args.items()
         if key.startswith("metadata[") and key.endswith("]")
     }
-    return await _state().stored.list(
+    return await current_server().stored.list(
         request.args.get("model"), metadata, after, limit, order, owner()
     )
 
 
 @bp.get("/chat/completions/<cid>")
 async def retrieve_chat(cid: str) -> Any:
-    return await _state().stored.retrieve(cid, owner())
+    return await current_server().stored.retrieve(cid, owner())
 
 
 @bp.get("/chat/completions/<cid>/messages")
 async def chat_messages(cid: str) -> Any:
     after, limit, order = page_args("asc")
-    return await _state().stored.messages(cid, after, limit, order, owner())
+    return await current_server().stored.messages(cid, after, limit, order, owner())
 
 
 @bp.post("/chat/completions/<cid>")
 async def update_chat(cid: str) -> Any:
-    return await _state().stored.update(cid, load_json(await body_bytes()), owner())
+    return await current_server().stored.update(cid, load_json(await body_bytes()), owner())
 
 
 @bp.delete("/chat/completions/<cid>")
 async def delete_chat(cid: str) -> Any:
-    return await _state().stored.delete(cid, owner())
+    return await current_server().stored.delete(cid, owner())

@@ -4,26 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from quart import Blueprint, current_app
+from quart import Blueprint
 
 from omni.api import access
-from omni.api.body import body_bytes
+from omni.api.admit import admit
 from omni.api.gate import owner
-from omni.errors import ModelNotFound, ShuttingDown
 from omni.schemas.embeddings import EmbeddingCreate
-from omni.schemas.responses import parse_body
 
 bp = Blueprint("embeddings", __name__)
 
 
 @bp.post("/embeddings")
 async def create_embeddings() -> Any:
-    state = current_app.config["OMNI"]
-    body = parse_body(await body_bytes(), EmbeddingCreate)
-    if state.responses.runs.closing:
-        raise ShuttingDown("The server is shutting down; retry shortly.")
-    if state.embeddings is None:  # a server started without a model pool
-        raise ModelNotFound("This server serves no embedding model.", param="model")
-    eid, answer = await state.embeddings.create(body, owner())
+    server, body = await admit(EmbeddingCreate)
+    eid, answer = await server.embeddings.create(body, owner())
     access.note(id=eid, **access.usage_note(answer["usage"]))
     return answer

@@ -69,41 +69,13 @@ def origin_allowed(origin: str, allowed: tuple[str, ...]) -> bool:
 
 
 def install(app: Quart, access: Access) -> None:
-    own = access.own_names()
     app.config["MAX_CONTENT_LENGTH"] = access.max_body_bytes  # a chunked body is cut there too
-    # Host header -> allowed: a server hears few names, and parsing one as an IP address on
-    # every request costs more than the rest of the host check.
-    hosts: dict[str, bool] = {}
-
-    def host_ok(header: str) -> bool:
-        allowed = hosts.get(header)
-        if allowed is None:
-            name = host_name(header)
-            allowed = not name or host_allowed(name, own, access.allowed_hosts)
-            if len(hosts) < MAX_HOSTS:
-                hosts[header] = allowed
-        return allowed
+    hosts = _Hosts(access)
 
     @app.before_request
     async def gate() -> Response | None:
-        header = request.headers.get("host", "")
-        if not host_ok(header):
-            name = host_name(header)
-            raise Forbidden(
-                f"Host '{name}' is not this server's; start it with --allowed-hosts {name} "
-                "to answer under that name.",
-                code="host_not_allowed",
-            )
-        origin = request.headers.get("origin")
-        if (
-            origin is not None
-            and not _same_origin(origin)
-            and not origin_allowed(origin, access.allowed_origins)
-        ):
-            raise Forbidden(
-                f"Requests from the web origin '{origin}' are not allowed (see --allowed-origins).",
-                code="origin_not_allowed",
-            )
+        hosts.check(request.headers.get("host", ""))
+        _check_origin(access)
         if request.method == "OPTIONS" and "access-control-request-method" in request.headers:
             return _preflight()
         g.owner = None
@@ -112,19 +84,7 @@ def install(app: Quart, access: Access) -> None:
         g.owner = owner = access.keys.owner(request.headers.get("authorization"))
         if owner is not None:
             note(key=owner)
-        length = request.content_length
-        if length is not None and length > access.max_body_bytes:
-            raise PayloadTooLarge(
-                f"The request body is {length} bytes; this server takes "
-                f"at most {access.max_body_bytes} (see --max-body-mb)."
-            )
-        if request.method in ("POST", "PUT", "PATCH") and _has_body(length):
-            mimetype = request.mimetype
-            if mimetype != "application/json" and not _upload(mimetype):
-                raise UnsupportedMediaType(
-                    "The request body must be JSON, sent with 'Content-Type: application/json'"
-                    f" (got {mimetype or 'no content type'!r})."
-                )
+        _check_body(access)
         return None
 
     @app.after_request
@@ -139,6 +99,64 @@ def install(app: Quart, access: Access) -> None:
         if response.status_code >= 400:
             await _finish_body(response, access.max_body_bytes)
         return response
+
+
+class _Hosts:
+    """Whether a Host header names this server, remembered: a server hears few names, and
+    parsing one as an IP address on every request costs more than the rest of the check."""
+
+    def __init__(self, access: Access) -> None:
+        self._own = access.own_names()
+        self._allowed_hosts = access.allowed_hosts
+        self._known: dict[str, bool] = {}  # Host header -> allowed
+
+    def allowed(self, header: str) -> bool:
+        allowed = self._known.get(header)
+        if allowed is None:
+            name = host_name(header)
+            allowed = not name or host_allowed(name, self._own, self._allowed_hosts)
+            if len(self._known) < MAX_HOSTS:
+                self._known[header] = allowed
+        return allowed
+
+    def check(self, header: str) -> None:
+        if not self.allowed(header):
+            name = host_name(header)
+            raise Forbidden(
+                f"Host '{name}' is not this server's; start it with --allowed-hosts {name} "
+                "to answer under that name.",
+                code="host_not_allowed",
+            )
+
+
+def _check_origin(access: Access) -> None:
+    origin = request.headers.get("origin")
+    if (
+        origin is not None
+        and not _same_origin(origin)
+        and not origin_allowed(origin, access.allowed_origins)
+    ):
+        raise Forbidden(
+            f"Requests from the web origin '{origin}' are not allowed (see --allowed-origins).",
+            code="origin_not_allowed",
+        )
+
+
+def _check_body(access: Access) -> None:
+    """A 413 for a body declared too large, a 415 for one neither JSON nor an audio upload."""
+    length = request.content_length
+    if length is not None and length > access.max_body_bytes:
+        raise PayloadTooLarge(
+            f"The request body is {length} bytes; this server takes "
+            f"at most {access.max_body_bytes} (see --max-body-mb)."
+        )
+    if request.method in ("POST", "PUT", "PATCH") and _has_body(length):
+        mimetype = request.mimetype
+        if mimetype != "application/json" and not _upload(mimetype):
+            raise UnsupportedMediaType(
+                "The request body must be JSON, sent with 'Content-Type: application/json'"
+                f" (got {mimetype or 'no content type'!r})."
+            )
 
 
 def _upload(mimetype: str) -> bool:

@@ -12,18 +12,17 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from quart import Blueprint, current_app
+from quart import Blueprint
 from quart.wrappers import Response
 
-from omni import features
 from omni.api import access
-from omni.api.body import body_bytes
+from omni.api.admit import admit
 from omni.api.gate import owner
-from omni.errors import ModelNotFound, OmniError, ShuttingDown
-from omni.jobs import Drawn, PartialPicture, Picture
+from omni.api.sse import event_frame
+from omni.errors import OmniError
+from omni.ports.images import Drawn, PartialPicture, Picture
 from omni.schemas.images import ImageGenerate
-from omni.schemas.responses import parse_body
-from omni.service.generations import Generation, usage
+from omni.service.images import Generation, usage
 from omni.vocabulary import IMAGE_COMPLETED, IMAGE_PARTIAL
 
 bp = Blueprint("images", __name__)
@@ -31,14 +30,8 @@ bp = Blueprint("images", __name__)
 
 @bp.post("/images/generations")
 async def create_image() -> Any:
-    features.require("images")
-    state = current_app.config["OMNI"]
-    body = parse_body(await body_bytes(), ImageGenerate)
-    if state.responses.runs.closing:
-        raise ShuttingDown("The server is shutting down; retry shortly.")
-    if state.images is None:  # a server started without a model pool
-        raise ModelNotFound("This server serves no image generation model.", param="model")
-    generation = await state.images.create(body, owner())
+    server, body = await admit(ImageGenerate, "images")
+    generation = await server.images.create(body, owner())
     access.note(id=generation.id)
     if body.stream:
         response = Response(_events(generation), content_type="text/event-stream")
@@ -96,11 +89,6 @@ async def _events(generation: Generation) -> AsyncIterator[bytes]:
                 }
             else:
                 continue
-            yield _frame(data)
+            yield event_frame(data)
     except OmniError as exc:  # after the headers: the failure is an event (and in the log)
-        yield _frame({"type": "error", "error": exc.body()["error"]})
-
-
-def _frame(data: dict[str, Any]) -> bytes:
-    text = json.dumps(data, separators=(",", ":"))
-    return f"event: {data['type']}\ndata: {text}\n\n".encode()
+        yield event_frame({"type": "error", "error": exc.body()["error"]})

@@ -13,8 +13,9 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from quart import Blueprint, Response, current_app, jsonify, request
+from quart import Blueprint, Response, jsonify, request
 
+from omni.api.current import current_server
 from omni.api.gate import owner
 from omni.api.query import int_arg
 from omni.errors import NotFound
@@ -58,7 +59,7 @@ def _static(name: str) -> Response:
 
 
 def _store() -> LogStore:
-    return current_app.config["OMNI"].store  # type: ignore[no-any-return]
+    return current_server().store
 
 
 def _fresh(body: dict[str, Any]) -> Response:

@@ -3,8 +3,9 @@ and timings, never a prompt, an id or a key."""
 
 from __future__ import annotations
 
-from quart import Blueprint, Response, current_app
+from quart import Blueprint, Response
 
+from omni.api.current import current_server
 from omni.metrics import CONTENT_TYPE_LATEST
 
 bp = Blueprint("metrics", __name__)
@@ -12,4 +13,4 @@ bp = Blueprint("metrics", __name__)
 
 @bp.get("/metrics")
 async def metrics() -> Response:
-    return Response(current_app.config["OMNI"].metrics.render(), content_type=CONTENT_TYPE_LATEST)
+    return Response(current_server().metrics.render(), content_type=CONTENT_TYPE_LATEST)

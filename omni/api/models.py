@@ -5,23 +5,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from quart import Blueprint, current_app
+from quart import Blueprint
 
 from omni import features
-from omni.service.models import Models
+from omni.api.current import current_server
 
 bp = Blueprint("models", __name__)
 
 
 @bp.get("/models")
 async def list_models() -> dict[str, Any]:
-    models: Models = current_app.config["OMNI"].models
+    models = current_server().models
     return {"object": "list", "data": [models.describe(e) for e in models.entries()]}
 
 
 @bp.get("/models/<path:model_id>")
 async def get_model(model_id: str) -> dict[str, Any]:
-    models: Models = current_app.config["OMNI"].models
+    models = current_server().models
     return models.describe(models.find(model_id))
 
 

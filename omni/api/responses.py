@@ -7,15 +7,17 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any
 
-from quart import Blueprint, Response, current_app, request
+from quart import Blueprint, Response, request
 
 from omni.api import access
 from omni.api.body import body_bytes
+from omni.api.current import current_server
 from omni.api.gate import owner
 from omni.api.query import bool_arg, int_arg, page_args
 from omni.api.sse import KEEPALIVE_FRAME, error_frame, frame
 from omni.errors import InvalidRequest, OmniError, StoreError
-from omni.schemas.responses import ResponseCreate, parse_body
+from omni.schemas.body import parse_body
+from omni.schemas.responses import ResponseCreate
 from omni.service.responses import ResponsesService
 
 log = logging.getLogger(__name__)
@@ -23,7 +25,7 @@ bp = Blueprint("responses", __name__)
 
 
 def _service() -> ResponsesService:
-    return current_app.config["OMNI"].responses  # type: ignore[no-any-return]
+    return current_server().responses
 
 
 def _sse(
@@ -64,8 +66,9 @@ def _sse(
 
 @bp.post("/responses")
 async def create() -> Any:
-    service = _service()
-    with service.runs.intake.request():
+    server = current_server()
+    service = server.responses
+    with server.lifecycle.intake.request():
         body = parse_body(await body_bytes(), ResponseCreate)
         created = await service.create(body, owner())
     response_id = created["id"]

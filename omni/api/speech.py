@@ -5,21 +5,18 @@
 from __future__ import annotations
 
 import base64
-import json
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any
 
-from quart import Blueprint, current_app
+from quart import Blueprint
 from quart.wrappers import Response
 
-from omni import features
 from omni.api import access
-from omni.api.body import body_bytes
+from omni.api.admit import admit
 from omni.api.gate import owner
-from omni.errors import ModelNotFound, ShuttingDown
-from omni.jobs import Spoken
-from omni.schemas.responses import parse_body
+from omni.api.sse import event_frame
+from omni.ports.speech import Spoken
 from omni.schemas.speech import SpeechCreate
 from omni.service.speech import Speech, usage
 from omni.vocabulary import SPEECH_AUDIO_DELTA, SPEECH_AUDIO_DONE
@@ -29,14 +26,8 @@ bp = Blueprint("speech", __name__)
 
 @bp.post("/audio/speech")
 async def create_speech() -> Any:
-    features.require("speech")
-    state = current_app.config["OMNI"]
-    body = parse_body(await body_bytes(), SpeechCreate)
-    if state.responses.runs.closing:
-        raise ShuttingDown("The server is shutting down; retry shortly.")
-    if state.speech is None:  # a server started without a model pool
-        raise ModelNotFound("This server serves no speech model.", param="model")
-    speech = await state.speech.create(body, owner())
+    server, body = await admit(SpeechCreate, "speech")
+    speech = await server.speech.create(body, owner())
     access.note(id=speech.id)
     if body.stream_format == "sse":
         response = Response(_events(speech), content_type="text/event-stream")
@@ -63,5 +54,4 @@ async def _events(speech: Speech) -> AsyncIterator[bytes]:
                 data: dict[str, Any] = {"type": SPEECH_AUDIO_DONE, "usage": usage(piece)}
             else:
                 data = {"type": SPEECH_AUDIO_DELTA, "audio": base64.b64encode(piece).decode()}
-            text = json.dumps(data, separators=(",", ":"))
-            yield f"event: {data['type']}\ndata: {text}\n\n".encode()
+            yield event_frame(data)

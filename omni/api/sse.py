@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from typing import Any
 
 from omni.errors import OmniError
 from omni.vocabulary import COMPLETION_CANCELLED, COMPLETION_USAGE
@@ -18,6 +19,12 @@ _UNSENT_USAGE = frozenset(COMPLETION_USAGE.values())
 def frame(type_: str, data: str, seq: int) -> bytes:
     """One SSE frame: `event:`, `data:` (the stored JSON text), and `id:` for resuming."""
     return f"event: {type_}\ndata: {data}\nid: {seq}\n\n".encode()
+
+
+def event_frame(data: dict[str, Any]) -> bytes:
+    """One SSE frame of an event never stored (no `id:`): `event:` its type, `data:` it all."""
+    text = json.dumps(data, separators=(",", ":"))
+    return f"event: {data['type']}\ndata: {text}\n\n".encode()
 
 
 def error_frame(exc: OmniError, seq: int) -> bytes:

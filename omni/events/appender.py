@@ -99,6 +99,10 @@ class Appender:
                 return
             self._failed(batch[0], exc)
             return
+        self._committed(batch, stored, started)
+
+    def _committed(self, batch: Sequence[_Item], stored: list[StoredEvent], started: float) -> None:
+        """Writes work (again): wake the followers, then resolve each producer's future."""
         if self.failing:
             log.info("appends to the log work again (%d failed meanwhile)", self.failing)
             self.failing = 0

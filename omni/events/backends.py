@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import TypeAlias
 
 from omni.events.notifier import Notifier
-from omni.events.postgres import PostgresStore
-from omni.events.store import EventStore
+from omni.events.postgres.store import PostgresStore
+from omni.events.sqlite.store import EventStore
 from omni.location import is_postgres
 
 # What the server holds: either store, with what each has beyond the contract in common

@@ -1,5 +1,5 @@
-"""What the SQLite store and its cache index share: statements as data, the driver's errors
-in words, the clock of `created_at`."""
+"""What the SQL stores and their parts share: statements as data, the driver's errors in
+words, the clock of `created_at` (and of the cache's ages and the leases' expiries)."""
 
 from __future__ import annotations
 

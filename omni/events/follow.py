@@ -5,36 +5,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
-from typing import Final
+from typing import Final, ParamSpec
 
 from omni.events.contract import EventLog, StoredEvent
 from omni.events.notifier import Notifier
 
 KEEPALIVE: Final = None  # yielded when nothing arrived within the keep-alive interval
-
-
-async def follow(
-    store: EventLog,
-    notifier: Notifier,
-    stream_id: str,
-    after: int,
-    is_terminal: Callable[[StoredEvent], bool],
-    keepalive: float = 15.0,
-    page: int = 512,
-) -> AsyncGenerator[StoredEvent | None, None]:
-    """Yield events with seq > after, live, until a terminal event (inclusive).
-
-    Yields KEEPALIVE (None) after `keepalive` seconds without news. Reads `page` rows at a
-    time, so the first bytes of a long replay go out before the rest is read.
-    """
-    pages = follow_pages(store, notifier, stream_id, after, is_terminal, keepalive, page)
-    async with aclosing(pages):  # closed with this one: the subscription ends at once
-        async for rows in pages:
-            if rows is KEEPALIVE:
-                yield KEEPALIVE
-                continue
-            for row in rows:
-                yield row
+P = ParamSpec("P")
 
 
 async def follow_pages(
@@ -83,3 +60,28 @@ async def follow_pages(
                     await wake.wait()
             except TimeoutError:
                 yield KEEPALIVE
+
+
+def _row_by_row(
+    pages: Callable[P, AsyncGenerator[list[StoredEvent] | None, None]],
+) -> Callable[P, AsyncGenerator[StoredEvent | None, None]]:
+    async def rows(*args: P.args, **kwargs: P.kwargs) -> AsyncGenerator[StoredEvent | None, None]:
+        """Yield events with seq > after, live, until a terminal event (inclusive).
+
+        Yields KEEPALIVE (None) after `keepalive` seconds without news. Reads `page` rows at a
+        time, so the first bytes of a long replay go out before the rest is read.
+        """
+        # Closed with this one: the subscription ends at once.
+        async with aclosing(pages(*args, **kwargs)) as read:
+            async for page in read:
+                if page is KEEPALIVE:
+                    yield KEEPALIVE
+                    continue
+                for row in page:
+                    yield row
+
+    return rows
+
+
+# follow_pages() a row at a time, with the same arguments.
+follow = _row_by_row(follow_pages)

@@ -12,15 +12,13 @@ events = Table(
     Column("position", Integer, primary_key=True, autoincrement=True),
     Column("stream_id", Text, nullable=False),
     Column("seq", Integer, nullable=False),
-    Column("type", Text, nullable=False),
+    # Recovery and listings scan by type ("which streams were accepted / ended").
+    Column("type", Text, nullable=False, index=True),
     Column("data", Text, nullable=False),
     Column("created_at", Integer, nullable=False),
     UniqueConstraint("stream_id", "seq", name="uq_events_stream_seq"),
     sqlite_autoincrement=True,
 )
-
-# Recovery and listings scan by type ("which streams were accepted / ended").
-Index("ix_events_type", events.c.type)
 
 # The chat replay cache: a projection of the log that the database itself keeps (migration
 # 0004's triggers on `events`), one row per replayable completion; the store only bounds it
@@ -54,8 +52,6 @@ leases = Table(
     "leases",
     metadata,
     Column("stream_id", Text, primary_key=True),
-    Column("owner", Text, nullable=False),
-    Column("expires_at", BigInteger, nullable=False),
+    Column("owner", Text, nullable=False, index=True),
+    Column("expires_at", BigInteger, nullable=False, index=True),
 )
-Index("ix_leases_expires_at", leases.c.expires_at)
-Index("ix_leases_owner", leases.c.owner)

@@ -1,28 +1,29 @@
-"""Pure reads of stored documents: a request summarized, an object's output, its rates."""
+"""Pure reads of stored documents: an object's output, folded by its kind, and its rates."""
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypedDict
+
+from omni.projections.completions import fold_chat, fold_text
+from omni.projections.response import fold_response
+from omni.vocabulary import IMAGES_COMPLETED, SPEECH_COMPLETED
 
 PREVIEW_WORDS = 12
-_TEXT = 80  # characters of an input item's text kept in a request summary
-# The sampling settings a completion's body may carry (a response's request stores its own).
-_COMPLETION_SAMPLING = (
-    "temperature",
-    "top_p",
-    "top_k",
-    "min_p",
-    "max_tokens",
-    "max_completion_tokens",
-    "seed",
-    "stop",
-    "presence_penalty",
-    "frequency_penalty",
-    "repetition_penalty",
-    "logprobs",
-    "top_logprobs",
-)
+
+
+class ShownCall(TypedDict):
+    """A tool call the model made, as the inspector shows it."""
+
+    name: Any  # as the stored item names it
+    arguments: str
+    call_id: Any
+
+
+# An object's output: (its text, its tool calls, its reasoning).
+Output = tuple[str, list[ShownCall], str]
+Events = list[tuple[str, str]]  # a public stream's (type, data), in order
 
 
 def preview(text: str, words: int = PREVIEW_WORDS) -> str:
@@ -42,109 +43,6 @@ def decode_rate(
     return round((output_tokens - 1) * 1000.0 / (end_ms - first_ms), 1)
 
 
-def _content_text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        texts = (_part_text(p) for p in content if isinstance(p, dict))
-        return " ".join(t for t in texts if t)
-    return ""
-
-
-def _part_text(part: dict[str, Any]) -> str:
-    """A part's text; an image (input_image, image_url) as [image], with its URL unless it
-    is a data: URL (the image itself)."""
-    if part.get("type") not in ("input_image", "image_url"):
-        return str(part.get("text") or "")
-    url = part.get("image_url")
-    url = url.get("url") if isinstance(url, dict) else url
-    return "[image]" if not isinstance(url, str) or url.startswith("data:") else f"[image {url}]"
-
-
-def _item(item: dict[str, Any]) -> dict[str, Any]:
-    """An input item as {type, role, text}: the text cut to a preview."""
-    type_ = str(item.get("type") or "message")
-    if type_ == "function_call":
-        text = f"{item.get('name')}({item.get('arguments') or ''})"
-    elif type_ == "function_call_output":
-        text = str(item.get("output") or "")
-    else:
-        text = _content_text(item.get("content"))
-    text = " ".join(text.split())
-    return {
-        "type": type_,
-        "role": item.get("role"),
-        "text": text[:_TEXT] + ("…" if len(text) > _TEXT else ""),
-    }
-
-
-def request_summary(kind: str, doc: dict[str, Any]) -> dict[str, Any]:
-    """An accepted request ({kind, body, ...}) as {model, sampling, instructions, input}."""
-    body = doc.get("body") or {}
-    if kind == "embedding":  # its inputs' text is not kept: how many, and their tokens
-        n, tokens = doc.get("inputs"), doc.get("prompt_tokens")
-        told = f"{n} input{'' if n == 1 else 's'}, {tokens} token{'' if tokens == 1 else 's'}"
-        return {
-            "model": body.get("model"),
-            "sampling": {},
-            "instructions": None,
-            "input": [{"type": "embedding_input", "role": None, "text": told}],
-            "stream": False,
-        }
-    if kind == "speech":  # the text spoken, as a response's input is kept
-        told = " ".join(str(body.get("input") or "").split())
-        return {
-            "model": body.get("model"),
-            "sampling": {k: body[k] for k in ("voice", "speed", "response_format") if k in body},
-            "instructions": body.get("instructions"),
-            "input": [{"type": "speech_input", "role": None,
-                       "text": told[:_TEXT] + ("…" if len(told) > _TEXT else "")}],
-            "stream": body.get("stream_format") == "sse",
-        }  # fmt: skip
-    if kind == "image":  # the prompt drawn, as a response's input is kept
-        told = " ".join(str(body.get("prompt") or "").split())
-        drawn: dict[str, Any] = {
-            k: doc[k] for k in ("size", "quality", "steps", "seed") if k in doc
-        }
-        drawn.update({k: body[k] for k in ("n", "output_format") if k in body})
-        return {
-            "model": body.get("model"),
-            "sampling": drawn,
-            "instructions": None,
-            "input": [{"type": "image_prompt", "role": None,
-                       "text": told[:_TEXT] + ("…" if len(told) > _TEXT else "")}],
-            "stream": bool(body.get("stream")),
-        }  # fmt: skip
-    if kind == "transcription":  # the audio is not kept: what it was
-        audio = doc.get("audio") or {}
-        told = f"{audio.get('filename')}: {audio.get('seconds')} s of audio ({doc.get('task')})"
-        return {
-            "model": body.get("model"),
-            "sampling": {k: body[k] for k in ("language", "temperature") if body.get(k)},
-            "instructions": body.get("prompt"),
-            "input": [{"type": "audio", "role": None, "text": told}],
-            "stream": bool(body.get("stream")),
-        }
-    if kind == "response":
-        sampling = dict((doc.get("plan") or doc).get("sampling") or {})  # older: beside
-        items = [_item(i) for i in doc.get("input") or [] if isinstance(i, dict)]
-    else:
-        sampling = {k: body[k] for k in _COMPLETION_SAMPLING if body.get(k) is not None}
-        if kind == "chat.completion":
-            items = [_item({"type": "message", **m}) for m in body.get("messages") or []]
-        else:
-            prompt = body.get("prompt")
-            prompts = prompt if isinstance(prompt, list) else [prompt]
-            items = [_item({"type": "prompt", "content": str(p)}) for p in prompts]
-    return {
-        "model": body.get("model"),
-        "sampling": sampling,
-        "instructions": body.get("instructions"),
-        "input": items,
-        "stream": bool(body.get("stream")),
-    }
-
-
 def speech_output(ending: dict[str, Any]) -> str:
     """What a finished speech made (its audio is never kept): '1.25 s of audio, 20110 bytes'."""
     if "duration_s" not in ending:
@@ -162,9 +60,11 @@ def images_output(request: dict[str, Any], ending: dict[str, Any]) -> str:
     return f"{made} {body.get('output_format', 'png')}, {ending.get('bytes')} bytes"
 
 
-def response_output(response: dict[str, Any]) -> tuple[str, list[dict[str, Any]], str]:
+def response_output(response: dict[str, Any]) -> Output:
     """A response's (output text, tool calls, reasoning text)."""
-    text, calls, reasoning = [], [], []
+    text: list[str] = []
+    calls: list[ShownCall] = []
+    reasoning: list[str] = []
     for item in response.get("output") or []:
         if item.get("type") == "message":
             text += [p.get("text") or "" for p in item.get("content") or []]
@@ -181,13 +81,13 @@ def response_output(response: dict[str, Any]) -> tuple[str, list[dict[str, Any]]
     return "".join(text), calls, "".join(reasoning)
 
 
-def completion_output(kind: str, folded: dict[str, Any]) -> tuple[str, list[dict[str, Any]], str]:
+def completion_output(kind: str, folded: dict[str, Any]) -> Output:
     """A folded chat or text completion's (output text, tool calls, reasoning text)."""
     choice = (folded.get("choices") or [{}])[0]
     if kind != "chat.completion":
         return str(choice.get("text") or ""), [], ""
     message = choice.get("message") or {}
-    calls = [
+    calls: list[ShownCall] = [
         {
             "name": (c.get("function") or {}).get("name"),
             "arguments": (c.get("function") or {}).get("arguments") or "",
@@ -198,7 +98,7 @@ def completion_output(kind: str, folded: dict[str, Any]) -> tuple[str, list[dict
     return str(message.get("content") or ""), calls, str(message.get("reasoning_content") or "")
 
 
-def transcript_text(events: list[tuple[str, str]]) -> str:
+def transcript_text(events: Events) -> str:
     """A transcription's text: its done event's, else its deltas so far."""
     deltas = []
     for type_, data in events:
@@ -207,3 +107,63 @@ def transcript_text(events: list[tuple[str, str]]) -> str:
         if type_ == "transcript.text.delta":
             deltas.append(str(json.loads(data).get("delta") or ""))
     return "".join(deltas)
+
+
+def json_object(data: str) -> dict[str, Any]:
+    """A stored JSON text as an object ({} if it is none)."""
+    try:
+        value = json.loads(data)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _ending(events: Events, type_: str) -> dict[str, Any]:
+    """The data of the stream's first `type_` event ({} if none)."""
+    return next((json_object(d) for t, d in events if t == type_), {})
+
+
+def _response(kind: str, events: Events, request: dict[str, Any]) -> Output:
+    return response_output(fold_response(events))
+
+
+def _nothing(kind: str, events: Events, request: dict[str, Any]) -> Output:
+    """Vectors are never kept: no output to show."""
+    return "", [], ""
+
+
+def _speech(kind: str, events: Events, request: dict[str, Any]) -> Output:
+    """Nor audio: how long it was."""
+    return speech_output(_ending(events, SPEECH_COMPLETED)), [], ""
+
+
+def _images(kind: str, events: Events, request: dict[str, Any]) -> Output:
+    """Nor pictures: how many, how big."""
+    return images_output(request, _ending(events, IMAGES_COMPLETED)), [], ""
+
+
+def _transcript(kind: str, events: Events, request: dict[str, Any]) -> Output:
+    return transcript_text(events), [], ""
+
+
+def _completion(kind: str, events: Events, request: dict[str, Any]) -> Output:
+    fold = fold_chat if kind == "chat.completion" else fold_text
+    pairs = [(t, d) for t, d in events if t.endswith(".chunk") or t.endswith(".usage")]
+    return completion_output(kind, fold(pairs))
+
+
+# An object's output, by its kind (tests/test_modalities.py: every kind has one).
+OUTPUTS: dict[str, Callable[[str, Events, dict[str, Any]], Output]] = {
+    "response": _response,
+    "chat.completion": _completion,
+    "text_completion": _completion,
+    "embedding": _nothing,
+    "speech": _speech,
+    "image": _images,
+    "transcription": _transcript,
+}
+
+
+def object_output(kind: str, events: Events, request: dict[str, Any]) -> Output:
+    """An object's output from its public stream (and its accepted request)."""
+    return OUTPUTS.get(kind, _completion)(kind, events, request)

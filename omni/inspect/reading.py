@@ -7,7 +7,6 @@ or PostgreSQL (omni/inspect/pg_queries.py holds the few queries that differ).
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from sqlalchemy import text
@@ -15,20 +14,16 @@ from sqlalchemy.engine import Connection, RowMapping
 
 from omni.inspect import pg_queries
 from omni.inspect.folding import (
-    completion_output,
     decode_rate,
-    images_output,
+    json_object,
+    object_output,
     preview,
-    request_summary,
     response_output,
-    speech_output,
     transcript_text,
 )
-from omni.inspect.records import Detail, Stats, Summary, TimelineRow
+from omni.inspect.records import Detail, Stats, Summary, TimelineRow, Timings
+from omni.inspect.requests import request_summary
 from omni.inspect.stats import percentile
-from omni.projections.completions import fold_chat, fold_text
-from omni.projections.response import fold_response
-from omni.vocabulary import IMAGES_COMPLETED, SPEECH_COMPLETED
 
 _SUMMARY = (
     "SELECT s.*, t.data AS end_data FROM summaries s"
@@ -55,14 +50,8 @@ class Inspector:
         kind: str | None = None,
     ) -> list[Summary]:
         """Newest first: responses and completions, `limit` of them."""
-        where, args = _filters(
-            status=status,
-            model=model,
-            owner=owner,
-            kind=kind,
-            since_ms=since_ms,
-            before_position=before_position,
-        )
+        asked = {"status": status, "model": model, "owner": owner, "kind": kind}
+        where, args = _filters(**asked, since_ms=since_ms, before_position=before_position)
         query = f"{_SUMMARY} {where} ORDER BY s.position DESC LIMIT :limit"
         rows = self.conn.execute(text(query), {**args, "limit": limit}).mappings().all()
         return [self._summary(row) for row in rows]
@@ -74,23 +63,7 @@ class Inspector:
         kind = row["kind"]
         events = self.events(object_id)
         request = self.request(object_id) or {}
-        if kind == "response":
-            folded = fold_response([(t, d) for _, t, d in events])
-            output, calls, reasoning = response_output(folded)
-        elif kind == "embedding":  # vectors are never kept: no output to show
-            output, calls, reasoning = "", [], ""
-        elif kind == "speech":  # nor audio: how long it was
-            endings = [_json(d) for _, t, d in events if t == SPEECH_COMPLETED]
-            output, calls, reasoning = speech_output(endings[0] if endings else {}), [], ""
-        elif kind == "image":  # nor pictures: how many, how big
-            endings = [_json(d) for _, t, d in events if t == IMAGES_COMPLETED]
-            output, calls, reasoning = images_output(request, endings[0] if endings else {}), [], ""
-        elif kind == "transcription":
-            output, calls, reasoning = transcript_text([(t, d) for _, t, d in events]), [], ""
-        else:
-            fold = fold_chat if kind == "chat.completion" else fold_text
-            pairs = [(t, d) for _, t, d in events if t.endswith(".chunk") or t.endswith(".usage")]
-            output, calls, reasoning = completion_output(kind, fold(pairs))
+        output, calls, reasoning = object_output(kind, [(t, d) for _, t, d in events], request)
         error = None
         if row["error_code"] is not None or row["error_message"] is not None:
             error = {"code": row["error_code"], "message": row["error_message"]}
@@ -186,7 +159,7 @@ class Inspector:
             ),
             {"s": f"{object_id}/request"},
         ).first()
-        return _json(row[0]) if row is not None else None
+        return json_object(row[0]) if row is not None else None
 
     def kind(self, object_id: str, owner: str | None = None) -> str | None:
         row = self._row(object_id, owner)
@@ -258,7 +231,8 @@ class Inspector:
         usage = row["input_tokens"], row["output_tokens"]
         known = None not in usage
         if known and row["kind"] == "response" and row["end_position"] is not None:
-            return response_output(_json(row["end_data"] or "{}").get("response") or {})[0], *usage
+            ended = json_object(row["end_data"] or "{}").get("response") or {}
+            return response_output(ended)[0], *usage
         if row["kind"] in ("speech", "image"):  # not kept: the list shows what was asked
             return "", *usage
         if row["kind"] == "transcription":
@@ -315,7 +289,7 @@ def _filters(**given: Any) -> tuple[str, dict[str, Any]]:
     return (f"WHERE {where}" if where else ""), args
 
 
-def _timings(row: RowMapping) -> dict[str, Any]:
+def _timings(row: RowMapping) -> Timings:
     created, started = row["created_at"], row["started_at"]
     first, end = row["first_token_at"], row["finished_at"]
     return {
@@ -329,11 +303,3 @@ def _timings(row: RowMapping) -> dict[str, Any]:
 def _numbers(joined: str | None) -> list[float]:
     """group_concat's comma-separated numbers (None for none)."""
     return [float(n) for n in joined.split(",")] if joined else []
-
-
-def _json(data: str) -> dict[str, Any]:
-    try:
-        value = json.loads(data)
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}

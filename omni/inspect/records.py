@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypedDict
+
+from omni.inspect.folding import ShownCall
+from omni.inspect.requests import RequestSummary
 
 
 def iso(ms: int) -> str:
@@ -63,16 +66,25 @@ class TimelineRow:
         return asdict(self)
 
 
+class Timings(TypedDict):
+    """An object's times in ms from its creation, and its decode rate (None: not yet)."""
+
+    queued_ms: int | None
+    ttft_ms: int | None
+    decode_tokens_per_s: float | None
+    total_ms: int | None
+
+
 @dataclass(frozen=True)
 class Detail:
     """One object whole: its request, usage, timings, output."""
 
     summary: Summary
-    request: dict[str, Any]  # {model, sampling, instructions, input: [{type, role, text}]}
+    request: RequestSummary  # {model, sampling, instructions, input: [{type, role, text}]}
     usage: dict[str, Any]  # input/output/cached/reasoning tokens
-    timings: dict[str, Any]  # {queued_ms, ttft_ms, decode_tokens_per_s, total_ms}
+    timings: Timings
     output_text: str
-    tool_calls: list[dict[str, Any]] = field(default_factory=list)  # {name, arguments, call_id}
+    tool_calls: list[ShownCall] = field(default_factory=list)
     reasoning: str = ""
     error: dict[str, Any] | None = None  # {code, message}
     last_seq: int = -1  # the highest seq of the public stream

@@ -10,10 +10,10 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from omni.ids import new_id
-from omni.jobs import Delta, Failed, Finished, Logprobs, Output, Started
+from omni.ports.jobs import Delta, Failed, Finished, Logprobs, Output, Started
 from omni.protocol.stops import StopMatcher
 from omni.protocol.thinking import ThinkSplitter
-from omni.protocol.tool_calls import Call, CallSplitter, Segment
+from omni.tools.calls import Call, CallSplitter, Segment, routed
 from omni.vocabulary import (
     COMPLETION_CANCELLED,
     COMPLETION_CHUNK,
@@ -126,23 +126,18 @@ class ChunkRecorder:
         return self._segments(segments)
 
     def _segments(self, segments: list[Segment]) -> list[ChunkEvent]:
-        events: list[ChunkEvent] = []
-        for kind, value in segments:
-            if kind == "text":
-                assert isinstance(value, str)
-                events += self._emit(value)
-            else:
-                assert isinstance(value, Call)
-                index = self._calls
-                self._calls += 1
-                call = {
-                    "index": index,
-                    "id": new_id("call"),
-                    "type": "function",
-                    "function": {"name": value.name, "arguments": value.arguments},
-                }
-                events.append(self._chunk({"tool_calls": [call]}))
-        return events
+        return routed(segments, self._emit, self._call)
+
+    def _call(self, value: Call) -> list[ChunkEvent]:
+        index = self._calls
+        self._calls += 1
+        call = {
+            "index": index,
+            "id": new_id("call"),
+            "type": "function",
+            "function": {"name": value.name, "arguments": value.arguments},
+        }
+        return [self._chunk({"tool_calls": [call]})]
 
     def _emit(self, text: str) -> list[ChunkEvent]:
         if not text:

@@ -12,9 +12,9 @@ from collections.abc import Callable
 from typing import Any
 
 from omni.ids import new_id
-from omni.jobs import Delta, Failed, Finished, Logprobs, Output, Started, TokenLogprob
+from omni.ports.jobs import Delta, Failed, Finished, Logprobs, Output, Started, TokenLogprob
 from omni.protocol.thinking import ThinkSplitter
-from omni.protocol.tool_calls import Call, CallSplitter, Segment
+from omni.tools.calls import Call, CallSplitter, Segment, routed
 from omni.vocabulary import RESPONSE_ENDS
 
 __all__ = ["RESPONSE_ENDS", "ResponseRecorder", "usage"]
@@ -259,15 +259,7 @@ class ResponseRecorder:
         return events
 
     def _segments(self, segments: list[Segment]) -> list[Event]:
-        events: list[Event] = []
-        for kind, value in segments:
-            if kind == "text":
-                assert isinstance(value, str)
-                events += self._text(value)
-            else:
-                assert isinstance(value, Call)
-                events += self._function_call(value)
-        return events
+        return routed(segments, self._text, self._function_call)
 
     def _function_call(self, call: Call) -> list[Event]:
         """A complete call: its item opens, its arguments stream, it closes."""

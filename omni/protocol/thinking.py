@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from omni.protocol.tool_calls import partial_suffix
+from omni.tools.calls import held_back
 
 Part = tuple[Literal["reasoning", "text"], str]
 
@@ -32,38 +32,51 @@ class ThinkSplitter:
         self._held += text
         out: list[Part] = []
         while self._held:
-            if self._opening:
-                head = self._held.lstrip()
-                if not head or (self.start.startswith(head) and head != self.start):
-                    return out  # undecided: whitespace, or part of the opening marker
-                self._opening = False
-                if head.startswith(self.start):
-                    self._held = head[len(self.start) :]
-                    self.inside = True
-                    continue
+            if self._opening and not self._open():
+                break  # undecided: whitespace, or part of the opening marker
             if not self.inside:
-                if self.closed and not self._answered:  # the blank lines after the block
-                    self._held = self._held.lstrip("\n")
-                    if not self._held:
-                        return out
-                    self._answered = True
-                text, self._held = self._held, ""
-                out.append(("text", text))
-                return out
-            at = self._held.find(self.end)
-            if at < 0:
-                keep = partial_suffix(self._held, self.end)
-                released = self._held[: len(self._held) - keep]
-                self._held = self._held[len(released) :]
-                if released:
-                    out.append(("reasoning", released))
-                return out
-            if at:
-                out.append(("reasoning", self._held[:at]))
-            self._held = self._held[at + len(self.end) :]
-            self.inside = False
-            self.closed = True
+                out += self._answer()
+                break
+            if not self._reason(out):
+                break
         return out
+
+    def _open(self) -> bool:
+        """Past the leading whitespace, whether the output opens a block (then it is inside
+        it); False while undecided."""
+        head = self._held.lstrip()
+        if not head or (self.start.startswith(head) and head != self.start):
+            return False
+        self._opening = False
+        if head.startswith(self.start):
+            self._held = head[len(self.start) :]
+            self.inside = True
+        return True
+
+    def _answer(self) -> list[Part]:
+        """What is held, as answer text (not the blank lines right after the block)."""
+        if self.closed and not self._answered:
+            self._held = self._held.lstrip("\n")
+            if not self._held:
+                return []
+            self._answered = True
+        text, self._held = self._held, ""
+        return [("text", text)]
+
+    def _reason(self, out: list[Part]) -> bool:
+        """Reasoning up to the end marker, onto `out`: True if the block closed."""
+        at = self._held.find(self.end)
+        if at < 0:
+            released, self._held = held_back(self._held, self.end)
+            if released:
+                out.append(("reasoning", released))
+            return False
+        if at:
+            out.append(("reasoning", self._held[:at]))
+        self._held = self._held[at + len(self.end) :]
+        self.inside = False
+        self.closed = True
+        return True
 
     def finish(self) -> list[Part]:
         held, self._held = self._held, ""

@@ -1,8 +1,9 @@
-"""A model in a process of its own, spoken to over a pipe: the embedder, the transcriber and
-the speaker share it. The process is spawned (never forked from a process that holds
-threads) with the engine's BLAS preloaded (omni.runtime.blas: on MLX's CPU build the matrix
-products run there), and sends one message once its model is loaded or could not be. Each
-request then has an id; a reader thread hands each reply to the event loop that asked, so
+"""A model in a process of its own, spoken to over a pipe: the server's side, which the
+embedder, the transcriber, the speaker and the imager share (the process's side:
+omni.runtime.model_worker). The process is spawned (never forked from a process that holds
+threads) with the engine's BLAS preloaded (omni.runtime.platform.blas: on MLX's CPU build the
+matrix products run there), and sends one message once its model is loaded or could not be.
+Each request then has an id; a reader thread hands each reply to the event loop that asked, so
 the loop never waits on the pipe, and once the process is gone every request still waiting
 is told why."""
 
@@ -18,8 +19,8 @@ from multiprocessing.connection import Connection
 from typing import Any, Generic, TypeVar
 
 from omni.errors import SERVER_ERROR, ModelLoadError, OmniError
-from omni.runtime import blas
-from omni.runtime.wire import Cancel
+from omni.runtime.chat.wire import Cancel
+from omni.runtime.platform import blas
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -28,6 +29,13 @@ T = TypeVar("T")
 class ModelProcess:
     """`what`: the model, for messages ("embedding model"); `name`: the process's name;
     `closing`: the message that asks the process to stop."""
+
+    # What the pool reads (omni.ports.model.Model): loaded once start() returns, requests
+    # counted in `running`, and the weights' memory not known (the folder's size counts).
+    queued = 0
+    loading = False
+    load_error: str | None = None
+    memory_bytes: int | None = None
 
     def __init__(self, path: str, what: str, name: str, closing: Any):
         self.path = path
@@ -73,14 +81,19 @@ class ModelProcess:
         self._process = None
         raise ModelLoadError(f"cannot load {self._what} {self.path}: {why}")
 
-    async def ask(self, make: Callable[[int], Any]) -> Any:
-        """Send `make(id)` and wait for its one answer (answer() of its reply)."""
+    def expect(self, receiver: asyncio.Future[Any] | asyncio.Queue[Any]) -> int:
+        """A new request's id, whose replies go to `receiver` on this event loop (deliver());
+        OmniError where the model's process is gone."""
         if self._gone is not None:
             raise OmniError(self._gone)
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[Any] = loop.create_future()
         job_id = next(self._ids)
-        self._pending[job_id] = (loop, future)
+        self._pending[job_id] = (asyncio.get_running_loop(), receiver)
+        return job_id
+
+    async def ask(self, make: Callable[[int], Any]) -> Any:
+        """Send `make(id)` and wait for its one answer (answer() of its reply)."""
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        job_id = self.expect(future)
         try:
             # A big request is megabytes of pickle: sent from a thread, the loop goes on.
             await asyncio.to_thread(self._send, make(job_id))
@@ -92,12 +105,9 @@ class ModelProcess:
         self, make: Callable[[int], Any], read: Callable[[Any], tuple[T, bool]]
     ) -> Replies[T]:
         """Send `make(id)`; its replies, each as `read` makes it a value (and says whether it
-        is the last), as they come (omni.jobs.Answer)."""
-        if self._gone is not None:
-            raise OmniError(self._gone)
+        is the last), as they come (omni.ports.model.Answer)."""
         queue: asyncio.Queue[Any] = asyncio.Queue()
-        job_id = next(self._ids)
-        self._pending[job_id] = (asyncio.get_running_loop(), queue)
+        job_id = self.expect(queue)
         try:
             # Megabytes of audio, and a busy process reads it only when its request is
             # done: sent from a thread, the loop goes on.
@@ -137,14 +147,7 @@ class ModelProcess:
             self._send(self._closing)
         except OmniError:
             pass
-        self._process.join(timeout=30)
-        if self._process.is_alive():
-            self._process.terminate()
-            self._process.join(timeout=5)
-        if self._reader.is_alive():
-            self._reader.join(timeout=5)
-        if self._conn is not None:
-            self._conn.close()
+        stop_process(self._process, self._reader, self._conn)
         self._process = None
 
     def _send(self, message: Any) -> None:
@@ -175,8 +178,22 @@ class ModelProcess:
             self.deliver(loop, receiver, OmniError(self._gone))
 
 
+def stop_process(process: Any, reader: threading.Thread, conn: Connection | None) -> None:
+    """After a model's process was asked to close: wait for it (ended if it will not), then
+    for its reader thread, which ends at the pipe's end that the exit made; the pipe closes
+    after it (closed under a recv in progress, recv raised TypeError in that thread)."""
+    process.join(timeout=30)
+    if process.is_alive():
+        process.terminate()
+        process.join(timeout=5)
+    if reader.is_alive():
+        reader.join(timeout=5)
+    if conn is not None:
+        conn.close()
+
+
 class Replies(Generic[T]):
-    """One request's replies, read from its queue (omni.jobs.Answer). The reader thread puts
+    """One request's replies, read from its queue (omni.ports.model.Answer). The reader thread puts
     them there, or the OmniError that says the process is gone."""
 
     def __init__(

@@ -6,7 +6,7 @@ back, function calls and their outputs); they leave as one canonical shape, ids 
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -16,6 +16,13 @@ from omni.ids import new_id
 
 class _Item(BaseModel):
     model_config = ConfigDict(extra="allow")
+
+
+class _InputItem(_Item):
+    """An input item; `stored` gives its canonical stored shape, with an id."""
+
+    def stored(self, param: str) -> dict[str, Any]:
+        raise NotImplementedError
 
 
 class TextPart(_Item):
@@ -31,15 +38,28 @@ class ImagePart(_Item):
     detail: Literal["low", "high", "auto", "original"] | None = None
 
 
-class Message(_Item):
+class Message(_InputItem):
     type: Literal["message"] = "message"
     role: Literal["user", "assistant", "system", "developer"]
     content: str | list[dict[str, Any]]
     id: str | None = None
     status: str | None = None
 
+    def stored(self, param: str) -> dict[str, Any]:
+        message = {
+            "id": self.id or new_id("msg"),
+            "type": "message",
+            "role": self.role,
+            "content": _parts(self, param),
+            "status": self.status if self.status in _ITEM_STATUSES else "completed",
+        }
+        phase = (self.model_extra or {}).get("phase")
+        if self.role == "assistant" and phase in ("commentary", "final_answer"):
+            message["phase"] = phase
+        return message
 
-class FunctionCall(_Item):
+
+class FunctionCall(_InputItem):
     type: Literal["function_call"]
     call_id: str
     name: str
@@ -47,16 +67,29 @@ class FunctionCall(_Item):
     id: str | None = None
     status: str | None = None
 
+    def stored(self, param: str) -> dict[str, Any]:
+        fields = {"name": self.name, "arguments": self.arguments}
+        return {"id": self.id or new_id("fc"), **_call_item(self.type, self.call_id, fields)}
 
-class FunctionCallOutput(_Item):
+
+class FunctionCallOutput(_InputItem):
     type: Literal["function_call_output"]
     call_id: str
     output: str | list[dict[str, Any]]
     id: str | None = None
     status: str | None = None
 
+    def stored(self, param: str) -> dict[str, Any]:
+        fields = {"output": self.output}
+        return {"id": self.id or new_id("fco"), **_call_item(self.type, self.call_id, fields)}
 
-class Reasoning(_Item):
+
+def _call_item(type_: str, call_id: str, fields: dict[str, Any]) -> dict[str, Any]:
+    """A function call's item, or its output's, as stored: completed."""
+    return {"type": type_, "call_id": call_id, **fields, "status": "completed"}
+
+
+class Reasoning(_InputItem):
     type: Literal["reasoning"]
     id: str | None = None
     summary: list[dict[str, Any]] = Field(default_factory=list)
@@ -64,10 +97,33 @@ class Reasoning(_Item):
     encrypted_content: str | None = None
     status: str | None = None
 
+    def stored(self, param: str) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "id": self.id or new_id("rs"),
+            "type": "reasoning",
+            "summary": self.summary,
+        }
+        for key in ("content", "encrypted_content", "status"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        return out
+
 
 _ITEM_STATUSES = ("in_progress", "completed", "incomplete")
+M = TypeVar("M", bound=BaseModel)
 
-_KINDS: dict[str, type[_Item]] = {
+
+def _validated(model: type[M], raw: Any, what: str, param: str) -> M:
+    """`raw` as `model`; a 400 naming the first field that is wrong."""
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"])
+        raise InvalidRequest(f"Invalid {what}: {loc}: {err['msg']}", param=param) from None
+
+
+_KINDS: dict[str, type[_InputItem]] = {
     "message": Message,
     "function_call": FunctionCall,
     "function_call_output": FunctionCallOutput,
@@ -113,12 +169,7 @@ def _parts(message: Message, param: str) -> list[dict[str, Any]]:
 def _image(part: dict[str, Any], role: str, where: str) -> dict[str, Any]:
     """An input_image part as stored: its URL as the client sent it (a data: URL too), which
     input_items returns; whether the model takes images is the service's to say."""
-    try:
-        image = ImagePart.model_validate(part)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(p) for p in err["loc"])
-        raise InvalidRequest(f"Invalid input_image: {loc}: {err['msg']}", param=where) from None
+    image = _validated(ImagePart, part, "input_image", where)
     if role != "user":
         raise InvalidRequest("Images are accepted in user messages only.", param=where)
     if image.file_id is not None:
@@ -161,51 +212,8 @@ def normalize_item(raw: Any, param: str) -> dict[str, Any]:
     model = _KINDS.get(kind)
     if model is None:
         raise InvalidRequest(f"Input items of type {kind!r} are not supported.", param=param)
-    try:
-        item = model.model_validate(raw)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(p) for p in err["loc"])
-        raise InvalidRequest(f"Invalid input item: {loc}: {err['msg']}", param=param) from None
-    if isinstance(item, Message):
-        message = {
-            "id": item.id or new_id("msg"),
-            "type": "message",
-            "role": item.role,
-            "content": _parts(item, param),
-            "status": item.status if item.status in _ITEM_STATUSES else "completed",
-        }
-        phase = (item.model_extra or {}).get("phase")
-        if item.role == "assistant" and phase in ("commentary", "final_answer"):
-            message["phase"] = phase
-        return message
-    if isinstance(item, FunctionCall):
-        return {
-            "id": item.id or new_id("fc"),
-            "type": "function_call",
-            "call_id": item.call_id,
-            "name": item.name,
-            "arguments": item.arguments,
-            "status": "completed",
-        }
-    if isinstance(item, FunctionCallOutput):
-        return {
-            "id": item.id or new_id("fco"),
-            "type": "function_call_output",
-            "call_id": item.call_id,
-            "output": item.output,
-            "status": "completed",
-        }
-    assert isinstance(item, Reasoning)
-    out: dict[str, Any] = {
-        "id": item.id or new_id("rs"),
-        "type": "reasoning",
-        "summary": item.summary,
-    }
-    for key in ("content", "encrypted_content", "status"):
-        if getattr(item, key) is not None:
-            out[key] = getattr(item, key)
-    return out
+    item = _validated(model, raw, "input item", param)
+    return item.stored(param)
 
 
 def normalize_input(raw: str | list[Any] | None) -> list[dict[str, Any]]:

@@ -8,21 +8,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
 
 from omni.catalogue import GB, size_on_disk
-from omni.jobs import Measured, Stored, keeps
+from omni.ports.model import Model
 
 
-def reported(model: object) -> int | None:
+def reported(model: Model | None) -> int | None:
     """The bytes `model`'s weights take in memory, where it reports them."""
-    return cast(Measured, model).memory_bytes if keeps(model, Measured) else None
+    return None if model is None else model.memory_bytes
 
 
-def on_disk(model: object) -> int | None:
+def on_disk(model: Model) -> int | None:
     """The bytes of the folder (or file) `model` was loaded from, where it names one here;
     else None. Reads the disk: once a load, off the event loop."""
-    if not isinstance(model, Stored) or not model.path:
+    if not model.path:
         return None
     try:
         return size_on_disk(Path(model.path))
@@ -30,7 +29,7 @@ def on_disk(model: object) -> int | None:
         return None
 
 
-def footprint(model: object, stored: int | None, catalogued: int | None) -> int:
+def footprint(model: Model | None, stored: int | None, catalogued: int | None) -> int:
     """What a model takes (or will) against the budget: its report, else `stored` (on_disk's
     answer), else `catalogued` (the catalogue's size); none known: nothing."""
     return reported(model) or stored or catalogued or 0

@@ -4,16 +4,13 @@ non-streaming answer is their fold, and a cache hit is a copy of a finished stre
 
 from __future__ import annotations
 
-import asyncio
-import hashlib
 import json
 import logging
 import time
-from collections.abc import AsyncGenerator, Sequence
-from dataclasses import astuple
+from collections.abc import AsyncGenerator, Awaitable, Sequence
 from typing import Any, TypeVar
 
-from omni.errors import InvalidRequest, NotFound, StoreError
+from omni.errors import InvalidRequest, NotFound
 from omni.events import (
     Append,
     Appender,
@@ -25,69 +22,44 @@ from omni.events import (
     follow_pages,
 )
 from omni.ids import new_id
-from omni.jobs import Engine, Sampling
 from omni.metrics import UNREAD, Metrics
+from omni.ports.chat import Engine
+from omni.ports.jobs import Sampling
 from omni.projections.completions import fold_chat, fold_text
 from omni.projections.messages import chat_content, chat_for_template
 from omni.protocol.chat_recorder import ChunkRecorder, error_event
 from omni.schemas.chat import ChatCompletionCreate, CompletionCreate
 from omni.service.defaults import Defaults
-from omni.service.image_urls import Fetcher
-from omni.service.images import load_images, message_images, pictures, refuse_images
+from omni.service.flights import Flights, cache_key, is_end
+from omni.service.image_urls import PUBLIC_IMAGES, Fetcher
+from omni.service.modality import LeftOpen
 from omni.service.models import Models
 from omni.service.ownership import cache_namespace
 from omni.service.plan import RunPlan
 from omni.service.prompting import Prompter, refuse_unfittable, text_bytes
 from omni.service.reasoning import thinking_plan
 from omni.service.requests import rendered
-from omni.service.runs import Run, Runs
+from omni.service.run import Run
+from omni.service.runs import Runs
 from omni.service.streams import dumps, request_stream
-from omni.service.structured import decoding_constraint
-from omni.service.tools import tool_policy
-from omni.service.unwritten import end_unwritten
+from omni.service.vision_inputs import load_images, message_images, pictures, refuse_images
 from omni.settings import ServerSettings
-from omni.vocabulary import ACCEPTED, COMPLETION_CHUNK, COMPLETION_ENDS
+from omni.tools.policy import tool_policy
+from omni.tools.schema import decoding_constraint
+from omni.vocabulary import ACCEPTED, CHAT, COMPLETION_CHUNK, COMPLETION_ENDS, TEXT
 
-MIRROR_PAGE = 512
-# A twin on another server waits this long at most for the leader's request to be in the log.
-REMOTE_POLLS, REMOTE_POLL_S = 40, 0.05
 RESTARTED = "The server restarted before this completion finished."
+LEFT_OPEN = [
+    LeftOpen(chunk, COMPLETION_ENDS, lambda _: error_event(RESTARTED), "completions")
+    for chunk in COMPLETION_CHUNK.values()
+]
 log = logging.getLogger(__name__)
 Body = TypeVar("Body", ChatCompletionCreate, CompletionCreate)
 
 
-def is_end(event: StoredEvent) -> bool:
-    return event.type in COMPLETION_ENDS
-
-
-def flight_lease(key: str) -> str:
-    """The lease that says which server generates a replay-cache key now."""
-    return f"flight:{key}"
-
-
-def cache_key(
-    model_id: str, body: ChatCompletionCreate, sampling: Sampling, owner: str | None = None
-) -> str | None:
-    """The replay-cache key of `owner`'s deterministic request, else None. Deterministic is
-    judged on the sampling it runs with (the request's, else the operator's or the model's):
-    temperature 0 or a seed. Owners never share answers: another key's entry is another key's
-    data."""
-    if not (sampling.temperature == 0 or sampling.seed is not None):
-        return None
-    normal = {
-        "owner": owner,
-        "model": model_id,
-        "messages": [m.model_dump(mode="json", exclude_none=True) for m in body.messages],
-        "sampling": [astuple(sampling), body.stop],
-        "logprobs": [body.logprobs, body.top_logprobs],
-        "tools": [body.tools, body.tool_choice, body.parallel_tool_calls],
-        "format": body.response_format,
-        "reasoning": body.reasoning_effort,
-    }
-    return hashlib.sha256(json.dumps(normal, sort_keys=True).encode()).hexdigest()
-
-
 class CompletionsService:
+    kinds = (CHAT, TEXT)
+
     def __init__(
         self,
         store: Store,
@@ -100,12 +72,15 @@ class CompletionsService:
         defaults: Defaults | None = None,
         prompter: Prompter | None = None,
         store_by_default: bool = ServerSettings.store_by_default,
+        *,
+        metrics: Metrics = UNREAD,
+        image_fetcher: Fetcher | None = PUBLIC_IMAGES,
     ):
         self.defaults = defaults or Defaults()
         self.store_by_default = store_by_default
         self.prompter = prompter or Prompter()
         # How http(s) image URLs are fetched (None: --no-image-urls, they are refused).
-        self.image_fetcher: Fetcher | None = Fetcher()
+        self.image_fetcher = image_fetcher
         self.store = store
         self.appender = appender
         self.notifier = notifier
@@ -113,11 +88,8 @@ class CompletionsService:
         self.runs = runs
         self.keepalive = keepalive
         self.cache = cache
-        self._inflight: dict[str, str] = {}  # cache key -> completion generating it
-        # Unstored copies (mirrors) -> set once their client has read them: then purged.
-        self._copies: dict[str, asyncio.Event] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
-        self.metrics: Metrics = UNREAD  # the app's, once it serves
+        self.metrics = metrics  # the server's (UNREAD: nobody reads them)
+        self.flights = Flights(store, appender, notifier, runs, keepalive, metrics)
 
     # --- create ---------------------------------------------------------------
 
@@ -142,10 +114,43 @@ class CompletionsService:
     async def _create_chat(
         self, engine: Engine, body: ChatCompletionCreate, bypass_cache: bool, owner: str | None
     ) -> tuple[str, bool]:
+        prompt, plan, images = await self._chat_plan(engine, body, owner)
+        key = cache_key(engine.model_id, body, plan.sampling, owner) if self.cache else None
+        cid = new_id("chatcmpl").replace("chatcmpl_", "chatcmpl-")
+
+        def generate(leased: tuple[str, ...] = ()) -> Awaitable[None]:
+            recorder = ChunkRecorder(
+                "chat",
+                cid,
+                engine.model_id,
+                int(time.time()),
+                stops=body.stop,
+                logprobs=body.logprobs,
+                splitter=plan.splitter(engine),
+                thinker=plan.thinker(engine, prompt),
+            )
+            return self._start(
+                engine, cid, "chat", body, recorder, prompt, plan, key, owner, leased, images
+            )
+
+        if key is None or bypass_cache:
+            await generate()
+            return cid, False
+        return cid, await self.flights.answer(key, cid, body, owner, generate)
+
+    async def _chat_plan(
+        self, engine: Engine, body: ChatCompletionCreate, owner: str | None
+    ) -> tuple[list[int], RunPlan, tuple[bytes, ...]]:
+        """The prompt, the plan and the images of a chat completion on `engine`."""
         tools, mode = tool_policy(body.tools or [], body.tool_choice)
         parallel = body.parallel_tool_calls is not False
         constraint = decoding_constraint(
-            engine, tools, mode, body.response_format, "response_format", parallel
+            engine.capabilities.tool_format,
+            tools,
+            mode,
+            body.response_format,
+            "response_format",
+            parallel,
         )
         structured = engine.capabilities.template_tools
         refs = message_images([m.content for m in body.messages])
@@ -179,99 +184,7 @@ class CompletionsService:
             constraint,
             cache_namespace(owner, body.prompt_cache_key),
         )
-        key = cache_key(engine.model_id, body, sampling, owner) if self.cache else None
-        cid = new_id("chatcmpl").replace("chatcmpl_", "chatcmpl-")
-        images = pictures(refs, loaded)
-        if key is None or bypass_cache:
-            await self._generate(engine, cid, body, prompt, plan, key, owner, images=images)
-            return cid, False
-        leader = self._leader(key)
-        if leader is not None:  # single flight: follow the identical request under way
-            await self._mirror(leader, cid, body, key, owner)
-            self.metrics.replay_cache.labels("hit").inc()
-            return cid, True
-        self._inflight[key] = cid  # reserved before any await: concurrent twins follow us
-        flight: tuple[str, ...] = ()
-        try:
-            # Servers sharing the log: one of them generates a stored key at a time, and
-            # twins sent to the others follow its stream (a lease on the key says which).
-            if body.store and self.runs.leasing.shared:
-                if await self.runs.leasing.lead(flight_lease(key)):
-                    flight = (flight_lease(key),)
-                elif (remote := await self._remote_leader(key)) is not None:
-                    await self._mirror(remote, cid, body, key, owner)
-                    self.metrics.replay_cache.labels("hit").inc()
-                    return cid, True
-            original = await self.store.cache.lookup(key)
-            if original is not None:
-                await self.runs.leasing.release(flight)
-                await self._mirror(original, cid, body, key, owner)
-                self.metrics.replay_cache.labels("hit").inc()
-                return cid, True
-            await self._generate(engine, cid, body, prompt, plan, key, owner, flight, images)
-            self.metrics.replay_cache.labels("miss").inc()
-            return cid, False
-        except BaseException:
-            self._stop_leading(cid)
-            if flight:
-                await asyncio.shield(self.runs.leasing.release(flight))
-            raise
-
-    async def _remote_leader(self, key: str) -> str | None:
-        """The completion another server generates for `key` (it holds the key's lease), once
-        its request is in the log: its lease is taken just before. None where that server let
-        go meanwhile (its answer is then in the cache, or it failed) or never writes it."""
-        for _ in range(REMOTE_POLLS):
-            accepted = await self.store.streams_with(ACCEPTED, [("$.key", key)])
-            for request in reversed(accepted):
-                cid = request.removesuffix("/request")
-                last = await self.store.last(cid)
-                if last is None or not is_end(last):
-                    return cid  # under way: followed live
-                break
-            if await self.runs.leasing.holder(flight_lease(key)) is None:
-                return None
-            await asyncio.sleep(REMOTE_POLL_S)
-        return None
-
-    def _leader(self, key: str) -> str | None:
-        """The completion answering this key right now, unless it is being cancelled."""
-        cid = self._inflight.get(key)
-        run = self.runs.get(cid) if cid is not None else None
-        if run is not None and run.job.stop.is_set():
-            return None
-        return cid
-
-    def _stop_leading(self, cid: str) -> None:
-        """Twins must no longer follow `cid` (it ended, or will not end well)."""
-        for key in [k for k, v in self._inflight.items() if v == cid]:
-            del self._inflight[key]
-
-    async def _generate(
-        self,
-        engine: Engine,
-        cid: str,
-        body: ChatCompletionCreate,
-        prompt: list[int],
-        plan: RunPlan,
-        key: str | None,
-        owner: str | None,
-        leased: tuple[str, ...] = (),
-        images: tuple[bytes, ...] = (),
-    ) -> None:
-        recorder = ChunkRecorder(
-            "chat",
-            cid,
-            engine.model_id,
-            int(time.time()),
-            stops=body.stop,
-            logprobs=body.logprobs,
-            splitter=plan.splitter(engine),
-            thinker=plan.thinker(engine, prompt),
-        )
-        await self._start(
-            engine, cid, "chat", body, recorder, prompt, plan, key, owner, leased, images
-        )
+        return prompt, plan, pictures(refs, loaded)
 
     async def create_text(self, body: CompletionCreate, owner: str | None = None) -> str:
         self.runs.check_capacity()
@@ -352,114 +265,37 @@ class CompletionsService:
         # Not stored (store false, or the server's default said so): purged once read. Only
         # stored chat completions are replayed (the index's source says so).
         run = Run(cid, recorder, job, engine, store=bool(body.store), leased=leased)
-        run.on_done = lambda: self._stop_leading(cid)  # failed or cancelled: not to be followed
+        run.on_done = lambda: self.flights.stop_leading(
+            cid
+        )  # failed or cancelled: not to be followed
         await self.runs.open(
             run,
             Append(request_stream(cid), 0, [NewEvent(ACCEPTED, dumps(request))]),
             Append(cid, 0, opening),
         )
 
-    async def _mirror(
-        self, original: str, cid: str, body: ChatCompletionCreate, key: str, owner: str | None
-    ) -> None:
-        """Completion `cid` gets the original's chunks under its own id: at once for a
-        finished original (a cache hit), live for one still generating (single flight)."""
-        self.runs.hold(original)  # before any await: an unstored original waits for us
-        if not body.store:
-            self._copies[cid] = asyncio.Event()
-        request = {
-            "kind": "chat",
-            "body": body.model_dump(mode="json"),
-            "key": key,
-            "owner": owner,
-            "mirror_of": original,
-        }
-        try:
-            await self.appender.append(
-                Append(request_stream(cid), 0, [NewEvent(ACCEPTED, dumps(request))])
-            )
-        except BaseException:
-            self.runs.let_go(original)
-            self._copies.pop(cid, None)
-            raise
-        self._track(self._copy(original, cid))
-
-    async def _copy(self, original: str, cid: str) -> None:
-        old, new = f'"id":"{original}"', f'"id":"{cid}"'
-        seq = 0
-        unwritten: list[BaseException] = []
-
-        def check(done: asyncio.Future[list[StoredEvent]]) -> None:
-            if not done.cancelled() and (exc := done.exception()) is not None:
-                unwritten.append(exc)
-
-        try:
-            async for event in follow(
-                self.store, self.notifier, original, -1, is_end, self.keepalive, page=MIRROR_PAGE
-            ):
-                if unwritten:
-                    raise unwritten[0]  # the copy is cut: its ending says so
-                if event is None:
-                    continue
-                append = Append(cid, seq, [NewEvent(event.type, event.data.replace(old, new, 1))])
-                seq += 1
-                # A page read at once is queued at once, so it commits as one transaction.
-                if is_end(event):
-                    await self.appender.append(append)
-                else:
-                    self.appender.submit(append).add_done_callback(check)
-        except StoreError:
-            await end_unwritten(self.store, self.appender, cid, False)
-        finally:
-            self.runs.let_go(original)
-            self._stop_leading(cid)
-        read = self._copies.get(cid)
-        if read is not None:  # unstored: kept until its client has read it, then purged
-            try:
-                await read.wait()
-                await self.notifier.wait_idle(cid)
-                await self.store.purge([cid, request_stream(cid)])
-            finally:
-                self._copies.pop(cid, None)
-
     def release(self, cid: str) -> None:
         """The client of `cid` is done with it (read to the end, or gone)."""
         self.runs.release(cid)
-        if (read := self._copies.get(cid)) is not None:
-            read.set()
-
-    def _track(self, coro: Any) -> None:
-        task = asyncio.create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self.flights.release(cid)
 
     async def recover(self, among: Sequence[str] | None = None) -> int:
         """End every stored completion a crash left open (its client is gone with the old
         process), as a foreground response is ended: an error event, so its stream ends and
         purge can take it (an unstored one was purged at start-up). Returns how many."""
         ended = 0
-        for chunk in COMPLETION_CHUNK.values():
-            unfinished = await self.store.unfinished(chunk, sorted(COMPLETION_ENDS))
-            async with self.runs.leasing.taking(unfinished, among) as taken:
-                for cid in taken:
-                    type_, data = error_event(RESTARTED)
-                    event = NewEvent(type_, dumps(data))
-                    seq = await self.store.next_seq(cid)
-                    await self.appender.append(Append(cid, seq, [event]))
-                    ended += 1
-        if ended:
-            log.warning("ended %d completions a restart interrupted", ended)
+        for left in LEFT_OPEN:
+            ended += await left.end(self.store, self.appender, self.runs.leasing, among)
         return ended
 
     def cancel_running(self, cid: str) -> None:
         self.runs.cancel(cid, unless_mirrored=True)
         run = self.runs.get(cid)
         if run is None or run.job.stop.is_set():
-            self._stop_leading(cid)
+            self.flights.stop_leading(cid)
 
     async def close(self) -> None:
-        for task in self._tasks:
-            task.cancel()
+        self.flights.close()
 
     # --- read -----------------------------------------------------------------
 

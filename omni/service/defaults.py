@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from omni.jobs import RecommendedSampling
+from omni.ports.chat import RecommendedSampling
 
 # What a request gets where nobody recommends anything: sampling as the model's logits say.
 BUILT_IN: dict[str, Any] = {

@@ -8,21 +8,19 @@ from __future__ import annotations
 import array
 import asyncio
 import base64
-import logging
 import math
 import sys
-import time
-from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
 from omni.errors import InvalidRequest, internal
 from omni.events import Append, Appender, EventLog, NewEvent
 from omni.ids import new_id
-from omni.jobs import Embedder
 from omni.metrics import UNREAD, Metrics
+from omni.ports.embeddings import Embedder
 from omni.schemas.embeddings import EmbeddingCreate
 from omni.service.leasing import Leasing
+from omni.service.modality import LeftOpen, ModelRequests, error_body, now_ms, submit_end
 from omni.service.streams import dumps, request_stream
 from omni.vocabulary import (
     ACCEPTED,
@@ -37,7 +35,7 @@ from omni.vocabulary import (
 MAX_INPUTS = 2048  # OpenAI's limit of inputs in one request
 RESTARTED = "The server restarted before these embeddings were ready."
 GONE = "The client went away before its embeddings were ready."
-log = logging.getLogger(__name__)
+CANCELLED = error_body(GONE, "cancelled")  # an ending's error: the client went away
 
 
 class EmbedderSource(Protocol):
@@ -48,10 +46,6 @@ class EmbedderSource(Protocol):
         loaded while the request is taken in and embedded; a ModelNotFound, or an
         InvalidRequest for a chat model."""
         ...
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def split_input(value: Any) -> tuple[list[str] | None, list[list[int]] | None]:
@@ -71,22 +65,30 @@ def split_input(value: Any) -> tuple[list[str] | None, list[list[int]] | None]:
             param="input",
         )
     if all(isinstance(v, str) for v in value):
-        for i, text in enumerate(value):
-            if not text:
-                raise InvalidRequest(f"'input[{i}]' is an empty string.", param="input")
-        return value, None
+        return _texts(value), None
     if all(_is_id(v) for v in value):
         return None, [value]
     if all(isinstance(v, list) for v in value):
-        for i, ids in enumerate(value):
-            if not ids:
-                raise InvalidRequest(f"'input[{i}]' is an empty list of tokens.", param="input")
-            if not all(_is_id(t) for t in ids):
-                raise InvalidRequest(f"'input[{i}]' must hold only token ids.", param="input")
-        return None, value
+        return None, _token_lists(value)
     raise InvalidRequest(
         "'input' must be all strings, all token ids, or all lists of token ids.", param="input"
     )
+
+
+def _texts(value: list[str]) -> list[str]:
+    for i, text in enumerate(value):
+        if not text:
+            raise InvalidRequest(f"'input[{i}]' is an empty string.", param="input")
+    return value
+
+
+def _token_lists(value: list[list[Any]]) -> list[list[int]]:
+    for i, ids in enumerate(value):
+        if not ids:
+            raise InvalidRequest(f"'input[{i}]' is an empty list of tokens.", param="input")
+        if not all(_is_id(t) for t in ids):
+            raise InvalidRequest(f"'input[{i}]' must hold only token ids.", param="input")
+    return value
 
 
 def _is_id(value: Any) -> bool:
@@ -113,14 +115,20 @@ def encoded(vector: list[float], encoding_format: str) -> list[float] | str:
     return base64.b64encode(packed.tobytes()).decode("ascii")
 
 
-class EmbeddingsService:
+class EmbeddingsService(ModelRequests):
+    kinds = (EMBEDDING,)
+    left_open = LeftOpen.failing(
+        EMBEDDING_IN_PROGRESS, EMBEDDING_ENDS, EMBEDDING_FAILED, RESTARTED, "embeddings requests"
+    )
+
     def __init__(
         self,
         store: EventLog,
         appender: Appender,
         models: EmbedderSource,
-        metrics: Metrics = UNREAD,
+        *,
         leasing: Leasing | None = None,
+        metrics: Metrics = UNREAD,
     ):
         self.store = store
         self.appender = appender
@@ -132,7 +140,7 @@ class EmbeddingsService:
         self, body: EmbeddingCreate, owner: str | None = None
     ) -> tuple[str, dict[str, Any]]:
         """`owner`'s embeddings: their id in the log and OpenAI's answer."""
-        queued_at = _now_ms()
+        queued_at = now_ms()
         texts, given = split_input(body.input)
         async with self.models.use_embedder(body.model) as embedder:
             return await self._create(body, embedder, texts, given, owner, queued_at)
@@ -185,22 +193,23 @@ class EmbeddingsService:
         owner: str | None,
         queued_at: int,
     ) -> tuple[str, dict[str, Any]]:
-        caps = embedder.capabilities
-        await self._accept(eid, body, embedder.model_id, counts, owner, queued_at)
-        timings: dict[str, int] = {"queued_at": queued_at, "started_at": _now_ms()}
+        caps, model_id = embedder.capabilities, embedder.model_id
+        await self._accept(eid, body, model_id, counts, owner, queued_at)
+        timings: dict[str, int] = {"queued_at": queued_at, "started_at": now_ms()}
         try:
             vectors = await embedder.embed(inputs)
         except asyncio.CancelledError:  # the client went away: the log says so, unawaited
-            self._end(eid, EMBEDDING_FAILED, embedder.model_id, timings, _error(GONE, "cancelled"))
+            submit_end(self.appender, eid, 1, EMBEDDING_FAILED, model_id, timings, CANCELLED)
             raise
         except Exception as exc:
             failure = internal(exc, f"embeddings {eid}")
-            await self._end(eid, EMBEDDING_FAILED, embedder.model_id, timings, failure.body())
+            failed = failure.body()
+            await submit_end(self.appender, eid, 1, EMBEDDING_FAILED, model_id, timings, failed)
             raise failure from None
         usage = {"prompt_tokens": sum(counts), "total_tokens": sum(counts)}
         dims = body.dimensions or caps.dimensions
         done = {"inputs": len(inputs), "dimensions": min(dims, caps.dimensions), "usage": usage}
-        await self._end(eid, EMBEDDING_COMPLETED, embedder.model_id, timings, done)
+        await submit_end(self.appender, eid, 1, EMBEDDING_COMPLETED, model_id, timings, done)
         self._observe(len(inputs), usage["prompt_tokens"], timings)
         data = [
             {
@@ -237,38 +246,11 @@ class EmbeddingsService:
             Append(eid, 0, [NewEvent(EMBEDDING_IN_PROGRESS, dumps(opening))]),
         )
 
-    def _end(
-        self, eid: str, type_: str, model_id: str, timings: dict[str, int], fields: dict[str, Any]
-    ) -> asyncio.Future[Any]:
-        """The ending's append, queued (awaited but where the request was cancelled)."""
-        timings = {**timings, "finished_at": _now_ms()}
-        data = {"id": eid, "model": model_id, **fields, "timings": timings}
-        return self.appender.submit(Append(eid, 1, [NewEvent(type_, dumps(data))]))
-
     def _observe(self, inputs: int, tokens: int, timings: dict[str, int]) -> None:
         m = self.metrics
         m.embedding_inputs.inc(inputs)
         m.input_tokens.labels("embeddings").inc(tokens)
-        m.embedding_seconds.observe((_now_ms() - timings["queued_at"]) / 1000)
-
-    async def recover(self, among: Sequence[str] | None = None) -> int:
-        """End every embeddings request a crash left open (its client went with the old
-        process). Returns how many."""
-        ended = 0
-        unfinished = await self.store.unfinished(EMBEDDING_IN_PROGRESS, sorted(EMBEDDING_ENDS))
-        async with self.leasing.taking(unfinished, among) as taken:
-            for eid in taken:
-                data = {"id": eid, "error": _error(RESTARTED, "server_error")["error"]}
-                end = Append(eid, 1, [NewEvent(EMBEDDING_FAILED, dumps(data))])
-                await self.appender.append(end)
-                ended += 1
-        if ended:
-            log.warning("ended %d embeddings requests a restart interrupted", ended)
-        return ended
-
-
-def _error(message: str, code: str) -> dict[str, Any]:
-    return {"error": {"message": message, "type": "server_error", "param": None, "code": code}}
+        m.embedding_seconds.observe((now_ms() - timings["queued_at"]) / 1000)
 
 
 def _check_vocabulary(inputs: list[list[int]], vocab_size: int) -> None:

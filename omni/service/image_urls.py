@@ -4,7 +4,7 @@ each redirect hop; the connection goes to an address that was checked, with no s
 in between (DNS rebinding), under the URL's own Host header and, for https, its own name
 (SNI, and the certificate must be that name's). A fetch has one deadline for all its hops,
 connects and reads, so that a slow server holds a fetching thread no longer. Why a fetch gave
-no image is for the log: images.py answers every failure with one message, else a client
+no image is for the log: vision_inputs.py answers every failure with one message, else a client
 could scan ports with it."""
 
 from __future__ import annotations
@@ -17,27 +17,24 @@ import re
 import socket
 import ssl
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
+from omni.image_hosts import ImageHosts
 from omni.settings import ServerSettings
 
 MAX_IMAGE_BYTES = 20 * 1024 * 1024  # OpenAI's limit for one image
 FETCH_TIMEOUT_S = 10.0  # for each connect and each read, within the fetch's deadline
-FETCH_THREADS = 4  # fetches at once (images.py), each holding a thread until its deadline
+FETCH_THREADS = 4  # fetches at once (vision_inputs.py), each holding a thread until its deadline
 MAX_REDIRECTS = 5
 MAX_ADDRESSES = 4  # connected to at most, of those a hop's host resolves to (all checked)
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _PORTS = {"http": 80, "https": 443}
 _UNSENDABLE = re.compile(r"[\x00-\x20\x7f]")  # what no request line may carry
-_NAME = re.compile(r"(\*\.)?[a-z0-9_-]+(\.[a-z0-9_-]+)*\.?")
 
-Address = ipaddress.IPv4Address | ipaddress.IPv6Address
-Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 SockAddr = tuple[int, tuple[Any, ...]]  # a resolved address: its family, and connect()'s tuple
-_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")  # the IPv4 address in its last 32 bits
 
 
 class Unfetchable(Exception):
@@ -62,64 +59,6 @@ class Deadline:
         if left <= 0:
             raise Unfetchable(f"not fetched within {self.seconds:g} s")
         return min(FETCH_TIMEOUT_S, left)
-
-
-def public(address: Address) -> bool:
-    """Whether `address` is on the internet at large: not loopback, private, link-local,
-    site-local, multicast, unspecified or reserved, nor an IPv6 address that carries such an
-    IPv4 one."""
-    if isinstance(address, ipaddress.IPv6Address):
-        if address.ipv4_mapped is not None:  # ::ffff:127.0.0.1 is 127.0.0.1
-            return public(address.ipv4_mapped)
-        if address in _NAT64:  # the whole prefix is reserved (::/8): judge what it carries
-            return public(ipaddress.IPv4Address(int(address) & 0xFFFFFFFF))
-        if address.sixtofour is not None:  # 2002::/16 is global by some Pythons' tables only
-            return public(address.sixtofour)
-        if address.is_site_local:  # fec0::/10: deprecated, yet still a local network's
-            return False
-    return address.is_global and not (
-        address.is_loopback
-        or address.is_private
-        or address.is_link_local
-        or address.is_multicast
-        or address.is_unspecified
-        or address.is_reserved
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class ImageHosts:
-    """What image URLs may name beyond public addresses: host names (`name`, `*.domain`)
-    whatever they resolve to, and networks (`10.0.0.0/8`, or one address) under any name."""
-
-    names: tuple[str, ...] = ()
-    networks: tuple[Network, ...] = ()
-
-    @classmethod
-    def parse(cls, entries: Iterable[str]) -> ImageHosts:
-        """ValueError names an entry that is neither a host name nor an address or network."""
-        names: list[str] = []
-        networks: list[Network] = []
-        for entry in entries:
-            text = entry.strip().lower()
-            try:  # an address, bracketed or not, is a network of one
-                networks.append(ipaddress.ip_network(text.strip("[]"), strict=False))
-            except ValueError:
-                if not _NAME.fullmatch(text):
-                    raise ValueError(
-                        f"{entry!r} is neither a host name nor an IP address or network (CIDR)"
-                    ) from None
-                names.append(text.rstrip("."))
-        return cls(tuple(names), tuple(networks))
-
-    def allows(self, host: str, address: Address) -> bool:
-        """Whether a URL naming `host` may be fetched from `address` (one it resolved to)."""
-        name = host.lower().rstrip(".")
-        if any(name == n or (n.startswith("*.") and name.endswith(n[1:])) for n in self.names):
-            return True
-        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-            address = address.ipv4_mapped
-        return public(address) or any(address in network for network in self.networks)
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +150,9 @@ class Fetcher:
         if len(data) > MAX_IMAGE_BYTES:
             raise Unfetchable(f"larger than {MAX_IMAGE_BYTES} bytes")
         return None, data
+
+
+PUBLIC_IMAGES = Fetcher()  # public addresses only, within the default deadline
 
 
 class _Pinned(http.client.HTTPConnection):

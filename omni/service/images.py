@@ -1,187 +1,217 @@
-"""The images of a request (Responses' input_image parts, chat's image_url parts): where each
-sits, for errors that name it, and its bytes, decoded from a data: URL or fetched from an
-http(s) URL. The log keeps every image as the client sent it (input_items returns it so); the
-bytes go with the prompt to a vision model's engine, and are never stored apart. An http(s)
-URL that gives no image is one and the same 400, whatever the reason (image_urls.py)."""
+"""Image generation over the event log. Each request is a stream `img-X`: `images.in_progress`
+when accepted (its request on `img-X/request`: model, size, quality, steps, the seed it draws
+with, the prompt as a response records its input, owner), one `images.image` as each image
+is drawn (its seed and bytes), then `images.completed` (usage, timings) or `images.failed`.
+The pictures are the answer, not the record: never written; the seed draws them again."""
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
-import io
 import logging
-import re
-from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+import secrets
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Any
-from urllib.parse import urlsplit
+from typing import Any, Protocol
 
-from omni.errors import InvalidRequest
-from omni.jobs import Engine
-from omni.service.image_urls import FETCH_THREADS, MAX_IMAGE_BYTES, Fetcher, Unfetchable
+from omni.errors import internal
+from omni.events import Append, Appender, EventLog, NewEvent
+from omni.ids import new_id
+from omni.ports.images import Drawn, ImageOrder, Imager, PartialPicture, Picture
+from omni.schemas.images import ImageGenerate
+from omni.service.leasing import Leasing
+from omni.service.modality import LeftOpen, ModelRequests, error_body, now_ms, submit_end
+from omni.service.streams import dumps, request_stream
+from omni.vocabulary import (
+    ACCEPTED,
+    ID_PREFIXES,
+    IMAGE,
+    IMAGES_COMPLETED,
+    IMAGES_ENDS,
+    IMAGES_FAILED,
+    IMAGES_IMAGE,
+    IMAGES_IN_PROGRESS,
+)
 
+RESTARTED = "The server restarted before these images were drawn."
+GONE = "The client went away before its images were drawn."
+CANCELLED = error_body(GONE, "cancelled")  # an ending's error: the client went away
 log = logging.getLogger(__name__)
-_DATA_URL = re.compile(r"data:(?P<type>[^;,]*)(?P<params>(;[^;,]*)*),(?P<data>.*)", re.DOTALL)
-# Fetches wait on other hosts, up to their deadline: on threads of their own, never the
-# default executor's, which models load on (a flood of slow URLs would starve it).
-_FETCHING = ThreadPoolExecutor(FETCH_THREADS, thread_name_prefix="omni-image-fetch")
+Piece = PartialPicture | Picture | Drawn
 
 
-@dataclass(frozen=True, slots=True)
-class ImageRef:
-    url: str  # a data: URL or an http(s) URL, as the client sent it
-    param: str  # where the request holds it ("input[0].content[1]")
+class ImagerSource(Protocol):
+    """What the service asks of the model pool (omni.service.models.Models)."""
+
+    def use_imager(self, name: str | None) -> AbstractAsyncContextManager[Imager]:
+        """The image model `name` names (None: the default one), loaded and kept loaded while
+        the request is taken in; a ModelNotFound, or an InvalidRequest for another kind."""
+        ...
 
 
-def item_images(items: Sequence[dict[str, Any]], param: str = "input") -> list[ImageRef]:
-    """The input_image parts of stored input items, in order; `param`: what the items are
-    (the request's `input`, or the `previous_response_id` whose chain holds them)."""
-    refs = []
-    for i, item in enumerate(items):
-        if item.get("type") != "message" or not isinstance(item.get("content"), list):
-            continue
-        for j, part in enumerate(item["content"]):
-            if part.get("type") == "input_image":
-                where = f"{param}[{i}].content[{j}]" if param == "input" else param
-                refs.append(ImageRef(part["image_url"], where))
-    return refs
+@dataclass(frozen=True)
+class Generation:
+    """An accepted image generation: its id, what it draws, and what the model makes (each
+    image's partial pictures, then the picture), then one Drawn."""
+
+    id: str
+    model: str
+    size: str  # WIDTHxHEIGHT
+    quality: str
+    output_format: str
+    created: int
+    pieces: AsyncIterator[Piece]
 
 
-def message_images(contents: Sequence[Any]) -> list[ImageRef]:
-    """The image_url parts of chat messages (their contents, in order)."""
-    refs = []
-    for i, content in enumerate(contents):
-        if not isinstance(content, list):
-            continue
-        for j, part in enumerate(content):
-            if part.get("type") == "image_url":
-                ref = part["image_url"]
-                url = ref if isinstance(ref, str) else ref["url"]
-                refs.append(ImageRef(url, f"messages[{i}].content[{j}]"))
-    return refs
-
-
-def refuse_images(engine: Engine, refs: Sequence[ImageRef]) -> None:
-    """A 400 naming the first image, for a model that takes text only."""
-    if refs and not engine.capabilities.vision:
-        raise InvalidRequest(
-            f"The model '{engine.model_id}' does not accept images: it takes text only "
-            "(serve a vision-language model to send images).",
-            param=refs[0].param,
-            code="invalid_image",
-        )
-
-
-async def load_images(refs: Iterable[ImageRef], fetcher: Fetcher | None) -> dict[str, bytes]:
-    """Each distinct image's bytes by its URL, checked to be an image (400s name the part);
-    read in a worker thread: decoding and checking megabytes is no work for the event loop.
-    `fetcher` None: an http(s) URL is a 400 (`--no-image-urls`: a server that clients must
-    not make reach other hosts at all)."""
-    loop = asyncio.get_running_loop()
-    loaded: dict[str, bytes] = {}
-    for ref in refs:
-        if ref.url not in loaded:
-            threads = _FETCHING if _fetched(ref.url) else None  # None: the default executor
-            loaded[ref.url] = await loop.run_in_executor(threads, _read, ref, fetcher)
-    return loaded
-
-
-def pictures(refs: Iterable[ImageRef], loaded: Mapping[str, bytes]) -> tuple[bytes, ...]:
-    """The bytes of `refs`, in order: the images a job's prompt holds."""
-    return tuple(loaded[ref.url] for ref in refs)
-
-
-def _fetched(url: str) -> bool:
-    return url.startswith(("http://", "https://"))
-
-
-def _read(ref: ImageRef, fetcher: Fetcher | None) -> bytes:
-    if not _fetched(ref.url):
-        return _checked(_decode(ref), ref)
-    if fetcher is None:
-        raise InvalidRequest(
-            "This server does not fetch images from URLs (it runs with --no-image-urls): "
-            "send the image as a data: URL (data:image/png;base64,...).",
-            param=ref.param,
-            code="invalid_image_url",
-        )
-    try:
-        return _checked(fetcher.fetch(ref.url), ref)
-    except (Unfetchable, InvalidRequest) as exc:  # what answered, if anything, is for the log
-        log.info("image %s (%s) not fetched: %s", _where(ref.url), ref.param, exc)
-        raise InvalidRequest(
-            "The image could not be fetched from its URL: an image URL must name a public "
-            "http(s) server that answers with a PNG, JPEG, GIF or WebP image of at most "
-            f"{MAX_IMAGE_BYTES // (1024 * 1024)} MB.",
-            param=ref.param,
-            code="failed_to_download_image",
-        ) from None
-
-
-def _where(url: str) -> str:
-    """`url`'s scheme, host (and port) and path: for the log, which keeps no signed URL's
-    token (its query), nor a user or password."""
-    parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}{parts.path}"
-
-
-def _decode(ref: ImageRef) -> bytes:
-    match = _DATA_URL.fullmatch(ref.url)
-    if match is None:
-        raise InvalidRequest(
-            "An image URL must be an http(s) URL or a data: URL (data:image/png;base64,...).",
-            param=ref.param,
-            code="invalid_image_url",
-        )
-    if not match["type"].startswith("image/"):
-        raise InvalidRequest(
-            f"The data URL's media type {match['type'] or '(none)'!r} is not an image type.",
-            param=ref.param,
-            code="unsupported_image_media_type",
-        )
-    if ";base64" not in match["params"]:
-        raise InvalidRequest(
-            "An image data URL must be base64-encoded (data:image/png;base64,...).",
-            param=ref.param,
-            code="invalid_base64_image",
-        )
-    if len(match["data"]) > MAX_IMAGE_BYTES * 4 // 3 + 4:
-        raise _too_large(ref)
-    try:
-        return base64.b64decode(match["data"], validate=True)
-    except (binascii.Error, ValueError):
-        raise InvalidRequest(
-            "The image data URL is not valid base64.", param=ref.param, code="invalid_base64_image"
-        ) from None
-
-
-def _checked(data: bytes, ref: ImageRef) -> bytes:
-    """`data` if an image library can read it as an image, else a 400."""
-    if not data:
-        raise InvalidRequest("The image is empty.", param=ref.param, code="empty_image_file")
-    if len(data) > MAX_IMAGE_BYTES:
-        raise _too_large(ref)
-    from PIL import Image, UnidentifiedImageError
-    from PIL.Image import DecompressionBombError
-
-    try:
-        with Image.open(io.BytesIO(data)) as image:
-            image.verify()
-    except (UnidentifiedImageError, DecompressionBombError, OSError, ValueError, SyntaxError):
-        raise InvalidRequest(
-            "The image could not be read: it is not a PNG, JPEG, GIF or WebP image "
-            "(or it is damaged).",
-            param=ref.param,
-            code="invalid_image_format",
-        ) from None
-    return data
-
-
-def _too_large(ref: ImageRef) -> InvalidRequest:
-    return InvalidRequest(
-        f"The image is larger than {MAX_IMAGE_BYTES // (1024 * 1024)} MB.",
-        param=ref.param,
-        code="image_too_large",
+def order_for(body: ImageGenerate, imager: Imager, seed: int) -> ImageOrder:
+    width, height = body.dimensions
+    return ImageOrder(
+        prompt=body.prompt,
+        n=body.n,
+        width=width,
+        height=height,
+        steps=body.steps(imager.capabilities.default_steps),
+        seed=seed,
+        output_format=body.output_format or "png",
+        compression=100 if body.output_compression is None else body.output_compression,
+        partial_images=(body.partial_images or 0) if body.stream else 0,
     )
+
+
+class ImagesService(ModelRequests):
+    kinds = (IMAGE,)
+    left_open = LeftOpen.failing(
+        IMAGES_IN_PROGRESS, IMAGES_ENDS, IMAGES_FAILED, RESTARTED, "image generations"
+    )
+
+    def __init__(
+        self,
+        store: EventLog,
+        appender: Appender,
+        models: ImagerSource,
+        *,
+        leasing: Leasing | None = None,
+    ):
+        self.store = store
+        self.appender = appender
+        self.models = models
+        self.leasing = leasing or Leasing()
+
+    async def create(self, body: ImageGenerate, owner: str | None = None) -> Generation:
+        """`owner`'s images, accepted and the model's first piece made (so that a model's
+        failure is still an error the client reads)."""
+        queued_at = now_ms()
+        async with self.models.use_imager(body.model) as imager:
+            seed = secrets.randbelow(2**31) if body.seed is None else body.seed
+            order = order_for(body, imager, seed)
+            gid = new_id("img").replace("img_", ID_PREFIXES[IMAGE])
+            await self.leasing.claim(gid)
+            try:
+                await self._accept(gid, body, order, imager.model_id, owner, queued_at)
+                timings = {"queued_at": queued_at, "started_at": now_ms()}
+                pieces = imager.draw(order)
+                first = await self._first(gid, imager.model_id, pieces, timings)
+            except BaseException:
+                await self.leasing.release([gid])
+                raise
+        rest = self._rest(gid, imager.model_id, first, pieces, timings)
+        size = f"{order.width}x{order.height}"
+        return Generation(gid, imager.model_id, size, body.quality_name, order.output_format,
+                          queued_at // 1000, rest)  # fmt: skip
+
+    async def _first(
+        self, gid: str, model_id: str, pieces: AsyncIterator[Piece], timings: dict[str, int]
+    ) -> Piece:
+        try:
+            return await anext(pieces)
+        except asyncio.CancelledError:
+            submit_end(self.appender, gid, 1, IMAGES_FAILED, model_id, timings, CANCELLED)
+            raise
+        except Exception as exc:
+            failure = internal(exc, f"image generation {gid}")
+            await submit_end(
+                self.appender, gid, 1, IMAGES_FAILED, model_id, timings, failure.body()
+            )
+            raise failure from None
+
+    async def _rest(
+        self,
+        gid: str,
+        model_id: str,
+        first: Piece,
+        pieces: AsyncIterator[Piece],
+        timings: dict[str, int],
+    ) -> AsyncIterator[Piece]:
+        """The pieces from the first on, each image recorded as it is drawn; the log's ending
+        once the last is, or once the model fails or the client goes."""
+        seq, piece, sent = 1, first, 0
+        try:
+            while not isinstance(piece, Drawn):
+                if isinstance(piece, Picture):
+                    made = {"id": gid, "index": piece.image, "seed": piece.seed,
+                            "bytes": len(piece.data)}  # fmt: skip
+                    await self.appender.append(
+                        Append(gid, seq, [NewEvent(IMAGES_IMAGE, dumps(made))])
+                    )
+                    seq, sent = seq + 1, sent + len(piece.data)
+                yield piece
+                piece = await anext(pieces)
+            spent = usage(piece.input_tokens, piece.output_tokens)
+            done = {"images": seq - 1, "bytes": sent, "usage": spent}
+            await submit_end(self.appender, gid, seq, IMAGES_COMPLETED, model_id, timings, done)
+            yield piece
+        except (asyncio.CancelledError, GeneratorExit):
+            submit_end(self.appender, gid, seq, IMAGES_FAILED, model_id, timings, CANCELLED)
+            raise
+        except Exception as exc:
+            log.warning("image generation %s failed after its first piece: %s", gid, exc)
+            failure = internal(exc, f"image generation {gid}")
+            await submit_end(
+                self.appender, gid, seq, IMAGES_FAILED, model_id, timings, failure.body()
+            )
+            raise failure from None
+        finally:
+            await pieces.aclose()  # type: ignore[attr-defined]
+            await self.leasing.release([gid])
+
+    async def _accept(
+        self,
+        gid: str,
+        body: ImageGenerate,
+        order: ImageOrder,
+        model_id: str,
+        owner: str | None,
+        queued_at: int,
+    ) -> None:
+        size = f"{order.width}x{order.height}"
+        request = {
+            "kind": IMAGE,
+            "model": model_id,
+            "body": body.model_dump(mode="json", exclude_none=True),
+            "size": size,
+            "quality": body.quality_name,
+            "steps": order.steps,
+            "seed": order.seed,
+            "prompt_chars": len(body.prompt),
+            "owner": owner,
+            "created": queued_at // 1000,
+        }
+        opening = {"id": gid, "model": model_id, "n": order.n, "size": size,
+                   "quality": body.quality_name, "steps": order.steps, "seed": order.seed,
+                   "output_format": order.output_format}  # fmt: skip
+        await self.appender.append(
+            Append(request_stream(gid), 0, [NewEvent(ACCEPTED, dumps(request))]),
+            Append(gid, 0, [NewEvent(IMAGES_IN_PROGRESS, dumps(opening))]),
+        )
+
+
+def usage(input_tokens: int, output_tokens: int) -> dict[str, Any]:
+    """OpenAI's usage of an image generation: the prompt's tokens, and the image's (here the
+    latent patches drawn)."""
+    return {
+        "input_tokens": input_tokens,
+        "input_tokens_details": {"image_tokens": 0, "text_tokens": input_tokens},
+        "output_tokens": output_tokens,
+        "output_tokens_details": {"image_tokens": output_tokens, "text_tokens": 0},
+        "total_tokens": input_tokens + output_tokens,
+    }

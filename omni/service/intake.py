@@ -5,7 +5,7 @@ Requests sent at once cross the event loop one after another (HTTP, validation, 
 the records: ~5 ms each on the H200's host, bench/README.md), so their jobs reach the engine
 apart. Each job says how many others were still being taken in as it left (Job.behind): an
 idle engine then waits for them and prefills them together, as if they had come at once,
-instead of starting the first alone (omni.runtime.batching, BatchScheduler._expecting). A
+instead of starting the first alone (omni.runtime.chat.gathering, Gathering._expecting). A
 request counts from the start of its handler, its body still arriving included: the engine
 never waits longer than its gathering window (50 ms) for one that is slow to come.
 """

@@ -18,14 +18,19 @@ from typing import Any, cast
 
 from omni.catalogue import ModelEntry, ModelKind
 from omni.errors import InvalidRequest, ModelLoadError, ModelNotFound, OmniError
-from omni.jobs import Embedder, Engine, Imager, Speaker, Transcriber, Warming, keeps
+from omni.ports.chat import Engine
+from omni.ports.embeddings import Embedder
+from omni.ports.images import Imager
+from omni.ports.model import Model
+from omni.ports.speech import Speaker
+from omni.ports.transcription import Transcriber
 from omni.service.budget import Budget, footprint, on_disk
 from omni.service.variants import adapted, drafted
 
 log = logging.getLogger(__name__)
 
-Loaded = Engine | Embedder | Speaker | Transcriber | Imager
-Loader = Callable[[ModelEntry], Loaded]  # blocking: run in a thread
+Loader = Callable[[ModelEntry], Model]  # blocking: run in a thread
+Using = AbstractAsyncContextManager  # a model held for one request (async with)
 WAIT_S = 0.05  # how often a request waiting for room looks again
 # What a model of each kind is called in a refusal, and where it is used instead.
 _A = {"chat": "a chat", "embedding": "an embedding", "speech": "a speech",
@@ -36,16 +41,11 @@ _USE = {"chat": "chat, completions or responses", "embedding": "/v1/embeddings",
         "image": "/v1/images/generations"}  # fmt: skip
 
 
-def warming(model: object) -> Warming | None:
-    """`model` as one whose weights may still be loading, else None."""
-    return cast(Warming, model) if keeps(model, Warming) else None
-
-
 @dataclass(eq=False)
 class _Slot:
     entry: ModelEntry
-    model: Loaded | None = None
-    loading: asyncio.Task[Loaded] | None = None
+    model: Model | None = None
+    loading: asyncio.Task[Model] | None = None
     users: int = 0  # requests being taken in on it
     used_at: float = field(default_factory=time.monotonic)
     loaded_at: float | None = None  # time.time() once loaded
@@ -56,9 +56,7 @@ class _Slot:
         model = self.model
         if self.users or self.loading is not None or model is None:
             return True
-        if (w := warming(model)) is not None and w.loading:
-            return True
-        return bool(model.running or getattr(model, "queued", 0))
+        return model.loading or bool(model.running or model.queued)
 
     def footprint(self) -> int:
         return footprint(self.model, self.stored, self.entry.size_bytes)
@@ -95,8 +93,8 @@ class Models:
             raise OmniError(f"the default model {default!r} is not in the catalogue")
         self.budget = Budget(memory_budget, None if max_loaded is None else max(1, max_loaded))
         self.idle_ttl = idle_ttl
-        # Told of every model loaded (the app hooks /metrics to it).
-        self.on_load: Callable[[Loaded], None] | None = None
+        # Told of every chat model loaded (the app hooks /metrics to its steps).
+        self.on_engine: Callable[[Engine], None] | None = None
         self._reaper: asyncio.Task[None] | None = None
         self._closed = False
         self.started = time.time()
@@ -106,7 +104,7 @@ class Models:
         """One model, loaded already, and nothing else to load (tests, benchmarks)."""
         entry = ModelEntry(engine.model_id, "chat", "", "named")
 
-        def cannot(entry: ModelEntry) -> Loaded:
+        def cannot(entry: ModelEntry) -> Model:
             raise ModelLoadError(f"{entry.id} cannot be loaded again here")
 
         models = cls([entry], cannot, default=engine.model_id)
@@ -115,7 +113,7 @@ class Models:
         slot.model, slot.loaded_at, slot.owned = engine, time.time(), False
         return models
 
-    def adopt(self, model: Loaded) -> None:
+    def adopt(self, model: Model) -> None:
         """A model loaded before serving (the default, at start), closed by the pool."""
         slot = self._slots[model.model_id]
         slot.model, slot.loaded_at = model, time.time()
@@ -133,7 +131,7 @@ class Models:
         slot = self._slots.get(model_id)
         return None if slot is None else slot.loaded_at
 
-    def loaded(self) -> list[Loaded]:
+    def loaded(self) -> list[Model]:
         return [s.model for s in self._slots.values() if s.model is not None]
 
     def engines(self) -> list[Engine]:
@@ -221,7 +219,7 @@ class Models:
 
     def use(
         self, name: str | None, adapter: str | None = None, draft: str | None = None
-    ) -> AbstractAsyncContextManager[Engine]:
+    ) -> Using[Engine]:
         """The chat model `name` stands for (with LoRA `adapter`s, decoded speculatively with
         `draft`), loaded, and kept loaded while the caller takes a request in on it (a job
         it submits keeps it loaded afterwards). _using's own context, not one around it: each
@@ -230,27 +228,21 @@ class Models:
             name = self.with_adapter(name, adapter)
         if draft is not None:
             name = self.with_draft(name, draft)
-        return cast(AbstractAsyncContextManager[Engine], self._using(self.find(name, "chat")))
+        return cast(Using[Engine], self._using(self.find(name, "chat")))
 
-    @asynccontextmanager
-    async def use_embedder(self, name: str | None) -> AsyncIterator[Embedder]:
-        async with self._using(self.find(name, "embedding")) as model:
-            yield cast(Embedder, model)
+    # The other kinds' models, as `use` (the entry's kind says which port a model is).
 
-    @asynccontextmanager
-    async def use_speaker(self, name: str | None) -> AsyncIterator[Speaker]:
-        async with self._using(self.find(name, "speech")) as model:
-            yield cast(Speaker, model)
+    def use_embedder(self, name: str | None) -> Using[Embedder]:
+        return cast(Using[Embedder], self._using(self.find(name, "embedding")))
 
-    @asynccontextmanager
-    async def use_transcriber(self, name: str | None) -> AsyncIterator[Transcriber]:
-        async with self._using(self.find(name, "transcription")) as model:
-            yield cast(Transcriber, model)
+    def use_speaker(self, name: str | None) -> Using[Speaker]:
+        return cast(Using[Speaker], self._using(self.find(name, "speech")))
 
-    @asynccontextmanager
-    async def use_imager(self, name: str | None) -> AsyncIterator[Imager]:
-        async with self._using(self.find(name, "image")) as model:
-            yield cast(Imager, model)
+    def use_transcriber(self, name: str | None) -> Using[Transcriber]:
+        return cast(Using[Transcriber], self._using(self.find(name, "transcription")))
+
+    def use_imager(self, name: str | None) -> Using[Imager]:
+        return cast(Using[Imager], self._using(self.find(name, "image")))
 
     async def engine(self, model_id: str) -> Engine:
         """The chat model `model_id` loaded, for a run that a restart continues."""
@@ -258,7 +250,7 @@ class Models:
             return cast(Engine, model)
 
     @asynccontextmanager
-    async def _using(self, entry: ModelEntry) -> AsyncIterator[Loaded]:
+    async def _using(self, entry: ModelEntry) -> AsyncIterator[Model]:
         slot = self._slots[entry.id]
         slot.users += 1
         try:
@@ -269,11 +261,11 @@ class Models:
             slot.users -= 1
             slot.used_at = time.monotonic()
 
-    async def _ready(self, slot: _Slot) -> Loaded:
+    async def _ready(self, slot: _Slot) -> Model:
         while True:
             if self._closed:
                 raise ModelLoadError("the server is shutting down")
-            if (w := warming(slot.model)) is not None and w.load_error is not None:
+            if slot.model is not None and slot.model.load_error is not None:
                 await self._unload(slot, "its weights failed to load: loading again")
             if slot.model is not None:
                 return slot.model
@@ -298,7 +290,7 @@ class Models:
             taken.remove(victim)
         return True
 
-    async def _start(self, slot: _Slot) -> Loaded:
+    async def _start(self, slot: _Slot) -> Model:
         entry = slot.entry
         began = time.perf_counter()
         log.info("loading model %s (%s)", entry.id, entry.path or entry.origin)
@@ -317,11 +309,11 @@ class Models:
         slot.model, slot.loaded_at = model, time.time()
         slot.used_at = time.monotonic()
         log.info("loaded model %s in %.1fs", entry.id, time.perf_counter() - began)
-        if self.on_load is not None:
-            self.on_load(model)
+        if self.on_engine is not None and entry.kind == "chat":
+            self.on_engine(cast(Engine, model))
         return model
 
-    def _load_measured(self, entry: ModelEntry) -> tuple[Loaded, int | None]:
+    def _load_measured(self, entry: ModelEntry) -> tuple[Model, int | None]:
         """Blocking: `entry` loaded, and the bytes of the folder it was loaded from."""
         model = self._load(entry)
         return model, on_disk(model)
@@ -360,8 +352,7 @@ class Models:
     def describe(self, entry: ModelEntry) -> dict[str, Any]:
         """An entry as /v1/models lists it (OpenAI's fields, then Omni's)."""
         slot = self._slots[entry.id]
-        warm = warming(slot.model)
-        loading = warm is not None and warm.loading
+        loading = slot.model is not None and slot.model.loading
         return {
             "id": entry.id,
             "object": "model",

@@ -9,11 +9,12 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, get_args
 
-from omni.jobs import Engine, Job, Sampling
+from omni.ports.chat import Engine
+from omni.ports.jobs import Job, Sampling
 from omni.protocol.thinking import ThinkSplitter
-from omni.protocol.tool_calls import CallSplitter
 from omni.service.reasoning import thinker, thinking_plan
-from omni.service.tools import Mode, splitter, tool_policy
+from omni.tools.calls import CallSplitter
+from omni.tools.policy import Mode, splitter, tool_policy
 
 # Sampling's values are JSON already: asdict's deep copy of each was a third of to_json.
 SAMPLING_FIELDS = dataclasses.fields(Sampling)
@@ -46,7 +47,7 @@ class RunPlan:
 
     def splitter(self, engine: Engine) -> CallSplitter | None:
         """Reads the model's calls out of its text, when it may call a tool."""
-        return splitter(engine, list(self.tools), self.mode, self.parallel)
+        return splitter(engine.capabilities.tool_format, list(self.tools), self.mode, self.parallel)
 
     def thinker(self, engine: Engine, prompt: list[int]) -> ThinkSplitter | None:
         """Reads reasoning out of the text, for a reasoning model with thinking on."""

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from omni.errors import InvalidRequest
-from omni.jobs import Engine
+from omni.ports.chat import Engine
 
 T = TypeVar("T")
 

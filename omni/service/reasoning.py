@@ -3,7 +3,7 @@ thinking budget; and the splitter that reads the think block out of the output."
 
 from __future__ import annotations
 
-from omni.jobs import Engine
+from omni.ports.chat import Engine
 from omni.protocol.thinking import ThinkSplitter
 
 # Effort → most tokens of thinking before the block is closed for the model (None: no limit).

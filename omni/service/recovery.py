@@ -14,22 +14,36 @@ import contextlib
 import json
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from omni.errors import InvalidRequest, ModelLoadError, NotFound, OmniError
-from omni.events import Append, NewEvent
-from omni.jobs import Failed, Finished
+from omni.events import Append, Appender, EventLog, NewEvent, StoredEvent
+from omni.ports.chat import Engine
+from omni.ports.jobs import Failed, Finished
 from omni.projections.response import fold_response
 from omni.protocol.recorder import ResponseRecorder
-from omni.service.images import ImageRef, load_images, pictures
+from omni.service.image_urls import Fetcher
+from omni.service.models import Models
 from omni.service.plan import stored_plan
 from omni.service.reasoning import reasoning_tokens
-from omni.service.runs import Run
+from omni.service.run import Run
+from omni.service.runs import Runs
 from omni.service.streams import dumps, kept, request_stream, tokens_stream
+from omni.service.vision_inputs import ImageRef, load_images, pictures
 from omni.vocabulary import CANCEL_REQUESTED, RESPONSE_ENDS
 
-if TYPE_CHECKING:
-    from omni.service.responses import ResponsesService
+
+class ResponsesService(Protocol):
+    """What recovery asks of the Responses service (omni.service.responses)."""
+
+    store: EventLog
+    appender: Appender
+    runs: Runs
+    models: Models
+    image_fetcher: Fetcher | None
+
+    async def accepted(self, response_id: str) -> tuple[dict[str, Any], list[StoredEvent]]: ...
+
 
 log = logging.getLogger(__name__)
 
@@ -52,75 +66,93 @@ async def recover(service: ResponsesService, among: Sequence[str] | None = None)
 
 
 async def _recover(service: ResponsesService, unfinished: list[str]) -> None:
-    store = service.store
     for response_id in unfinished:
-        rows = await store.read(response_id)
-        first = rows[-1].seq + 1
-        folded = fold_response([(r.type, r.data) for r in rows])
-        try:
-            request, facts = await service.accepted(response_id)
-        except NotFound:  # deleted while it ran: just close it
-            recorder = ResponseRecorder.resume(folded, first)
-            await _finish(service, response_id, first, recorder.on_failed(Failed(RESTARTED)))
-            continue
-        body = request["body"]
-        if not kept(request):
-            await store.purge([response_id, request_stream(response_id)])
-            continue
-        if not body.get("background"):
-            recorder = ResponseRecorder.resume(folded, first)
-            await _finish(service, response_id, first, recorder.on_failed(Failed(RESTARTED)))
-            continue
-        # A background run goes on as it was planned, on the model it began on: calls and
-        # reasoning read out of the text as they were before the restart.
-        model_id = str(request.get("model_id"))
-        prompt: list[int] = request["prompt"]
-        token_rows = await store.read(tokens_stream(response_id))
-        tokens = [t for row in token_rows for t in json.loads(row.data)]
-        cancelled = any(f.type == CANCEL_REQUESTED for f in facts)
-        if (variant := request.get("variant")) is not None:  # with its adapters, its draft
-            with contextlib.suppress(OmniError):  # gone: the model is not found, just below
-                service.models.variant_id(variant)
-        try:
-            engine = await service.models.engine(model_id)
-        except (NotFound, InvalidRequest):
-            served = ", ".join(f"'{e.id}'" for e in service.models.entries() if e.kind == "chat")
-            reason = (
-                f"The server restarted without the model '{model_id}' that generated this "
-                f"response (it serves {served}), so it cannot be continued exactly."
-            )
-            await _end(service, response_id, first, folded, cancelled, prompt, tokens, reason)
-            continue
-        except ModelLoadError:
-            reason = (
-                f"The model '{model_id}' that generated this response could not be loaded "
-                "after the restart (the server's log says why), so it cannot be continued "
-                "exactly."
-            )
-            await _end(service, response_id, first, folded, cancelled, prompt, tokens, reason)
-            continue
-        plan = stored_plan(engine, request)
-        recorder = ResponseRecorder.resume(
-            folded, first, plan.splitter(engine), plan.thinker(engine, prompt)
+        await _recover_one(service, response_id)
+
+
+async def _recover_one(service: ResponsesService, response_id: str) -> None:
+    store = service.store
+    rows = await store.read(response_id)
+    first = rows[-1].seq + 1
+    folded = fold_response([(r.type, r.data) for r in rows])
+    try:
+        request, facts = await service.accepted(response_id)
+    except NotFound:  # deleted while it ran: just close it
+        recorder = ResponseRecorder.resume(folded, first)
+        await _finish(service, response_id, first, recorder.on_failed(Failed(RESTARTED)))
+        return
+    if not kept(request):
+        await store.purge([response_id, request_stream(response_id)])
+        return
+    if not request["body"].get("background"):
+        recorder = ResponseRecorder.resume(folded, first)
+        await _finish(service, response_id, first, recorder.on_failed(Failed(RESTARTED)))
+        return
+    await _continue(service, response_id, first, folded, request, facts)
+
+
+async def _engine(service: ResponsesService, request: dict[str, Any]) -> Engine | str:
+    """The model a background run began on, loaded; else why it cannot be continued."""
+    model_id = str(request.get("model_id"))
+    if (variant := request.get("variant")) is not None:  # with its adapters, its draft
+        with contextlib.suppress(OmniError):  # gone: the model is not found, just below
+            service.models.variant_id(variant)
+    try:
+        return await service.models.engine(model_id)
+    except (NotFound, InvalidRequest):
+        served = ", ".join(f"'{e.id}'" for e in service.models.entries() if e.kind == "chat")
+        return (
+            f"The server restarted without the model '{model_id}' that generated this "
+            f"response (it serves {served}), so it cannot be continued exactly."
         )
-        fresh = plan.thinker(engine, prompt)  # the recorder counts from here on
-        if recorder.thinker is not None and fresh is not None and tokens:
-            recorder.reasoning_tokens = reasoning_tokens(engine, fresh, tokens)
-        if cancelled:
-            end = Finished("cancelled", len(prompt), len(tokens))
-            await _finish(service, response_id, first, recorder.on_finished(end))
-        else:
-            refs = [ImageRef(url, "input") for url in request.get("images") or []]
-            try:  # the images its prompt shows, read again from their URLs
-                loaded = await load_images(refs, service.image_fetcher)
-            except InvalidRequest as exc:
-                reason = f"Its images could not be read again after the restart ({exc.message})."
-                await _end(service, response_id, first, folded, cancelled, prompt, tokens, reason)
-                continue
-            job = plan.job(prompt, tokens, pictures(refs, loaded))
-            run = Run(response_id, recorder, job, engine, True, True, tokens_seq=len(token_rows))
-            service.runs.start(run)
-            log.info("continuing %s after %d recorded tokens", response_id, len(tokens))
+    except ModelLoadError:
+        return (
+            f"The model '{model_id}' that generated this response could not be loaded "
+            "after the restart (the server's log says why), so it cannot be continued "
+            "exactly."
+        )
+
+
+async def _continue(
+    service: ResponsesService,
+    response_id: str,
+    first: int,
+    folded: dict[str, Any],
+    request: dict[str, Any],
+    facts: list[StoredEvent],
+) -> None:
+    """A background run goes on as it was planned, on the model it began on: calls and
+    reasoning read out of the text as they were before the restart."""
+    prompt: list[int] = request["prompt"]
+    token_rows = await service.store.read(tokens_stream(response_id))
+    tokens = [t for row in token_rows for t in json.loads(row.data)]
+    cancelled = any(f.type == CANCEL_REQUESTED for f in facts)
+    engine = await _engine(service, request)
+    if isinstance(engine, str):
+        await _end(service, response_id, first, folded, cancelled, prompt, tokens, engine)
+        return
+    plan = stored_plan(engine, request)
+    recorder = ResponseRecorder.resume(
+        folded, first, plan.splitter(engine), plan.thinker(engine, prompt)
+    )
+    fresh = plan.thinker(engine, prompt)  # the recorder counts from here on
+    if recorder.thinker is not None and fresh is not None and tokens:
+        recorder.reasoning_tokens = reasoning_tokens(engine, fresh, tokens)
+    if cancelled:
+        end = Finished("cancelled", len(prompt), len(tokens))
+        await _finish(service, response_id, first, recorder.on_finished(end))
+        return
+    refs = [ImageRef(url, "input") for url in request.get("images") or []]
+    try:  # the images its prompt shows, read again from their URLs
+        loaded = await load_images(refs, service.image_fetcher)
+    except InvalidRequest as exc:
+        reason = f"Its images could not be read again after the restart ({exc.message})."
+        await _end(service, response_id, first, folded, cancelled, prompt, tokens, reason)
+        return
+    job = plan.job(prompt, tokens, pictures(refs, loaded))
+    run = Run(response_id, recorder, job, engine, True, True, tokens_seq=len(token_rows))
+    service.runs.start(run)
+    log.info("continuing %s after %d recorded tokens", response_id, len(tokens))
 
 
 async def _finish(

@@ -8,10 +8,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from omni.errors import InvalidRequest
-from omni.jobs import Engine, Sampling
+from omni.ports.chat import Engine
+from omni.ports.jobs import Sampling
 from omni.projections.messages import to_chat_messages
-from omni.protocol.tool_calls import plain_tools_prompt
 from omni.schemas.responses import ResponseCreate
+from omni.tools.calls import plain_tools_prompt
 
 log = logging.getLogger(__name__)
 

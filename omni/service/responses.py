@@ -19,7 +19,9 @@ from omni.events import (
     follow_pages,
 )
 from omni.ids import new_id
-from omni.jobs import Engine, Sampling
+from omni.metrics import UNREAD, Metrics
+from omni.ports.chat import Engine
+from omni.ports.jobs import Sampling
 from omni.projections.input_items import page_items
 from omni.projections.messages import item_text
 from omni.projections.response import fold_response
@@ -28,21 +30,23 @@ from omni.schemas.items import normalize_input
 from omni.schemas.responses import ResponseCreate
 from omni.service import recovery, references
 from omni.service.defaults import Defaults
-from omni.service.image_urls import Fetcher
-from omni.service.images import ImageRef, item_images, load_images, pictures, refuse_images
+from omni.service.image_urls import PUBLIC_IMAGES, Fetcher
+from omni.service.leasing import Leasing
 from omni.service.models import Models
 from omni.service.ownership import cache_namespace, visible
 from omni.service.plan import RunPlan
 from omni.service.prompting import Prompter, fit_suffix, refuse_unfittable
 from omni.service.reasoning import thinking_plan
 from omni.service.requests import function_tools, initial_response, render_prompt
-from omni.service.runs import Run, Runs
+from omni.service.run import Run
+from omni.service.runs import Runs
 from omni.service.sealing import Sealer
 from omni.service.serial import ObjectLocks
 from omni.service.streams import dumps, is_kind, is_terminal, kept, request_stream
-from omni.service.structured import decoding_constraint
-from omni.service.tools import Mode, tool_policy
+from omni.service.vision_inputs import ImageRef, item_images, load_images, pictures, refuse_images
 from omni.settings import ServerSettings
+from omni.tools.policy import Mode, tool_policy
+from omni.tools.schema import decoding_constraint
 from omni.vocabulary import (
     ACCEPTED,
     CANCEL_REQUESTED,
@@ -54,6 +58,8 @@ from omni.vocabulary import (
 
 
 class ResponsesService:
+    kinds = (RESPONSE,)
+
     def __init__(
         self,
         store: EventLog,
@@ -64,6 +70,10 @@ class ResponsesService:
         max_queued: int = ServerSettings.max_queued,
         sealer: Sealer | None = None,
         defaults: Defaults | None = None,
+        *,
+        leasing: Leasing | None = None,
+        metrics: Metrics = UNREAD,
+        image_fetcher: Fetcher | None = PUBLIC_IMAGES,
     ):
         """`models`: the models served (an engine alone: that one model, loaded)."""
         self.defaults = defaults or Defaults()
@@ -73,10 +83,10 @@ class ResponsesService:
         self.notifier = notifier
         self.models = models if isinstance(models, Models) else Models.single(models)
         self.keepalive = keepalive
-        self.runs = Runs(store, appender, notifier, max_queued)
+        self.runs = Runs(store, appender, notifier, max_queued, leasing=leasing, metrics=metrics)
         self.prompter = Prompter()  # shared with chat: one request's prompt built at a time
         # How http(s) image URLs are fetched (None: --no-image-urls, they are refused).
-        self.image_fetcher: Fetcher | None = Fetcher()
+        self.image_fetcher = image_fetcher
         self.facts = ObjectLocks()  # a response's cancel and delete facts, one at a time
 
     # --- commands -------------------------------------------------------------
@@ -125,7 +135,9 @@ class ResponsesService:
         callable_tools, mode = tool_policy(tools, body.tool_choice)
         fmt = (body.text or {}).get("format")
         parallel = body.parallel_tool_calls
-        constraint = decoding_constraint(engine, callable_tools, mode, fmt, "text.format", parallel)
+        constraint = decoding_constraint(
+            engine.capabilities.tool_format, callable_tools, mode, fmt, "text.format", parallel
+        )
         effort = (body.reasoning or {}).get("effort")
         thinking, budget = thinking_plan(engine, effort, body.thinking_budget)
         history = conversation[: len(conversation) - len(items)]

@@ -11,9 +11,11 @@ import logging
 import time
 from contextlib import closing
 
-from omni.events import EventStore, pg_maintenance
+from omni.events import EventStore
 from omni.events.backends import LogStore
-from omni.events.maintenance import PER_TRANSACTION, Finished, Vocabulary, connect, finished
+from omni.events.maintenance import PER_TRANSACTION, Finished, Vocabulary
+from omni.events.postgres import maintenance as pg_maintenance
+from omni.events.sqlite.maintenance import connect, finished
 from omni.settings import ServerSettings
 from omni.vocabulary import (
     ACCEPTED,

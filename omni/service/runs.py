@@ -9,18 +9,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from omni.errors import Overloaded, ShuttingDown, StoreError
 from omni.events import Append, Appender, EventLog, NewEvent, Notifier, StoredEvent
-from omni.jobs import Delta, Engine, Failed, Finished, Job, Output
 from omni.metrics import UNREAD, Metrics
+from omni.ports.chat import Engine
+from omni.ports.jobs import Delta, Failed, Finished, Output
 from omni.protocol.chat_recorder import ChunkRecorder
 from omni.protocol.recorder import ResponseRecorder
 from omni.service.intake import Intake
 from omni.service.leasing import Leasing
+from omni.service.run import Run
 from omni.service.streams import dumps, request_stream, tokens_stream
 from omni.service.unwritten import end_unwritten
 from omni.settings import ServerSettings
@@ -29,58 +29,6 @@ from omni.vocabulary import CANCEL_REQUESTED, DELETED, TOKENS
 log = logging.getLogger(__name__)
 
 SHUT_DOWN = "The server shut down before this {} finished."
-
-
-@dataclass(eq=False)
-class Run:
-    """One generation being recorded: a response (ResponseRecorder) or a chat/text
-    completion (ChunkRecorder) on stream `stream_id`."""
-
-    stream_id: str
-    recorder: ResponseRecorder | ChunkRecorder
-    job: Job
-    engine: Engine  # the model it runs on
-    store: bool = True
-    background: bool = False
-    # Leases it holds beside its stream's, let go with it (a replay-cache flight's key).
-    leased: tuple[str, ...] = ()
-    tokens_seq: int = 0  # next seq of <stream>/tokens (background runs record their tokens)
-    # Single-flight followers copying this stream: while any, a disconnect does not cancel,
-    # and an unstored stream is not purged.
-    mirrors: int = 0
-    on_done: Callable[[], None] | None = None  # called once the recorder has ended it
-    read: bool = False  # the creating client has read all it wanted
-    # Unstored runs: set once nobody reads the stream any more (read, and no mirror).
-    released: asyncio.Event = field(default_factory=asyncio.Event)
-    next_seq: int = field(init=False)
-    submitted_at: float = field(default_factory=time.perf_counter)  # for /metrics
-    first_token_at: float | None = None
-    unwritten: BaseException | None = None  # why an append of its events failed
-    # A stop of the server: the output that wakes the recorder to end (or leave) the run.
-    interruption: Failed | None = None
-    detached: bool = False  # a background run left unfinished, for the next start
-    recorded: asyncio.Event = field(default_factory=asyncio.Event)  # its recording is over
-
-    def __post_init__(self) -> None:
-        self.next_seq = self.recorder.next_seq
-
-    def settle(self) -> None:
-        if self.read and self.mirrors <= 0:
-            self.released.set()
-
-    @property
-    def response_id(self) -> str:
-        return self.stream_id
-
-    @property
-    def is_response(self) -> bool:
-        return isinstance(self.recorder, ResponseRecorder)
-
-    @property
-    def api(self) -> str:
-        """Its API, as /metrics labels it: responses, chat or text."""
-        recorder = self.recorder
-        return recorder.kind if isinstance(recorder, ChunkRecorder) else "responses"
 
 
 class Runs:
@@ -92,6 +40,9 @@ class Runs:
         appender: Appender,
         notifier: Notifier,
         max_queued: int = ServerSettings.max_queued,
+        *,
+        leasing: Leasing | None = None,
+        metrics: Metrics = UNREAD,
     ):
         self.max_queued = max_queued
         self.store = store
@@ -101,11 +52,11 @@ class Runs:
         self._early: dict[str, int] = {}  # mirrors of runs not listed yet (still opening)
         self._tasks: set[asyncio.Task[None]] = set()
         self._closing = asyncio.Event()  # set by close(): endings stop waiting for the disk
-        self.metrics: Metrics = UNREAD  # the app's, once it serves
+        self.metrics = metrics  # the server's (UNREAD: nobody reads them)
         self.closing = False  # the server is stopping: no new work
         self._interrupted = False  # ... and what runs now is ended or left at once
         self.intake = Intake()  # requests on their way to open a run
-        self.leasing = Leasing()  # the app's, where servers share the log
+        self.leasing = leasing or Leasing()  # the server's, where servers share the log
 
     def check_capacity(self, engine: Engine | None = None) -> None:
         """Refuse new work: all of it (503) once the server is stopping, else (429) while too
@@ -261,46 +212,53 @@ class Runs:
 
     async def _record(self, run: Run) -> None:
         """Drain what the engine has sent into one append (group commit with the others)."""
-        recorder = run.recorder
         try:
-            while not recorder.done and not run.detached:
+            while not run.recorder.done and not run.detached:
                 outputs = [await run.job.outputs.get()]
                 while not run.job.outputs.empty():
                     outputs.append(run.job.outputs.get_nowait())
                 if run.unwritten is not None:
                     break  # nothing after a failed append may be recorded
-                appends = self._appends(run, outputs)
-                if getattr(recorder, "wants_stop", False):
-                    run.job.cancel()  # a stop sequence: no need to generate further
-                if recorder.done:
-                    self._observe(run, outputs)
-                    self._ended(run)
-                if recorder.done or (run.detached and appends):  # committed before we go on
-                    await self.appender.append(*appends)
-                elif appends:
-                    written = self.appender.submit(*appends)
-                    written.add_done_callback(lambda done: self._check_written(run, done))
+                await self._write(run, outputs)
         except StoreError as exc:
             self._stop_unwritten(run, exc)
         except Exception:
             log.exception("recording %s failed", run.stream_id)
         finally:
-            if not recorder.done:
+            if not run.recorder.done:
                 run.job.cancel()
             run.recorded.set()
         if run.unwritten is not None:
             await self._end_unwritten(run)
         if not run.store:
-            # Keep the rows until their readers have read them, then purge on purpose.
-            await run.released.wait()
-            await self.notifier.wait_idle(run.stream_id)
-            try:
-                await self.store.purge([run.stream_id, request_stream(run.stream_id)])
-            except StoreError as exc:  # start-up recovery purges what is left
-                log.debug("purge of %s failed: %s", run.stream_id, exc)
+            await self._purge(run)
         self._runs.pop(run.stream_id, None)
         # Done with, or left for the next start (a stop): another server may take it now.
         await self.leasing.release([run.stream_id, *run.leased])
+
+    async def _write(self, run: Run, outputs: list[Output]) -> None:
+        """Record `outputs`: the ending committed before the recorder goes on, the rest queued."""
+        recorder = run.recorder
+        appends = self._appends(run, outputs)
+        if isinstance(recorder, ChunkRecorder) and recorder.wants_stop:
+            run.job.cancel()  # a stop sequence: no need to generate further
+        if recorder.done:
+            self._observe(run, outputs)
+            self._ended(run)
+        if recorder.done or (run.detached and appends):  # committed before we go on
+            await self.appender.append(*appends)
+        elif appends:
+            written = self.appender.submit(*appends)
+            written.add_done_callback(lambda done: self._check_written(run, done))
+
+    async def _purge(self, run: Run) -> None:
+        """An unstored run: keep the rows until their readers have read them, then purge."""
+        await run.released.wait()
+        await self.notifier.wait_idle(run.stream_id)
+        try:
+            await self.store.purge([run.stream_id, request_stream(run.stream_id)])
+        except StoreError as exc:  # start-up recovery purges what is left
+            log.debug("purge of %s failed: %s", run.stream_id, exc)
 
     def _ended(self, run: Run) -> None:
         on_done, run.on_done = run.on_done, None
@@ -374,7 +332,7 @@ class Runs:
             m.generations.labels(api, "failed").inc()
             return
         # A stop sequence ends a generation with a cancel to the engine: it stopped, all the same.
-        stopped = getattr(recorder, "wants_stop", False)
+        stopped = isinstance(recorder, ChunkRecorder) and recorder.wants_stop
         m.generations.labels(api, "stop" if stopped else end.reason).inc()
         generated = end.completion_tokens - len(run.job.resume_tokens)
         m.input_tokens.labels(api).inc(end.prompt_tokens)

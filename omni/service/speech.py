@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -18,10 +17,12 @@ from typing import Any, Protocol
 from omni.errors import InvalidRequest, OmniError, internal
 from omni.events import Append, Appender, EventLog, NewEvent
 from omni.ids import new_id
-from omni.jobs import Answer, Speaker, Spoken
 from omni.metrics import UNREAD, Metrics
+from omni.ports.model import Answer
+from omni.ports.speech import Speaker, SpeechOrder, Spoken
 from omni.schemas.speech import MEDIA_TYPES, SpeechCreate
 from omni.service.leasing import Leasing
+from omni.service.modality import LeftOpen, ModelRequests, error_body, now_ms, submit_end
 from omni.service.streams import dumps, request_stream
 from omni.vocabulary import (
     ACCEPTED,
@@ -58,8 +59,14 @@ class Speech:
     pieces: AsyncGenerator[bytes | Spoken, None]
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
+@dataclass(frozen=True)
+class _Speaking:
+    """A speech under way: its stream, its model, the model's answer and its timings."""
+
+    sid: str
+    model_id: str
+    pieces: Answer[bytes | Spoken]
+    timings: dict[str, int]
 
 
 def voice_for(body: SpeechCreate, speaker: Speaker) -> str | None:
@@ -77,12 +84,18 @@ def voice_for(body: SpeechCreate, speaker: Speaker) -> str | None:
     return body.voice
 
 
-class SpeechService:
+class SpeechService(ModelRequests):
+    kinds = (SPEECH,)
+    left_open = LeftOpen.failing(
+        SPEECH_IN_PROGRESS, SPEECH_ENDS, SPEECH_FAILED, RESTARTED, "speech requests"
+    )
+
     def __init__(
         self,
         store: EventLog,
         appender: Appender,
         models: SpeakerSource,
+        *,
         leasing: Leasing | None = None,
         metrics: Metrics = UNREAD,
     ):
@@ -97,7 +110,7 @@ class SpeechService:
     async def create(self, body: SpeechCreate, owner: str | None = None) -> Speech:
         """`owner`'s speech, accepted and its first audio spoken (so that a model's failure
         is still an error the client reads, not a cut file)."""
-        queued_at = _now_ms()
+        queued_at = now_ms()
         async with self.models.use_speaker(body.model) as speaker:
             voice = voice_for(body, speaker)
             if body.instructions and not speaker.capabilities.instructions:
@@ -109,42 +122,33 @@ class SpeechService:
             await self.leasing.claim(sid)
             try:
                 await self._accept(sid, body, speaker.model_id, voice, owner, queued_at)
-                timings = {"queued_at": queued_at, "started_at": _now_ms()}
-                pieces = await speaker.speak(
+                timings = {"queued_at": queued_at, "started_at": now_ms()}
+                order = SpeechOrder(
                     body.input, voice, body.response_format, body.speed, body.instructions
                 )
-                first = await self._first(sid, speaker.model_id, pieces, timings)
+                pieces = await speaker.speak(order)
+                speaking = _Speaking(sid, speaker.model_id, pieces, timings)
+                first = await self._first(speaking)
             except BaseException:
                 if sid not in self._stopping:  # else it lets go once it has ended
                     await self.leasing.release([sid])
                 raise
-        rest = self._rest(sid, speaker.model_id, first, pieces, timings)
+        rest = self._rest(speaking, first)
         return Speech(sid, speaker.model_id, MEDIA_TYPES[body.response_format], rest)
 
-    async def _first(
-        self,
-        sid: str,
-        model_id: str,
-        pieces: Answer[bytes | Spoken],
-        timings: dict[str, int],
-    ) -> bytes | Spoken:
+    async def _first(self, s: _Speaking) -> bytes | Spoken:
         try:
-            return await anext(pieces)
+            return await anext(s.pieces)
         except asyncio.CancelledError:
-            self._stop(sid, model_id, pieces, timings, 0)
+            self._stop(s, 0)
             raise
         except Exception as exc:
-            failure = internal(exc, f"speech {sid}")
-            await self._end(sid, SPEECH_FAILED, model_id, timings, failure.body())
+            failure = internal(exc, f"speech {s.sid}")
+            await self._end(s, SPEECH_FAILED, failure.body())
             raise failure from None
 
     async def _rest(
-        self,
-        sid: str,
-        model_id: str,
-        first: bytes | Spoken,
-        pieces: Answer[bytes | Spoken],
-        timings: dict[str, int],
+        self, s: _Speaking, first: bytes | Spoken
     ) -> AsyncGenerator[bytes | Spoken, None]:
         """The pieces from the first on; the log's ending once the last is spoken, or once
         the model fails or the client goes (after the headers: the file is cut short)."""
@@ -153,7 +157,7 @@ class SpeechService:
             while not isinstance(piece, Spoken):
                 sent += len(piece)
                 yield piece
-                piece = await anext(pieces)
+                piece = await anext(s.pieces)
             done = {
                 "duration_s": round(piece.seconds, 3),
                 "samples": piece.samples,
@@ -162,63 +166,47 @@ class SpeechService:
                 "segments": piece.segments,
                 "usage": usage(piece),
             }
-            await self._end(sid, SPEECH_COMPLETED, model_id, timings, done)
+            await self._end(s, SPEECH_COMPLETED, done)
             yield piece
         except (asyncio.CancelledError, GeneratorExit):
             stopping = True
-            self._stop(sid, model_id, pieces, timings, sent)
+            self._stop(s, sent)
             raise
         except Exception as exc:
-            log.warning("speech %s failed after its first audio: %s", sid, exc)
-            failure = internal(exc, f"speech {sid}")
-            await self._end(sid, SPEECH_FAILED, model_id, timings, failure.body())
+            log.warning("speech %s failed after its first audio: %s", s.sid, exc)
+            failure = internal(exc, f"speech {s.sid}")
+            await self._end(s, SPEECH_FAILED, failure.body())
         finally:
             if not stopping:  # else _stopped() ends it
-                await pieces.aclose()
-                await self.leasing.release([sid])
+                await s.pieces.aclose()
+                await self.leasing.release([s.sid])
 
-    def _stop(
-        self,
-        sid: str,
-        model_id: str,
-        pieces: Answer[bytes | Spoken],
-        timings: dict[str, int],
-        sent: int,
-    ) -> None:
+    def _stop(self, s: _Speaking, sent: int) -> None:
         """The client went away: stop the model after its segment, and end the log once it
         has (in a task of its own: the request's is being cancelled)."""
-        pieces.cancel()
-        task = asyncio.get_running_loop().create_task(
-            self._stopped(sid, model_id, pieces, timings, sent)
-        )
-        self._stopping[sid] = task
-        task.add_done_callback(lambda _: self._stopping.pop(sid, None))
+        s.pieces.cancel()
+        task = asyncio.get_running_loop().create_task(self._stopped(s, sent))
+        self._stopping[s.sid] = task
+        task.add_done_callback(lambda _: self._stopping.pop(s.sid, None))
 
-    async def _stopped(
-        self,
-        sid: str,
-        model_id: str,
-        pieces: Answer[bytes | Spoken],
-        timings: dict[str, int],
-        sent: int,
-    ) -> None:
+    async def _stopped(self, s: _Speaking, sent: int) -> None:
         """`speech.failed` (code `cancelled`) with how much the model spoke before it
         stopped: the pieces after the client left are read to the model's last."""
-        fields: dict[str, Any] = {**_error(GONE, "cancelled"), "bytes": sent}
+        fields: dict[str, Any] = {**error_body(GONE, "cancelled"), "bytes": sent}
         try:
-            async for piece in pieces:
+            async for piece in s.pieces:
                 if isinstance(piece, Spoken):
                     fields["spoken"] = {"segments": piece.segments, "samples": piece.samples,
                                         "duration_s": round(piece.seconds, 3),
                                         "stopped": piece.cancelled}  # fmt: skip
         except OmniError as exc:  # the model failed, or its process went, meanwhile
-            log.warning("speech %s, cancelled, then: %s", sid, exc)
+            log.warning("speech %s, cancelled, then: %s", s.sid, exc)
         finally:
-            await pieces.aclose()
+            await s.pieces.aclose()
             try:
-                await self._end(sid, SPEECH_FAILED, model_id, timings, fields)
+                await self._end(s, SPEECH_FAILED, fields)
             finally:
-                await self.leasing.release([sid])
+                await self.leasing.release([s.sid])
 
     async def _accept(
         self,
@@ -245,12 +233,8 @@ class SpeechService:
             Append(sid, 0, [NewEvent(SPEECH_IN_PROGRESS, dumps(opening))]),
         )
 
-    def _end(
-        self, sid: str, type_: str, model_id: str, timings: dict[str, int], fields: dict[str, Any]
-    ) -> asyncio.Future[Any]:
+    def _end(self, s: _Speaking, type_: str, fields: dict[str, Any]) -> asyncio.Future[Any]:
         """The ending's append (and its metrics)."""
-        timings = {**timings, "finished_at": _now_ms()}
-        data = {"id": sid, "model": model_id, **fields, "timings": timings}
         if type_ == SPEECH_COMPLETED:
             status, spoken = "completed", float(fields["duration_s"])
         else:
@@ -259,34 +243,16 @@ class SpeechService:
             spoken = float(fields.get("spoken", {}).get("duration_s", 0.0))
         self.metrics.speeches.labels(status).inc()
         self.metrics.speech_audio.inc(spoken)
-        self.metrics.speech_seconds.observe((timings["finished_at"] - timings["started_at"]) / 1000)
-        return self.appender.submit(Append(sid, 1, [NewEvent(type_, dumps(data))]))
+        self.metrics.speech_seconds.observe((now_ms() - s.timings["started_at"]) / 1000)
+        return submit_end(self.appender, s.sid, 1, type_, s.model_id, s.timings, fields)
 
     async def close(self) -> None:
         """Let the cancelled requests' models stop and their endings be written."""
         if self._stopping:
             await asyncio.wait(list(self._stopping.values()), timeout=30)
 
-    async def recover(self, among: Sequence[str] | None = None) -> int:
-        """End every speech request a crash left open (its client went with the old
-        process). Returns how many."""
-        ended = 0
-        unfinished = await self.store.unfinished(SPEECH_IN_PROGRESS, sorted(SPEECH_ENDS))
-        async with self.leasing.taking(unfinished, among) as taken:
-            for sid in taken:
-                data = {"id": sid, "error": _error(RESTARTED, "server_error")["error"]}
-                await self.appender.append(Append(sid, 1, [NewEvent(SPEECH_FAILED, dumps(data))]))
-                ended += 1
-        if ended:
-            log.warning("ended %d speech requests a restart interrupted", ended)
-        return ended
-
 
 def usage(spoken: Spoken) -> dict[str, int]:
     """OpenAI's usage of a speech: the model's input tokens; it counts no output tokens."""
     return {"input_tokens": spoken.input_tokens, "output_tokens": 0,
             "total_tokens": spoken.input_tokens}  # fmt: skip
-
-
-def _error(message: str, code: str) -> dict[str, Any]:
-    return {"error": {"message": message, "type": "server_error", "param": None, "code": code}}

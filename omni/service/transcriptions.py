@@ -10,9 +10,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import logging
 import time
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Awaitable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -21,13 +20,16 @@ from omni.errors import SERVER_ERROR, NotFound, OmniError, internal
 from omni.events import Append, Appender, EventLog, NewEvent, Notifier, StoredEvent
 from omni.events.follow import follow
 from omni.ids import new_id
-from omni.jobs import Answer, Audio, Heard, TranscribeOptions, Transcriber, Transcript
 from omni.metrics import UNREAD, Metrics
+from omni.ports.model import Answer
+from omni.ports.transcription import Audio, Heard, TranscribeOptions, Transcriber, Transcript
 from omni.protocol import transcripts
 from omni.schemas.audio import TranscriptionCreate
 from omni.service.leasing import Leasing
+from omni.service.modality import LeftOpen, ModelRequests, now_ms
 from omni.service.ownership import visible
 from omni.service.streams import dumps, request_stream
+from omni.settings import ServerSettings
 from omni.vocabulary import (
     ACCEPTED,
     ID_PREFIXES,
@@ -43,7 +45,6 @@ from omni.vocabulary import (
 
 RESTARTED = "The server restarted before this transcription was done."
 GONE = "The client went away before its transcription was done."
-log = logging.getLogger(__name__)
 
 
 class TranscriberSource(Protocol):
@@ -62,10 +63,6 @@ class Upload:
     task: str  # "transcribe" or "translate"
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 def is_end(event: StoredEvent) -> bool:
     return event.type in TRANSCRIPTION_ENDS
 
@@ -75,15 +72,25 @@ def sent(event: StoredEvent) -> bool:
     return event.type in (TRANSCRIPT_DELTA, TRANSCRIPT_DONE, TRANSCRIPTION_FAILED)
 
 
-class TranscriptionsService:
+class TranscriptionsService(ModelRequests):
+    kinds = (TRANSCRIPTION,)
+    left_open = LeftOpen.failing(
+        TRANSCRIPTION_IN_PROGRESS,
+        TRANSCRIPTION_ENDS,
+        TRANSCRIPTION_FAILED,
+        RESTARTED,
+        "transcriptions",
+    )
+
     def __init__(
         self,
         store: EventLog,
         appender: Appender,
         notifier: Notifier,
         models: TranscriberSource,
+        *,
         leasing: Leasing | None = None,
-        keepalive: float = 15.0,
+        keepalive: float = ServerSettings.keepalive,
         metrics: Metrics = UNREAD,
     ):
         self.store, self.appender, self.notifier = store, appender, notifier
@@ -116,7 +123,7 @@ class TranscriptionsService:
         owner: str | None,
         accepted: asyncio.Future[str],
     ) -> dict[str, Any] | OmniError:
-        queued_at = _now_ms()
+        queued_at = now_ms()
         try:
             async with self.models.use_transcriber(body.model) as model:
                 decoded = await asyncio.to_thread(model.decode, upload.data, upload.filename)
@@ -125,7 +132,8 @@ class TranscriptionsService:
                 try:
                     await self._accept(tid, body, upload, decoded, model.model_id, owner, queued_at)
                     accepted.set_result(tid)
-                    return await self._run(tid, body, upload.task, decoded, model)
+                    hearing = self._hear(tid, body, upload.task, decoded, model)
+                    return await self._observed(upload.task, hearing)
                 finally:
                     await self.leasing.release([tid])
         except Exception as exc:  # noqa: BLE001 - before acceptance: the request's error
@@ -166,18 +174,12 @@ class TranscriptionsService:
             Append(tid, 0, [NewEvent(TRANSCRIPTION_IN_PROGRESS, dumps(opening))]),
         )
 
-    async def _run(
-        self,
-        tid: str,
-        body: TranscriptionCreate,
-        task: str,
-        decoded: Audio,
-        model: Transcriber,
+    async def _observed(
+        self, task: str, hearing: Awaitable[tuple[dict[str, Any] | OmniError, float]]
     ) -> dict[str, Any] | OmniError:
-        """Each window's text recorded as the model hears it, then the segments and the
-        done event; a failure, or a cancel (its client went away), ends it instead."""
+        """The outcome of `hearing` (_hear), and its figures for /metrics."""
         started = time.perf_counter()
-        outcome, heard = await self._hear(tid, body, task, decoded, model)
+        outcome, heard = await hearing
         status = "completed" if isinstance(outcome, dict) else "failed"
         if isinstance(outcome, OmniError) and outcome.code == "cancelled":
             status = "cancelled"
@@ -195,7 +197,9 @@ class TranscriptionsService:
         decoded: Audio,
         model: Transcriber,
     ) -> tuple[dict[str, Any] | OmniError, float]:
-        """_run's outcome, and the seconds of audio the model heard."""
+        """Each window's text recorded as the model hears it, then the segments and the
+        done event; a failure, or a cancel (its client went away), ends it instead. The
+        transcript (or the failure, as a value), and the seconds of audio the model heard."""
         options = TranscribeOptions(
             language=body.language,
             prompt=body.prompt,
@@ -203,7 +207,7 @@ class TranscriptionsService:
             translate=task == "translate",
             words=body.words,
         )
-        started_at, seq, said, heard_s = _now_ms(), 1, False, 0.0
+        started_at, seq, said, heard_s = now_ms(), 1, False, 0.0
         end: Transcript | None = None
         answer: Answer[Heard | Transcript] | None = None
         self._answers[tid] = None
@@ -271,7 +275,7 @@ class TranscriptionsService:
 
     @staticmethod
     def _timings(started_at: int) -> dict[str, int]:
-        return {"started_at": started_at, "finished_at": _now_ms()}
+        return {"started_at": started_at, "finished_at": now_ms()}
 
     # --- reading ----------------------------------------------------------------------
 
@@ -301,25 +305,6 @@ class TranscriptionsService:
             elif event.type == TRANSCRIPTION_FAILED:
                 return OmniError(data["error"]["message"])
         return None
-
-    async def recover(self, among: Sequence[str] | None = None) -> int:
-        """End every transcription a crash left open (its client went with the old process).
-        Returns how many."""
-        ended = 0
-        unfinished = await self.store.unfinished(
-            TRANSCRIPTION_IN_PROGRESS, sorted(TRANSCRIPTION_ENDS)
-        )
-        async with self.leasing.taking(unfinished, among) as taken:
-            for tid in taken:
-                error = {"message": RESTARTED, "type": "server_error", "param": None,
-                         "code": "server_error"}  # fmt: skip
-                seq = await self.store.next_seq(tid)
-                data = dumps({"id": tid, "error": error})
-                await self.appender.append(Append(tid, seq, [NewEvent(TRANSCRIPTION_FAILED, data)]))
-                ended += 1
-        if ended:
-            log.warning("ended %d transcriptions a restart interrupted", ended)
-        return ended
 
     async def close(self) -> None:
         """Let the transcriptions under way end (their model is closed after this)."""

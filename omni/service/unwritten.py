@@ -14,7 +14,7 @@ import logging
 
 from omni.errors import SeqConflict, StoreError, StoreUnavailable
 from omni.events import Append, Appender, EventLog, NewEvent, StoredEvent
-from omni.jobs import Failed
+from omni.ports.jobs import Failed
 from omni.projections.response import fold_response
 from omni.protocol.chat_recorder import error_event
 from omni.protocol.recorder import ResponseRecorder

@@ -22,11 +22,13 @@ import jsonschema
 import pytest
 
 from omni.api.app import Settings
-from omni.cli import parser, sampling_defaults
-from omni.runtime.mlx_engine import MLXEngine
-from omni.runtime.model_source import ModelSource
-from omni.runtime.tiny import build_tiny_llama
+from omni.cli.program import parser
+from omni.cli.serve import sampling_defaults
+from omni.runtime.chat.engine import MLXEngine
+from omni.runtime.loading.source import ModelSource
+from omni.testing.llama import build_tiny_llama
 from tests.api._helpers import MODEL, parse_frames
+from tests.machine import alone
 from tests.server import ServerThread
 
 CODEX_VERSION = "0.171.0"
@@ -105,19 +107,19 @@ def codex_bin() -> Path:
     npm = shutil.which("npm")
     if npm is None or shutil.which("node") is None:
         pytest.fail("the Codex CLI test needs Node.js and npm on PATH (https://nodejs.org)")
-    home = Path(os.environ.get("OMNI_TEST_HOME", Path.home() / ".cache" / "omni-test"))
-    prefix = home / "codex"
-    if _installed_version(prefix) != CODEX_VERSION:
-        prefix.mkdir(parents=True, exist_ok=True)
-        spec = f"@openai/codex@{CODEX_VERSION}"
-        done = subprocess.run(
-            [npm, "install", "--prefix", str(prefix), "--no-audit", "--no-fund", spec],
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        if done.returncode != 0:
-            pytest.fail(f"npm install {spec} failed:\n{done.stderr}")
+    with alone() as home:  # one npm install at a time into the machine's folder
+        prefix = home / "codex"
+        if _installed_version(prefix) != CODEX_VERSION:
+            prefix.mkdir(parents=True, exist_ok=True)
+            spec = f"@openai/codex@{CODEX_VERSION}"
+            done = subprocess.run(
+                [npm, "install", "--prefix", str(prefix), "--no-audit", "--no-fund", spec],
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
+            if done.returncode != 0:
+                pytest.fail(f"npm install {spec} failed:\n{done.stderr}")
     codex = prefix / "node_modules" / ".bin" / "codex"
     version = subprocess.run([str(codex), "--version"], capture_output=True, text=True, timeout=60)
     assert version.stdout.strip() == f"codex-cli {CODEX_VERSION}", (version.stdout, version.stderr)

@@ -16,7 +16,7 @@ from typing import Any
 from omni.api.app import Settings
 from omni.api.gate import Access
 from omni.api.keys import KeyRing, api_key
-from omni.jobs import Delta, Job
+from omni.ports.jobs import Delta, Job
 from tests.server import ServerThread
 
 # Debian's package (.ci/run installs it); elsewhere (macOS) point OMNI_TEST_CHROMIUM at one.

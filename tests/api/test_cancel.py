@@ -23,7 +23,6 @@ from tests.api._helpers import (
     is_finished,
     log_bytes,
     n_deltas,
-    one_at_a_time,
     parse_frames,
     read_log,
     strip_keepalives,
@@ -50,7 +49,7 @@ def cleanup(client: OpenAI, server):  # type: ignore[no-untyped-def]
         except Exception:  # noqa: BLE001 - best effort
             pass
     for rid in ids:
-        wait_for(lambda rid=rid: is_finished(server, rid), timeout=5)
+        wait_for(lambda rid=rid: is_finished(server, rid), timeout=60)
 
 
 def start_long(client: OpenAI, cleanup: list[str]) -> str:
@@ -61,7 +60,7 @@ def start_long(client: OpenAI, cleanup: list[str]) -> str:
 
 def test_cancel_running_background(client: OpenAI, http: httpx.Client, server, cleanup) -> None:  # type: ignore[no-untyped-def]
     rid = start_long(client, cleanup)
-    assert wait_for(lambda: n_deltas(server, rid) >= 10, timeout=5)
+    assert wait_for(lambda: n_deltas(server, rid) >= 10, timeout=60)
 
     start = time.monotonic()
     cancelled = client.responses.cancel(rid)
@@ -130,7 +129,7 @@ def test_cancel_ends_a_live_follower(client: OpenAI, http: httpx.Client, server,
 
     t = threading.Thread(target=follow)
     t.start()
-    assert wait_for(lambda: n_deltas(server, rid) >= 10, timeout=5)
+    assert wait_for(lambda: n_deltas(server, rid) >= 10, timeout=60)
     client.responses.cancel(rid)
     t.join(timeout=5)
     assert not t.is_alive(), "the follower's stream did not end after the cancel"
@@ -140,51 +139,14 @@ def test_cancel_ends_a_live_follower(client: OpenAI, http: httpx.Client, server,
     assert strip_keepalives(got["raw"]) == log_bytes(server, rid)
 
 
-def test_cancel_queued(client: OpenAI, http: httpx.Client, server, cleanup) -> None:  # type: ignore[no-untyped-def]
-    """The engine is busy, so the second response waits in the queue; cancelling it ends it
-    at once: cancelled, no output, no output tokens, never in progress, never run."""
-    with one_at_a_time(server):
-        generations = server.state.engine.generations
-        busy = start_long(client, cleanup)
-        assert wait_for(lambda: n_deltas(server, busy) >= 1, timeout=5)
-        queued = start_long(client, cleanup)
-        time.sleep(0.1)
-        assert client.responses.retrieve(queued).status == "queued"
-
-        start = time.monotonic()
-        cancelled = client.responses.cancel(queued)
-        assert time.monotonic() - start < 5.0  # not once `busy` ends (it runs until cancelled)
-        assert cancelled.status == "cancelled"
-        assert cancelled.usage.output_tokens == 0
-        assert not is_finished(server, busy), "the busy response must still run"
-
-        rows = read_log(server, queued)
-        types = [e.type for e in rows]
-        assert "response.in_progress" not in types, types
-        assert types[:2] == ["response.created", "response.queued"]
-        assert types[-1] == "response.incomplete"
-        assert json.loads(rows[-1].data)["response"]["status"] == "cancelled"
-        assert CANCEL_REQUESTED in facts(server, queued)
-        assert recorded_tokens(server, queued) == []
-        # Now the busy one too; the queued job, once the engine reaches it, is skipped.
-        busy_final = client.responses.cancel(busy)
-        assert busy_final.status == "cancelled"
-        after = client.responses.create(model=MODEL, input="next", max_output_tokens=3)
-        assert after.status in ("completed", "incomplete")
-        assert server.state.engine.generations == generations + 2  # busy + after, not queued
-        assert [e.type for e in read_log(server, queued)] == types  # unchanged
-        assert client.responses.cancel(queued).model_dump() == cancelled.model_dump()
-
-        # Nothing was generated, so there is no output (not even an empty message item).
-        assert cancelled.output == [], cancelled.output
-        assert types == ["response.created", "response.queued", "response.incomplete"], types
+# A queued response cancelled before the engine reaches it: tests/service/test_cancel.py.
 
 
 def test_cancel_finished_background_returns_it_unchanged(
     client: OpenAI, http: httpx.Client, server
 ) -> None:  # type: ignore[no-untyped-def]
     r = client.responses.create(model=MODEL, input="short", background=True, max_output_tokens=5)
-    assert wait_for(lambda: is_finished(server, r.id), timeout=5)
+    assert wait_for(lambda: is_finished(server, r.id), timeout=60)
     final = client.responses.retrieve(r.id)
     assert final.status in ("completed", "incomplete")
     n_rows = len(read_log(server, r.id))
@@ -223,7 +185,7 @@ def test_cancel_store_false_is_404(client: OpenAI, http: httpx.Client) -> None:
 
 def test_cancel_deleted_is_404(client: OpenAI, http: httpx.Client, server) -> None:  # type: ignore[no-untyped-def]
     r = client.responses.create(model=MODEL, input="bye", background=True, max_output_tokens=3)
-    assert wait_for(lambda: is_finished(server, r.id), timeout=5)
+    assert wait_for(lambda: is_finished(server, r.id), timeout=60)
     client.responses.delete(r.id)
     with pytest.raises(NotFoundError):
         client.responses.cancel(r.id)

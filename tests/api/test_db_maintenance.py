@@ -15,7 +15,7 @@ import pytest
 from openai import NotFoundError
 
 from omni import cli
-from omni.events import maintenance
+from omni.events.sqlite import maintenance
 from omni.service.retention import VOCABULARY
 from tests.api._helpers import LONG_RUN, MODEL, TERMINAL, wait_for
 from tests.server import running

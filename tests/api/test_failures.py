@@ -11,7 +11,8 @@ import pytest
 from openai import OpenAI
 
 from omni.api.app import Settings
-from omni.jobs import Capabilities, Delta, Failed, Job, Output
+from omni.ports.chat import Capabilities
+from omni.ports.jobs import Delta, Failed, Job, Output
 from tests.server import ServerThread
 
 
@@ -21,6 +22,7 @@ class ScriptedEngine:
     model_id = "scripted"
     capabilities = Capabilities(context_length=1024, max_token_bytes=16)  # a plain model
     queued = running = 0
+    loading, load_error, memory_bytes, path = False, None, None, ""  # loaded; nothing to measure
     on_step = None
 
     def __init__(self) -> None:
@@ -91,9 +93,10 @@ async def test_a_run_whose_opening_cannot_be_committed_is_cancelled_not_left_run
     """The engine starts on a job while its opening events commit; if that commit fails,
     the job is cancelled (nobody would record it) and the error reaches the caller."""
     from omni.events import Append, NewEvent
-    from omni.jobs import Sampling
+    from omni.ports.jobs import Sampling
     from omni.protocol.chat_recorder import ChunkRecorder
-    from omni.service.runs import Run, Runs
+    from omni.service.run import Run
+    from omni.service.runs import Runs
 
     class FullDisk:
         async def append(self, *appends: Append) -> None:

@@ -15,8 +15,8 @@ import pytest
 from openai import AsyncOpenAI, BadRequestError, OpenAI
 
 from omni.api.app import Settings
-from omni.jobs import Job
-from omni.runtime.mlx_engine import MLXEngine
+from omni.ports.jobs import Job
+from omni.runtime.chat.engine import MLXEngine
 from tests.api._helpers import MODEL
 from tests.server import ServerThread
 

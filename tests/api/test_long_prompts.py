@@ -13,8 +13,8 @@ import pytest
 from openai import OpenAI
 
 from omni.api.app import Settings
-from omni.runtime.mlx_engine import MLXEngine
-from omni.runtime.model_source import ModelSource
+from omni.runtime.chat.engine import MLXEngine
+from omni.runtime.loading.source import ModelSource
 from tests.api._helpers import CANCEL_REQUESTED, LONG_RUN, MODEL, n_deltas, read_log, wait_for
 from tests.server import ServerThread
 
@@ -56,7 +56,7 @@ def deltas_between(server: Any, rid: str, after: int, before: int) -> int:
 
 def running(client: OpenAI, server: Any) -> str:
     rid = client.responses.create(model=MODEL, background=True, **LONG_RUN).id
-    assert wait_for(lambda: n_deltas(server, rid) >= 5, timeout=10)
+    assert wait_for(lambda: n_deltas(server, rid) >= 5, timeout=60)
     return rid
 
 

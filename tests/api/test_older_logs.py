@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 
 from omni.db import upgrade
-from omni.runtime.mlx_engine import MLXEngine
+from omni.runtime.chat.engine import MLXEngine
 from tests.older_facts import CHAT, FINISHED, RUNNING, rows
 from tests.server import running
 

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from omni.runtime.mlx_engine import longest_token
+from omni.runtime.chat.tokenizer import longest_token
 from tests.server import running
 
 
@@ -26,6 +26,7 @@ class WatchedEngine:
         self.model_id = engine.model_id
         self.capabilities = engine.capabilities  # the tiny model's template: its own
         self.queued = self.running = 0
+        self.loading, self.load_error, self.memory_bytes, self.path = False, None, None, ""
         self.on_step = None
         self.renders = 0
         self.encodes = 0

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from openai import OpenAI
 
-from omni.jobs import Delta, Finished, Started
+from omni.ports.jobs import Delta, Finished, Started
 from tests.api._helpers import MODEL
 from tests.server import serving
 
@@ -42,6 +42,7 @@ class ScriptedEngine:
         self.model_id = engine.model_id
         self.capabilities = engine.capabilities  # the tiny model's template: its own
         self.queued = self.running = 0
+        self.loading, self.load_error, self.memory_bytes, self.path = False, None, None, ""
         self.on_step = None
         self.scripts: list[str] = []
         self.prompts: list[list[int]] = []

@@ -25,12 +25,12 @@ import pytest
 from openai import BadRequestError, InternalServerError, OpenAI
 
 from omni.api.app import Settings
-from omni.runtime.catalogue import scan
-from omni.runtime.loading import Loader
-from omni.runtime.tiny import build_tiny_llama
-from omni.runtime.tiny_vlm import IMAGE_SIZE, PATCH_SIZE, build_tiny_llava
-from omni.service.image_urls import ImageHosts
+from omni.image_hosts import ImageHosts
+from omni.runtime.loading.catalogue import scan
+from omni.runtime.loading.loader import Loader
 from omni.service.models import Models
+from omni.testing.llama import build_tiny_llama
+from omni.testing.vlm import IMAGE_SIZE, PATCH_SIZE, build_tiny_llava
 from tests.api._helpers import n_deltas, wait_for
 from tests.server import ServerThread, free_port
 from tests.test_cli import kill_mid_stream, serving
@@ -416,7 +416,7 @@ def test_an_image_fetch_ends_at_the_servers_deadline(
     once that time is up, well before a read's own timeout; the log says which it was."""
     srv = serve(shelf, tmp_path, image_fetch_timeout_s=0.5)
     try:
-        with caplog.at_level(logging.INFO, logger="omni.service.images"):
+        with caplog.at_level(logging.INFO, logger="omni.service.vision_inputs"):
             bodies = [
                 refused(srv.base_url, f"http://localhost:{silent_service}/cat.png"),
                 refused(srv.base_url, f"{image_host}/nope.png"),
@@ -424,7 +424,7 @@ def test_an_image_fetch_ends_at_the_servers_deadline(
     finally:
         srv.stop()
     assert_one_failure(bodies, str(silent_service))
-    reasons = [r.getMessage() for r in caplog.records if r.name == "omni.service.images"]
+    reasons = [r.getMessage() for r in caplog.records if r.name == "omni.service.vision_inputs"]
     assert reasons[0].endswith("not fetched within 0.5 s") and len(reasons) == 2
 
 

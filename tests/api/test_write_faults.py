@@ -15,7 +15,7 @@ from typing import Any
 import openai
 import pytest
 
-from omni.events import maintenance
+from omni.events.sqlite import maintenance
 from omni.service.retention import VOCABULARY
 from omni.service.unwritten import UNWRITTEN
 from tests.faults import Dripping, disk_full

@@ -12,7 +12,8 @@ from pathlib import Path
 from alembic import command
 
 from omni.db import alembic_config, upgrade
-from omni.events import Append, EventStore, NewEvent, maintenance
+from omni.events import Append, EventStore, NewEvent
+from omni.events.sqlite import maintenance
 
 from ._helpers import ACCEPTED, USAGE, deltas, ev, finished_chat
 

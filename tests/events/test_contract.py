@@ -14,7 +14,7 @@ import pytest
 
 from omni.errors import SeqConflict, StoreError
 from omni.events import Append, EventStore, MemoryStore, NewEvent, Store
-from omni.events.postgres import PostgresStore
+from omni.events.postgres.store import PostgresStore
 
 from ._helpers import ACCEPTED, deltas, ev, finished_chat
 

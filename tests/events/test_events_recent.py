@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from omni.events import EventStore, StoredEvent
-from omni.events.recent import RecentRows
+from omni.events.sqlite.recent import RecentRows
 
 
 def ev(stream: str, seq: int) -> StoredEvent:

@@ -324,8 +324,8 @@ async def test_reader_reads_while_a_writer_holds_a_transaction(
 async def test_readers_do_not_wait_for_the_stores_own_open_write_transaction(
     store: EventStore,
 ) -> None:
-    from omni.events.recent import RecentRows
     from omni.events.schema import events as table
+    from omni.events.sqlite.recent import RecentRows
 
     store._recent = RecentRows(per_stream=0)  # this test writes behind the store's back
     await store.append([deltas("s", 0, 1)])
@@ -353,7 +353,7 @@ async def test_readers_do_not_wait_for_the_stores_own_open_write_transaction(
 async def test_writes_begin_immediate_reads_begin_deferred(store: EventStore) -> None:
     from sqlalchemy import event as sa_event
 
-    from omni.events.recent import RecentRows
+    from omni.events.sqlite.recent import RecentRows
 
     store._recent = RecentRows(per_stream=0)  # make the read reach SQLite
     seen: dict[str, list[str]] = {"writer": [], "reader": []}
@@ -664,7 +664,7 @@ async def test_an_append_waiting_for_another_process_does_not_block_the_loop(
 async def test_a_direct_append_commits_all_in_order_and_a_bigger_one_goes_to_the_thread(
     store: EventStore,
 ) -> None:
-    from omni.events import store as store_module
+    from omni.events.sqlite import store as store_module
 
     n = store_module.DIRECT_ROWS - 3
     stored = await store.append([deltas("a", 0, n), deltas("b", 0, 3)])  # DIRECT_ROWS rows
@@ -698,7 +698,7 @@ async def test_the_wal_stays_bounded_under_direct_appends(
 ) -> None:
     """SQLite starts the WAL over only when a write finds it wholly checkpointed: commits
     landing during a checkpoint would keep it growing. Appends wait for the checkpoint."""
-    from omni.events import store as store_module
+    from omni.events.sqlite import store as store_module
 
     monkeypatch.setattr(store_module, "CHECKPOINT_EVERY", 32)
     store = EventStore(str(db_path))
@@ -725,7 +725,7 @@ async def test_direct_appends_are_checkpointed_by_the_writers_thread(
 ) -> None:
     """The loop's connection never checkpoints; the writer's thread does, every so many
     commits, so the rows reach the database file itself (read here ignoring the WAL)."""
-    from omni.events import store as store_module
+    from omni.events.sqlite import store as store_module
 
     monkeypatch.setattr(store_module, "CHECKPOINT_EVERY", 4)
     store = EventStore(str(db_path))
@@ -830,7 +830,7 @@ async def test_an_entry_past_its_age_leaves_the_index_on_the_next_append(
 async def test_a_cache_bound_too_big_to_trim_on_the_loop_is_kept_up_on_the_thread(
     db_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from omni.events import store as store_module
+    from omni.events.sqlite import store as store_module
 
     monkeypatch.setattr(store_module, "DIRECT_CACHE_ENTRIES", 2)
     store = EventStore(str(db_path), cache_max_entries=3)
@@ -856,7 +856,7 @@ async def test_a_bound_lowered_since_the_last_start_is_applied_at_open_not_on_th
     """Thousands of index rows over the bound (or past their age) are deleted by open() on the
     writer's thread; an append's own upkeep deletes a few at most, so it never holds the event
     loop for a mass delete."""
-    from omni.events import store as store_module
+    from omni.events.sqlite import store as store_module
 
     now = int(time.time() * 1000)
     with sqlite3.connect(str(db_path)) as conn:
@@ -892,7 +892,7 @@ async def test_an_append_failing_on_the_writers_thread_is_a_store_error(
 ) -> None:
     """The writer's thread fails the same way as the loop's connection: a StoreError (the
     recorder's contract), not whatever the driver raised, and the store stays writable."""
-    from omni.events import store as store_module
+    from omni.events.sqlite import store as store_module
 
     monkeypatch.setattr(store_module, "DIRECT_ROWS", 0)  # every append goes to the thread
     with pytest.raises(StoreError):
@@ -907,7 +907,7 @@ async def test_a_cache_lookup_reads_on_the_loops_connection(
     """A lookup by key runs on the loop's own connection (the reader's thread cost ~1 ms of
     the loop a request, and a burst's lookups queued there); it sees what the writer's thread
     committed, and the reader answers when that connection cannot."""
-    from omni.events import store as store_module
+    from omni.events.sqlite import store as store_module
 
     monkeypatch.setattr(store_module, "DIRECT_ROWS", 0)  # indexed on the writer's thread
     await store.append(finished_chat("c", "k"))

@@ -1,4 +1,4 @@
-"""omni/events/maintenance.py on hand-made logs: check, finished/purge, backup, the lock."""
+"""omni/events/sqlite/maintenance.py on hand-made logs: check, finished/purge, backup, the lock."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import pytest
 
 from omni import cli
 from omni.errors import StoreError
-from omni.events import maintenance
 from omni.events.maintenance import parse_duration, parse_moment
+from omni.events.sqlite import maintenance
 from omni.lock import DatabaseLock
 from omni.service.retention import VOCABULARY
 

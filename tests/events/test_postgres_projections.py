@@ -12,7 +12,7 @@ from alembic.script import ScriptDirectory
 
 from omni.db import alembic_config, inspect, upgrade
 from omni.events import Append, NewEvent
-from omni.events.postgres import PostgresStore
+from omni.events.postgres.store import PostgresStore
 from tests.postgres import database, rows
 
 from ._helpers import ACCEPTED, USAGE, ev, finished_chat

@@ -13,7 +13,7 @@ import pytest
 
 from omni.errors import LeaseLost, StoreError
 from omni.events import Append, Appender, Notifier
-from omni.events.postgres import PostgresStore
+from omni.events.postgres.store import PostgresStore
 
 from ._helpers import deltas, ev
 
@@ -234,7 +234,7 @@ async def test_a_replica_may_not_append_to_a_stream_another_replica_leases(pg_ur
 async def test_settle_waits_for_an_append_another_server_has_under_way(pg_url: str) -> None:
     """A takeover's barrier: an old owner's append that began before the claim (it holds the
     log's lock until it commits) is in the log before the new owner reads the stream."""
-    from omni.events.postgres import LOG_LOCK
+    from omni.events.postgres.connections import LOG_LOCK
 
     store = PostgresStore(pg_url)
     await store.open()

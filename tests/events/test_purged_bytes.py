@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from omni.events import Append, EventStore, NewEvent
-from omni.events import store as store_module
+from omni.events.sqlite import connections as store_module
 
 from ._helpers import deltas
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy.engine import Connection
 
-from omni.events.store import sqlite_url
+from omni.events.sqlite.connections import sqlite_url
 from omni.inspect import Inspector, open_log
 from omni.inspect.folding import preview
 from tests.inspect.conftest import Log

@@ -9,9 +9,9 @@ import re
 import pytest
 from rich.cells import cell_len
 
+from omni.cli.inspect.commands import ls_table
+from omni.cli.inspect.output import Out
 from omni.inspect import Summary
-from omni.inspect_cli.commands import ls_table
-from omni.inspect_cli.output import Out
 
 
 def test_an_events_text_stays_on_its_line() -> None:

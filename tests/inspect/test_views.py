@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from omni.api.app import Settings
-from omni.jobs import Delta, Failed
+from omni.ports.jobs import Delta, Failed
 from tests.api.test_failures import ScriptedEngine
 from tests.inspect.conftest import Log
 from tests.server import ServerThread

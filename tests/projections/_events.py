@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from omni.jobs import Output
+from omni.ports.jobs import Output
 from omni.protocol.recorder import ResponseRecorder
 
 

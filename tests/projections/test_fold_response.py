@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from omni.jobs import Delta, Failed, Finished
+from omni.ports.jobs import Delta, Failed, Finished
 from omni.projections.response import fold_response
 from tests.projections._events import as_rows, record
 

@@ -11,9 +11,10 @@ from mlx_lm.tool_parsers import json_tools
 from openai.types import Completion
 from openai.types.chat import ChatCompletionChunk
 
-from omni.jobs import Delta, Failed, Finished, Logprobs, Started, TokenLogprob
+from omni.ports.chat import ToolFormat
+from omni.ports.jobs import Delta, Failed, Finished, Logprobs, Started, TokenLogprob
 from omni.protocol.chat_recorder import ChunkRecorder
-from omni.protocol.tool_calls import CallSplitter, ToolFormat
+from omni.tools.calls import CallSplitter
 from omni.vocabulary import (
     COMPLETION_CANCELLED,
     COMPLETION_CHUNK,

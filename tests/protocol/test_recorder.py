@@ -6,9 +6,10 @@ import copy
 
 import pytest
 
-from omni.jobs import Delta, Failed, Finished
+from omni.ports.chat import ToolFormat
+from omni.ports.jobs import Delta, Failed, Finished
 from omni.protocol.recorder import ResponseRecorder, usage
-from omni.protocol.tool_calls import CallSplitter, ToolFormat
+from omni.tools.calls import CallSplitter
 from omni.vocabulary import RESPONSE_ENDS
 from tests.projections._events import base_response, record
 from tests.protocol.test_chunk_recorder import CALL_OUTPUTS, TOOLS

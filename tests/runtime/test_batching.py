@@ -26,6 +26,8 @@ from tests.api._helpers import EOS, MODEL, holding, one_at_a_time, read_log, wai
 from tests.server import ServerThread
 
 TERMINAL = ("response.completed", "response.incomplete", "response.failed")
+# How long a wait may last before it is a hang: never a margin (two loaded cores, a worker each).
+HANG = 600
 
 
 @dataclass
@@ -185,17 +187,17 @@ def test_jobs_join_and_leave_a_running_batch(client: OpenAI, server: ServerThrea
         running = pool.submit(
             stream, client, started, 30, **long, prompt_cache_key=key("long-batch")
         )
-        assert started.wait(timeout=20), "the long request never streamed"
+        assert started.wait(timeout=HANG), "the long request never streamed"
         shorts = [
             {**short, "prompt_cache_key": key("short-batch")},
             *[{**b, "max_output_tokens": 10 + 5 * i} for i, b in enumerate(others("b3", 4))],
         ]
         with ThreadPoolExecutor(len(shorts)) as short_pool:
             finished = [
-                f.result(timeout=30)
+                f.result(timeout=HANG)
                 for f in [short_pool.submit(stream, client, **b) for b in shorts]
             ]
-        long_run = running.result(timeout=60)
+        long_run = running.result(timeout=HANG)
 
     # In the log: the short ones began after the long one's 30th token and ended before it.
     joined = positions(server, long_run.id, "response.output_text.delta")[29]

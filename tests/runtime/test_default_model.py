@@ -9,15 +9,15 @@ from pathlib import Path
 import pytest
 
 from omni.errors import ModelLoadError
-from omni.jobs import RecommendedSampling
-from omni.runtime import default_model, wheels
-from omni.runtime.default_model import (
+from omni.ports.chat import RecommendedSampling
+from omni.runtime.chat.generation_config import recommended_sampling
+from omni.runtime.loading import default_model, wheels
+from omni.runtime.loading.default_model import (
     DEFAULT_MODEL_ID,
     GGUF_MEMBER,
     default_model_dir,
     ensure_default_model,
 )
-from omni.runtime.generation_config import recommended_sampling
 
 GGUF_BYTES = b"GGUF-not-really" * 1000
 

@@ -1,4 +1,4 @@
-"""The engine process (omni.runtime.worker) seen from the server: its outputs arrive as values,
+"""The engine process (omni.runtime.chat.worker) seen from the server: its outputs arrive as values,
 a cancel crosses the process boundary, and losing the process fails the jobs in flight with a
 clear message instead of leaving their streams hanging."""
 
@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from omni.errors import ModelLoadError
-from omni.jobs import Delta, Failed, Finished, Job, Output, Sampling, Started
-from omni.runtime.mlx_engine import MLXEngine
-from omni.runtime.model_source import ModelSource
+from omni.ports.jobs import Delta, Failed, Finished, Job, Output, Sampling, Started
+from omni.runtime.chat.engine import MLXEngine
+from omni.runtime.loading.source import ModelSource
 
 GREEDY_LONG = Sampling(temperature=0.0, max_tokens=2000, logit_bias=((2, -100.0),))
 
@@ -178,7 +178,7 @@ def test_the_engine_runs_without_cudnn_attention_unless_told(
 ) -> None:
     """MLX's cuDNN attention builds a graph per new shape (bench/attention.py, in git
     history): the engine turns it off, unless the environment says otherwise."""
-    from omni.runtime.worker import use_mlx_settings
+    from omni.runtime.chat.worker import use_mlx_settings
 
     monkeypatch.setenv("MLX_CUDA_USE_CUDNN_SDPA", "")  # put back as it was after the test
     monkeypatch.delenv("MLX_CUDA_USE_CUDNN_SDPA")
@@ -192,8 +192,8 @@ def test_the_engine_runs_without_cudnn_attention_unless_told(
 def test_the_engine_prefills_bigger_groups_on_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
     """Prompts prefilled together: mlx-lm's 8 on a CPU (or Metal), CUDA_PREFILL_GROUP on an
     NVIDIA GPU (bench/concurrency.py); OMNI_PREFILL_GROUP sets it (benchmarks)."""
-    from omni.runtime import worker
-    from omni.runtime.batching import PREFILL_GROUP
+    from omni.runtime.chat import worker
+    from omni.runtime.chat.state import PREFILL_GROUP
     from omni.settings import engine_knobs
 
     def prefill_group(env: dict[str, str] | None = None) -> int:
@@ -225,7 +225,7 @@ def test_a_prefill_group_that_is_no_positive_integer_stops_the_engine_with_its_n
 def test_the_prefill_chunk_is_the_devices(monkeypatch: pytest.MonkeyPatch) -> None:
     """Prompt tokens a step feeds one prompt: 128 on a CPU, 2,048 on a GPU (bench/chunks.py);
     OMNI_PREFILL_CHUNK sets it (tests, benchmarks)."""
-    from omni.runtime import worker
+    from omni.runtime.chat import worker
     from omni.settings import engine_knobs
 
     def prefill_chunk(env: dict[str, str] | None = None) -> int:

@@ -11,11 +11,11 @@ import pytest
 from mlx_lm import load
 from mlx_lm.generate import BatchGenerator
 
-from omni.jobs import Sampling
-from omni.runtime import first_tokens
-from omni.runtime.batching import BatchScheduler
-from omni.runtime.generation import PrefixCache
-from omni.runtime.wire import Close, Finished, Request, Spec, Started, Token
+from omni.ports.jobs import Sampling
+from omni.runtime.chat import batch_generator
+from omni.runtime.chat.prefix_cache import PrefixCache
+from omni.runtime.chat.scheduler import BatchScheduler
+from omni.runtime.chat.wire import Close, Finished, Request, Spec, Started, Token
 from tests.runtime.test_gather import Script, counting_passes
 
 
@@ -54,7 +54,7 @@ def tokens_of(script: Script, job: int) -> list[int]:
 def test_this_mlx_lm_lets_a_group_join_the_batch(loaded: tuple[Any, Any]) -> None:
     """Joining uses BatchGenerator's private members: an mlx-lm without them is noticed here
     (the engine would still run, with BatchGenerator feeding prompts itself)."""
-    assert first_tokens.joins(BatchGenerator(loaded[0]))
+    assert batch_generator.joins(BatchGenerator(loaded[0]))
 
 
 def test_a_group_arriving_mid_stream_gets_its_first_tokens_in_the_step_it_is_fed(
@@ -148,7 +148,7 @@ def test_a_kept_cache_is_named_by_the_tokens_it_holds(
 
 
 def test_an_empty_prompt_fails_alone(loaded: tuple[Any, Any]) -> None:
-    from omni.runtime.wire import Failed
+    from omni.runtime.chat.wire import Failed
 
     script = run(loaded, [[spec(0, []), spec(1, [1, 2, 3], 4), spec(2, [4, 5, 6], 4)]])
     sent = [o for out in script.sent for o in out]

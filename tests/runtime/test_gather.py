@@ -6,19 +6,18 @@ from __future__ import annotations
 
 from collections import deque
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from mlx_lm import load
 
-from omni.jobs import Sampling
-from omni.runtime import batching
-from omni.runtime.batching import PREFILL_GROUP, BatchScheduler
-from omni.runtime.generation import PrefixCache
-from omni.runtime.observe import StepStats
-from omni.runtime.wire import Close, Finished, Output, Request, Spec, Started, Token
-from omni.runtime.worker import CUDA_PREFILL_GROUP
+from omni.ports.jobs import Sampling
+from omni.runtime.chat.observe import StepStats
+from omni.runtime.chat.prefix_cache import PrefixCache
+from omni.runtime.chat.scheduler import BatchScheduler
+from omni.runtime.chat.state import PREFILL_GROUP
+from omni.runtime.chat.wire import Close, Finished, Output, Request, Spec, Started, Token
+from omni.runtime.chat.worker import CUDA_PREFILL_GROUP
 
 
 class Script:
@@ -84,9 +83,8 @@ def run(
     store = PrefixCache(model, 0, 0)
     scheduler = BatchScheduler(model, tokenizer, store, 32, gather_s, prefill_group=group)
     script = Script([*steps, *([[]] * 100), [Close()]], step_s)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(batching, "time", SimpleNamespace(perf_counter=lambda: script.now))
-        scheduler.run(script)  # type: ignore[arg-type]
+    scheduler.clock = lambda: script.now
+    scheduler.run(script)  # type: ignore[arg-type]
     return script
 
 
@@ -241,7 +239,7 @@ def counting_passes(monkeypatch: pytest.MonkeyPatch) -> list[list[int]]:
     (PromptProcessingBatch.prompt) and the engine's own groups' (first_tokens.feed)."""
     from mlx_lm.generate import PromptProcessingBatch
 
-    from omni.runtime import first_tokens
+    from omni.runtime.chat import first_tokens
 
     passes: list[list[int]] = []
     prompt, feed = PromptProcessingBatch.prompt, first_tokens.feed

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from mlx_lm.utils import load_tokenizer
 
-from omni.runtime.constraints import Constraints
-from omni.service.structured import (
+from omni.runtime.chat.constraints import Constraints
+from omni.tools.schema import (
     answer_or_call,
     call_constraint,
     native_strict_constraint,

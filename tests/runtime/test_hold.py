@@ -11,9 +11,11 @@ from typing import Any
 
 import pytest
 
-from omni.jobs import Delta, Finished, Job, Sampling, Started
-from omni.runtime import mlx_engine, wire
-from omni.runtime.mlx_engine import HOLD_MIN, HOLD_S, MLXEngine, _Pending
+from omni.ports.jobs import Delta, Finished, Job, Sampling, Started
+from omni.runtime.chat import engine as mlx_engine
+from omni.runtime.chat import wire
+from omni.runtime.chat.delivery import HOLD_MIN, HOLD_S, Pending
+from omni.runtime.chat.engine import MLXEngine
 
 
 class Pipe:
@@ -87,7 +89,7 @@ def read(
     for i in range(jobs):
         job = Job(prompt=[1], sampling=Sampling())
         job.outputs = Outputs(i, loop)  # type: ignore[assignment]
-        engine._pending[i] = _Pending(job, loop, Detokenizer())  # type: ignore[arg-type]
+        engine._pending[i] = Pending(job, loop, Detokenizer())  # type: ignore[arg-type]
     engine._read()
     return loop.handoffs
 

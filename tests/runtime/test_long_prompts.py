@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 from mlx_lm import load
 
-from omni.jobs import Sampling
-from omni.runtime import batching
-from omni.runtime.batching import BatchScheduler
-from omni.runtime.generation import PrefixCache
-from omni.runtime.wire import Cancel, Close, Finished, Output, Request, Spec, Started, Token
+from omni.ports.jobs import Sampling
+from omni.runtime.chat import watchdog
+from omni.runtime.chat.prefix_cache import PrefixCache
+from omni.runtime.chat.scheduler import BatchScheduler
+from omni.runtime.chat.wire import Cancel, Close, Finished, Output, Request, Spec, Started, Token
 from tests.runtime.test_gather import Script, counting_passes
 
 CHUNK = 16
@@ -137,19 +137,22 @@ def test_a_slow_step_is_logged_with_what_it_was_doing(
     def slow_model(*args: Any, **kwargs: Any) -> Any:
         nonlocal calls
         calls += 1
-        if calls == 10:  # one chunk of the long prompt takes far longer than the rest
-            time.sleep(2.0)
+        if calls == 10:  # one chunk of the long prompt runs until the watchdog has said so
+            deadline = time.monotonic() + 60
+            while not any("engine step has run for" in r.getMessage() for r in caplog.records):
+                assert time.monotonic() < deadline, "the watchdog never spoke"
+                time.sleep(0.01)
         return model(*args, **kwargs)
 
     # Slow: over 0.5 s, which no other step of this run takes, even on a loaded machine.
-    monkeypatch.setattr(batching, "SLOW_STEP_S", 0.5)
-    monkeypatch.setattr(batching, "WATCH_EVERY_S", 0.05)
+    monkeypatch.setattr(watchdog, "SLOW_STEP_S", 0.5)
+    monkeypatch.setattr(watchdog, "WATCH_EVERY_S", 0.05)
     scheduler = BatchScheduler(
         slow_model, tokenizer, PrefixCache(model, 0, 0), 8, 0.0, prefill_chunk=CHUNK
     )
     scheduler.batch.model = model  # only the long prompt's own chunks go through slow_model
     script = Script([[job(0, long_prompt(6), 2)], *([[]] * 100), [Close()]])
-    with caplog.at_level(logging.WARNING, logger="omni.runtime.batching"):
+    with caplog.at_level(logging.WARNING, logger="omni.runtime.chat.scheduler"):
         scheduler.run(script)  # type: ignore[arg-type]
     said = [r.getMessage() for r in caplog.records]
     # While it ran (the watchdog), then once it ended, each said once.

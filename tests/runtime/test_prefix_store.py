@@ -13,7 +13,7 @@ import pytest
 from mlx_lm import load
 from mlx_lm.models.cache import RotatingKVCache, can_trim_prompt_cache, make_prompt_cache
 
-from omni.runtime.generation import PrefixCache
+from omni.runtime.chat.prefix_cache import PrefixCache
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +65,7 @@ def test_a_prefix_shorter_than_min_reuse_is_not_reused(model: Any) -> None:
 
 
 def test_min_reuse_is_one_token_on_a_cpu_and_more_on_a_gpu() -> None:
-    from omni.runtime.worker import GPU_MIN_REUSE, min_reuse
+    from omni.runtime.chat.worker import GPU_MIN_REUSE, min_reuse
 
     on_gpu = mx.default_device().type == mx.DeviceType.gpu
     assert min_reuse() == (GPU_MIN_REUSE if on_gpu else 1)

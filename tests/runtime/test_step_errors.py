@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 from mlx_lm import load
 
-from omni.runtime.batching import GENERATION_FAILED, BatchScheduler
-from omni.runtime.generation import PrefixCache
-from omni.runtime.wire import Close, Failed
+from omni.runtime.chat.prefix_cache import PrefixCache
+from omni.runtime.chat.scheduler import BatchScheduler
+from omni.runtime.chat.state import GENERATION_FAILED
+from omni.runtime.chat.wire import Close, Failed
 from tests.runtime.test_gather import Script, job
 
 SECRET = "sqlite3.OperationalError: /home/someone/private/path"
@@ -56,8 +57,8 @@ def test_a_failed_group_pass_fails_its_jobs_without_the_exception(
 ) -> None:
     """The pass that feeds a group its prompts (or its joining the batch) raises: the group's
     jobs fail, the engine goes on with the next job."""
-    from omni.runtime import first_tokens
-    from omni.runtime.wire import Token
+    from omni.runtime.chat import first_tokens
+    from omni.runtime.chat.wire import Token
 
     model, tokenizer = loaded
     scheduler = BatchScheduler(model, tokenizer, PrefixCache(model, 0, 0), 4, 0.0)

@@ -10,11 +10,15 @@ from omni.service.budget import Budget, footprint, on_disk, reported
 
 
 class Reporting:
+    path = ""  # nothing on disk to measure
+
     def __init__(self, memory_bytes: int | None) -> None:
         self.memory_bytes = memory_bytes
 
 
 class FromFolder:
+    memory_bytes = None  # it reports nothing
+
     def __init__(self, path: str) -> None:
         self.path = path
 

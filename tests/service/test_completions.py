@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 
 from omni.events import MemoryStore
-from omni.jobs import Capabilities, Delta, Finished, RecommendedSampling, Sampling
+from omni.ports.chat import Capabilities, RecommendedSampling
+from omni.ports.jobs import Delta, Finished, Sampling
 from omni.schemas.chat import ChatCompletionCreate, CompletionCreate
-from omni.service.completions import cache_key
+from omni.service.flights import cache_key
 from omni.service.stored import StoredCompletions
 
 from .conftest import ScriptedEngine, Services, serving

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from omni.jobs import Finished, RecommendedSampling, Sampling
+from omni.ports.chat import RecommendedSampling
+from omni.ports.jobs import Finished, Sampling
 from omni.schemas.chat import ChatCompletionCreate, CompletionCreate
 from omni.schemas.responses import ResponseCreate
 from omni.service.defaults import Defaults

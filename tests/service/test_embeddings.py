@@ -15,9 +15,9 @@ import pytest
 
 from omni.errors import InvalidRequest, ModelNotFound, OmniError
 from omni.events import Append, Appender, MemoryStore, NewEvent, Notifier, StoredEvent
-from omni.jobs import EmbeddingCapabilities
+from omni.ports.embeddings import EmbeddingCapabilities
+from omni.schemas.body import parse_body
 from omni.schemas.embeddings import EmbeddingCreate
-from omni.schemas.responses import parse_body
 from omni.service.embeddings import MAX_INPUTS, EmbeddingsService
 
 
@@ -82,7 +82,7 @@ def logged(store: MemoryStore) -> list[StoredEvent]:
 
 
 def body(**fields: Any) -> EmbeddingCreate:
-    return parse_body(json.dumps(fields), EmbeddingCreate)  # type: ignore[no-any-return]
+    return parse_body(json.dumps(fields), EmbeddingCreate)
 
 
 async def test_a_string_answers_in_openais_shape(setup) -> None:

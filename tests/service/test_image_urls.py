@@ -21,18 +21,17 @@ from typing import Any
 import pytest
 
 from omni.errors import InvalidRequest
+from omni.image_hosts import ImageHosts, public
 from omni.service import image_urls
 from omni.service.image_urls import (
     MAX_REDIRECTS,
     Fetcher,
-    ImageHosts,
     Target,
     Unfetchable,
-    public,
 )
-from omni.service.images import ImageRef, load_images
+from omni.service.vision_inputs import ImageRef, load_images
 
-CAT = b"\x89PNG pretend"  # the fetch checks no format (images.py does)
+CAT = b"\x89PNG pretend"  # the fetch checks no format (vision_inputs.py does)
 PUBLIC = "93.184.216.34"
 
 
@@ -400,7 +399,7 @@ async def test_a_slow_drip_is_cut_at_the_deadline(
 ) -> None:
     """Each read gets a byte well within its timeout, yet the fetch as a whole ends at its
     deadline, while the server still drips: the client's one message, the log's reason."""
-    with caplog.at_level(logging.INFO, logger="omni.service.images"):
+    with caplog.at_level(logging.INFO, logger="omni.service.vision_inputs"):
         with pytest.raises(InvalidRequest) as cut:
             await load_images([ImageRef(f"{slow}/drip", PART)], Fetcher(ALLOWED, deadline_s=0.2))
         with pytest.raises(InvalidRequest) as missing:
@@ -408,7 +407,7 @@ async def test_a_slow_drip_is_cut_at_the_deadline(
     assert not _Slow.finished.is_set() and _Slow.dripped[0] >= 1  # cut mid-body
     assert cut.value.code == "failed_to_download_image" and cut.value.param == PART
     assert cut.value.message == missing.value.message
-    reasons = [r.getMessage() for r in caplog.records if r.name == "omni.service.images"]
+    reasons = [r.getMessage() for r in caplog.records if r.name == "omni.service.vision_inputs"]
     assert [reason.rsplit(": ", 1)[1] for reason in reasons] == [
         "not fetched within 0.2 s",
         "not fetched within 0 s",

@@ -11,10 +11,10 @@ import json
 from typing import Any
 
 from omni.events import MemoryStore, Notifier
-from omni.jobs import Delta, Finished
+from omni.ports.jobs import Delta, Finished
 from omni.schemas.chat import ChatCompletionCreate
 from omni.schemas.responses import ResponseCreate
-from omni.service.completions import flight_lease
+from omni.service.flights import flight_lease
 from omni.service.leasing import Leasing
 
 from .conftest import ScriptedEngine, serving

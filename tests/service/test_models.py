@@ -12,7 +12,7 @@ import pytest
 
 from omni.catalogue import GB, ModelEntry
 from omni.errors import InvalidRequest, ModelLoadError, ModelNotFound
-from omni.jobs import Capabilities
+from omni.ports.chat import Capabilities
 from omni.service.models import Models
 
 
@@ -20,6 +20,7 @@ class Loaded:
     capabilities = Capabilities(context_length=64)
     on_step = None
     memory_bytes: int | None = None  # what its weights take, where it reports that
+    loading, load_error = False, None  # loaded once returned
 
     def __init__(self, model_id: str, log: list[str], path: str) -> None:
         self.model_id, self.log = model_id, log

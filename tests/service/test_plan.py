@@ -9,13 +9,14 @@ import json
 import time
 
 from omni.events import MemoryStore
-from omni.jobs import Delta, Finished, Sampling
+from omni.ports.chat import ToolFormat
+from omni.ports.jobs import Delta, Finished, Sampling
 from omni.protocol.recorder import ResponseRecorder
 from omni.protocol.thinking import ThinkSplitter
-from omni.protocol.tool_calls import CallSplitter, ToolFormat
 from omni.schemas.responses import ResponseCreate
 from omni.service.plan import RunPlan, stored_plan
 from omni.service.streams import tokens_stream
+from omni.tools.calls import CallSplitter
 
 from .conftest import ScriptedEngine, serving
 

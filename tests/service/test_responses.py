@@ -6,7 +6,7 @@ import json
 from contextlib import aclosing
 from typing import Any
 
-from omni.jobs import Delta, Finished
+from omni.ports.jobs import Delta, Finished
 from omni.schemas.responses import ResponseCreate
 from omni.vocabulary import ACCEPTED, CANCEL_REQUESTED
 

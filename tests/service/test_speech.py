@@ -14,7 +14,7 @@ import pytest
 
 from omni.errors import SERVER_ERROR, InvalidRequest, OmniError
 from omni.events import Append, Appender, MemoryStore, NewEvent, Notifier, StoredEvent
-from omni.jobs import SpeechCapabilities, Spoken
+from omni.ports.speech import SpeechCapabilities, SpeechOrder, Spoken
 from omni.schemas.speech import SpeechCreate
 from omni.service.speech import SpeechService
 
@@ -68,11 +68,8 @@ class ScriptedSpeaker:
         self.script: list[bytes | Exception | None] = [b"RIFF", b"data"]
         self.asked: list[tuple[str, str | None]] = []
 
-    async def speak(
-        self, text: str, voice: str | None, response_format: str, speed: float,
-        instructions: str | None = None,
-    ) -> Script:  # fmt: skip
-        self.asked.append((text, voice))
+    async def speak(self, order: SpeechOrder) -> Script:
+        self.asked.append((order.text, order.voice))
         return Script(self.script)
 
     def close(self) -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from omni.errors import OmniError
 from omni.events import Append, Appender, MemoryStore, NewEvent, Notifier
-from omni.jobs import Audio, Heard, TranscribeOptions, Transcript
+from omni.ports.transcription import Audio, Heard, TranscribeOptions, Transcript
 from omni.schemas.audio import TranscriptionCreate
 from omni.service.transcriptions import TranscriptionsService, Upload
 

@@ -1,0 +1,184 @@
+"""What a request asked, for people: its model, sampling, instructions and input, one line
+an input, summarized by the kind of object it made."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypedDict
+
+_TEXT = 80  # characters of an input item's text kept in a request summary
+# The sampling settings a completion's body may carry (a response's request stores its own).
+_COMPLETION_SAMPLING = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "max_tokens",
+    "max_completion_tokens",
+    "seed",
+    "stop",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+    "logprobs",
+    "top_logprobs",
+)
+
+
+class InputLine(TypedDict):
+    """One input of a request, as a summary lists it."""
+
+    type: str
+    role: Any  # as the request wrote it: "user", ...; None where the input has no role
+    text: str
+
+
+class RequestSummary(TypedDict):
+    model: Any  # as the request named it
+    sampling: dict[str, Any]
+    instructions: Any
+    input: list[InputLine]
+    stream: bool
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = (_part_text(p) for p in content if isinstance(p, dict))
+        return " ".join(t for t in texts if t)
+    return ""
+
+
+def _part_text(part: dict[str, Any]) -> str:
+    """A part's text; an image (input_image, image_url) as [image], with its URL unless it
+    is a data: URL (the image itself)."""
+    if part.get("type") not in ("input_image", "image_url"):
+        return str(part.get("text") or "")
+    url = part.get("image_url")
+    url = url.get("url") if isinstance(url, dict) else url
+    return "[image]" if not isinstance(url, str) or url.startswith("data:") else f"[image {url}]"
+
+
+def _line(text: str) -> str:
+    """A text on one line, cut to a preview."""
+    text = " ".join(text.split())
+    return text[:_TEXT] + ("…" if len(text) > _TEXT else "")
+
+
+def _item(item: dict[str, Any]) -> InputLine:
+    """An input item as {type, role, text}: the text cut to a preview."""
+    type_ = str(item.get("type") or "message")
+    if type_ == "function_call":
+        text = f"{item.get('name')}({item.get('arguments') or ''})"
+    elif type_ == "function_call_output":
+        text = str(item.get("output") or "")
+    else:
+        text = _content_text(item.get("content"))
+    return {"type": type_, "role": item.get("role"), "text": _line(text)}
+
+
+def _told(type_: str, text: str) -> list[InputLine]:
+    """An input that is not kept as items: what it was, in one line."""
+    return [{"type": type_, "role": None, "text": text}]
+
+
+def _embedding(body: dict[str, Any], doc: dict[str, Any]) -> RequestSummary:
+    """Its inputs' text is not kept: how many, and their tokens."""
+    n, tokens = doc.get("inputs"), doc.get("prompt_tokens")
+    told = f"{n} input{'' if n == 1 else 's'}, {tokens} token{'' if tokens == 1 else 's'}"
+    return {
+        "model": body.get("model"),
+        "sampling": {},
+        "instructions": None,
+        "input": _told("embedding_input", told),
+        "stream": False,
+    }
+
+
+def _speech(body: dict[str, Any], doc: dict[str, Any]) -> RequestSummary:
+    """The text spoken, as a response's input is kept."""
+    return {
+        "model": body.get("model"),
+        "sampling": {k: body[k] for k in ("voice", "speed", "response_format") if k in body},
+        "instructions": body.get("instructions"),
+        "input": _told("speech_input", _line(str(body.get("input") or ""))),
+        "stream": body.get("stream_format") == "sse",
+    }
+
+
+def _image(body: dict[str, Any], doc: dict[str, Any]) -> RequestSummary:
+    """The prompt drawn, as a response's input is kept."""
+    drawn: dict[str, Any] = {k: doc[k] for k in ("size", "quality", "steps", "seed") if k in doc}
+    drawn.update({k: body[k] for k in ("n", "output_format") if k in body})
+    return {
+        "model": body.get("model"),
+        "sampling": drawn,
+        "instructions": None,
+        "input": _told("image_prompt", _line(str(body.get("prompt") or ""))),
+        "stream": bool(body.get("stream")),
+    }
+
+
+def _transcription(body: dict[str, Any], doc: dict[str, Any]) -> RequestSummary:
+    """The audio is not kept: what it was."""
+    audio = doc.get("audio") or {}
+    told = f"{audio.get('filename')}: {audio.get('seconds')} s of audio ({doc.get('task')})"
+    return {
+        "model": body.get("model"),
+        "sampling": {k: body[k] for k in ("language", "temperature") if body.get(k)},
+        "instructions": body.get("prompt"),
+        "input": _told("audio", told),
+        "stream": bool(body.get("stream")),
+    }
+
+
+def _response(body: dict[str, Any], doc: dict[str, Any]) -> RequestSummary:
+    sampling = dict((doc.get("plan") or doc).get("sampling") or {})  # older: beside
+    items = [_item(i) for i in doc.get("input") or [] if isinstance(i, dict)]
+    return _kept(body, sampling, items)
+
+
+def _chat(body: dict[str, Any], doc: dict[str, Any]) -> RequestSummary:
+    items = [_item({"type": "message", **m}) for m in body.get("messages") or []]
+    return _kept(body, _completion_sampling(body), items)
+
+
+def _text_completion(body: dict[str, Any], doc: dict[str, Any]) -> RequestSummary:
+    prompt = body.get("prompt")
+    prompts = prompt if isinstance(prompt, list) else [prompt]
+    items = [_item({"type": "prompt", "content": str(p)}) for p in prompts]
+    return _kept(body, _completion_sampling(body), items)
+
+
+def _completion_sampling(body: dict[str, Any]) -> dict[str, Any]:
+    return {k: body[k] for k in _COMPLETION_SAMPLING if body.get(k) is not None}
+
+
+def _kept(body: dict[str, Any], sampling: dict[str, Any], items: list[InputLine]) -> RequestSummary:
+    """A request whose input is kept as items (a response's, a completion's)."""
+    return {
+        "model": body.get("model"),
+        "sampling": sampling,
+        "instructions": body.get("instructions"),
+        "input": items,
+        "stream": bool(body.get("stream")),
+    }
+
+
+# A request's summary, by the kind of object it made (tests/test_modalities.py: every kind has
+# one; another kind: a text completion's).
+SUMMARIES: dict[str, Callable[[dict[str, Any], dict[str, Any]], RequestSummary]] = {
+    "response": _response,
+    "chat.completion": _chat,
+    "text_completion": _text_completion,
+    "embedding": _embedding,
+    "speech": _speech,
+    "transcription": _transcription,
+    "image": _image,
+}
+
+
+def request_summary(kind: str, doc: dict[str, Any]) -> RequestSummary:
+    """An accepted request ({kind, body, ...}) as {model, sampling, instructions, input}."""
+    return SUMMARIES.get(kind, _text_completion)(doc.get("body") or {}, doc)
