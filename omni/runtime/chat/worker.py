@@ -10,6 +10,7 @@ import json
 import multiprocessing
 import os
 from collections.abc import Callable
+from functools import partial
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 from omni.heap import set_aside
 from omni.runtime.chat.generation_config import model_recommends
 from omni.runtime.chat.observe import QUIET, Observer, StepStats
-from omni.runtime.chat.wire import Loaded, LoadFailed, Runtime
+from omni.runtime.chat.wire import Loaded, Runtime
 from omni.runtime.loading import weights
-from omni.runtime.model_worker import begin
+from omni.runtime.model_worker import serve_model
 from omni.runtime.platform import blas, gemv
 from omni.runtime.platform.cpu_attention import use_exp2_attention
 from omni.settings import EngineSettings
@@ -144,22 +145,20 @@ def main(
 ) -> None:
     """Load the model (with LoRA `adapter`s; `draft_path`: a draft model for speculative
     decoding, of the same vocabulary) and serve jobs from `conn` until Close."""
-    # What the server preloaded (omni.runtime.platform: blas, gemv) is in this process since its
-    # start; a process this one starts must not look for it: the forwarder's file is removed
-    # once the model is loaded (the dynamic linker said so on stderr for every such process).
-    begin(**MLX_SETTINGS)  # and the engine's MLX settings (use_mlx_settings)
     observer = watching(settings)
-    try:
-        scheduler, loaded = load_engine(path, settings, observer, adapter, draft_path)
-    except BaseException as exc:  # noqa: BLE001 - reported to the server as a value
-        conn.send(LoadFailed(f"{type(exc).__name__}: {exc}"))
-        return
-    conn.send(loaded)
-    try:
-        scheduler.run(conn)
-    except (EOFError, OSError):  # the server is gone: nobody is left to decode for
-        pass
-    observer.close()
+
+    def serve(scheduler: BatchScheduler) -> None:
+        try:
+            scheduler.run(conn)
+        except (EOFError, OSError):  # the server is gone: nobody is left to decode for
+            pass
+        observer.close()
+
+    # It begins as every model process does (omni.runtime.model_worker: what the server
+    # preloaded, omni.runtime.platform's BLAS, is not looked for again by a process it starts),
+    # with the engine's MLX settings (use_mlx_settings).
+    load = partial(load_engine, path, settings, observer, adapter, draft_path)
+    serve_model(conn, None, load, serve, **MLX_SETTINGS)
 
 
 def load_engine(
