@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from omni.ports.jobs import Delta, Finished, Job, Sampling, Started
-from omni.runtime.chat import engine as mlx_engine
+from omni.runtime.chat import engine as chat_engine
 from omni.runtime.chat import wire
 from omni.runtime.chat.delivery import HOLD_MIN, HOLD_S, Pending
 from omni.runtime.chat.engine import MLXEngine
@@ -79,7 +79,7 @@ def read(
 ) -> list[tuple[float, list[tuple[int, Any]]]]:
     pipe = Pipe(steps)
     loop = Loop(pipe)
-    monkeypatch.setattr(mlx_engine.time, "perf_counter", lambda: pipe.now)
+    monkeypatch.setattr(chat_engine.time, "perf_counter", lambda: pipe.now)
     engine = MLXEngine.__new__(MLXEngine)
     engine._conn = pipe  # type: ignore[assignment]
     engine._process = None
