@@ -5,13 +5,13 @@ then SIGTERM: exit code 0, no traceback, no PyTorch advice."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
-import json
 import time
 import urllib.request
 from pathlib import Path
@@ -19,7 +19,7 @@ from pathlib import Path
 from openai import OpenAI
 
 import omni
-from omni.runtime.tiny import build_tiny_llama
+from omni.testing.llama import build_tiny_llama
 
 
 def free_port() -> int:

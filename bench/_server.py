@@ -95,8 +95,8 @@ def model_or_tiny(model: str | None, folder: Path) -> tuple[str, str]:
     """(path, id) of --model, resolved as `omni serve` does; without one, a tiny random-weight
     llama (4 layers, 256 wide) built in `folder`."""
     from omni.cli.options import omni_home
-    from omni.runtime.model_source import resolve_model
-    from omni.runtime.tiny import build_tiny_llama
+    from omni.runtime.loading.source import resolve_model
+    from omni.testing.llama import build_tiny_llama
 
     if model is None:
         return str(build_tiny_llama(folder / "tiny", layers=4, hidden=256)), "tiny"
@@ -120,8 +120,9 @@ def engine_form(model: Any) -> Any:
     """`model` as Omni's engine runs it by default (in a process RawWorker started with
     like_engine): float32 weights on a CPU with an optimized BLAS, exp2 attention on a CPU;
     as loaded on a GPU."""
-    from omni.runtime import blas, weights
     from omni.runtime.chat.worker import as_run, on_gpu
+    from omni.runtime.loading import weights
+    from omni.runtime.platform import blas
 
     return as_run(model, weights.AUTO, None if on_gpu() else blas.in_use())
 
@@ -131,14 +132,14 @@ class RawWorker:
     runs can alternate with the server's (a machine whose speed drifts weighs on both alike).
     `target(conn, *args)` answers each message it receives on `conn` with one reply, and
     returns when it receives None. `like_engine`: the process starts as Omni's engine process
-    does (omni.runtime.gemv.engine_libraries), so that a target calling engine_form runs the
-    engine's kernels."""
+    does (omni.runtime.platform.gemv.engine_libraries), so that a target calling engine_form
+    runs the engine's kernels."""
 
     def __init__(self, target: Any, *args: Any, like_engine: bool = False):
         ctx = multiprocessing.get_context("spawn")
         self._conn, child = ctx.Pipe()
         self._proc = ctx.Process(target=target, args=(child, *args), daemon=True)
-        from omni.runtime import blas, gemv
+        from omni.runtime.platform import blas, gemv
 
         libraries = gemv.engine_libraries(blas.AUTO) if like_engine else nullcontext()
         with libraries as forwarder:

@@ -207,7 +207,7 @@ def raw_run(model_path: str, tokens: int) -> dict[str, Any]:
 
 def main() -> None:
     from omni.cli.options import omni_home
-    from omni.runtime.model_source import resolve_model
+    from omni.runtime.loading.source import resolve_model
 
     source = resolve_model(ARGS.model, omni_home(), lambda m: print(m, file=sys.stderr))
     with tempfile.TemporaryDirectory() as tmp:

@@ -48,8 +48,9 @@ def main() -> None:
 
     from mlx_lm import load
 
-    from omni.runtime import blas, weights
     from omni.runtime.chat.worker import on_gpu, prefill_chunk, use_mlx_settings
+    from omni.runtime.loading import weights
+    from omni.runtime.platform import blas
     from omni.settings import engine_knobs
 
     # The engine's own BLAS (preloaded, so this script runs again in a process that has it).
@@ -63,7 +64,7 @@ def main() -> None:
     path = args.model
     if path is None:
         from omni.cli.options import omni_home
-        from omni.runtime.default_model import ensure_default_model
+        from omni.runtime.loading.default_model import ensure_default_model
 
         path = str(ensure_default_model(omni_home(), print))
     model = load(path)[0]

@@ -478,7 +478,7 @@ def omni_prefill_group() -> int:
 
 def main() -> None:
     from omni.cli.options import omni_home
-    from omni.runtime.model_source import resolve_model
+    from omni.runtime.loading.source import resolve_model
 
     source = resolve_model(ARGS.model, omni_home(), lambda m: print(m, file=sys.stderr))
     if SPLIT is not None:  # the servers and raw (started from here) inherit these CPUs

@@ -137,8 +137,8 @@ def main() -> None:
     from mlx_lm.utils import load_tokenizer
 
     from omni.cli.options import omni_home
-    from omni.runtime.default_model import fetch_gguf
-    from omni.runtime.model_source import resolve_model
+    from omni.runtime.loading.default_model import fetch_gguf
+    from omni.runtime.loading.source import resolve_model
 
     source = resolve_model(None, omni_home(), lambda m: print(m, file=sys.stderr))
     tokenizer = load_tokenizer(Path(source.path))

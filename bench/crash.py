@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _plot import write_results  # noqa: E402
 
-from omni.runtime.tiny import build_tiny_llama  # noqa: E402
+from omni.testing.llama import build_tiny_llama  # noqa: E402
 from tests.test_cli import serving  # noqa: E402
 from tests.test_crash import frames, seq_of  # noqa: E402
 

@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 from _plot import Bars, write_results  # noqa: E402
 
-from omni.runtime.embeddings import MLXEmbedder  # noqa: E402
+from omni.runtime.embeddings.engine import MLXEmbedder  # noqa: E402
 
 WORDS = (
     "the event log is the truth and every read is a projection of it a response is an "
@@ -99,7 +99,7 @@ def main() -> None:
 
     # The BLAS MLXEmbedder's process preloads, in this one too (so this script runs again in a
     # process that has it): both sides of a ratio run the same kernels.
-    from omni.runtime import blas
+    from omni.runtime.platform import blas
 
     library = blas.preload(blas.AUTO)
     if library and os.environ.get("LD_PRELOAD") != library:
@@ -112,7 +112,7 @@ def main() -> None:
     default = args.model is None
     if default:
         from omni.cli.options import omni_home
-        from omni.runtime.default_embedding import ensure_default_embedding
+        from omni.runtime.embeddings.default import ensure_default_embedding
 
         path = str(ensure_default_embedding(omni_home(), print))
     else:

@@ -56,7 +56,7 @@ def build(folder: Path) -> Path:
     from mlx.utils import tree_flatten
     from mlx_lm.models import llama
 
-    from omni.runtime.tiny import build_tokenizer
+    from omni.testing.llama import build_tokenizer
 
     folder.mkdir(parents=True, exist_ok=True)
     build_tokenizer(folder)

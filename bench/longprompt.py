@@ -6,7 +6,7 @@ tokens, and how late is the long prompt's first token?
                                [--long-tokens 16] [--chunk N] [--after 20]
 
 --model: as `omni serve` takes it (default: the default model, under OMNI_HOME), or a tiny
-random llama's folder (omni.runtime.tiny.build_tiny_llama(path, layers=4, hidden=256): a
+random llama's folder (omni.testing.llama.build_tiny_llama(path, layers=4, hidden=256): a
 2,000-token prefill takes seconds on a CPU, and its 2,048-token context still fits one).
 Through `omni serve` (a subprocess on a temp db), streamed chat completions, greedy. Each round
 runs two arms, their order turning from round to round:
@@ -343,7 +343,7 @@ def main() -> None:
     from mlx_lm.utils import load_tokenizer
 
     from omni.cli.options import omni_home
-    from omni.runtime.model_source import resolve_model
+    from omni.runtime.loading.source import resolve_model
 
     source = resolve_model(ARGS.model, omni_home(), lambda m: print(m, file=sys.stderr))
     tokenizer = load_tokenizer(Path(source.path))

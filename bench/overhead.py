@@ -186,7 +186,7 @@ def _median(runs: list[dict[str, float]]) -> dict[str, float]:
 
 def main() -> None:
     from omni.cli.options import omni_home
-    from omni.runtime.model_source import resolve_model
+    from omni.runtime.loading.source import resolve_model
 
     source = resolve_model(ARGS.model, omni_home(), lambda m: print(m, file=sys.stderr))
     paths: tuple[str, ...] = ("raw", "responses", "chat") + (("engine",) if ARGS.engine else ())

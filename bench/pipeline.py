@@ -87,7 +87,7 @@ def raw_tps(model: str | None, tokens: int = 64) -> tuple[str, float]:
     from mlx_lm.sample_utils import make_sampler
 
     from omni.cli.options import omni_home
-    from omni.runtime.model_source import resolve_model
+    from omni.runtime.loading.source import resolve_model
 
     source = resolve_model(model, omni_home(), lambda m: print(m, file=sys.stderr))
     loaded = load(source.path)

@@ -91,7 +91,7 @@ def raw_decode_tps(tokens: int = 32) -> tuple[str, float]:
 
     from omni.cli.options import omni_home
     from omni.runtime.chat.worker import use_mlx_settings
-    from omni.runtime.model_source import resolve_model
+    from omni.runtime.loading.source import resolve_model
 
     use_mlx_settings()  # as Omni's engine runs
     source = resolve_model(None, omni_home(), lambda m: print(m, file=sys.stderr))

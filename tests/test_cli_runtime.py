@@ -10,8 +10,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from omni.runtime import blas
-from omni.runtime.tiny import build_tiny_llama
+from omni.runtime.platform import blas
+from omni.testing.llama import build_tiny_llama
 from tests.test_cli import omni, serving
 
 

@@ -13,7 +13,7 @@ import openai
 import pytest
 from openai import OpenAI
 
-from omni.runtime.default_transcription import DEFAULT_TRANSCRIPTION_ID
+from omni.runtime.transcription.default import DEFAULT_TRANSCRIPTION_ID
 from tests.api.test_transcriptions import SENTENCE, heard
 from tests.test_cli import omni, serving
 

@@ -76,7 +76,7 @@ def test_kill_9_then_restart_continues_background_work(
 def test_restart_with_another_model_ends_background_work_incomplete(
     tmp_path: Path, tiny_model_dir: Path
 ) -> None:
-    from omni.runtime.tiny import build_tiny_llama
+    from omni.testing.llama import build_tiny_llama
 
     db = tmp_path / "omni.db"
     other = build_tiny_llama(tmp_path / "other-llama", seed=1)
@@ -104,7 +104,7 @@ def test_restart_with_another_model_ends_background_work_incomplete(
 def test_reasoning_tokens_survive_a_restart(tmp_path: Path) -> None:
     """A reasoning model's background response continued after a kill counts the reasoning
     tokens made before it too: here the block never closes, so every output token is one."""
-    from omni.runtime.tiny import build_tiny_llama
+    from omni.testing.llama import build_tiny_llama
 
     model = build_tiny_llama(tmp_path / "tiny-thinker", thinking=True)
     eos, think, end_think = 2, 3, 4  # ids in the tiny tokenizer: never end, never close

@@ -25,7 +25,7 @@ import json, sys
 sys.modules["misaki.en"] = None  # an import of it raises ImportError
 from multiprocessing import Pipe
 from omni import features
-from omni.runtime import speech_worker
+from omni.runtime.speech import worker as speech_worker
 here, there = Pipe()
 speech_worker.main(there, "/no/model/needed")
 print(json.dumps({"worker": here.recv().message, "facts": features.feature("speech").facts()}))

@@ -17,10 +17,10 @@ from openai import APIStatusError, OpenAI
 
 from omni.api.app import Settings
 from omni.errors import ModelLoadError
-from omni.runtime.catalogue import scan
-from omni.runtime.loading import Loader
-from omni.runtime.tiny import build_tiny_adapter, build_tiny_llama
+from omni.runtime.loading.catalogue import scan
+from omni.runtime.loading.loader import Loader
 from omni.service.models import Models
+from omni.testing.llama import build_tiny_adapter, build_tiny_llama
 from tests.server import ServerThread
 from tests.test_cli import kill_mid_stream, serving
 

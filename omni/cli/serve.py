@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from omni import db
 from omni.catalogue import GB
-from omni.cli import models as catalogue_flags
+from omni.cli import catalogue
 from omni.cli.access import access, check_port, image_hosts
 from omni.cli.options import omni_home
 from omni.errors import OmniError
@@ -65,8 +65,8 @@ def serve(args: argparse.Namespace) -> None:
 
 
 def _serve(args: argparse.Namespace) -> None:
-    from omni.runtime.device import keep_server_off_the_accelerator
-    from omni.runtime.quiet import no_torch_advice
+    from omni.runtime.platform.device import keep_server_off_the_accelerator
+    from omni.runtime.platform.quiet import no_torch_advice
 
     keep_server_off_the_accelerator()  # first: before anything imports mlx-lm
     no_torch_advice()
@@ -79,7 +79,7 @@ def _serve(args: argparse.Namespace) -> None:
     # The log's verdict first (read only), then the model's, before anything is written: a
     # --model that names nothing found stops the start with no log made for it.
     db.inspect(args.db)
-    entries, default, aliases = _catalogue(args)
+    entries, default, aliases = _catalogue_and_default(args)
     db.upgrade(args.db, verify=False)  # inspect() has read every page
     models = _models(args, entries, default, aliases)
     settings = server_settings(args, gate, allowed_images)
@@ -99,13 +99,15 @@ def _progress(message: str) -> None:
     print(f"omni: {message}", file=sys.stderr, flush=True)
 
 
-def _catalogue(args: argparse.Namespace) -> tuple[list[ModelEntry], str, dict[str, str]]:
+def _catalogue_and_default(
+    args: argparse.Namespace,
+) -> tuple[list[ModelEntry], str, dict[str, str]]:
     """The catalogue, the default chat model's id and the aliases (--model's spelling of the
     default among them, where it is a path or the id in another case)."""
-    from omni.runtime.default_model import DEFAULT_MODEL_ID
+    from omni.runtime.loading.default_model import DEFAULT_MODEL_ID
 
-    aliases = catalogue_flags.aliases(args)
-    entries, named = catalogue_flags.catalogue(args, omni_home(), aliases, _progress)
+    aliases = catalogue.aliases(args)
+    entries, named = catalogue.catalogue(args, omni_home(), aliases, _progress)
     default = named.id if named is not None else DEFAULT_MODEL_ID
     if args.model and args.model not in (default, *aliases):  # a path, or the id in other case
         aliases[args.model] = default
@@ -116,9 +118,9 @@ def _models(
     args: argparse.Namespace, entries: list[ModelEntry], default: str, aliases: dict[str, str]
 ) -> Models:
     """The model pool, its default loaded (a start that cannot serve it fails here)."""
-    from omni.runtime.default_embedding import DEFAULT_EMBEDDING_ID
-    from omni.runtime.default_transcription import DEFAULT_TRANSCRIPTION_ID
-    from omni.runtime.loading import Loader
+    from omni.runtime.embeddings.default import DEFAULT_EMBEDDING_ID
+    from omni.runtime.loading.loader import Loader
+    from omni.runtime.transcription.default import DEFAULT_TRANSCRIPTION_ID
     from omni.service.models import Models
 
     loader = Loader(omni_home(), engine_settings(args), _progress)
@@ -130,7 +132,7 @@ def _models(
         default_transcription=DEFAULT_TRANSCRIPTION_ID,
         aliases=aliases,
         max_loaded=args.max_loaded_models,
-        memory_budget=catalogue_flags.memory_budget(args),
+        memory_budget=catalogue.memory_budget(args),
         idle_ttl=args.model_idle_ttl,
     )
     if args.adapter_path:  # the default answers with them (its plain weights stay listed)

@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from omni.catalogue import GB
-from omni.cli import logs, models
+from omni.cli import catalogue, logs
 from omni.cli.options import (
     BIG,
     DB_HELP,
@@ -69,7 +69,7 @@ def add_serve(sub: Any) -> None:
     _add_logging(serve)
     _add_log_keeping(serve)
     _add_runtime(serve)
-    models.add_serve_flags(serve)
+    catalogue.add_serve_flags(serve)
     _add_access(serve)
     _add_defaults(serve)
 
@@ -243,7 +243,7 @@ def _log_level(text: str) -> str:
 
 def _blas(text: str) -> str:
     """An argparse type: auto, bundled, or a BLAS library a fresh process could load."""
-    from omni.runtime import blas
+    from omni.runtime.platform import blas
 
     if text in (blas.AUTO, blas.BUNDLED):
         return text
@@ -254,7 +254,7 @@ def _blas(text: str) -> str:
 
 
 def _weights(text: str) -> str:
-    from omni.runtime.weights import CHOICES
+    from omni.runtime.loading.weights import CHOICES
 
     if text not in CHOICES:
         raise argparse.ArgumentTypeError(

@@ -47,12 +47,12 @@ class Capabilities:
     template_tools: bool = False  # the chat template renders tools (and calls, results) itself
     tool_format: ToolFormat = ToolFormat()  # how the model writes calls
     thinking: tuple[str, str] | None = None  # the think block's markers, for a reasoning model
-    vision: bool = False  # it takes images (a vision-language model: omni.runtime.vlm_engine)
+    vision: bool = False  # it takes images (a vision-language model: omni.runtime.vision.engine)
     sampling: RecommendedSampling = RecommendedSampling()  # its makers' recommended sampling
 
 
 class Engine(Model, Protocol):
-    """What the service needs from a chat model's engine (omni.runtime.mlx_engine)."""
+    """What the service needs from a chat model's engine (omni.runtime.chat.engine)."""
 
     # Told how many jobs got a token in each decode step (/metrics); None: nobody asks.
     on_step: Callable[[int], None] | None

@@ -18,7 +18,7 @@ class EmbeddingCapabilities:
 
 
 class Embedder(Model, Protocol):
-    """What the service needs from an embedding model's runner (omni.runtime.embeddings);
+    """What the service needs from an embedding model's runner (omni.runtime.embeddings.engine);
     `running` counts the batches being embedded now."""
 
     @property

@@ -61,7 +61,7 @@ class Drawn:
 
 
 class Imager(Model, Protocol):
-    """What the service needs from an image generation model's runner (omni.runtime.imager);
+    """What the service needs from an image generation model's runner (omni.runtime.images.engine);
     `running` counts the requests being drawn or waiting to be."""
 
     @property

@@ -45,7 +45,7 @@ class Spoken:
 
 
 class Speaker(Model, Protocol):
-    """What the service needs from a speech model's runner (omni.runtime.speech); `running`
+    """What the service needs from a speech model's runner (omni.runtime.speech.engine); `running`
     counts the requests being spoken or waiting to be."""
 
     @property

@@ -49,8 +49,8 @@ class Transcript:
 
 
 class Transcriber(Model, Protocol):
-    """What the service needs from a speech-to-text model's runner (omni.runtime.transcriber);
-    `running` counts the recordings being transcribed now."""
+    """What the service needs from a speech-to-text model's runner
+    (omni.runtime.transcription.engine); `running` counts the recordings being transcribed now."""
 
     def decode(self, data: bytes, filename: str) -> Audio:
         """An uploaded file's audio (blocking: run in a thread); an InvalidRequest naming

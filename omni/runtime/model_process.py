@@ -1,8 +1,9 @@
-"""A model in a process of its own, spoken to over a pipe: the embedder, the transcriber and
-the speaker share it. The process is spawned (never forked from a process that holds
-threads) with the engine's BLAS preloaded (omni.runtime.blas: on MLX's CPU build the matrix
-products run there), and sends one message once its model is loaded or could not be. Each
-request then has an id; a reader thread hands each reply to the event loop that asked, so
+"""A model in a process of its own, spoken to over a pipe: the server's side, which the
+embedder, the transcriber, the speaker and the imager share (the process's side:
+omni.runtime.model_worker). The process is spawned (never forked from a process that holds
+threads) with the engine's BLAS preloaded (omni.runtime.platform.blas: on MLX's CPU build the
+matrix products run there), and sends one message once its model is loaded or could not be.
+Each request then has an id; a reader thread hands each reply to the event loop that asked, so
 the loop never waits on the pipe, and once the process is gone every request still waiting
 is told why."""
 
@@ -18,8 +19,8 @@ from multiprocessing.connection import Connection
 from typing import Any, Generic, TypeVar
 
 from omni.errors import SERVER_ERROR, ModelLoadError, OmniError
-from omni.runtime import blas
 from omni.runtime.chat.wire import Cancel
+from omni.runtime.platform import blas
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -80,14 +81,19 @@ class ModelProcess:
         self._process = None
         raise ModelLoadError(f"cannot load {self._what} {self.path}: {why}")
 
-    async def ask(self, make: Callable[[int], Any]) -> Any:
-        """Send `make(id)` and wait for its one answer (answer() of its reply)."""
+    def expect(self, receiver: asyncio.Future[Any] | asyncio.Queue[Any]) -> int:
+        """A new request's id, whose replies go to `receiver` on this event loop (deliver());
+        OmniError where the model's process is gone."""
         if self._gone is not None:
             raise OmniError(self._gone)
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[Any] = loop.create_future()
         job_id = next(self._ids)
-        self._pending[job_id] = (loop, future)
+        self._pending[job_id] = (asyncio.get_running_loop(), receiver)
+        return job_id
+
+    async def ask(self, make: Callable[[int], Any]) -> Any:
+        """Send `make(id)` and wait for its one answer (answer() of its reply)."""
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        job_id = self.expect(future)
         try:
             # A big request is megabytes of pickle: sent from a thread, the loop goes on.
             await asyncio.to_thread(self._send, make(job_id))
@@ -100,11 +106,8 @@ class ModelProcess:
     ) -> Replies[T]:
         """Send `make(id)`; its replies, each as `read` makes it a value (and says whether it
         is the last), as they come (omni.ports.model.Answer)."""
-        if self._gone is not None:
-            raise OmniError(self._gone)
         queue: asyncio.Queue[Any] = asyncio.Queue()
-        job_id = next(self._ids)
-        self._pending[job_id] = (asyncio.get_running_loop(), queue)
+        job_id = self.expect(queue)
         try:
             # Megabytes of audio, and a busy process reads it only when its request is
             # done: sent from a thread, the loop goes on.

@@ -14,12 +14,10 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
 from omni.errors import InvalidRequest, internal
-from omni.events import Append, Appender, EventLog, NewEvent
+from omni.events import Append, NewEvent
 from omni.ids import new_id
-from omni.metrics import UNREAD, Metrics
 from omni.ports.embeddings import Embedder
 from omni.schemas.embeddings import EmbeddingCreate
-from omni.service.leasing import Leasing
 from omni.service.modality import LeftOpen, ModelRequests, error_body, now_ms, submit_end
 from omni.service.streams import dumps, request_stream
 from omni.vocabulary import (
@@ -115,26 +113,11 @@ def encoded(vector: list[float], encoding_format: str) -> list[float] | str:
     return base64.b64encode(packed.tobytes()).decode("ascii")
 
 
-class EmbeddingsService(ModelRequests):
+class EmbeddingsService(ModelRequests[EmbedderSource]):
     kinds = (EMBEDDING,)
     left_open = LeftOpen.failing(
         EMBEDDING_IN_PROGRESS, EMBEDDING_ENDS, EMBEDDING_FAILED, RESTARTED, "embeddings requests"
     )
-
-    def __init__(
-        self,
-        store: EventLog,
-        appender: Appender,
-        models: EmbedderSource,
-        *,
-        leasing: Leasing | None = None,
-        metrics: Metrics = UNREAD,
-    ):
-        self.store = store
-        self.appender = appender
-        self.models = models
-        self.metrics = metrics
-        self.leasing = leasing or Leasing()
 
     async def create(
         self, body: EmbeddingCreate, owner: str | None = None

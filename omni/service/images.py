@@ -15,11 +15,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from omni.errors import internal
-from omni.events import Append, Appender, EventLog, NewEvent
+from omni.events import Append, NewEvent
 from omni.ids import new_id
 from omni.ports.images import Drawn, ImageOrder, Imager, PartialPicture, Picture
 from omni.schemas.images import ImageGenerate
-from omni.service.leasing import Leasing
 from omni.service.modality import LeftOpen, ModelRequests, error_body, now_ms, submit_end
 from omni.service.streams import dumps, request_stream
 from omni.vocabulary import (
@@ -78,24 +77,11 @@ def order_for(body: ImageGenerate, imager: Imager, seed: int) -> ImageOrder:
     )
 
 
-class ImagesService(ModelRequests):
+class ImagesService(ModelRequests[ImagerSource]):
     kinds = (IMAGE,)
     left_open = LeftOpen.failing(
         IMAGES_IN_PROGRESS, IMAGES_ENDS, IMAGES_FAILED, RESTARTED, "image generations"
     )
-
-    def __init__(
-        self,
-        store: EventLog,
-        appender: Appender,
-        models: ImagerSource,
-        *,
-        leasing: Leasing | None = None,
-    ):
-        self.store = store
-        self.appender = appender
-        self.models = models
-        self.leasing = leasing or Leasing()
 
     async def create(self, body: ImageGenerate, owner: str | None = None) -> Generation:
         """`owner`'s images, accepted and the model's first piece made (so that a model's

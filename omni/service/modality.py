@@ -10,9 +10,10 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from omni.events import Append, Appender, EventLog, NewEvent
+from omni.metrics import UNREAD, Metrics
 from omni.service.leasing import Leasing
 from omni.service.streams import dumps
 
@@ -104,16 +105,32 @@ class LeftOpen:
         return ended
 
 
-class ModelRequests:
+Source = TypeVar("Source")
+
+
+class ModelRequests(Generic[Source]):
     """What the services of the model-process modalities (embeddings, speech, image
     generation, transcription) share: each request a stream, its ending written by the
-    service; at a start, those a crash left open are ended failed (`left_open`)."""
+    service, its model from `models` (the pool, as the modality's port); at a start, those a
+    crash left open are ended failed (`left_open`)."""
 
     kinds: ClassVar[tuple[str, ...]]
     left_open: ClassVar[LeftOpen]
-    store: EventLog
-    appender: Appender
-    leasing: Leasing
+
+    def __init__(
+        self,
+        store: EventLog,
+        appender: Appender,
+        models: Source,
+        *,
+        leasing: Leasing | None = None,
+        metrics: Metrics = UNREAD,
+    ):
+        self.store = store
+        self.appender = appender
+        self.models = models
+        self.metrics = metrics
+        self.leasing = leasing or Leasing()
 
     async def recover(self, among: Sequence[str] | None = None) -> int:
         """End every request a crash left open (its client went with the old process), of

@@ -84,7 +84,7 @@ def voice_for(body: SpeechCreate, speaker: Speaker) -> str | None:
     return body.voice
 
 
-class SpeechService(ModelRequests):
+class SpeechService(ModelRequests[SpeakerSource]):
     kinds = (SPEECH,)
     left_open = LeftOpen.failing(
         SPEECH_IN_PROGRESS, SPEECH_ENDS, SPEECH_FAILED, RESTARTED, "speech requests"
@@ -99,11 +99,7 @@ class SpeechService(ModelRequests):
         leasing: Leasing | None = None,
         metrics: Metrics = UNREAD,
     ):
-        self.store = store
-        self.metrics = metrics
-        self.appender = appender
-        self.models = models
-        self.leasing = leasing or Leasing()
+        super().__init__(store, appender, models, leasing=leasing, metrics=metrics)
         # The requests whose client went away, ending once their model stopped.
         self._stopping: dict[str, asyncio.Task[None]] = {}
 

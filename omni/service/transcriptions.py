@@ -72,7 +72,7 @@ def sent(event: StoredEvent) -> bool:
     return event.type in (TRANSCRIPT_DELTA, TRANSCRIPT_DONE, TRANSCRIPTION_FAILED)
 
 
-class TranscriptionsService(ModelRequests):
+class TranscriptionsService(ModelRequests[TranscriberSource]):
     kinds = (TRANSCRIPTION,)
     left_open = LeftOpen.failing(
         TRANSCRIPTION_IN_PROGRESS,
@@ -93,10 +93,8 @@ class TranscriptionsService(ModelRequests):
         keepalive: float = ServerSettings.keepalive,
         metrics: Metrics = UNREAD,
     ):
-        self.store, self.appender, self.notifier = store, appender, notifier
-        self.metrics = metrics
-        self.models = models
-        self.leasing = leasing or Leasing()
+        super().__init__(store, appender, models, leasing=leasing, metrics=metrics)
+        self.notifier = notifier
         self.keepalive = keepalive
         self._jobs: set[asyncio.Task[Any]] = set()
         # The transcriptions under way (None: being sent to the model).

@@ -25,8 +25,8 @@ from omni.api.app import Settings
 from omni.cli.program import parser
 from omni.cli.serve import sampling_defaults
 from omni.runtime.chat.engine import MLXEngine
-from omni.runtime.model_source import ModelSource
-from omni.runtime.tiny import build_tiny_llama
+from omni.runtime.loading.source import ModelSource
+from omni.testing.llama import build_tiny_llama
 from tests.api._helpers import MODEL, parse_frames
 from tests.machine import alone
 from tests.server import ServerThread

@@ -5,8 +5,6 @@ its chunks; the answer is their fold)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -14,10 +12,8 @@ import openai
 import pytest
 from openai import OpenAI
 
-from omni.api.app import Settings
 from omni.projections.completions import fold_chat
 from tests.api._helpers import MODEL, assert_error, read_log
-from tests.server import ServerThread
 
 HI: Any = [{"role": "user", "content": "hi"}]
 GREEDY_PROMPT: Any = [{"role": "user", "content": "go on and on"}]  # greedy: long, no early EOS
@@ -470,24 +466,11 @@ def test_non_deterministic_requests_say_cache_miss(http: httpx.Client) -> None:
         assert res.headers["x-omni-cache"] == "miss"
 
 
-@pytest.fixture
-def own_engine_server(tiny_model_dir, tmp_path: Path) -> Iterator[ServerThread]:
-    """A server with an engine of its own: what fails here cannot break the shared engine."""
-    from omni.runtime.chat.engine import MLXEngine
-    from omni.runtime.model_source import ModelSource
-
-    engine = MLXEngine(ModelSource(str(tiny_model_dir), MODEL))
-    engine.start()
-    srv = ServerThread(Settings(db_path=str(tmp_path / "own.db"), keepalive=1.0), engine).start()
-    yield srv
-    srv.stop()
-    engine.close()
-
-
-def test_an_out_of_range_seed_is_not_a_server_error(own_engine_server) -> None:
+def test_an_out_of_range_seed_is_not_a_server_error(server) -> None:
     """A seed is a client value: one the engine cannot take must be refused with a 400 (or
-    accepted), never fail the generation as a 500, and never take the engine down."""
-    srv = own_engine_server
+    accepted), never fail the generation as a 500, and never take the engine down. (The
+    shared engine: tests/api/test_sampling.py sends it this seed too.)"""
+    srv = server
     seed = -1  # the engine's random key takes an unsigned 64-bit seed
     with httpx.Client(base_url=srv.base_url, timeout=3) as h:
         try:

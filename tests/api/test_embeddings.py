@@ -22,8 +22,8 @@ from alembic import command
 from omni.db import alembic_config
 from omni.errors import InvalidRequest, ModelNotFound
 from omni.inspect import Inspector, open_log
-from omni.runtime.default_embedding import DEFAULT_EMBEDDING_ID
-from omni.runtime.embeddings import MLXEmbedder
+from omni.runtime.embeddings.default import DEFAULT_EMBEDDING_ID
+from omni.runtime.embeddings.engine import MLXEmbedder
 from omni.service.embeddings import EmbeddingsService
 from tests.api._helpers import MODEL
 from tests.server import running

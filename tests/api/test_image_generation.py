@@ -27,8 +27,8 @@ from PIL import Image
 
 from omni.api.app import Settings
 from omni.inspect import Inspector, open_log
-from omni.runtime.catalogue import scan
-from omni.runtime.loading import Loader
+from omni.runtime.loading.catalogue import scan
+from omni.runtime.loading.loader import Loader
 from omni.service.models import Models
 from tests.server import ServerThread
 from tests.test_cli import omni

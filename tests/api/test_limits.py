@@ -6,7 +6,6 @@ context answers 400 context_length_exceeded on both APIs, unless Responses' trun
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -25,17 +24,26 @@ SENTENCE = "The quick brown fox jumps over the lazy dog. "
 # --- 429 on a full queue ------------------------------------------------------------------------
 
 
-@pytest.fixture
-def small_queue(tiny_engine: MLXEngine, tmp_path: Path) -> Iterator[ServerThread]:
-    """A server that lets one request wait for the engine, which decodes one at a time."""
-    srv = ServerThread(Settings(db_path=str(tmp_path / "omni.db"), max_queued=1), tiny_engine)
+@pytest.fixture(scope="module")
+def small_queue_server(
+    tiny_engine: MLXEngine, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerThread]:
+    """A server that lets one request wait for the engine (each test leaves none waiting)."""
+    db_path = tmp_path_factory.mktemp("small-queue") / "omni.db"
+    srv = ServerThread(Settings(db_path=str(db_path), max_queued=1), tiny_engine)
     srv.start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def small_queue(small_queue_server: ServerThread, tiny_engine: MLXEngine) -> Iterator[ServerThread]:
+    """That server, its engine decoding one at a time."""
     before, tiny_engine.max_batch = tiny_engine.max_batch, 1
     try:
-        yield srv
+        yield small_queue_server
     finally:
         tiny_engine.max_batch = before
-        srv.stop()
 
 
 def test_a_full_queue_answers_429(small_queue: ServerThread, tiny_engine: MLXEngine) -> None:

@@ -14,7 +14,7 @@ from openai import OpenAI
 
 from omni.api.app import Settings
 from omni.runtime.chat.engine import MLXEngine
-from omni.runtime.model_source import ModelSource
+from omni.runtime.loading.source import ModelSource
 from tests.api._helpers import CANCEL_REQUESTED, LONG_RUN, MODEL, n_deltas, read_log, wait_for
 from tests.server import ServerThread
 

@@ -16,8 +16,8 @@ import pytest
 from openai import OpenAI
 
 from omni.runtime.chat.engine import MLXEngine
-from omni.runtime.model_source import ModelSource
-from omni.runtime.tiny import build_tiny_llama
+from omni.runtime.loading.source import ModelSource
+from omni.testing.llama import build_tiny_llama
 from tests.server import serving
 
 MODEL = "tiny-hermes"

@@ -1,5 +1,5 @@
 """Reasoning models, with real MLX generation: a tiny random llama whose tokenizer has <think>
-and </think> tokens and whose template opens the think block (omni.runtime.tiny, thinking=True).
+and </think> tokens and whose template opens the think block (omni.testing.llama, thinking=True).
 What it writes inside the block is a `reasoning` item (Responses) or `reasoning_content`
 (Chat), never answer text; a thinking budget closes the block for the model; effort "minimal"
 switches the template's thinking off; reasoning tokens are counted."""
@@ -15,8 +15,8 @@ import pytest
 from openai import OpenAI
 
 from omni.runtime.chat.engine import MLXEngine
-from omni.runtime.model_source import ModelSource
-from omni.runtime.tiny import build_tiny_llama
+from omni.runtime.loading.source import ModelSource
+from omni.testing.llama import build_tiny_llama
 from tests.server import serving
 
 MODEL = "tiny-thinker"

@@ -9,8 +9,8 @@ import pytest
 
 from omni.api.app import Settings
 from omni.runtime.chat.engine import MLXEngine
-from omni.runtime.default_model import DEFAULT_MODEL_ID
-from omni.runtime.model_source import ModelSource
+from omni.runtime.loading.default_model import DEFAULT_MODEL_ID
+from omni.runtime.loading.source import ModelSource
 from tests.server import ServerThread
 
 pytestmark = pytest.mark.smollm

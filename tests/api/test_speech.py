@@ -29,10 +29,10 @@ import pytest
 
 from omni.api.app import Settings
 from omni.inspect import Inspector, open_log
-from omni.runtime.catalogue import scan
-from omni.runtime.loading import Loader
-from omni.runtime.tiny_kokoro import FRAME, SAMPLE_RATE, VOICE
+from omni.runtime.loading.catalogue import scan
+from omni.runtime.loading.loader import Loader
 from omni.service.models import Models
+from omni.testing.kokoro import FRAME, SAMPLE_RATE, VOICE
 from tests.api.test_metrics import scrape, value
 from tests.server import ServerThread
 from tests.test_cli import omni

@@ -26,8 +26,8 @@ import pytest
 from omni.api.gate import Access
 from omni.errors import InvalidRequest, ModelNotFound
 from omni.inspect import Inspector, open_log
-from omni.runtime.default_transcription import DEFAULT_TRANSCRIPTION_ID
-from omni.runtime.transcriber import MLXTranscriber
+from omni.runtime.transcription.default import DEFAULT_TRANSCRIPTION_ID
+from omni.runtime.transcription.engine import MLXTranscriber
 from omni.service.transcriptions import TranscriptionsService
 from tests.api._helpers import MODEL
 from tests.api.test_metrics import scrape, value

@@ -26,11 +26,11 @@ from openai import BadRequestError, InternalServerError, OpenAI
 
 from omni.api.app import Settings
 from omni.image_hosts import ImageHosts
-from omni.runtime.catalogue import scan
-from omni.runtime.loading import Loader
-from omni.runtime.tiny import build_tiny_llama
-from omni.runtime.tiny_vlm import IMAGE_SIZE, PATCH_SIZE, build_tiny_llava
+from omni.runtime.loading.catalogue import scan
+from omni.runtime.loading.loader import Loader
 from omni.service.models import Models
+from omni.testing.llama import build_tiny_llama
+from omni.testing.vlm import IMAGE_SIZE, PATCH_SIZE, build_tiny_llava
 from tests.api._helpers import n_deltas, wait_for
 from tests.server import ServerThread, free_port
 from tests.test_cli import kill_mid_stream, serving

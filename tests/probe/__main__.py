@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from openai import OpenAI
 
-from omni.runtime.tiny import build_tiny_llama
+from omni.testing.llama import build_tiny_llama
 from tests.probe.crash import kill_rounds
 from tests.probe.fuzz import Probe, Request, requests
 from tests.probe.load import load

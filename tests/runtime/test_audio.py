@@ -12,7 +12,7 @@ import av
 import pytest
 
 from omni.errors import InvalidRequest
-from omni.runtime.audio import SAMPLE_RATE, decode
+from omni.runtime.transcription.audio import SAMPLE_RATE, decode
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +71,7 @@ def test_whisper_loads_without_mlx_audios_playback(whisper_dir: Path) -> None:
     probe = (
         "import sys\n"
         "from omni.ports.transcription import TranscribeOptions\n"
-        "from omni.runtime.transcribe_worker import load, transcribe\n"
+        "from omni.runtime.transcription.worker import load, transcribe\n"
         f"model = load({str(whisper_dir)!r})\n"
         "transcribe(model, bytes(4 * 16000), TranscribeOptions())\n"
         "print(sorted(m for m in sys.modules if m.startswith(('sounddevice', 'mlx_audio.tts'))))\n"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from omni.runtime import blas
+from omni.runtime.platform import blas
 
 
 def test_the_first_debian_path_that_exists_wins(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from omni.runtime.catalogue import cached_repo, find, scan
+from omni.runtime.loading.catalogue import cached_repo, find, scan
 
 
 def model(folder: Path, architectures: list[str], sentence: bool = False) -> Path:
@@ -58,7 +58,7 @@ def test_a_scan_finds_every_kind_of_place(tmp_path: Path) -> None:
 
 
 def test_the_model_named_at_start_comes_first_and_keeps_its_id(tmp_path: Path) -> None:
-    from omni.runtime.catalogue import entry_for
+    from omni.runtime.loading.catalogue import entry_for
 
     shelf = tmp_path / "shelf"
     named = entry_for(model(shelf / "Mine", ["LlamaForCausalLM"]), "named")

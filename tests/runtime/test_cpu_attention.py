@@ -8,7 +8,7 @@ from typing import Any
 import mlx.core as mx
 import pytest
 
-from omni.runtime.cpu_attention import attention, use_exp2_attention
+from omni.runtime.platform.cpu_attention import attention, use_exp2_attention
 
 B, H, KV_HEADS, L, S, D = 2, 6, 2, 5, 9, 16
 

@@ -10,13 +10,14 @@ from pathlib import Path
 import pytest
 
 from omni.errors import ModelLoadError
-from omni.runtime import default_embedding, wheels
-from omni.runtime.default_embedding import (
+from omni.runtime.embeddings import default as default_embedding
+from omni.runtime.embeddings.default import (
     DEFAULT_EMBEDDING_ID,
     MODEL_FOLDER,
     default_embedding_dir,
     ensure_default_embedding,
 )
+from omni.runtime.loading import wheels
 
 FILES = {"config.json": b"{}", "1_Pooling/config.json": b'{"pooling_mode_mean_tokens": true}'}
 

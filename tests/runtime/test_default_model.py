@@ -10,9 +10,9 @@ import pytest
 
 from omni.errors import ModelLoadError
 from omni.ports.chat import RecommendedSampling
-from omni.runtime import default_model, wheels
 from omni.runtime.chat.generation_config import recommended_sampling
-from omni.runtime.default_model import (
+from omni.runtime.loading import default_model, wheels
+from omni.runtime.loading.default_model import (
     DEFAULT_MODEL_ID,
     GGUF_MEMBER,
     default_model_dir,

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from omni.errors import ModelLoadError
-from omni.runtime.default_transcription import (
+from omni.runtime.transcription.default import (
     MODEL_FOLDER,
     default_transcription_dir,
     ensure_default_transcription,

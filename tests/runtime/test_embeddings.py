@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from omni.errors import ModelLoadError, OmniError
-from omni.runtime.default_embedding import DEFAULT_EMBEDDING_ID
-from omni.runtime.embed_worker import passes
-from omni.runtime.embeddings import MLXEmbedder
+from omni.runtime.embeddings.default import DEFAULT_EMBEDDING_ID
+from omni.runtime.embeddings.engine import MLXEmbedder
+from omni.runtime.embeddings.worker import passes
 
 REFERENCE = json.loads((Path(__file__).parents[1] / "data" / "minilm_reference.json").read_text())
 

@@ -16,7 +16,7 @@ import pytest
 from omni.errors import ModelLoadError
 from omni.ports.jobs import Delta, Failed, Finished, Job, Output, Sampling, Started
 from omni.runtime.chat.engine import MLXEngine
-from omni.runtime.model_source import ModelSource
+from omni.runtime.loading.source import ModelSource
 
 GREEDY_LONG = Sampling(temperature=0.0, max_tokens=2000, logit_bias=((2, -100.0),))
 

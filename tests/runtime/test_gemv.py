@@ -1,5 +1,5 @@
-"""The one-row forwarder (omni.runtime.gemv): built by the machine's C compiler, preloaded in
-front of OpenBLAS, it gives MLX's float32 products the same values as the BLAS's sgemm, for
+"""The one-row forwarder (omni.runtime.platform.gemv): built by the machine's C compiler, preloaded
+in front of OpenBLAS, it gives MLX's float32 products the same values as the BLAS's sgemm, for
 one-row products (sent to sgemv, either side transposed, a strided row) and the others."""
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from omni.runtime import blas, gemv
+from omni.runtime.platform import blas, gemv
 
 # Run where the preload is in force: products of every shape the forwarder tells apart, each
 # with its float64 reference, and which files hold the symbols MLX calls.
 PROBE = """
 import json, sys
 import numpy as np, mlx.core as mx
-from omni.runtime import blas
+from omni.runtime.platform import blas
 rng = np.random.default_rng(7)
 cases = {}
 w = rng.standard_normal((300, 70)).astype(np.float32)   # a weight stored N x K

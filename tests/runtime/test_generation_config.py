@@ -15,9 +15,9 @@ from omni.ports.chat import RecommendedSampling
 from omni.runtime.chat import wire, worker
 from omni.runtime.chat.engine import MLXEngine
 from omni.runtime.chat.generation_config import recommended_sampling
-from omni.runtime.model_source import ModelSource
-from omni.runtime.tiny import build_tiny_llama
+from omni.runtime.loading.source import ModelSource
 from omni.settings import EngineSettings
+from omni.testing.llama import build_tiny_llama
 
 # As Qwen3's is: every key the server takes, and others it leaves alone.
 QWEN_LIKE = {

@@ -22,8 +22,8 @@ from mlx_lm.models.llama import Model, ModelArgs
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from omni.errors import ModelLoadError
-from omni.runtime import gguf
-from omni.runtime.gguf import convert_gguf
+from omni.runtime.loading import gguf
+from omni.runtime.loading.gguf import convert_gguf
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 HEADS, KV_HEADS, HIDDEN = 4, 2, 64

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from omni.runtime.image_worker import partial_steps
+from omni.runtime.images.worker import partial_steps
 from omni.schemas.images import ImageGenerate
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from omni.catalogue import ModelEntry
 from omni.errors import NotInstalled
-from omni.runtime.loading import Loader
+from omni.runtime.loading.loader import Loader
 
 
 def test_embeddings_without_their_extra_say_how_to_install_it(

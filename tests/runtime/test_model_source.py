@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from omni.errors import ModelLoadError
-from omni.runtime import default_model, gguf
-from omni.runtime.model_source import ModelSource, gguf_cache_dir, resolve_model
+from omni.runtime.loading import default_model, gguf
+from omni.runtime.loading.source import ModelSource, gguf_cache_dir, resolve_model
 
 
 @pytest.fixture

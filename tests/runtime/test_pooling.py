@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from omni.runtime.pooling import context_length, pooling_modes
+from omni.runtime.embeddings.pooling import context_length, pooling_modes
 
 
 def folder(
@@ -89,7 +89,7 @@ def test_context_length(tmp_path: Path) -> None:
 def test_pool_arithmetic() -> None:
     import mlx.core as mx
 
-    from omni.runtime.embed_worker import pool
+    from omni.runtime.embeddings.worker import pool
 
     hidden = mx.array([[[1.0, 0.0], [3.0, 4.0], [100.0, 100.0]]])  # the third is padding
     mask = mx.array([[1.0, 1.0, 0.0]])

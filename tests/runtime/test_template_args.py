@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from omni.runtime.chat.engine import MLXEngine
-from omni.runtime.model_source import ModelSource
+from omni.runtime.loading.source import ModelSource
 
 TEMPLATE = (
     "{% if house_style %}[{{ house_style }}]{% endif %}"

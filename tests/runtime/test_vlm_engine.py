@@ -12,10 +12,10 @@ import pytest
 
 from omni.ports.chat import RecommendedSampling
 from omni.ports.jobs import Delta, Failed, Finished, Job, Output, Sampling
-from omni.runtime.catalogue import takes_images
-from omni.runtime.model_source import ModelSource
-from omni.runtime.tiny_vlm import build_tiny_qwen2_vl
-from omni.runtime.vlm_engine import VLMEngine
+from omni.runtime.loading.catalogue import takes_images
+from omni.runtime.loading.source import ModelSource
+from omni.runtime.vision.engine import VLMEngine
+from omni.testing.vlm import build_tiny_qwen2_vl
 
 
 def png(width: int, height: int, color: tuple[int, int, int]) -> bytes:

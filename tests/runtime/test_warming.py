@@ -13,7 +13,7 @@ import pytest
 from omni.errors import ModelLoadError
 from omni.ports.jobs import Delta, Failed, Finished, Job, Output, Sampling
 from omni.runtime.chat.engine import MLXEngine
-from omni.runtime.model_source import ModelSource
+from omni.runtime.loading.source import ModelSource
 
 
 async def outputs(job: Job) -> list[Output]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from omni.runtime import weights
+from omni.runtime.loading import weights
 
 
 def tiny(quantized: bool) -> Any:

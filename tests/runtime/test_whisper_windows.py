@@ -1,4 +1,4 @@
-"""Whisper heard window by window (omni.runtime.whisper_windows) gives what mlx-audio's own
+"""Whisper heard window by window (omni.runtime.transcription.windows) gives what mlx-audio's own
 Model.generate gives for the same recording: on ~34 s that espeak-ng speaks (two windows),
 the same segments, timestamps and text. Run in a process of its own with the engine's BLAS
 preloaded, as the model's process is."""
@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from omni.runtime import blas
+from omni.runtime.platform import blas
 from tests.api.test_transcriptions import PASSAGE
 
 PROBE = """
@@ -20,8 +20,8 @@ import json, sys
 import mlx.core as mx, numpy as np
 from pathlib import Path
 from omni.ports.transcription import TranscribeOptions
-from omni.runtime.audio import decode
-from omni.runtime.transcribe_worker import FALLBACK, _plain, hear, load, segments
+from omni.runtime.transcription.audio import decode
+from omni.runtime.transcription.worker import FALLBACK, _plain, hear, load, segments
 model = load(sys.argv[1])
 heard = decode(Path(sys.argv[2]).read_bytes(), "passage.wav")
 windows = [segments(w) for w in hear(model, heard.samples, TranscribeOptions())]

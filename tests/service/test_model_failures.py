@@ -20,13 +20,16 @@ from omni.catalogue import ModelEntry
 from omni.errors import SERVER_ERROR, ModelLoadError, OmniError
 from omni.events import Appender, MemoryStore, Notifier
 from omni.ports.embeddings import EmbeddingCapabilities
-from omni.runtime import embed_wire, image_wire, speech_wire, transcribe_wire
 from omni.runtime.chat.wire import Cancel
-from omni.runtime.embeddings import MLXEmbedder
-from omni.runtime.imager import MLXImager
+from omni.runtime.embeddings import wire as embed_wire
+from omni.runtime.embeddings.engine import MLXEmbedder
+from omni.runtime.images import wire as image_wire
+from omni.runtime.images.engine import MLXImager
 from omni.runtime.model_process import ModelProcess
-from omni.runtime.speech import MLXSpeaker
-from omni.runtime.transcriber import MLXTranscriber
+from omni.runtime.speech import wire as speech_wire
+from omni.runtime.speech.engine import MLXSpeaker
+from omni.runtime.transcription import wire as transcribe_wire
+from omni.runtime.transcription.engine import MLXTranscriber
 from omni.schemas.audio import TranscriptionCreate
 from omni.schemas.embeddings import EmbeddingCreate
 from omni.schemas.images import ImageGenerate

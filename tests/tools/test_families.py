@@ -19,7 +19,7 @@ from mlx_lm.utils import load_tokenizer
 
 from omni.ports.chat import ToolFormat
 from omni.runtime.chat.constraints import Constraints
-from omni.runtime.tiny import build_tiny_llama
+from omni.testing.llama import build_tiny_llama
 from omni.tools.calls import CallSplitter
 from omni.tools.families import CALL_FAMILIES, family_tools
 

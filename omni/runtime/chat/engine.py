@@ -31,9 +31,8 @@ from omni.runtime.chat import delivery, tokenizer, wire, worker
 from omni.runtime.chat.delivery import HOLD_MIN, HOLD_S, Pending
 from omni.runtime.chat.generation_config import recommended_sampling
 from omni.runtime.chat.worker import config_context_length
+from omni.runtime.loading.source import ModelSource
 from omni.runtime.model_process import stop_process
-from omni.runtime.model_source import ModelSource
-from omni.runtime.types import Runtime
 from omni.settings import EngineSettings, engine_knobs
 
 log = logging.getLogger(__name__)
@@ -47,7 +46,7 @@ class MLXEngine:
     on_step: Callable[[int], None] | None = None
     # Nothing on disk for the pool to measure: the engine reports its memory_bytes.
     path = ""
-    # What the engine process runs (a vision model's engine runs its own: omni.runtime.vlm_worker).
+    # What the engine process runs (a vision model's runs its own: omni.runtime.vision.worker).
     worker_main: Callable[..., None] = staticmethod(worker.main)
 
     def __init__(
@@ -61,7 +60,7 @@ class MLXEngine:
         read at start()."""
         self.source = source
         self._settings, self._given = settings, given
-        self.runtime: Runtime | None = None  # what the engine process runs with, once loaded
+        self.runtime: wire.Runtime | None = None  # what the engine process runs with, once loaded
         chosen = settings or EngineSettings(**given)
         self.template_args = dict(chosen.template_args)  # for every chat-template render
         self._max_batch = chosen.max_batch

@@ -9,7 +9,7 @@ from typing import Any
 
 from omni.ports.chat import RecommendedSampling
 from omni.ports.jobs import FinishReason, Job, Logprobs, Sampling, fields_getter
-from omni.runtime.types import Runtime
+from omni.runtime.platform.blas import describe
 
 # The server to the engine.
 
@@ -74,6 +74,23 @@ class Close:
 Request = Spec | Cancel | MaxBatch | Close
 
 # The engine to the server, once: the model loaded, or why not.
+
+
+@dataclass(frozen=True, slots=True)
+class Runtime:
+    """What the engine process found itself running the model with, once it was loaded."""
+
+    blas: str | None  # the BLAS library MLX's products run on (None: on a GPU, or none)
+    weights: str  # "float32", "4/8-bit quantized", ...
+    weights_setting: str  # what --weights asked for (auto, stored, float32)
+    gemv: bool = False  # one-row products go to the BLAS's sgemv (omni.runtime.platform.gemv)
+    memory_bytes: int = 0  # what the weights (a draft model's too) take in memory, as run
+
+    def __str__(self) -> str:
+        blas = "" if self.blas is None else f"BLAS {describe(self.blas)}, "
+        if self.gemv:
+            blas = blas.replace("), ", ") with one-row products as sgemv, ")
+        return f"{blas}weights {self.weights} (--weights {self.weights_setting})"
 
 
 @dataclass(frozen=True, slots=True)

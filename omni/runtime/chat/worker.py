@@ -9,25 +9,24 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
-import sys
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from omni.heap import set_aside
-from omni.runtime import blas, gemv, weights
 from omni.runtime.chat.generation_config import model_recommends
 from omni.runtime.chat.observe import QUIET, Observer, StepStats
-from omni.runtime.chat.wire import Loaded, LoadFailed
-from omni.runtime.cpu_attention import use_exp2_attention
-from omni.runtime.quiet import no_torch_advice
-from omni.runtime.types import Runtime
+from omni.runtime.chat.wire import Loaded, LoadFailed, Runtime
+from omni.runtime.loading import weights
+from omni.runtime.model_worker import begin
+from omni.runtime.platform import blas, gemv
+from omni.runtime.platform.cpu_attention import use_exp2_attention
 from omni.settings import EngineSettings
 
 if TYPE_CHECKING:
     from omni.runtime.chat.scheduler import BatchScheduler
-    from omni.runtime.model_source import ModelSource
+    from omni.runtime.loading.source import ModelSource
 
 # MLX settings the engine runs with unless the environment sets them (MLX reads each at first
 # use). cuDNN's attention builds a graph for each new shape: ~65 ms for every prompt length not
@@ -121,8 +120,8 @@ def spawn(
     target: Callable[..., None], source: ModelSource, settings: EngineSettings
 ) -> tuple[Any, Connection, Path | None]:
     """Start the engine process running `target` (main, or a vision model's) for `source`,
-    with the engine's BLAS preloaded (omni.runtime.gemv): the process, the server's end of its
-    pipe, and the preloaded forwarder's file, to remove once the model is loaded."""
+    with the engine's BLAS preloaded (omni.runtime.platform.gemv): the process, the server's end
+    of its pipe, and the preloaded forwarder's file, to remove once the model is loaded."""
     ctx = multiprocessing.get_context("spawn")  # never fork a process that holds threads
     conn, child = ctx.Pipe()
     process = ctx.Process(
@@ -145,13 +144,10 @@ def main(
 ) -> None:
     """Load the model (with LoRA `adapter`s; `draft_path`: a draft model for speculative
     decoding, of the same vocabulary) and serve jobs from `conn` until Close."""
-    _die_with_parent()
-    # What the server preloaded (omni.runtime.blas, gemv) is in this process since its start;
-    # a process this one starts must not look for it: the forwarder's file is removed once
-    # the model is loaded (the dynamic linker said so on stderr for every such process).
-    os.environ.pop("LD_PRELOAD", None)
-    use_mlx_settings()
-    no_torch_advice()
+    # What the server preloaded (omni.runtime.platform: blas, gemv) is in this process since its
+    # start; a process this one starts must not look for it: the forwarder's file is removed
+    # once the model is loaded (the dynamic linker said so on stderr for every such process).
+    begin(**MLX_SETTINGS)  # and the engine's MLX settings (use_mlx_settings)
     observer = watching(settings)
     try:
         scheduler, loaded = load_engine(path, settings, observer, adapter, draft_path)
@@ -239,20 +235,3 @@ def config_context_length(folder: Path) -> int:
     config = json.loads((folder / "config.json").read_text())
     text = config.get("text_config") or {}
     return int(config.get("max_position_embeddings") or text.get("max_position_embeddings") or 4096)
-
-
-def _die_with_parent() -> None:
-    """If the server dies (even by kill -9), this process goes too, rather than finishing a
-    long step for nobody. Linux only; elsewhere it notices at its next step."""
-    if not sys.platform.startswith("linux"):
-        return
-    import ctypes
-    import signal
-
-    parent = os.getppid()
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        return
-    if os.getppid() != parent:  # the parent died before the request took effect
-        os._exit(0)

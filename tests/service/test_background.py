@@ -1,0 +1,118 @@
+"""background: true at the service: the generation runs with no client attached and is
+recorded exactly as a streamed response would be, every delta, with the token ids in
+`<id>/tokens` (the create's answer, polling through the SDK, replays and a real engine's
+run: tests/api/test_background.py)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from omni.ports.jobs import Delta, Finished, Output
+from omni.schemas.responses import ResponseCreate
+
+from .conftest import Services
+
+
+async def recorded_tokens(services: Services, rid: str) -> list[int]:
+    rows = await services.store.read(f"{rid}/tokens")
+    assert [r.seq for r in rows] == list(range(len(rows)))
+    assert {r.type for r in rows} <= {"omni.tokens"}
+    tokens = [t for r in rows for t in json.loads(r.data)]
+    assert all(isinstance(t, int) for t in tokens)
+    return tokens
+
+
+def check_background_order(types: list[str]) -> None:
+    """created(queued), queued, in_progress, item.added, part.added, delta*, text.done,
+    part.done, item.done, completed|incomplete."""
+    assert types[:5] == [
+        "response.created",
+        "response.queued",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+    ], types
+    n = sum(1 for t in types if t == "response.output_text.delta")
+    assert types[5 : 5 + n] == ["response.output_text.delta"] * n, types
+    assert types[5 + n :] == [
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        types[-1],
+    ], types
+    assert types[-1] in ("response.completed", "response.incomplete"), types
+
+
+async def check_background_log(services: Services, rid: str, max_tokens: int) -> dict[str, Any]:
+    """The log of a finished background response; returns its terminal response."""
+    rows = await services.store.read(rid)
+    assert [r.seq for r in rows] == list(range(len(rows)))
+    types = [r.type for r in rows]
+    check_background_order(types)
+    data = [json.loads(r.data) for r in rows]
+    assert [d["type"] for d in data] == types
+    assert [d["sequence_number"] for d in data] == list(range(len(rows)))
+    assert data[0]["response"]["status"] == "queued"
+    assert data[0]["response"]["background"] is True
+    assert data[0]["response"]["output"] == []
+    assert data[1]["response"]["status"] == "queued"
+    assert data[2]["response"]["status"] == "in_progress"
+    for d in (data[0], data[1], data[2], data[-1]):
+        assert d["response"]["id"] == rid
+    final = data[-1]["response"]
+    text = "".join(d["delta"] for d in data if d["type"] == "response.output_text.delta")
+    assert data[-4]["text"] == text
+    assert final["output"][0]["content"][0]["text"] == text
+    assert final["status"] == types[-1].removeprefix("response.")
+    assert final["background"] is True
+    used = final["usage"]["output_tokens"]
+    if final["status"] == "incomplete":
+        assert used == max_tokens
+        assert final["incomplete_details"] == {"reason": "max_output_tokens"}
+    else:
+        assert used <= max_tokens
+    # The token ids recorded beside the deltas are exactly the generated ones.
+    assert len(await recorded_tokens(services, rid)) == used
+    return final
+
+
+def run_of(n: int, max_tokens: int) -> list[Output]:
+    """n tokens, every third one half a character (an empty delta); cut by the limit if n
+    reaches it."""
+    deltas = [Delta("" if i % 3 == 2 else f"w{i} ", 100 + i) for i in range(n)]
+    return [*deltas, Finished("length" if n == max_tokens else "stop", 3, n)]
+
+
+async def background(services: Services, text: str, max_tokens: int) -> str:
+    body = ResponseCreate(input=text, background=True, max_output_tokens=max_tokens)
+    return str((await services.responses.create(body))["id"])
+
+
+async def test_background_records_every_delta(services: Services) -> None:
+    """No client is attached while it runs, yet every delta is in the log: the deltas of
+    the log join to the final text, and the token count matches the usage."""
+    services.engine.scripts.append(run_of(40, 300))
+    rid = await background(services, "deltas", 300)
+    final = await services.responses.wait(rid)  # what polling sees last
+    logged = await check_background_log(services, rid, 300)
+    deltas = [
+        json.loads(e.data)["delta"]
+        for e in await services.store.read(rid)
+        if e.type == "response.output_text.delta"
+    ]
+    assert all(d != "" for d in deltas)
+    output_text = final["output"][0]["content"][0]["text"]  # the SDK's output_text
+    assert "".join(deltas) == output_text == logged["output"][0]["content"][0]["text"]
+
+
+async def test_background_tokens_match_usage(services: Services) -> None:
+    """Several background responses: each one's `<id>/tokens` holds exactly
+    usage.output_tokens ids, in rows numbered from 0."""
+    for n, made in zip((1, 7, 120), (1, 7, 50), strict=True):
+        services.engine.scripts.append(run_of(made, n))
+    ids = [await background(services, f"tokens {i}", n) for i, n in enumerate((1, 7, 120))]
+    for rid, n in zip(ids, (1, 7, 120), strict=True):
+        final = await services.responses.wait(rid)
+        assert len(await recorded_tokens(services, rid)) == final["usage"]["output_tokens"]
+        await check_background_log(services, rid, n)
