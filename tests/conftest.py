@@ -16,6 +16,14 @@ from tests.machine import alone
 from tests.server import ServerThread
 
 TINY_ID = "tiny-llama"
+HERE = Path(__file__).parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The files of tests/ itself first: they run `omni` as real processes, the longest of
+    all, and with a worker per core (scripts/test) none is then left to run alone at the end.
+    Each file's own order stays as it is."""
+    items.sort(key=lambda item: item.path.parent != HERE)
 
 
 @pytest.fixture(scope="session")

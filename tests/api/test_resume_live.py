@@ -135,7 +135,8 @@ def test_resume_running_at_several_points(server, cleanup) -> None:  # type: ign
         edge = last_seq(server, rid)  # resume right at the live edge, too
         if edge not in resumed:
             resumed[edge] = resume(server, rid, edge)
-    time.sleep(0.1)
+    for n, follower in resumed.items():  # each resumed stream is live: its next event came
+        assert follower.wait_seq(n + 1, timeout=60), f"no seq {n + 1} after {n}"
     assert not is_finished(server, rid)
     cancelled = server.call(server.state.responses.cancel(rid))
     assert cancelled["status"] == "cancelled"
