@@ -11,9 +11,11 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -315,18 +317,63 @@ def test_restart_loses_nothing(tmp_path: Path, tiny_model_dir: Path) -> None:
     assert replay == original
 
 
-def test_kill_9_mid_generation_leaves_a_failed_response(
-    tmp_path: Path, tiny_model_dir: Path
-) -> None:
-    db = tmp_path / "omni.db"
-    body = {"input": "hi", "max_output_tokens": 100000, "stream": True, **UNENDING}  # killed first
+MARKER = "unstored-left-behind-7f3a"  # the unstored completion's prompt, and nothing else's
+
+
+def until_line(lines: Iterator[str], wanted: Callable[[str], bool]) -> None:
+    for line in lines:
+        if line.startswith("data: ") and wanted(line):
+            break
+
+
+def chat_of(conn: sqlite3.Connection, content: str) -> str:
+    """The chat completion whose request says `content`: its first chunk's stream."""
+    (cid,) = conn.execute(
+        "SELECT stream_id FROM events WHERE seq = 0 AND type = 'chat.completion.chunk'"
+        " AND stream_id || '/request' IN (SELECT stream_id FROM events WHERE data LIKE ?)",
+        (f"%{content}%",),
+    ).fetchone()
+    return str(cid)
+
+
+@dataclass
+class Crash:
+    """One `omni serve` killed with kill -9 while it streamed a response, a stored and an
+    unstored chat completion (each still generating: killed first), then started again."""
+
+    db: Path
+    response_id: str
+    cid: str  # the stored completion
+    unstored: str
+    last: str  # the type of the stored completion's last row before the restart
+    response: dict[str, Any]  # the response, read after the restart
+    events: str  # its events, replayed then
+    stored_status: int  # what reading the stored completion got then
+    listed: list[dict[str, Any]]  # the stored completions listed then
+
+
+@pytest.fixture(scope="module")
+def crash(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Crash:
+    db = tmp_path_factory.mktemp("crash") / "omni.db"
+    response = {"input": "hi", "max_output_tokens": 100000, "stream": True, **UNENDING}
+    chat = {"max_tokens": 100000, "stream": True, **UNENDING}
+    stored = {**chat, "messages": [{"role": "user", "content": "hi"}], "store": True}
+    unstored = {**chat, "messages": [{"role": "user", "content": MARKER}], "store": False}
     with serving(tiny_model_dir, db) as (base, proc):
-        with httpx.stream("POST", f"{base}/v1/responses", json=body, timeout=60) as stream:
-            lines = stream.iter_lines()
-            for line in lines:
-                if line.startswith("data: ") and "output_text.delta" in line:
-                    break
-            response_id = None
+        asked = [("/v1/responses", response), ("/v1/chat/completions", stored),
+                 ("/v1/chat/completions", unstored)]  # fmt: skip
+        with ExitStack() as opened:  # all three asked for first: all still generate at the kill
+            streams = [
+                opened.enter_context(httpx.stream("POST", f"{base}{path}", json=body, timeout=60))
+                for path, body in asked
+            ]
+            wanted: list[Callable[[str], bool]] = [
+                lambda line: "output_text.delta" in line,
+                lambda line: '"content":"' in line and '"content":""' not in line,
+                lambda line: '"content":"' in line,
+            ]
+            for res, want in zip(streams, wanted, strict=True):
+                until_line(res.iter_lines(), want)
             os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
     with sqlite3.connect(db) as conn:
@@ -334,52 +381,35 @@ def test_kill_9_mid_generation_leaves_a_failed_response(
         response_id = conn.execute(
             "SELECT stream_id FROM events WHERE type='response.created'"
         ).fetchone()[0]
+        cid, left_cid = chat_of(conn, '"content":"hi"'), chat_of(conn, MARKER)
+        last = conn.execute(
+            "SELECT type FROM events WHERE stream_id = ? ORDER BY seq DESC LIMIT 1", (cid,)
+        ).fetchone()[0]
+    conn.close()
     with serving(tiny_model_dir, db) as (base, _):
-        response = httpx.get(f"{base}/v1/responses/{response_id}", timeout=60).json()
+        read = httpx.get(f"{base}/v1/responses/{response_id}", timeout=60).json()
         events = httpx.get(f"{base}/v1/responses/{response_id}?stream=true", timeout=60).text
+        status = httpx.get(f"{base}/v1/chat/completions/{cid}").status_code
+        listed = httpx.get(f"{base}/v1/chat/completions").json()["data"]
+    return Crash(db, response_id, cid, left_cid, last, read, events, status, listed)
+
+
+def test_kill_9_mid_generation_leaves_a_failed_response(crash: Crash) -> None:
+    response, events = crash.response, crash.events
     assert response["status"] == "failed"
     assert response["error"]["code"] == "server_error"
     assert "restarted" in response["error"]["message"]
     assert events.rstrip().split("\n\n")[-1].startswith("event: response.failed")
 
 
-def test_kill_9_mid_chat_completion_ends_it_at_the_next_start(
-    tmp_path: Path, tiny_model_dir: Path
-) -> None:
+def test_kill_9_mid_chat_completion_ends_it_at_the_next_start(crash: Crash) -> None:
     """Its client is gone with the process: the next start ends it with an error event, as it
     ends a foreground response, so the stream is whole and purge can take it."""
-    db = tmp_path / "omni.db"
-    body = {
-        "messages": [{"role": "user", "content": "hi"}],
-        "max_tokens": 100000,
-        "stream": True,
-        "store": True,
-        **UNENDING,  # still generating when killed
-    }
-    with serving(tiny_model_dir, db) as (base, proc):
-        with httpx.stream("POST", f"{base}/v1/chat/completions", json=body, timeout=60) as res:
-            for line in res.iter_lines():
-                if (
-                    line.startswith("data: ")
-                    and '"content":"' in line
-                    and '"content":""' not in line
-                ):
-                    break
-            os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
-    with sqlite3.connect(db) as conn:
-        (cid,) = conn.execute(
-            "SELECT stream_id FROM events WHERE seq = 0 AND type = 'chat.completion.chunk'"
-        ).fetchone()
-        last = conn.execute(
-            "SELECT type FROM events WHERE stream_id = ? ORDER BY seq DESC LIMIT 1", (cid,)
-        ).fetchone()[0]
+    db, cid, last, listed = crash.db, crash.cid, crash.last, crash.listed
     assert last == "chat.completion.chunk"  # cut off: no ending yet
-    with serving(tiny_model_dir, db) as (base, _):
-        # Not an answer, so not a stored completion (as at OpenAI): gone from the API's view.
-        assert httpx.get(f"{base}/v1/chat/completions/{cid}").status_code == 404
-        listed = httpx.get(f"{base}/v1/chat/completions").json()["data"]
-        assert cid not in [c["id"] for c in listed]
+    # Not an answer, so not a stored completion (as at OpenAI): gone from the API's view.
+    assert crash.stored_status == 404
+    assert cid not in [c["id"] for c in listed]
     with sqlite3.connect(db) as conn:
         ends = conn.execute(
             "SELECT type, data FROM events WHERE stream_id = ? AND type LIKE 'completion.%'",
@@ -391,34 +421,10 @@ def test_kill_9_mid_chat_completion_ends_it_at_the_next_start(
     assert dry.returncode == 0 and cid in dry.stdout
 
 
-def test_kill_9_mid_unstored_completion_purges_it_at_the_next_start(
-    tmp_path: Path, tiny_model_dir: Path
-) -> None:
+def test_kill_9_mid_unstored_completion_purges_it_at_the_next_start(crash: Crash) -> None:
     """Nobody can read an unstored completion a crash cut off (its client went with the
     process): the next start purges it, bytes and all, instead of ending it."""
-    db = tmp_path / "omni.db"
-    marker = "unstored-left-behind-7f3a"
-    body = {
-        "messages": [{"role": "user", "content": marker}],
-        "max_tokens": 100000,
-        "stream": True,
-        "store": False,
-        **UNENDING,  # still generating when killed
-    }
-    with serving(tiny_model_dir, db) as (base, proc):
-        with httpx.stream("POST", f"{base}/v1/chat/completions", json=body, timeout=60) as res:
-            for line in res.iter_lines():
-                if line.startswith("data: ") and '"content":"' in line:
-                    break
-            os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
-    with sqlite3.connect(db) as conn:
-        (cid,) = conn.execute(
-            "SELECT stream_id FROM events WHERE seq = 0 AND type = 'chat.completion.chunk'"
-        ).fetchone()
-    conn.close()
-    with serving(tiny_model_dir, db):
-        pass
+    db, cid, marker = crash.db, crash.unstored, MARKER
     with sqlite3.connect(db) as conn:
         left = conn.execute(
             "SELECT count(*) FROM events WHERE stream_id IN (?, ?)", (cid, f"{cid}/request")
