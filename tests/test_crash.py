@@ -4,15 +4,19 @@ same database. Nothing committed is lost and background work carries on where it
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import sqlite3
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.test_cli import kill_mid_stream, serving
 
 BODY = {"model": "tiny-llama", "input": "Tell me a long story.", "background": True}
+MAX_TOKENS = 1500
 
 
 def frames(raw: bytes) -> list[bytes]:
@@ -35,18 +39,37 @@ def greedy_text(base: str, max_tokens: int) -> str:
     ][0]["text"]
 
 
-def test_kill_9_then_restart_continues_background_work(
-    tmp_path: Path, tiny_model_dir: Path
-) -> None:
-    db = tmp_path / "omni.db"
-    max_tokens = 1500
-    seen: list[bytes] = []
+@dataclass
+class Killed:
+    """An `omni serve` killed with SIGKILL in the middle of three background responses,
+    followed live, and its log copied as the kill left it (for a restart with another model)."""
+
+    db: Path
+    copy: Path
+    ids: list[str]
+    seen: list[bytes]  # the frames the follower of the first one received, whole ones only
+
+
+@pytest.fixture(scope="module")
+def killed(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Killed:
+    db = tmp_path_factory.mktemp("killed") / "omni.db"
     with serving(tiny_model_dir, db) as (base, proc):
-        body = {**BODY, "temperature": 0, "max_output_tokens": max_tokens}
+        body = {**BODY, "temperature": 0, "max_output_tokens": MAX_TOKENS}
         ids = [httpx.post(f"{base}/v1/responses", json=body).json()["id"] for _ in range(3)]
         # Follow the running one live, and kill the server in the middle of it.
         buffer = kill_mid_stream(base, ids[0], proc, 40)
         seen = frames(buffer.rsplit(b"\n\n", 1)[0] + b"\n\n")  # whole frames only
+    copy = tmp_path_factory.mktemp("killed-copy") / "omni.db"
+    for name in (db.name, f"{db.name}-wal"):
+        if (db.parent / name).exists():
+            shutil.copyfile(db.parent / name, copy.parent / name)
+    return Killed(db, copy, ids, seen)
+
+
+def test_kill_9_then_restart_continues_background_work(
+    killed: Killed, tiny_model_dir: Path
+) -> None:
+    db, ids, seen, max_tokens = killed.db, killed.ids, killed.seen, MAX_TOKENS
 
     with sqlite3.connect(db) as conn:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
@@ -74,22 +97,12 @@ def test_kill_9_then_restart_continues_background_work(
 
 
 def test_restart_with_another_model_ends_background_work_incomplete(
-    tmp_path: Path, tiny_model_dir: Path
+    killed: Killed, tmp_path: Path
 ) -> None:
     from omni.testing.llama import build_tiny_llama
 
-    db = tmp_path / "omni.db"
+    db, response_id = killed.copy, killed.ids[0]  # the log as the kill left it
     other = build_tiny_llama(tmp_path / "other-llama", seed=1)
-    with serving(tiny_model_dir, db) as (base, proc):
-        body = {**BODY, "temperature": 0, "max_output_tokens": 1500}
-        response_id = httpx.post(f"{base}/v1/responses", json=body).json()["id"]
-        url = f"{base}/v1/responses/{response_id}?stream=true"
-        with httpx.stream("GET", url, timeout=60) as stream:
-            for line in stream.iter_lines():
-                if line == "event: response.output_text.delta":
-                    os.kill(proc.pid, signal.SIGKILL)
-                    break
-        proc.wait()
     with serving(other, db) as (base, _):
         final = httpx.get(f"{base}/v1/responses/{response_id}").json()
         events = replay(base, response_id)
