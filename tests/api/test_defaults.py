@@ -14,6 +14,8 @@ from omni.service.defaults import Defaults
 from tests.api._helpers import MODEL
 from tests.server import ServerThread
 
+LONG = "go on and on" + " and on" * 640  # about 1,930 of the tiny model's tokens
+
 
 @pytest.fixture(scope="module")
 def capped(tiny_engine: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpenAI]:
@@ -52,23 +54,20 @@ def test_chat_gets_the_cap_too(capped: OpenAI) -> None:
 
 
 def test_a_cap_past_the_context_is_clamped_to_what_it_leaves(capped: OpenAI) -> None:
-    """10**12 tokens asked of a 2,048-token model: it stops where the context ends."""
-    r = capped.responses.create(
-        model=MODEL, input="go on and on", temperature=0, max_output_tokens=10**12
-    )
+    """10**12 tokens asked of a 2,048-token model: it stops where the context ends (after a
+    long input, so that only a hundred or so tokens are left to generate)."""
+    r = capped.responses.create(model=MODEL, input=LONG, temperature=0, max_output_tokens=10**12)
     assert r.usage is not None and r.status == "incomplete"
     assert r.usage.input_tokens + r.usage.output_tokens == 2048
     chat = capped.chat.completions.create(
         model=MODEL,
-        messages=[{"role": "user", "content": "go on and on"}],
+        messages=[{"role": "user", "content": LONG}],
         temperature=0,
         max_tokens=10**12,
     )
     assert chat.usage is not None and chat.choices[0].finish_reason == "length"
     assert chat.usage.prompt_tokens + chat.usage.completion_tokens == 2048
-    text = capped.completions.create(
-        model=MODEL, prompt="go on and on", temperature=0, max_tokens=10**12
-    )
+    text = capped.completions.create(model=MODEL, prompt=LONG, temperature=0, max_tokens=10**12)
     assert text.usage is not None and text.choices[0].finish_reason == "length"
     assert text.usage.prompt_tokens + text.usage.completion_tokens == 2048
     bare = capped.completions.create(model=MODEL, prompt="go on and on", temperature=0)

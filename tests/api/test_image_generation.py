@@ -38,18 +38,22 @@ PROMPT = "A red fox in the snow."
 
 
 @contextmanager
-def serving(models_from: tuple[Path, Path], root: Path, db: str) -> Iterator[ServerThread]:
-    """A server on log `db` whose catalogue holds the tiny llama (loaded) and the tiny FLUX.2
-    (loaded on its first request), which `gpt-image-1` names too."""
+def serving(
+    models_from: tuple[Path, Path], root: Path, db: str, *, chat_loaded: bool = True
+) -> Iterator[ServerThread]:
+    """A server on log `db` whose catalogue holds the tiny llama (loaded first,
+    unless `chat_loaded` is False) and the tiny FLUX.2 (loaded on its first request),
+    which `gpt-image-1` names too."""
     shelf = root / "shelf"
     for folder, name in zip(models_from, (CHAT, DRAWER), strict=True):
         shutil.copytree(folder, shelf / name)
     home = root / "home"
     models = Models(scan(home, [shelf]), Loader(home), default=CHAT,
                     aliases={"gpt-image-1": DRAWER})  # fmt: skip
-    chat = Loader(home)(models.find(CHAT))
-    chat.wait_loaded()
-    models.adopt(chat)
+    if chat_loaded:  # else loaded on demand, as any other
+        chat = Loader(home)(models.find(CHAT))
+        chat.wait_loaded()
+        models.adopt(chat)
     srv = ServerThread(Settings(db_path=db), models).start()
     try:
         yield srv
@@ -278,7 +282,7 @@ def test_on_postgresql_an_image_generation_is_in_its_log(
 ) -> None:
     from tests.postgres import rows
 
-    with serving((tiny_model_dir, tiny_flux_dir), tmp_path, pg_url) as srv:
+    with serving((tiny_model_dir, tiny_flux_dir), tmp_path, pg_url, chat_loaded=False) as srv:
         with openai.OpenAI(base_url=f"{srv.base_url}/v1", api_key="x", max_retries=0) as client:
             answer = client.images.with_raw_response.generate(
                 model=DRAWER, prompt=PROMPT, size="32x32", n=2, extra_body={"seed": 5}

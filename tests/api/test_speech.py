@@ -44,18 +44,21 @@ SLACK_S = 0.12
 
 
 @contextmanager
-def serving(models_from: tuple[Path, Path], root: Path, db: str) -> Iterator[ServerThread]:
-    """A server on log `db` whose catalogue holds the tiny llama (loaded) and the tiny Kokoro
-    (loaded on its first request)."""
+def serving(
+    models_from: tuple[Path, Path], root: Path, db: str, *, chat_loaded: bool = True
+) -> Iterator[ServerThread]:
+    """A server on log `db` whose catalogue holds the tiny llama (loaded first,
+    unless `chat_loaded` is False) and the tiny Kokoro (loaded on its first request)."""
     shelf = root / "shelf"
     for folder, name in zip(models_from, (CHAT, SPEAKER), strict=True):
         shutil.copytree(folder, shelf / name)
     home = root / "home"
     models = Models(scan(home, [shelf]), Loader(home), default=CHAT,
                     aliases={"gpt-4o-mini-tts": SPEAKER})  # fmt: skip
-    chat = Loader(home)(models.find(CHAT))
-    chat.wait_loaded()
-    models.adopt(chat)
+    if chat_loaded:  # else loaded on demand, as any other
+        chat = Loader(home)(models.find(CHAT))
+        chat.wait_loaded()
+        models.adopt(chat)
     srv = ServerThread(Settings(db_path=db), models).start()
     try:
         yield srv
@@ -295,7 +298,7 @@ def test_on_postgresql_a_speech_is_in_its_log(
 ) -> None:
     from tests.postgres import rows
 
-    with serving((tiny_model_dir, tiny_kokoro_dir), tmp_path, pg_url) as srv:
+    with serving((tiny_model_dir, tiny_kokoro_dir), tmp_path, pg_url, chat_loaded=False) as srv:
         with openai.OpenAI(base_url=f"{srv.base_url}/v1", api_key="x", max_retries=0) as client:
             answer = client.audio.speech.create(model=SPEAKER, voice=VOICE, input=SAID,
                                                 response_format="opus")  # fmt: skip

@@ -22,7 +22,8 @@ WRITERS, APPENDS = 4, 40
 
 
 def write_in_another_process(url: str, writer: int, seed: int) -> None:
-    """Appends of mixed sizes by a store of this process's own (spawned: its own driver)."""
+    """Appends of mixed sizes by a store of this process's own (a fresh process: its own
+    driver)."""
 
     async def run() -> None:
         store = PostgresStore(url)
@@ -40,6 +41,14 @@ def write_in_another_process(url: str, writer: int, seed: int) -> None:
     asyncio.run(run())
 
 
+def writers() -> multiprocessing.context.ForkServerContext:
+    """Fresh processes, forked from a clean one that imported the store once (spawning each
+    cost a whole interpreter's start-up and imports)."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([__name__])
+    return context
+
+
 async def test_a_reader_following_by_position_never_misses_a_row_of_other_processes(
     pg_url: str,
 ) -> None:
@@ -50,9 +59,9 @@ async def test_a_reader_following_by_position_never_misses_a_row_of_other_proces
     local = [PostgresStore(pg_url) for _ in range(2)]
     for store in (reader, *local):
         await store.open()
-    spawn = multiprocessing.get_context("spawn")
+    fresh = writers()
     procs = [
-        spawn.Process(target=write_in_another_process, args=(pg_url, w, w)) for w in range(WRITERS)
+        fresh.Process(target=write_in_another_process, args=(pg_url, w, w)) for w in range(WRITERS)
     ]
     seen: list[int] = []
     done = asyncio.Event()
