@@ -5,6 +5,7 @@ status 2, and the file byte for byte as it was (no -wal or -shm beside it either
 from __future__ import annotations
 
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -25,9 +26,22 @@ def omni(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def omni_log(path: Path, events: int = 0) -> Path:
-    """A log made by `omni db upgrade`, with `events` rows of ~500 bytes (some pages)."""
+@pytest.fixture(scope="module")
+def upgraded(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A log made by `omni db upgrade`, once: each test that needs one gets a copy."""
+    path = tmp_path_factory.mktemp("upgraded") / "omni.db"
     assert omni("db", "upgrade", "--db", str(path)).returncode == 0
+    return path
+
+
+def omni_log(path: Path, upgraded: Path, events: int = 0) -> Path:
+    """A log made by `omni db upgrade` (a copy of `upgraded`), with `events` rows of ~500
+    bytes (some pages)."""
+    for name in (upgraded.name, f"{upgraded.name}-wal"):
+        if (upgraded.parent / name).exists():
+            shutil.copyfile(
+                upgraded.parent / name, path.parent / name.replace(upgraded.name, path.name)
+            )
     with closing(sqlite3.connect(path)) as conn, conn:
         conn.executemany(
             "INSERT INTO events (stream_id, seq, type, data, created_at) VALUES (?, 0, ?, ?, 0)",
@@ -38,17 +52,17 @@ def omni_log(path: Path, events: int = 0) -> Path:
     return path
 
 
-def newer(path: Path) -> str:
-    omni_log(path)
+def newer(path: Path, upgraded: Path) -> str:
+    omni_log(path, upgraded)
     with closing(sqlite3.connect(path)) as conn, conn:
         conn.execute("UPDATE alembic_version SET version_num = '0099'")
     head = ScriptDirectory.from_config(alembic_config(str(path))).get_current_head()
     return f"has schema version 0099, newer than this Omni (knows up to {head}); upgrade Omni"
 
 
-def damaged(path: Path) -> str:
+def damaged(path: Path, upgraded: Path) -> str:
     """A page in the middle of a real log overwritten (SQLite's header stays sound)."""
-    omni_log(path, events=300)
+    omni_log(path, upgraded, events=300)
     pages = path.stat().st_size // 4096
     with path.open("r+b") as file:
         file.seek(pages // 2 * 4096)
@@ -56,19 +70,19 @@ def damaged(path: Path) -> str:
     return "is damaged (Page "
 
 
-def not_sqlite(path: Path) -> str:
+def not_sqlite(path: Path, upgraded: Path) -> str:
     path.write_bytes(b"name,value\n" * 500)
     return "is not an SQLite database"
 
 
-def foreign(path: Path) -> str:
+def foreign(path: Path, upgraded: Path) -> str:
     with closing(sqlite3.connect(path)) as conn, conn:
         conn.execute("CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT)")
         conn.execute("INSERT INTO users (name) VALUES ('ada')")
     return "is not an Omni log (its tables: users)"
 
 
-FILES: dict[str, Callable[[Path], str]] = {
+FILES: dict[str, Callable[[Path, Path], str]] = {
     "newer": newer,
     "damaged": damaged,
     "not_sqlite": not_sqlite,
@@ -77,9 +91,11 @@ FILES: dict[str, Callable[[Path], str]] = {
 
 
 @pytest.fixture(params=sorted(FILES))
-def refused(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[Path, str, bytes]:
+def refused(
+    request: pytest.FixtureRequest, tmp_path: Path, upgraded: Path
+) -> tuple[Path, str, bytes]:
     db = tmp_path / "omni.db"
-    fragment = FILES[request.param](db)
+    fragment = FILES[request.param](db, upgraded)
     return db, fragment, db.read_bytes()
 
 
@@ -116,10 +132,10 @@ def test_db_commands_refuse_it_in_one_line(
     assert sorted(os.listdir(tmp_path)) == ["omni.db"]
 
 
-def test_an_omni_log_of_this_schema_still_starts(tmp_path: Path) -> None:
+def test_an_omni_log_of_this_schema_still_starts(tmp_path: Path, upgraded: Path) -> None:
     """The inspection reads a sound log, its WAL included (as a crash leaves it), and the
     upgrade goes on."""
-    db = omni_log(tmp_path / "omni.db", events=10)
+    db = omni_log(tmp_path / "omni.db", upgraded, events=10)
     with closing(sqlite3.connect(db)) as writer:  # open: its WAL stays beside the file
         writer.execute("PRAGMA wal_autocheckpoint=0")
         with writer:
