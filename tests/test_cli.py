@@ -320,10 +320,12 @@ def test_restart_loses_nothing(tmp_path: Path, tiny_model_dir: Path) -> None:
 MARKER = "unstored-left-behind-7f3a"  # the unstored completion's prompt, and nothing else's
 
 
-def until_line(lines: Iterator[str], wanted: Callable[[str], bool]) -> None:
+def until_line(lines: Iterator[str], wanted: Callable[[str], bool]) -> str:
+    """The first `data:` line that is `wanted` (what came before it is read and dropped)."""
     for line in lines:
         if line.startswith("data: ") and wanted(line):
-            break
+            return line
+    raise AssertionError("the stream ended before the line it was read for")
 
 
 def chat_of(conn: sqlite3.Connection, content: str) -> str:
@@ -372,8 +374,10 @@ def crash(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Cra
                 lambda line: '"content":"' in line and '"content":""' not in line,
                 lambda line: '"content":"' in line,
             ]
-            for res, want in zip(streams, wanted, strict=True):
+            seen = [
                 until_line(res.iter_lines(), want)
+                for res, want in zip(streams, wanted, strict=True)
+            ]
             os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
     with sqlite3.connect(db) as conn:
@@ -381,7 +385,9 @@ def crash(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Cra
         response_id = conn.execute(
             "SELECT stream_id FROM events WHERE type='response.created'"
         ).fetchone()[0]
-        cid, left_cid = chat_of(conn, '"content":"hi"'), chat_of(conn, MARKER)
+        # The unstored completion by the id its client was sent: what the log kept of it at
+        # the kill is what the next start must purge.
+        cid, left_cid = chat_of(conn, '"content":"hi"'), json.loads(seen[2][6:])["id"]
         last = conn.execute(
             "SELECT type FROM events WHERE stream_id = ? ORDER BY seq DESC LIMIT 1", (cid,)
         ).fetchone()[0]
