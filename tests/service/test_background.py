@@ -10,6 +10,7 @@ from typing import Any
 
 from omni.ports.jobs import Delta, Finished, Output
 from omni.schemas.responses import ResponseCreate
+from tests.api.test_background import check_background_order
 
 from .conftest import Services
 
@@ -21,27 +22,6 @@ async def recorded_tokens(services: Services, rid: str) -> list[int]:
     tokens = [t for r in rows for t in json.loads(r.data)]
     assert all(isinstance(t, int) for t in tokens)
     return tokens
-
-
-def check_background_order(types: list[str]) -> None:
-    """created(queued), queued, in_progress, item.added, part.added, delta*, text.done,
-    part.done, item.done, completed|incomplete."""
-    assert types[:5] == [
-        "response.created",
-        "response.queued",
-        "response.in_progress",
-        "response.output_item.added",
-        "response.content_part.added",
-    ], types
-    n = sum(1 for t in types if t == "response.output_text.delta")
-    assert types[5 : 5 + n] == ["response.output_text.delta"] * n, types
-    assert types[5 + n :] == [
-        "response.output_text.done",
-        "response.content_part.done",
-        "response.output_item.done",
-        types[-1],
-    ], types
-    assert types[-1] in ("response.completed", "response.incomplete"), types
 
 
 async def check_background_log(services: Services, rid: str, max_tokens: int) -> dict[str, Any]:
