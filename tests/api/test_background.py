@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import httpx
@@ -40,7 +41,11 @@ def poll_terminal(client: OpenAI, rid: str, timeout: float = 10.0):  # type: ign
 
 
 def recorded_tokens(server: Any, rid: str) -> list[int]:
-    rows = read_log(server, f"{rid}/tokens")
+    return token_ids(read_log(server, f"{rid}/tokens"))
+
+
+def token_ids(rows: Sequence[Any]) -> list[int]:
+    """The token ids of a response's `<id>/tokens` stream, checked as they are recorded."""
     assert [r.seq for r in rows] == list(range(len(rows)))
     assert {r.type for r in rows} <= {"omni.tokens"}
     tokens = [t for r in rows for t in json.loads(r.data)]
@@ -71,7 +76,15 @@ def check_background_order(types: list[str]) -> None:
 
 def check_background_log(server: Any, rid: str, max_tokens: int) -> dict[str, Any]:
     """The log of a finished background response; returns its terminal response."""
-    rows = read_log(server, rid)
+    final = check_background_rows(read_log(server, rid), rid, max_tokens)
+    # The token ids recorded beside the deltas are exactly the generated ones.
+    assert len(recorded_tokens(server, rid)) == final["usage"]["output_tokens"]
+    return final
+
+
+def check_background_rows(rows: Sequence[Any], rid: str, max_tokens: int) -> dict[str, Any]:
+    """A finished background response's rows, as the log holds them; returns its terminal
+    response."""
     assert [r.seq for r in rows] == list(range(len(rows)))
     types = [r.type for r in rows]
     check_background_order(types)
@@ -97,8 +110,6 @@ def check_background_log(server: Any, rid: str, max_tokens: int) -> dict[str, An
         assert final["incomplete_details"] == {"reason": "max_output_tokens"}
     else:
         assert used <= max_tokens
-    # The token ids recorded beside the deltas are exactly the generated ones.
-    assert len(recorded_tokens(server, rid)) == used
     return final
 
 

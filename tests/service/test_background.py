@@ -10,50 +10,20 @@ from typing import Any
 
 from omni.ports.jobs import Delta, Finished, Output
 from omni.schemas.responses import ResponseCreate
-from tests.api.test_background import check_background_order
+from tests.api.test_background import check_background_rows, token_ids
 
 from .conftest import Services
 
 
 async def recorded_tokens(services: Services, rid: str) -> list[int]:
-    rows = await services.store.read(f"{rid}/tokens")
-    assert [r.seq for r in rows] == list(range(len(rows)))
-    assert {r.type for r in rows} <= {"omni.tokens"}
-    tokens = [t for r in rows for t in json.loads(r.data)]
-    assert all(isinstance(t, int) for t in tokens)
-    return tokens
+    return token_ids(await services.store.read(f"{rid}/tokens"))
 
 
 async def check_background_log(services: Services, rid: str, max_tokens: int) -> dict[str, Any]:
     """The log of a finished background response; returns its terminal response."""
-    rows = await services.store.read(rid)
-    assert [r.seq for r in rows] == list(range(len(rows)))
-    types = [r.type for r in rows]
-    check_background_order(types)
-    data = [json.loads(r.data) for r in rows]
-    assert [d["type"] for d in data] == types
-    assert [d["sequence_number"] for d in data] == list(range(len(rows)))
-    assert data[0]["response"]["status"] == "queued"
-    assert data[0]["response"]["background"] is True
-    assert data[0]["response"]["output"] == []
-    assert data[1]["response"]["status"] == "queued"
-    assert data[2]["response"]["status"] == "in_progress"
-    for d in (data[0], data[1], data[2], data[-1]):
-        assert d["response"]["id"] == rid
-    final = data[-1]["response"]
-    text = "".join(d["delta"] for d in data if d["type"] == "response.output_text.delta")
-    assert data[-4]["text"] == text
-    assert final["output"][0]["content"][0]["text"] == text
-    assert final["status"] == types[-1].removeprefix("response.")
-    assert final["background"] is True
-    used = final["usage"]["output_tokens"]
-    if final["status"] == "incomplete":
-        assert used == max_tokens
-        assert final["incomplete_details"] == {"reason": "max_output_tokens"}
-    else:
-        assert used <= max_tokens
+    final = check_background_rows(await services.store.read(rid), rid, max_tokens)
     # The token ids recorded beside the deltas are exactly the generated ones.
-    assert len(await recorded_tokens(services, rid)) == used
+    assert len(await recorded_tokens(services, rid)) == final["usage"]["output_tokens"]
     return final
 
 
