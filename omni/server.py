@@ -28,6 +28,7 @@ from omni.service.image_urls import Fetcher
 from omni.service.images import ImagesService
 from omni.service.leasing import Leasing
 from omni.service.leftovers import purge_unstored
+from omni.service.messages import MessagesService
 from omni.service.modality import Modality
 from omni.service.models import Models
 from omni.service.responses import ResponsesService
@@ -50,6 +51,7 @@ class Server:
     lifecycle: Lifecycle
     responses: ResponsesService
     completions: CompletionsService
+    messages: MessagesService
     embeddings: EmbeddingsService
     speech: SpeechService
     images: ImagesService
@@ -64,6 +66,7 @@ class Server:
         return (
             self.responses,
             self.completions,
+            self.messages,
             self.embeddings,
             self.speech,
             self.images,
@@ -145,6 +148,7 @@ async def build(
         Lifecycle(responses.runs, notifier, settings.shutdown_grace_s),
         responses,
         completions,
+        MessagesService(completions, responses.sealer),
         EmbeddingsService(store, appender, pool, leasing=leasing, metrics=figures),
         SpeechService(store, appender, pool, leasing=leasing, metrics=figures),
         ImagesService(store, appender, pool, leasing=leasing),

@@ -91,3 +91,17 @@ TRANSCRIPTION = "transcription"  # a transcription or a translation (its request
 ID_PREFIXES[TRANSCRIPTION] = "trsc-"
 IMAGE = "image"  # an image generation
 ID_PREFIXES[IMAGE] = "img-"
+
+# --- Anthropic's Messages API (`msg_X`): the events exactly as streamed (Anthropic's types),
+# then one ending: `message_stop`, Anthropic's `error` event, or a cancel never sent.
+MESSAGE_START = "message_start"
+BLOCK_START = "content_block_start"
+BLOCK_DELTA = "content_block_delta"
+BLOCK_STOP = "content_block_stop"
+MESSAGE_DELTA = "message_delta"
+MESSAGE_STOP = "message_stop"
+MESSAGE_ERROR = "error"
+MESSAGE_CANCELLED = "omni.message.cancelled"
+MESSAGE_ENDS = frozenset({MESSAGE_STOP, MESSAGE_ERROR, MESSAGE_CANCELLED})
+MESSAGE = "message"  # a Messages API request (Anthropic's)
+ID_PREFIXES[MESSAGE] = "msg_"

@@ -17,6 +17,7 @@ from omni.api import (
     gate,
     images,
     inspector,
+    messages,
     metrics,
     models,
     responses,
@@ -34,7 +35,7 @@ from omni.settings import ServerSettings
 # The app's settings (omni.settings), by the name the app has always given them.
 Settings = ServerSettings
 
-BLUEPRINTS = (responses, models, chat, embeddings, speech, images, transcriptions)
+BLUEPRINTS = (responses, models, chat, messages, embeddings, speech, images, transcriptions)
 
 
 def shut_down(app: Quart) -> asyncio.Task[None]:

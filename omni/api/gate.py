@@ -20,9 +20,10 @@ from omni.api.access import note, open_path
 from omni.api.keys import KeyRing
 from omni.errors import Forbidden, PayloadTooLarge, UnsupportedMediaType
 
-ALLOW_HEADERS = ("authorization", "content-type", "last-event-id")
-# The OpenAI SDK for JavaScript sends these too; a browser page using it needs them allowed.
-ALLOW_HEADER_PREFIXES = ("x-stainless-", "openai-")
+ALLOW_HEADERS = ("authorization", "content-type", "last-event-id", "x-api-key")
+# The OpenAI and Anthropic SDKs for JavaScript send these too; a browser page using them
+# needs them allowed.
+ALLOW_HEADER_PREFIXES = ("x-stainless-", "openai-", "anthropic-")
 EXPOSE_HEADERS = "x-request-id, x-omni-cache"
 MAX_HOSTS = 256  # Host headers whose verdict is kept (any beyond are checked each time)
 ALLOW_METHODS = "GET, POST, DELETE, OPTIONS"
@@ -81,7 +82,7 @@ def install(app: Quart, access: Access) -> None:
         g.owner = None
         if open_path(request.path):
             return None
-        g.owner = owner = access.keys.owner(request.headers.get("authorization"))
+        g.owner = owner = access.keys.owner(_credential())
         if owner is not None:
             note(key=owner)
         _check_body(access)
@@ -99,6 +100,16 @@ def install(app: Quart, access: Access) -> None:
         if response.status_code >= 400:
             await _finish_body(response, access.max_body_bytes)
         return response
+
+
+def _credential() -> str | None:
+    """The request's `Authorization`, else its `x-api-key` (Anthropic's SDKs send the key
+    there) as a bearer credential: one key set answers both APIs."""
+    authorization = request.headers.get("authorization")
+    api_key = request.headers.get("x-api-key")
+    if authorization is None and api_key is not None:
+        return f"Bearer {api_key}"
+    return authorization
 
 
 class _Hosts:

@@ -74,7 +74,8 @@ class KeyRing:
         scheme, _, secret = (authorization or "").strip().partition(" ")
         if scheme.lower() != "bearer" or not secret.strip():
             raise Unauthorized(
-                "You didn't provide an API key. Send it as 'Authorization: Bearer KEY'."
+                "You didn't provide an API key. Send it as 'Authorization: Bearer KEY' "
+                "(or 'x-api-key: KEY')."
             )
         digest = hashlib.sha256(secret.strip().encode()).digest()
         found = None

@@ -11,6 +11,7 @@ class StopMatcher:
         self.stops = [s for s in stops if s]
         self._held = ""
         self.stopped = False
+        self.matched: str | None = None  # the stop string seen
 
     def feed(self, text: str) -> str:
         """Text that is safe to emit now; after a stop, the text before it and nothing more."""
@@ -19,11 +20,12 @@ class StopMatcher:
         if not self.stops:
             return text
         buffer = self._held + text
-        hits = [i for i in (buffer.find(s) for s in self.stops) if i >= 0]
+        hits = [(i, s) for i, s in ((buffer.find(s), s) for s in self.stops) if i >= 0]
         if hits:
+            at, self.matched = min(hits, key=lambda hit: hit[0])
             self.stopped = True
             self._held = ""
-            return buffer[: min(hits)]
+            return buffer[:at]
         keep = self._partial(buffer)
         self._held = buffer[len(buffer) - keep :]
         return buffer[: len(buffer) - keep]

@@ -26,8 +26,9 @@ from omni.metrics import UNREAD, Metrics
 from omni.ports.chat import Engine
 from omni.ports.jobs import Sampling
 from omni.projections.completions import fold_chat, fold_text
-from omni.projections.messages import chat_content, chat_for_template
+from omni.projections.template_messages import chat_content, chat_for_template
 from omni.protocol.chat_recorder import ChunkRecorder, error_event
+from omni.protocol.message_recorder import MessageRecorder
 from omni.schemas.chat import ChatCompletionCreate, CompletionCreate
 from omni.service.defaults import Defaults
 from omni.service.flights import Flights, cache_key, is_end
@@ -114,7 +115,7 @@ class CompletionsService:
     async def _create_chat(
         self, engine: Engine, body: ChatCompletionCreate, bypass_cache: bool, owner: str | None
     ) -> tuple[str, bool]:
-        prompt, plan, images = await self._chat_plan(engine, body, owner)
+        prompt, plan, images = await self.chat_plan(engine, body, owner)
         key = cache_key(engine.model_id, body, plan.sampling, owner) if self.cache else None
         cid = new_id("chatcmpl").replace("chatcmpl_", "chatcmpl-")
 
@@ -129,7 +130,7 @@ class CompletionsService:
                 splitter=plan.splitter(engine),
                 thinker=plan.thinker(engine, prompt),
             )
-            return self._start(
+            return self.start(
                 engine, cid, "chat", body, recorder, prompt, plan, key, owner, leased, images
             )
 
@@ -138,7 +139,7 @@ class CompletionsService:
             return cid, False
         return cid, await self.flights.answer(key, cid, body, owner, generate)
 
-    async def _chat_plan(
+    async def chat_plan(
         self, engine: Engine, body: ChatCompletionCreate, owner: str | None
     ) -> tuple[list[int], RunPlan, tuple[bytes, ...]]:
         """The prompt, the plan and the images of a chat completion on `engine`."""
@@ -212,7 +213,7 @@ class CompletionsService:
         )
         sampling = self._sampling(engine, body, limit, body.logprobs)
         plan = RunPlan(sampling, cache_namespace=cache_namespace(owner, None))
-        await self._start(engine, cid, "text", body, recorder, prompt, plan, None, owner)
+        await self.start(engine, cid, "text", body, recorder, prompt, plan, None, owner)
         return cid
 
     def _check_length(self, engine: Engine, prompt: list[int]) -> list[int]:
@@ -237,20 +238,24 @@ class CompletionsService:
             **(body.sampling_fields() | self.defaults.sampling(body, model) | chosen),
         )
 
-    async def _start(
+    async def start(
         self,
         engine: Engine,
         cid: str,
         kind: str,
         body: Any,
-        recorder: ChunkRecorder,
+        recorder: ChunkRecorder | MessageRecorder,
         prompt: list[int],
         plan: RunPlan,
         key: str | None,
         owner: str | None,
         leased: tuple[str, ...] = (),
         images: tuple[bytes, ...] = (),
+        flights: Flights | None = None,
     ) -> None:
+        """Record `cid`'s accepted request and opening, and run it (`kind`: chat, text or a
+        message, whose `recorder` and `flights` are its own)."""
+        flights = flights or self.flights
         request = {
             "kind": kind,
             "body": body.model_dump(mode="json"),
@@ -265,9 +270,7 @@ class CompletionsService:
         # Not stored (store false, or the server's default said so): purged once read. Only
         # stored chat completions are replayed (the index's source says so).
         run = Run(cid, recorder, job, engine, store=bool(body.store), leased=leased)
-        run.on_done = lambda: self.flights.stop_leading(
-            cid
-        )  # failed or cancelled: not to be followed
+        run.on_done = lambda: flights.stop_leading(cid)  # failed or cancelled: not followed
         await self.runs.open(
             run,
             Append(request_stream(cid), 0, [NewEvent(ACCEPTED, dumps(request))]),

@@ -1,4 +1,5 @@
-"""The replay cache's answers and single flight, for chat completions: a request identical to
+"""The replay cache's answers and single flight, for chat completions and messages (each API
+its own flights, whose keys never meet): a request identical to
 one being generated follows it (on this server, or on another sharing the log, whose lease on
 the key says it generates it), one already answered is a copy of the stored stream, and only
 the rest is generated. A copy is the original's chunks under the new completion's own id."""
@@ -10,7 +11,7 @@ import hashlib
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import astuple
-from typing import Any
+from typing import Any, Protocol
 
 from omni.errors import StoreError
 from omni.events import Append, Appender, NewEvent, Notifier, Store, StoredEvent, follow
@@ -20,9 +21,20 @@ from omni.schemas.chat import ChatCompletionCreate
 from omni.service.runs import Runs
 from omni.service.streams import dumps, request_stream
 from omni.service.unwritten import end_unwritten
-from omni.vocabulary import ACCEPTED, COMPLETION_ENDS
+from omni.vocabulary import ACCEPTED, CHAT, COMPLETION_ENDS, MESSAGE, MESSAGE_ENDS
 
 MIRROR_PAGE = 512
+
+
+class Stored(Protocol):
+    """A request body a flight answers: whether it is kept, and its JSON."""
+
+    @property
+    def store(self) -> bool | None: ...
+
+    def model_dump(self, *, mode: str) -> dict[str, Any]: ...
+
+
 # A twin on another server waits this long at most for the leader's request to be in the log.
 REMOTE_POLLS, REMOTE_POLL_S = 40, 0.05
 
@@ -31,18 +43,26 @@ def is_end(event: StoredEvent) -> bool:
     return event.type in COMPLETION_ENDS
 
 
+def is_message_end(event: StoredEvent) -> bool:
+    return event.type in MESSAGE_ENDS
+
+
 def flight_lease(key: str) -> str:
     """The lease that says which server generates a replay-cache key now."""
     return f"flight:{key}"
 
 
 def cache_key(
-    model_id: str, body: ChatCompletionCreate, sampling: Sampling, owner: str | None = None
+    model_id: str,
+    body: ChatCompletionCreate,
+    sampling: Sampling,
+    owner: str | None = None,
+    kind: str = CHAT,
 ) -> str | None:
     """The replay-cache key of `owner`'s deterministic request, else None. Deterministic is
     judged on the sampling it runs with (the request's, else the operator's or the model's):
     temperature 0 or a seed. Owners never share answers: another key's entry is another key's
-    data."""
+    data; nor do APIs (`kind`: a message runs as its chat completion, but answers as one)."""
     if not (sampling.temperature == 0 or sampling.seed is not None):
         return None
     normal = {
@@ -55,6 +75,8 @@ def cache_key(
         "format": body.response_format,
         "reasoning": body.reasoning_effort,
     }
+    if kind != CHAT:  # a chat completion's keys stay as the logs already hold them
+        normal["kind"] = kind
     return hashlib.sha256(json.dumps(normal, sort_keys=True).encode()).hexdigest()
 
 
@@ -67,7 +89,10 @@ class Flights:
         runs: Runs,
         keepalive: float,
         metrics: Metrics,
+        kind: str = CHAT,
     ) -> None:
+        self.kind = kind  # what its copies' accepted requests say they are
+        self.ends = is_message_end if kind == MESSAGE else is_end
         self.store, self.appender, self.notifier = store, appender, notifier
         self.runs = runs
         self.keepalive = keepalive
@@ -81,7 +106,7 @@ class Flights:
         self,
         key: str,
         cid: str,
-        body: ChatCompletionCreate,
+        body: Stored,
         owner: str | None,
         generate: Callable[[tuple[str, ...]], Awaitable[None]],
     ) -> bool:
@@ -128,7 +153,7 @@ class Flights:
             for request in reversed(accepted):
                 cid = request.removesuffix("/request")
                 last = await self.store.last(cid)
-                if last is None or not is_end(last):
+                if last is None or not self.ends(last):
                     return cid  # under way: followed live
                 break
             if await self.runs.leasing.holder(flight_lease(key)) is None:
@@ -150,7 +175,7 @@ class Flights:
             del self._inflight[key]
 
     async def mirror(
-        self, original: str, cid: str, body: ChatCompletionCreate, key: str, owner: str | None
+        self, original: str, cid: str, body: Stored, key: str, owner: str | None
     ) -> None:
         """Completion `cid` gets the original's chunks under its own id: at once for a
         finished original (a cache hit), live for one still generating (single flight)."""
@@ -158,7 +183,7 @@ class Flights:
         if not body.store:
             self._copies[cid] = asyncio.Event()
         request = {
-            "kind": "chat",
+            "kind": self.kind,
             "body": body.model_dump(mode="json"),
             "key": key,
             "owner": owner,
@@ -185,7 +210,7 @@ class Flights:
 
         try:
             async for event in follow(
-                self.store, self.notifier, original, -1, is_end, self.keepalive, page=MIRROR_PAGE
+                self.store, self.notifier, original, -1, self.ends, self.keepalive, page=MIRROR_PAGE
             ):
                 if unwritten:
                     raise unwritten[0]  # the copy is cut: its ending says so
@@ -194,7 +219,7 @@ class Flights:
                 append = Append(cid, seq, [NewEvent(event.type, event.data.replace(old, new, 1))])
                 seq += 1
                 # A page read at once is queued at once, so it commits as one transaction.
-                if is_end(event):
+                if self.ends(event):
                     await self.appender.append(append)
                 else:
                     self.appender.submit(append).add_done_callback(check)

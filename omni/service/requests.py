@@ -10,7 +10,7 @@ from typing import Any
 from omni.errors import InvalidRequest
 from omni.ports.chat import Engine
 from omni.ports.jobs import Sampling
-from omni.projections.messages import to_chat_messages
+from omni.projections.template_messages import to_chat_messages
 from omni.schemas.responses import ResponseCreate
 from omni.tools.calls import plain_tools_prompt
 

@@ -23,8 +23,8 @@ from omni.metrics import UNREAD, Metrics
 from omni.ports.chat import Engine
 from omni.ports.jobs import Sampling
 from omni.projections.input_items import page_items
-from omni.projections.messages import item_text
 from omni.projections.response import fold_response
+from omni.projections.template_messages import item_text
 from omni.protocol.recorder import ResponseRecorder
 from omni.schemas.items import normalize_input
 from omni.schemas.responses import ResponseCreate

@@ -11,16 +11,17 @@ from dataclasses import dataclass, field
 from omni.ports.chat import Engine
 from omni.ports.jobs import Failed, Job
 from omni.protocol.chat_recorder import ChunkRecorder
+from omni.protocol.message_recorder import MessageRecorder
 from omni.protocol.recorder import ResponseRecorder
 
 
 @dataclass(eq=False)
 class Run:
-    """One generation being recorded: a response (ResponseRecorder) or a chat/text
-    completion (ChunkRecorder) on stream `stream_id`."""
+    """One generation being recorded: a response (ResponseRecorder), a chat/text completion
+    (ChunkRecorder) or a message (MessageRecorder) on stream `stream_id`."""
 
     stream_id: str
-    recorder: ResponseRecorder | ChunkRecorder
+    recorder: ResponseRecorder | ChunkRecorder | MessageRecorder
     job: Job
     engine: Engine  # the model it runs on
     store: bool = True
@@ -61,6 +62,6 @@ class Run:
 
     @property
     def api(self) -> str:
-        """Its API, as /metrics labels it: responses, chat or text."""
+        """Its API, as /metrics labels it: responses, chat, text or messages."""
         recorder = self.recorder
-        return recorder.kind if isinstance(recorder, ChunkRecorder) else "responses"
+        return "responses" if isinstance(recorder, ResponseRecorder) else recorder.kind

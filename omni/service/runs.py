@@ -16,7 +16,6 @@ from omni.events import Append, Appender, EventLog, NewEvent, Notifier, StoredEv
 from omni.metrics import UNREAD, Metrics
 from omni.ports.chat import Engine
 from omni.ports.jobs import Delta, Failed, Finished, Output
-from omni.protocol.chat_recorder import ChunkRecorder
 from omni.protocol.recorder import ResponseRecorder
 from omni.service.intake import Intake
 from omni.service.leasing import Leasing
@@ -197,7 +196,7 @@ class Runs:
     def _interrupt(self, run: Run) -> None:
         if run.recorder.done or run.interruption is not None:
             return
-        kind = "response" if run.is_response else "completion"
+        kind = {"responses": "response", "messages": "message"}.get(run.api, "completion")
         run.interruption = Failed(SHUT_DOWN.format(kind))
         run.job.outputs.put_nowait(run.interruption)  # after what the engine sent so far
         run.job.cancel()
@@ -240,7 +239,7 @@ class Runs:
         """Record `outputs`: the ending committed before the recorder goes on, the rest queued."""
         recorder = run.recorder
         appends = self._appends(run, outputs)
-        if isinstance(recorder, ChunkRecorder) and recorder.wants_stop:
+        if not isinstance(recorder, ResponseRecorder) and recorder.wants_stop:
             run.job.cancel()  # a stop sequence: no need to generate further
         if recorder.done:
             self._observe(run, outputs)
@@ -332,7 +331,7 @@ class Runs:
             m.generations.labels(api, "failed").inc()
             return
         # A stop sequence ends a generation with a cancel to the engine: it stopped, all the same.
-        stopped = isinstance(recorder, ChunkRecorder) and recorder.wants_stop
+        stopped = not isinstance(recorder, ResponseRecorder) and recorder.wants_stop
         m.generations.labels(api, "stop" if stopped else end.reason).inc()
         generated = end.completion_tokens - len(run.job.resume_tokens)
         m.input_tokens.labels(api).inc(end.prompt_tokens)

@@ -17,9 +17,10 @@ from omni.events import Append, Appender, EventLog, NewEvent, StoredEvent
 from omni.ports.jobs import Failed
 from omni.projections.response import fold_response
 from omni.protocol.chat_recorder import error_event
+from omni.protocol.message_recorder import message_error
 from omni.protocol.recorder import ResponseRecorder
 from omni.service.streams import dumps
-from omni.vocabulary import COMPLETION_ENDS, RESPONSE_ENDS
+from omni.vocabulary import COMPLETION_ENDS, ID_PREFIXES, MESSAGE, MESSAGE_ENDS, RESPONSE_ENDS
 
 log = logging.getLogger(__name__)
 
@@ -28,11 +29,15 @@ FIRST_RETRY_S = 0.05
 LAST_RETRY_S = 2.0  # the longest wait between tries: an ending lands within this of a repair
 
 
-def ending(rows: list[StoredEvent], response: bool) -> list[NewEvent]:
-    """The events that end a stream failed after `rows` (its log so far): a response's (or
-    else a completion's); none if it has ended."""
-    if rows and rows[-1].type in (RESPONSE_ENDS if response else COMPLETION_ENDS):
+def ending(rows: list[StoredEvent], response: bool, message: bool = False) -> list[NewEvent]:
+    """The events that end a stream failed after `rows` (its log so far): a response's, a
+    message's or else a completion's; none if it has ended."""
+    ends = RESPONSE_ENDS if response else MESSAGE_ENDS if message else COMPLETION_ENDS
+    if rows and rows[-1].type in ends:
         return []
+    if message:
+        type_, data = message_error(UNWRITTEN)
+        return [NewEvent(type_, dumps(data))]
     if not response:
         type_, data = error_event(UNWRITTEN)
         return [NewEvent(type_, dumps(data))]
@@ -56,7 +61,8 @@ async def end_unwritten(
     while True:
         try:
             rows = await store.read(stream_id)
-            events = ending(rows, response)
+            message = stream_id.startswith(ID_PREFIXES[MESSAGE])
+            events = ending(rows, response, message)
             if events:
                 await appender.append(Append(stream_id, rows[-1].seq + 1 if rows else 0, events))
                 log.info("%s ended failed: its events could not all be written", stream_id)

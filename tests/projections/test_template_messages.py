@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from omni.projections.messages import to_chat_messages
+from omni.projections.template_messages import to_chat_messages
 
 
 def msg(role: str, *texts: str, kind: str | None = None) -> dict:  # type: ignore[type-arg]
