@@ -17,7 +17,7 @@ import pytest
 from omni.errors import InvalidRequest, NotFound
 from omni.events import MemoryStore, StoredEvent
 from omni.ports.chat import Capabilities
-from omni.ports.jobs import Delta, Finished, Output
+from omni.ports.jobs import Delta, Failed, Finished, Output
 from omni.schemas.body import parse_body
 from omni.schemas.chat import ChatCompletionCreate
 from omni.schemas.messages import MessageCreate
@@ -178,6 +178,51 @@ async def test_a_replayed_message_is_a_copy_under_its_own_id(messaging: Messagin
     assert folded["content"] == messaging.messages.fold(events)["content"]
 
 
+async def test_an_empty_answer_has_no_block(messaging: Messaging) -> None:
+    _, events = await messaging.run(ask(), [Finished("stop", 3, 0)])
+    assert shapes(events) == [("message_start",), ("message_delta",), ("message_stop",)]
+    message = messaging.messages.fold(events)
+    assert (message["content"], message["stop_reason"]) == ([], "end_turn")
+
+
+async def test_a_failure_ends_the_stream_with_anthropics_error(messaging: Messaging) -> None:
+    """The engine fails mid-answer: the open block is closed, then Anthropic's `error` event
+    ends the stream (no message_delta, no message_stop)."""
+    _, events = await messaging.run(ask(), [Delta("Hel", 10), Failed("the engine broke")])
+    assert shapes(events) == [
+        ("message_start",),
+        ("content_block_start", "text"),
+        ("content_block_delta", "text_delta"),
+        ("content_block_stop",),
+        ("error",),
+    ]
+    error = json.loads(events[-1].data)
+    assert error["type"] == "error" and error["error"]["type"] == "api_error"
+    assert isinstance(error["error"]["message"], str) and error["error"]["message"]
+
+
+async def test_an_identical_message_under_way_is_followed_not_generated(
+    messaging: Messaging,
+) -> None:
+    """Single flight: a deterministic twin sent while the first is generating follows its
+    stream (one job), as a copy under its own id."""
+    messaging.engine.scripts.append([Delta("Hel", 10)])  # held open until the test ends it
+    body = MessageCreate.model_validate(ask())
+    first, _ = await messaging.messages.create(body)
+    twin, hit = await messaging.messages.create(body)
+    (job,) = messaging.engine.jobs
+    job.outputs.put_nowait(Delta("lo", 11))
+    job.outputs.put_nowait(Finished("stop", 3, 2))
+    answers = []
+    for mid in (first, twin):
+        answers.append(messaging.messages.fold(await messaging.messages.wait(mid)))
+        messaging.messages.release(mid)
+    assert hit and twin != first
+    assert [a["id"] for a in answers] == [first, twin]
+    assert answers[0]["content"] == answers[1]["content"] == [{"type": "text", "text": "Hello"}]
+    assert (await messaging.accepted(twin))["mirror_of"] == first
+
+
 # --- tools -----------------------------------------------------------------------------
 
 CALL = json.dumps({"name": "get_weather", "arguments": {"city": "Paris"}})
@@ -291,6 +336,19 @@ async def test_a_stop_sequence_ends_it_and_is_named(messaging: Messaging) -> Non
     message = messaging.messages.fold(events)
     assert (message["stop_reason"], message["stop_sequence"]) == ("stop_sequence", "END")
     assert message["content"] == [{"type": "text", "text": "Hello "}]
+
+
+async def test_a_stop_sequence_split_across_tokens_is_never_sent(messaging: Messaging) -> None:
+    """Text that may begin a stop sequence is held back until it cannot: none of "END"
+    reaches a text_delta, though it came in two pieces."""
+    _, events = await messaging.run(
+        ask(stop_sequences=["END"]),
+        [Delta("Hello E", 10), Delta("ND more", 11), Finished("stop", 3, 2)],
+    )
+    sent = "".join(d["delta"].get("text", "") for d in datas(events) if "delta" in d)
+    assert sent == "Hello "
+    message = messaging.messages.fold(events)
+    assert (message["stop_reason"], message["stop_sequence"]) == ("stop_sequence", "END")
 
 
 async def test_more_stop_sequences_than_chat_completions_takes(messaging: Messaging) -> None:
