@@ -22,6 +22,7 @@ from tests.server import ServerThread
 
 KEY_A = "sk-alice-" + "a" * 24
 KEY_B = "sk-bob-" + "b" * 24
+ORIGIN = "https://app.example.com"
 PING = b'event: ping\ndata: {"type": "ping"}\n\n'
 # Greedy with the end token banned: only max_tokens (or the test) ends it.
 UNENDING = {"temperature": 0, "logit_bias": {str(EOS): -100}}
@@ -30,7 +31,8 @@ UNENDING = {"temperature": 0, "logit_bias": {str(EOS): -100}}
 @pytest.fixture(scope="module")
 def keyed(tiny_engine: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
     db = tmp_path_factory.mktemp("messages") / "omni.db"
-    access = Access(keys=KeyRing([api_key(KEY_A, "alice"), api_key(KEY_B, "bob")]))
+    keys = KeyRing([api_key(KEY_A, "alice"), api_key(KEY_B, "bob")])
+    access = Access(keys=keys, allowed_origins=(ORIGIN,))
     srv = ServerThread(Settings(db_path=str(db), keepalive=1.0, access=access), tiny_engine)
     yield srv.start()
     srv.stop()
@@ -306,6 +308,27 @@ def test_either_header_carries_the_key(keyed: ServerThread) -> None:
         with httpx.Client(base_url=keyed.base_url, timeout=30, headers=headers) as c:
             response = c.post("/v1/messages/count_tokens", json=ask())
             assert response.status_code == 200, (headers, response.text)
+
+
+def test_a_browser_page_may_send_anthropics_headers(http: httpx.Client) -> None:
+    """The preflight of Anthropic's JavaScript SDK in a browser: its key header and its own
+    headers allowed for an allowed origin; the answer readable by that page."""
+    sent = "x-api-key, anthropic-version, anthropic-dangerous-direct-browser-access, "
+    preflight = http.options(
+        "/v1/messages",
+        headers={
+            "origin": ORIGIN,
+            "access-control-request-method": "POST",
+            "access-control-request-headers": sent + "content-type, x-stainless-os",
+        },
+    )
+    assert preflight.status_code == 204
+    assert preflight.headers["access-control-allow-origin"] == ORIGIN
+    allowed = {h.strip() for h in preflight.headers["access-control-allow-headers"].split(",")}
+    assert {h.strip() for h in sent.split(",") if h.strip()} <= allowed
+    answer = http.post("/v1/messages/count_tokens", json=ask(), headers={"origin": ORIGIN})
+    assert answer.status_code == 200
+    assert answer.headers["access-control-allow-origin"] == ORIGIN
 
 
 def test_chat_completions_keep_openais_errors(keyed: ServerThread) -> None:
