@@ -16,16 +16,19 @@ from typing import Any
 
 import anthropic
 import pytest
-from anthropic.types import MessageParam, TextBlock, ToolParam, ToolUseBlock
+from anthropic.types import MessageParam, TextBlock, ThinkingBlock, ToolParam, ToolUseBlock
 from openai import OpenAI
 
 from omni.api.app import Settings
 from omni.api.gate import Access
 from omni.api.keys import KeyRing, api_key
 from omni.image_hosts import ImageHosts
+from omni.runtime.chat.engine import MLXEngine
 from omni.runtime.loading.catalogue import scan
 from omni.runtime.loading.loader import Loader
+from omni.runtime.loading.source import ModelSource
 from omni.service.models import Models
+from omni.testing.llama import build_tiny_llama
 from omni.testing.vlm import IMAGE_SIZE, PATCH_SIZE, build_tiny_llava
 from tests.api._helpers import MODEL, holding, wait_for
 from tests.server import ServerThread
@@ -319,6 +322,67 @@ def test_a_vision_model_sees_an_image_by_base64_and_by_url(
         anthropic.BadRequestError,
         "invalid_request_error",
     )
+
+
+THINKER = "tiny-thinker"
+# The tiny thinker's end, <think> and </think>: banned, so only the budget closes the block.
+NO_ENDS = {"2": -100, "3": -100, "4": -100}
+
+
+@pytest.fixture(scope="module")
+def thinking(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
+    """A server of a tiny reasoning llama (its template opens a think block)."""
+    root = tmp_path_factory.mktemp("thinker")
+    engine = MLXEngine(ModelSource(str(build_tiny_llama(root / THINKER, thinking=True)), THINKER))
+    engine.start()
+    try:
+        srv = ServerThread(Settings(db_path=str(root / "omni.db")), engine).start()
+        try:
+            yield srv
+        finally:
+            srv.stop()
+    finally:
+        engine.close()
+
+
+def test_thinking_is_a_signed_block_the_sdk_sends_back(thinking: ServerThread) -> None:
+    """thinking enabled with a budget: a thinking block (its text, no markers) whose
+    signature the server's sealer opens to that text, then the answer; the stream helper
+    assembles the same; and the block goes back in the next turn as Claude Code sends it."""
+    body: dict[str, Any] = {
+        "model": THINKER,
+        "max_tokens": 12,
+        "messages": [{"role": "user", "content": "Think, then answer."}],
+        "thinking": {"type": "enabled", "budget_tokens": 5},
+        "extra_body": {"temperature": 0, "logit_bias": NO_ENDS},
+    }
+    sealer = thinking.state.responses.sealer
+    with sdk(thinking, "x") as client:
+        message = client.messages.create(**body)
+        with client.messages.stream(**body) as stream:
+            final = stream.get_final_message()
+        thought, said = message.content
+        assert isinstance(thought, ThinkingBlock) and isinstance(said, TextBlock)
+        assert thought.thinking and said.text
+        assert "<think>" not in thought.thinking + said.text
+        assert "</think>" not in thought.thinking + said.text
+        opened = sealer.open(thought.signature, "signature")
+        assert opened == [{"type": "reasoning_text", "text": thought.thinking}]
+        streamed, answered = final.content
+        assert isinstance(streamed, ThinkingBlock) and isinstance(answered, TextBlock)
+        assert (streamed.thinking, answered.text) == (thought.thinking, said.text)
+        assert sealer.open(streamed.signature, "signature") == opened
+        later = client.messages.create(
+            **{
+                **body,
+                "messages": [
+                    *body["messages"],
+                    {"role": "assistant", "content": message.content},
+                    {"role": "user", "content": "And then?"},
+                ],
+            }
+        )
+    assert prompt_tokens(later) > prompt_tokens(message)
 
 
 # --- three APIs, one batch ---------------------------------------------------------------------
