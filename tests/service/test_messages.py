@@ -481,6 +481,20 @@ async def test_another_keys_message_is_not_found(messaging: Messaging) -> None:
         await messaging.messages.check(mid, "bob")
 
 
+async def test_an_unstored_message_is_gone_once_read() -> None:
+    """store: false (Omni's extension, as a chat completion's): its client reads it whole,
+    then the log keeps nothing of it (purged once read, at the latest when the server
+    stops); a stored one stays."""
+    store = MemoryStore()
+    async with serving(store, Rendering()) as served:
+        messaging = Messaging(served, Sealer(os.urandom(32)))
+        gone, events = await messaging.run(ask(store=False), list(HELLO))
+        kept, _ = await messaging.run(ask("keep"), list(HELLO))
+        assert messaging.messages.fold(events)["content"] == [{"type": "text", "text": "Hello"}]
+    assert not await store.read(gone) and not await store.read(f"{gone}/request")
+    assert await store.read(kept) and await store.read(f"{kept}/request")
+
+
 async def test_a_chat_completion_is_no_message(messaging: Messaging) -> None:
     messaging.engine.scripts.append(list(HELLO))
     chat = ChatCompletionCreate.model_validate(
