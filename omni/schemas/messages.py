@@ -192,14 +192,15 @@ class MessagesRequest(SamplingExtras):
             raise ValueError("output_config.format is {type: json_schema, schema: {...}}")
         return value
 
-    @model_validator(mode="after")
-    def _ends_with_user(self) -> MessagesRequest:
-        if self.messages[-1].role != "user":
+    @field_validator("messages")
+    @classmethod
+    def _ends_with_user(cls, value: list[MessageParam]) -> list[MessageParam]:
+        if value and value[-1].role != "user":
             raise ValueError(
                 "the last message must be the user's: a final assistant message (a prefill) "
                 "is not supported"
             )
-        return self
+        return value
 
     @property
     def system_text(self) -> str:
