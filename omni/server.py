@@ -22,6 +22,7 @@ from omni.location import is_postgres
 from omni.metrics import Metrics
 from omni.ports.chat import Engine
 from omni.service.completions import CompletionsService
+from omni.service.conversations import ConversationsService
 from omni.service.defaults import Defaults
 from omni.service.embeddings import EmbeddingsService
 from omni.service.image_urls import Fetcher
@@ -50,6 +51,7 @@ class Server:
     metrics: Metrics
     lifecycle: Lifecycle
     responses: ResponsesService
+    conversations: ConversationsService
     completions: CompletionsService
     messages: MessagesService
     embeddings: EmbeddingsService
@@ -65,6 +67,7 @@ class Server:
         """Every modality's service, once: recovered in this order, closed in reverse."""
         return (
             self.responses,
+            self.conversations,
             self.completions,
             self.messages,
             self.embeddings,
@@ -132,9 +135,11 @@ async def build(
     appender.start()
     defaults = settings.defaults or Defaults()
     fetcher = _fetcher(settings)
+    conversations = ConversationsService(store, appender)
     responses = ResponsesService(
         store, appender, notifier, pool, settings.keepalive, settings.max_queued,
         _sealer(settings), defaults, leasing=leasing, metrics=figures, image_fetcher=fetcher,
+        conversations=conversations,
     )  # fmt: skip
     completions = CompletionsService(
         store, appender, notifier, pool, responses.runs, settings.keepalive, cache, defaults,
@@ -147,6 +152,7 @@ async def build(
         pool, store, notifier, appender, leasing, figures,
         Lifecycle(responses.runs, notifier, settings.shutdown_grace_s),
         responses,
+        conversations,
         completions,
         MessagesService(completions, responses.sealer),
         EmbeddingsService(store, appender, pool, leasing=leasing, metrics=figures),

@@ -9,7 +9,8 @@ embeddings request's stream `embd-X` holds its start and its ending (usage, timi
 speech request's stream `spch-X` the same (the audio's length and size, never the audio). A
 transcription's stream `trsc-X` holds its start, its text's deltas, its segments and an ending.
 An image generation's stream `img-X` holds its start, each image's making (its seed, size in
-bytes: never the picture) and an ending.
+bytes: never the picture) and an ending. A conversation's `conv_X/request` holds its creation,
+its metadata's updates and its tombstone; `conv_X` its items, each added or deleted as a fact.
 """
 
 from __future__ import annotations
@@ -105,3 +106,13 @@ MESSAGE_CANCELLED = "omni.message.cancelled"
 MESSAGE_ENDS = frozenset({MESSAGE_STOP, MESSAGE_ERROR, MESSAGE_CANCELLED})
 MESSAGE = "message"  # a Messages API request (Anthropic's)
 ID_PREFIXES[MESSAGE] = "msg_"
+
+# --- conversations (`conv_X`): no stream of OpenAI's, Omni's facts. `conv_X/request` holds
+# the creation (omni.request.accepted), metadata updates and the tombstone; `conv_X` its items,
+# each one added (by a client, or by a response's turn as it ends) and maybe deleted later.
+CONVERSATION_UPDATED = "omni.conversation.updated"
+CONVERSATION_DELETED = "omni.conversation.deleted"
+CONVERSATION_ITEM_ADDED = "omni.conversation.item.added"
+CONVERSATION_ITEM_DELETED = "omni.conversation.item.deleted"
+CONVERSATION = "conversation"
+ID_PREFIXES[CONVERSATION] = "conv_"

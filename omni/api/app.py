@@ -12,6 +12,7 @@ from omni import server
 from omni.api import (
     access,
     chat,
+    conversations,
     embeddings,
     errors,
     gate,
@@ -35,7 +36,17 @@ from omni.settings import ServerSettings
 # The app's settings (omni.settings), by the name the app has always given them.
 Settings = ServerSettings
 
-BLUEPRINTS = (responses, models, chat, messages, embeddings, speech, images, transcriptions)
+BLUEPRINTS = (
+    responses,
+    conversations,
+    models,
+    chat,
+    messages,
+    embeddings,
+    speech,
+    images,
+    transcriptions,
+)
 
 
 def shut_down(app: Quart) -> asyncio.Task[None]:

@@ -1,4 +1,5 @@
-"""The Responses API: create, retrieve (JSON or SSE replay), input_items, delete."""
+"""The Responses API: create, retrieve (JSON or SSE replay), input_items, input_tokens,
+cancel, delete."""
 
 from __future__ import annotations
 
@@ -86,6 +87,15 @@ async def create() -> Any:
     if final["status"] == "failed" and not final["output"]:
         raise OmniError(final["error"]["message"])
     return final
+
+
+@bp.post("/responses/input_tokens")
+async def input_tokens() -> Any:
+    """The input tokens a create with this body would prefill (the SDK's
+    `responses.input_tokens.count`): nothing generated, nothing recorded."""
+    body = parse_body(await body_bytes(), ResponseCreate)
+    count = await _service().count_input_tokens(body, owner())
+    return {"object": "response.input_tokens", "input_tokens": count}
 
 
 @bp.get("/responses/<response_id>")

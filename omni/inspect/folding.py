@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any, TypedDict
 
 from omni.projections.completions import fold_chat, fold_text
+from omni.projections.conversation import fold_items
 from omni.projections.response import fold_response
 from omni.vocabulary import IMAGES_COMPLETED, SPEECH_COMPLETED
 
@@ -146,6 +147,14 @@ def _transcript(kind: str, events: Events, request: dict[str, Any]) -> Output:
     return transcript_text(events), [], ""
 
 
+def _conversation(kind: str, events: Events, request: dict[str, Any]) -> Output:
+    """Its items as a response's output: the messages' text (a line each), the calls."""
+    items = fold_items(events)
+    lines = [f"{i.get('role')}: {response_output({'output': [i]})[0]}"
+             for i in items if i.get("type") == "message"]  # fmt: skip
+    return "\n".join(lines), response_output({"output": items})[1], ""
+
+
 def _completion(kind: str, events: Events, request: dict[str, Any]) -> Output:
     fold = fold_chat if kind == "chat.completion" else fold_text
     pairs = [(t, d) for t, d in events if t.endswith(".chunk") or t.endswith(".usage")]
@@ -161,6 +170,7 @@ OUTPUTS: dict[str, Callable[[str, Events, dict[str, Any]], Output]] = {
     "speech": _speech,
     "image": _images,
     "transcription": _transcript,
+    "conversation": _conversation,
 }
 
 

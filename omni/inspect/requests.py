@@ -133,6 +133,19 @@ def _transcription(body: dict[str, Any], doc: dict[str, Any]) -> RequestSummary:
     }
 
 
+def _conversation(body: dict[str, Any], doc: dict[str, Any]) -> RequestSummary:
+    """A conversation asks nothing of a model: its metadata (its items are its output)."""
+    metadata = body.get("metadata") or {}
+    told = ", ".join(f"{k}={v}" for k, v in metadata.items())
+    return {
+        "model": None,
+        "sampling": {},
+        "instructions": None,
+        "input": _told("metadata", _line(told)) if told else [],
+        "stream": False,
+    }
+
+
 def _response(body: dict[str, Any], doc: dict[str, Any]) -> RequestSummary:
     sampling = dict((doc.get("plan") or doc).get("sampling") or {})  # older: beside
     items = [_item(i) for i in doc.get("input") or [] if isinstance(i, dict)]
@@ -176,6 +189,7 @@ SUMMARIES: dict[str, Callable[[dict[str, Any], dict[str, Any]], RequestSummary]]
     "speech": _speech,
     "transcription": _transcription,
     "image": _image,
+    "conversation": _conversation,
 }
 
 

@@ -22,6 +22,7 @@ from omni.ports.chat import Engine
 from omni.ports.jobs import Failed, Finished
 from omni.projections.response import fold_response
 from omni.protocol.recorder import ResponseRecorder
+from omni.service.conversations import ConversationsService
 from omni.service.image_urls import Fetcher
 from omni.service.models import Models
 from omni.service.plan import stored_plan
@@ -41,6 +42,7 @@ class ResponsesService(Protocol):
     runs: Runs
     models: Models
     image_fetcher: Fetcher | None
+    conversations: ConversationsService  # a turn of one joins it as it ends
 
     async def accepted(self, response_id: str) -> tuple[dict[str, Any], list[StoredEvent]]: ...
 
@@ -151,6 +153,7 @@ async def _continue(
         return
     job = plan.job(prompt, tokens, pictures(refs, loaded))
     run = Run(response_id, recorder, job, engine, True, True, tokens_seq=len(token_rows))
+    run.ending = service.conversations.ending(folded, request["input"], recorder)
     service.runs.start(run)
     log.info("continuing %s after %d recorded tokens", response_id, len(tokens))
 

@@ -24,29 +24,28 @@ from omni.ports.chat import Engine
 from omni.ports.jobs import Sampling
 from omni.projections.input_items import page_items
 from omni.projections.response import fold_response
-from omni.projections.template_messages import item_text
 from omni.protocol.recorder import ResponseRecorder
+from omni.schemas.conversations import conversation_id
 from omni.schemas.items import normalize_input
 from omni.schemas.responses import ResponseCreate
 from omni.service import recovery, references
+from omni.service.conversations import ConversationsService
 from omni.service.defaults import Defaults
 from omni.service.image_urls import PUBLIC_IMAGES, Fetcher
 from omni.service.leasing import Leasing
 from omni.service.models import Models
 from omni.service.ownership import cache_namespace, visible
 from omni.service.plan import RunPlan
-from omni.service.prompting import Prompter, fit_suffix, refuse_unfittable
-from omni.service.reasoning import thinking_plan
-from omni.service.requests import function_tools, initial_response, render_prompt
+from omni.service.prompting import Prompter
+from omni.service.requests import initial_response
+from omni.service.response_prompt import build_prompt
 from omni.service.run import Run
 from omni.service.runs import Runs
 from omni.service.sealing import Sealer
 from omni.service.serial import ObjectLocks
 from omni.service.streams import dumps, is_kind, is_terminal, kept, request_stream
-from omni.service.vision_inputs import ImageRef, item_images, load_images, pictures, refuse_images
+from omni.service.vision_inputs import pictures
 from omni.settings import ServerSettings
-from omni.tools.policy import Mode, tool_policy
-from omni.tools.schema import decoding_constraint
 from omni.vocabulary import (
     ACCEPTED,
     CANCEL_REQUESTED,
@@ -74,8 +73,11 @@ class ResponsesService:
         leasing: Leasing | None = None,
         metrics: Metrics = UNREAD,
         image_fetcher: Fetcher | None = PUBLIC_IMAGES,
+        conversations: ConversationsService | None = None,
     ):
-        """`models`: the models served (an engine alone: that one model, loaded)."""
+        """`models`: the models served (an engine alone: that one model, loaded);
+        `conversations`: where a response's conversation is read and its turn added."""
+        self.conversations = conversations or ConversationsService(store, appender)
         self.defaults = defaults or Defaults()
         self.sealer = sealer or Sealer(os.urandom(32))
         self.store = store
@@ -101,14 +103,35 @@ class ResponsesService:
         response as created."""
         self.check_model(body.model)
         self.runs.check_capacity()
-        if body.conversation is not None:
-            raise InvalidRequest("The conversations API is not supported.", param="conversation")
         if body.background and not body.store:
             raise InvalidRequest(
                 "Background responses must be stored: background requires store=true.",
                 param="background",
             )
+        history, items = await self._context(body, owner)
+        async with self.models.use(body.model, body.adapter_path, body.draft_model) as engine:
+            self.runs.check_capacity(engine)
+            return await self._accept(engine, body, owner, history + items, items)
+
+    async def count_input_tokens(self, body: ResponseCreate, owner: str | None = None) -> int:
+        """The input tokens a create with this body would prefill, without generating: the
+        same context (previous_response_id, conversation), the same prompt."""
+        self.check_model(body.model)
+        history, items = await self._context(body, owner)
+        async with self.models.use(body.model, body.adapter_path, body.draft_model) as engine:
+            prompted = await build_prompt(
+                self.prompter, self.image_fetcher, engine, body, history + items, items
+            )
+        return len(prompted.prompt)
+
+    async def _context(
+        self, body: ResponseCreate, owner: str | None
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """The items before the request's (its chain's, or its conversation's) and its own,
+        normalised, references resolved; a 400 for a request with neither."""
         history = await self._history(body.previous_response_id, owner)
+        if body.conversation is not None:
+            history = await self.conversations.context(body, owner)
         items = normalize_input(body.input)
         for i, item in enumerate(items):  # reasoning sent back sealed must be ours, unaltered
             if item["type"] == "reasoning" and item.get("encrypted_content"):
@@ -118,9 +141,7 @@ class ResponsesService:
         )
         if not items and not history:
             raise InvalidRequest("`input` is required.", param="input")
-        async with self.models.use(body.model, body.adapter_path, body.draft_model) as engine:
-            self.runs.check_capacity(engine)
-            return await self._accept(engine, body, owner, history + items, items)
+        return history, items
 
     async def _accept(
         self,
@@ -131,22 +152,10 @@ class ResponsesService:
         items: list[dict[str, Any]],
     ) -> dict[str, Any]:
         """create(), on the loaded model: the prompt, the plan, the opening events."""
-        tools = function_tools(body)
-        callable_tools, mode = tool_policy(tools, body.tool_choice)
-        fmt = (body.text or {}).get("format")
-        parallel = body.parallel_tool_calls
-        constraint = decoding_constraint(
-            engine.capabilities.tool_format, callable_tools, mode, fmt, "text.format", parallel
+        prompted = await build_prompt(
+            self.prompter, self.image_fetcher, engine, body, conversation, items
         )
-        effort = (body.reasoning or {}).get("effort")
-        thinking, budget = thinking_plan(engine, effort, body.thinking_budget)
-        history = conversation[: len(conversation) - len(items)]
-        refs = [*item_images(history, "previous_response_id"), *item_images(items)]
-        refuse_images(engine, refs)
-        loaded = await load_images(refs, self.image_fetcher)
-        prompt, shown = await self.prompter.run(
-            self._fit, engine, body, conversation, callable_tools, mode, thinking, loaded
-        )
+        prompt, shown = prompted.prompt, prompted.shown
         wants_logprobs = "message.output_text.logprobs" in (body.include or [])
         defaults, capabilities = self.defaults, engine.capabilities
         sampling = Sampling(
@@ -157,20 +166,22 @@ class ResponsesService:
             **{
                 **body.sampling_fields(),
                 **defaults.sampling(body, capabilities.sampling),
-                "thinking_budget": budget,
+                "thinking_budget": prompted.budget,
             },
         )
         plan = RunPlan(
             sampling,
-            tuple(callable_tools),
-            mode,
-            parallel is not False,
-            thinking,
-            constraint,
+            tuple(prompted.callable_tools),
+            prompted.mode,
+            body.parallel_tool_calls is not False,
+            prompted.thinking,
+            prompted.constraint,
             cache_namespace(owner, body.prompt_cache_key),
         )
         response_id = new_id("resp")
-        response = initial_response(response_id, body, tools, engine.model_id, sampling)
+        response = initial_response(response_id, body, prompted.tools, engine.model_id, sampling)
+        if (in_conversation := conversation_id(body.conversation)) is not None:
+            response["conversation"] = {"id": in_conversation}
         sealed = "reasoning.encrypted_content" in (body.include or [])
         recorder = ResponseRecorder(
             response,
@@ -196,41 +207,15 @@ class ResponsesService:
             if shown:  # and the images its image tokens stand for
                 request["images"] = [ref.url for ref in shown]
         opening = [NewEvent(e["type"], dumps(e)) for e in recorder.opening()]
-        job = plan.job(prompt, images=pictures(shown, loaded))
+        job = plan.job(prompt, images=pictures(shown, prompted.loaded))
+        run = Run(response_id, recorder, job, engine, body.store, body.background)
+        run.ending = self.conversations.ending(response, items, recorder)
         await self.runs.open(
-            Run(response_id, recorder, job, engine, body.store, body.background),
+            run,
             Append(request_stream(response_id), 0, [NewEvent(ACCEPTED, dumps(request))]),
             Append(response_id, 0, opening),
         )
         return response  # as response.created carries it (status queued or in_progress)
-
-    def _fit(
-        self,
-        engine: Engine,
-        body: ResponseCreate,
-        items: list[dict[str, Any]],
-        tools: list[dict[str, Any]],
-        mode: Mode,
-        thinking: bool | None = None,
-        images: dict[str, bytes] | None = None,
-    ) -> tuple[list[int], list[ImageRef]]:
-        """The prompt (on the prompter's thread), and the images it shows; with truncation
-        "auto", the oldest items go until it fits the context."""
-        shown: list[list[ImageRef]] = [[]]
-
-        def render(start: int) -> list[int]:
-            prompt = render_prompt(
-                engine, body.instructions, items[start:], tools, mode, thinking, images or None
-            )
-            shown[0] = item_images(items[start:])  # the last render that fits is the prompt
-            return prompt
-
-        sizes = [len(item_text(item).encode()) for item in items]
-        fixed = len((body.instructions or "").encode())
-        if body.truncation != "auto" or not items:
-            refuse_unfittable(engine, fixed + sum(sizes), "input")
-            return render(0), shown[0]
-        return fit_suffix(engine, sizes, render, fixed), shown[0]
 
     async def cancel(self, response_id: str, owner: str | None = None) -> dict[str, Any]:
         """Cancel a background response; a finished one is returned unchanged."""

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from omni.events import Append
 from omni.ports.chat import Engine
 from omni.ports.jobs import Failed, Job
 from omni.protocol.chat_recorder import ChunkRecorder
@@ -44,6 +45,9 @@ class Run:
     interruption: Failed | None = None
     detached: bool = False  # a background run left unfinished, for the next start
     recorded: asyncio.Event = field(default_factory=asyncio.Event)  # its recording is over
+    # Writes the appends of its ending in the appender's stead: a response in a conversation
+    # adds its turn to it in the same transaction (omni.service.conversations).
+    ending: Callable[[list[Append]], Awaitable[None]] | None = None
 
     def __post_init__(self) -> None:
         self.next_seq = self.recorder.next_seq

@@ -244,7 +244,9 @@ class Runs:
         if recorder.done:
             self._observe(run, outputs)
             self._ended(run)
-        if recorder.done or (run.detached and appends):  # committed before we go on
+        if recorder.done and run.ending is not None:
+            await run.ending(appends)
+        elif recorder.done or (run.detached and appends):  # committed before we go on
             await self.appender.append(*appends)
         elif appends:
             written = self.appender.submit(*appends)
