@@ -113,3 +113,32 @@ def test_the_anthropic_node_sdk_creates_streams_and_counts(node: str, server: An
     assert refused["status"] == 404
     assert refused["body"]["type"] == "error"
     assert refused["body"]["error"]["type"] == "not_found_error"
+
+
+def test_the_node_sdk_holds_a_conversation(node: str, server: Any) -> None:
+    """Every conversations call of the Node SDK, a response in the conversation (its turn
+    then listed, paged by the SDK's own iterator) and the count of its input."""
+    script = NODE_DIR / "conversations.mjs"
+    done = subprocess.run(
+        [node, str(script), f"{server.base_url}/v1", MODEL],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    created, response = seen["created"], seen["response"]
+    cid = created["id"]
+    assert cid.startswith("conv_") and created["metadata"] == {"topic": "numbers"}
+    assert seen["retrieved"] == created
+    assert seen["updated"] == {**created, "metadata": {"topic": "counting"}}
+    assert [i["content"][0]["text"] for i in seen["added"]["data"]] == ["three"]
+    assert response["conversation"] == {"id": cid}
+    assert seen["counted"]["input_tokens"] == response["usage"]["input_tokens"]
+    turn = [o["id"] for o in response["output"]]
+    assert len(seen["paged"]) == 4 + len(turn) and seen["paged"][-len(turn) :] == turn
+    assert seen["first"]["id"] == seen["paged"][0]
+    assert seen["afterDelete"] == seen["updated"]
+    assert seen["left"] == seen["paged"][1:]
+    assert seen["deleted"] == {"id": cid, "object": "conversation.deleted", "deleted": True}
+    assert seen["notFound"] == {"status": 404, "name": "NotFoundError"}
