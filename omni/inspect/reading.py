@@ -19,7 +19,6 @@ from omni.inspect.folding import (
     object_output,
     preview,
     response_output,
-    transcript_text,
 )
 from omni.inspect.records import Detail, Stats, Summary, TimelineRow, Timings
 from omni.inspect.requests import request_summary
@@ -235,9 +234,9 @@ class Inspector:
             return response_output(ended)[0], *usage
         if row["kind"] in ("speech", "image"):  # not kept: the list shows what was asked
             return "", *usage
-        if row["kind"] == "transcription":
+        if row["kind"] in ("transcription", "conversation"):  # folded from their streams
             pairs = [(t, d) for _, t, d in self.events(row["id"])]
-            return transcript_text(pairs), *usage
+            return object_output(row["kind"], pairs, {})[0], *usage
         if row["kind"] == "embedding":  # no output; unfinished, its request's tokens
             if usage[0] is not None:
                 return "", usage[0], None

@@ -198,8 +198,10 @@ def test_paths_with_and_without_prefix(http: httpx.Client, prefix: str) -> None:
     assert http.delete(f"{prefix}/responses/{rid}").status_code == 200
 
 
-def test_conversation_is_rejected_cleanly(http: httpx.Client) -> None:
+def test_an_unknown_conversation_is_a_404_naming_it(http: httpx.Client) -> None:
     res = http.post("/v1/responses", json={"model": MODEL, "input": "hi", "conversation": "conv_1"})
+    assert_error(res, 404, param="conversation")
+    res = http.post("/v1/responses", json={"model": MODEL, "input": "hi", "conversation": 7})
     assert_error(res, 400, param="conversation")
 
 

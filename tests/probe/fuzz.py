@@ -228,6 +228,11 @@ BASES = {
         CHAT_FIELDS,
     ),
     "/v1/completions": ({"prompt": "hi", "max_tokens": 3}, TEXT_FIELDS),
+    "/v1/responses/input_tokens": ({"input": "hi"}, RESPONSE_FIELDS),
+    "/v1/conversations": (
+        {"items": [{"role": "user", "content": "hi"}]},
+        {"items": RESPONSE_FIELDS["input"], "metadata": RESPONSE_FIELDS["metadata"]},
+    ),
 }
 
 
@@ -262,7 +267,11 @@ def ids(known: list[str]) -> st.SearchStrategy[str]:
         st.characters(codec="utf-8", exclude_characters="/?#%"), min_size=1, max_size=30
     )
     real = st.sampled_from(known) if known else st.nothing()
-    return real | made_up | st.sampled_from(["resp_x", "chatcmpl-x", "cmpl-x", "msg_x", ".."])
+    return (
+        real
+        | made_up
+        | st.sampled_from(["resp_x", "chatcmpl-x", "cmpl-x", "msg_x", "conv_x", ".."])
+    )
 
 
 def requests(known: list[str]) -> st.SearchStrategy[Request]:
@@ -294,6 +303,11 @@ def requests(known: list[str]) -> st.SearchStrategy[Request]:
                 ("GET", "/v1/models/{}"),
                 ("GET", "/v1/messages/{}"),
                 ("DELETE", "/v1/messages/{}"),
+                ("GET", "/v1/conversations/{}"),
+                ("DELETE", "/v1/conversations/{}"),
+                ("GET", "/v1/conversations/{}/items"),
+                ("GET", "/v1/conversations/{}/items/msg_x"),
+                ("DELETE", "/v1/conversations/{}/items/msg_x"),
             ]
         ),
         some_id,
@@ -305,9 +319,14 @@ def requests(known: list[str]) -> st.SearchStrategy[Request]:
         query,
     )
     updates = st.builds(
-        lambda rid, body: Request("POST", f"/v1/chat/completions/{quote(rid, safe='')}", body=body),
+        lambda path, rid, body: Request("POST", path.format(quote(rid, safe="")), body=body),
+        st.sampled_from(
+            ["/v1/chat/completions/{}", "/v1/conversations/{}", "/v1/conversations/{}/items"]
+        ),
         some_id,
-        st.fixed_dictionaries({"metadata": RESPONSE_FIELDS["metadata"]}) | JSON,
+        st.fixed_dictionaries({"metadata": RESPONSE_FIELDS["metadata"]})
+        | st.fixed_dictionaries({"items": RESPONSE_FIELDS["input"]})
+        | JSON,
     )
     odd = st.builds(
         lambda path, body, ctype: Request("POST", path, body=body, headers={"content-type": ctype}),

@@ -57,7 +57,13 @@ def known_ids(client: Any, base_url: str) -> list[str]:
         },
         timeout=60,
     ).json()["id"]
-    return [stored.id, unstored.id, background.id, deleted.id, *chat, legacy, message]
+    conversation = client.conversations.create(items=[{"role": "user", "content": "hi"}]).id
+    gone = client.conversations.create().id
+    client.conversations.delete(gone)
+    return [
+        stored.id, unstored.id, background.id, deleted.id, *chat, legacy, message,
+        conversation, gone,
+    ]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
