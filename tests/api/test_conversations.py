@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -13,9 +14,13 @@ import openai
 import pytest
 from openai import OpenAI
 
+from omni.api.app import Settings
+from omni.api.gate import Access
+from omni.api.keys import KeyRing, api_key
 from tests.api._helpers import MODEL
 from tests.api.test_prefix_cache import PROMPT, cached
 from tests.api.test_prefix_cache import clean_text_bias as clean_text_bias  # the fixture
+from tests.server import ServerThread
 
 TOOLS: Any = [
     {
@@ -184,3 +189,43 @@ def test_what_http_shows_of_conversations(http: httpx.Client) -> None:
     r = http.post(f"/v1/conversations/{cid}", json={"metadata": {"k": "v" * 513}})
     assert r.status_code == 400 and r.json()["error"]["param"] == "metadata"
     assert json.loads(http.get(f"/v1/conversations/{cid}").text)["metadata"] == {}
+
+
+def test_each_key_sees_its_own_conversations(tiny_engine: Any, tmp_path: Path) -> None:
+    """Behind two API keys, one key's conversation is a 404 to the other, in every call and
+    as a response's conversation; its owner reads it, and its own turn is in it."""
+    keys = {"alice": "sk-alice-" + "a" * 24, "bob": "sk-bob-" + "b" * 24}
+    access = Access(keys=KeyRing([api_key(secret, name) for name, secret in keys.items()]))
+    settings = Settings(db_path=str(tmp_path / "omni.db"), access=access)
+    srv = ServerThread(settings, tiny_engine).start()
+    try:
+        alice, bob = (
+            OpenAI(base_url=f"{srv.base_url}/v1", api_key=keys[name], max_retries=0,
+                   _strict_response_validation=True)
+            for name in ("alice", "bob")
+        )  # fmt: skip
+        cid = alice.conversations.create(items=[user("mine")]).id
+        item = alice.conversations.items.list(cid).data[0].id
+        assert item is not None
+        for call in (
+            lambda: bob.conversations.retrieve(cid),
+            lambda: bob.conversations.update(cid, metadata={"k": "v"}),
+            lambda: bob.conversations.items.list(cid),
+            lambda: bob.conversations.items.create(cid, items=[user("theirs")]),
+            lambda: bob.conversations.items.retrieve(item, conversation_id=cid),
+            lambda: bob.conversations.items.delete(item, conversation_id=cid),
+            lambda: bob.responses.create(model=MODEL, input="x", conversation=cid),
+            lambda: bob.responses.input_tokens.count(model=MODEL, input="x", conversation=cid),
+            lambda: bob.conversations.delete(cid),
+        ):
+            with pytest.raises(openai.NotFoundError):
+                call()
+        turn = alice.responses.create(
+            model=MODEL, input="again", conversation=cid, max_output_tokens=2
+        )
+        listed = alice.conversations.items.list(cid, order="asc").data
+        assert [i.id for i in listed] == [item, listed[1].id, *(o.id for o in turn.output)]
+        assert _text(listed[1]) == "again"
+        assert alice.conversations.retrieve(cid).metadata == {}
+    finally:
+        srv.stop()

@@ -235,3 +235,32 @@ async def test_previous_response_id_and_conversation_together_are_refused(
 
 async def test_the_server_builds_one_conversations_service(services: Services) -> None:
     assert isinstance(services.responses.conversations, ConversationsService)
+
+
+async def test_a_background_turn_continued_after_a_restart_joins_its_conversation() -> None:
+    """Killed mid-turn (the log copied as a kill -9 leaves it), the next start continues the
+    background run from its recorded tokens; its ending adds the turn to the conversation."""
+    import copy
+
+    from omni.events import MemoryStore
+
+    from .conftest import serving
+
+    store, first = MemoryStore(), ScriptedEngine()
+    first.scripts.append([Delta("Hel", 10), Delta("lo", 11)])  # then the server "dies"
+    async with serving(store, first) as served:
+        conversations = served.responses.conversations
+        cid = (await conversations.create(ConversationCreate(items=[user("a")])))["id"]
+        body = ResponseCreate(input="b", conversation=cid, background=True)
+        rid = (await served.responses.create(body))["id"]
+        # Both tokens recorded (beside their deltas): then the server "dies".
+        while sum(len(json.loads(r.data)) for r in await store.read(f"{rid}/tokens")) < 2:
+            await asyncio.sleep(0.01)
+        crashed = copy.deepcopy(store)
+    second = ScriptedEngine()
+    second.scripts.append([Delta(" there", 12), Finished("stop", 3, 3)])
+    async with serving(crashed, second) as served:
+        final = await served.responses.wait(rid)
+        listed = await served.responses.conversations.list_items(cid, None, 20, "asc")
+    assert final["status"] == "completed" and final["conversation"] == {"id": cid}
+    assert texts(listed["data"]) == [("user", "a"), ("user", "b"), ("assistant", "Hello there")]
