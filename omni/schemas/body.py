@@ -47,7 +47,4 @@ def parse_body(raw: bytes | str, model: type[M]) -> M:
     except ValidationError as exc:
         err = exc.errors()[0]
         param = ".".join(str(p) for p in err["loc"]) or None
-        if param is None:  # a check of the whole body (a model validator): no field to name
-            message = err["msg"].removeprefix("Value error, ")
-            raise InvalidRequest(f"Invalid request: {message}") from None
         raise InvalidRequest(f"Invalid value for '{param}': {err['msg']}", param=param) from None

@@ -3,14 +3,11 @@ conversation, as Claude Code sends them) run as chat system messages. Pure: as_c
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
-from omni.errors import InvalidRequest
-from omni.schemas.body import parse_body
 from omni.schemas.messages import MessageCreate
 from omni.service.message_input import as_chat
 
@@ -67,11 +64,3 @@ def test_a_system_message_holds_text_only_and_the_last_word_is_still_the_users()
 def test_xhigh_effort_thinks_as_high() -> None:
     body = _create([{"role": "user", "content": "a"}], output_config={"effort": "xhigh"})
     assert as_chat(body).reasoning_effort == "high"
-
-
-def test_a_whole_body_refusal_names_no_field() -> None:
-    body = {"model": "m", "max_tokens": 8, "messages": [{"role": "assistant", "content": "b"}]}
-    with pytest.raises(InvalidRequest) as refused:
-        parse_body(json.dumps(body), MessageCreate)
-    assert refused.value.message.startswith("Invalid request: the last message must be")
-    assert refused.value.param is None
