@@ -26,6 +26,7 @@ VIEWS = {
     "speech": "speeches",
     "image": "images",
     "transcription": "transcriptions",
+    "message": "messages",
 }
 
 OBJECTS = {"chat": "chat.completion", "text": "text_completion"}

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any, TypedDict
 
 from omni.projections.completions import fold_chat, fold_text
+from omni.projections.messages import fold_message
 from omni.projections.response import fold_response
 from omni.vocabulary import IMAGES_COMPLETED, SPEECH_COMPLETED
 
@@ -98,6 +99,24 @@ def completion_output(kind: str, folded: dict[str, Any]) -> Output:
     return str(message.get("content") or ""), calls, str(message.get("reasoning_content") or "")
 
 
+def message_output(message: dict[str, Any]) -> Output:
+    """A folded message's (text, tool calls, thinking): its blocks of each type, in order."""
+    text: list[str] = []
+    calls: list[ShownCall] = []
+    thinking: list[str] = []
+    for block in message.get("content") or []:
+        if block.get("type") == "text":
+            text.append(str(block.get("text") or ""))
+        elif block.get("type") == "tool_use":
+            arguments = json.dumps(block.get("input"), ensure_ascii=False)
+            calls.append(
+                {"name": block.get("name"), "arguments": arguments, "call_id": block.get("id")}
+            )
+        elif block.get("type") == "thinking":
+            thinking.append(str(block.get("thinking") or ""))
+    return "".join(text), calls, "".join(thinking)
+
+
 def transcript_text(events: Events) -> str:
     """A transcription's text: its done event's, else its deltas so far."""
     deltas = []
@@ -146,6 +165,10 @@ def _transcript(kind: str, events: Events, request: dict[str, Any]) -> Output:
     return transcript_text(events), [], ""
 
 
+def _message(kind: str, events: Events, request: dict[str, Any]) -> Output:
+    return message_output(fold_message(events))
+
+
 def _completion(kind: str, events: Events, request: dict[str, Any]) -> Output:
     fold = fold_chat if kind == "chat.completion" else fold_text
     pairs = [(t, d) for t, d in events if t.endswith(".chunk") or t.endswith(".usage")]
@@ -161,6 +184,7 @@ OUTPUTS: dict[str, Callable[[str, Events, dict[str, Any]], Output]] = {
     "speech": _speech,
     "image": _images,
     "transcription": _transcript,
+    "message": _message,
 }
 
 

@@ -196,15 +196,16 @@ class MessagesRequest(SamplingExtras):
             raise ValueError("output_config.format is {type: json_schema, schema: {...}}")
         return value
 
-    @model_validator(mode="after")
-    def _ends_with_user(self) -> MessagesRequest:
-        said = [m for m in self.messages if m.role != "system"]
-        if not said or said[-1].role != "user":
+    @field_validator("messages")
+    @classmethod
+    def _ends_with_user(cls, value: list[MessageParam]) -> list[MessageParam]:
+        said = [m for m in value if m.role != "system"]
+        if value and (not said or said[-1].role != "user"):
             raise ValueError(
                 "the last message must be the user's: a final assistant message (a prefill) "
                 "is not supported"
             )
-        return self
+        return value
 
     @property
     def system_text(self) -> str:

@@ -1,6 +1,8 @@
-"""The official OpenAI Node SDK (`openai` from npm, pinned in tests/node/package-lock.json)
-reads a Responses stream through keep-alives: the Python SDK's own check is in
-test_resume_live.py. Needs Node.js and npm (.ci/run installs them); without, it fails."""
+"""The official Node SDKs (`openai` and `@anthropic-ai/sdk` from npm, pinned in
+tests/node/package-lock.json): OpenAI's reads a Responses stream through keep-alives (the
+Python SDK's own check is in test_resume_live.py); Anthropic's creates, streams, counts and
+meets a NotFoundError on the Messages API. Needs Node.js and npm (.ci/run installs them);
+without, it fails."""
 
 from __future__ import annotations
 
@@ -18,16 +20,20 @@ from tests.api.test_resume_live import resume
 NODE_DIR = Path(__file__).parents[1] / "node"
 
 
-def _pinned(path: Path) -> str | None:
+PACKAGES = ("openai", "@anthropic-ai/sdk")
+
+
+def _pinned(path: Path) -> dict[str, str] | None:
     try:
-        return str(json.loads(path.read_text())["packages"]["node_modules/openai"]["version"])
+        packages = json.loads(path.read_text())["packages"]
+        return {name: str(packages[f"node_modules/{name}"]["version"]) for name in PACKAGES}
     except (OSError, KeyError, ValueError):
         return None
 
 
 @pytest.fixture(scope="session")
 def node() -> str:
-    """Node.js, with the pinned SDK installed in tests/node (`npm ci` when it is not)."""
+    """Node.js, with the pinned SDKs installed in tests/node (`npm ci` when they are not)."""
     node, npm = shutil.which("node"), shutil.which("npm")
     if node is None or npm is None:
         pytest.fail("the Node SDK tests need Node.js and npm on PATH (https://nodejs.org)")
@@ -75,3 +81,35 @@ def test_the_node_sdk_streams_a_waiting_response_through_keepalives(node: str, s
     assert seen[-1] in ("response.completed", "response.incomplete"), seen
     assert "response.output_text.delta" in seen
     assert later.result().count(KEEPALIVE) >= 3
+
+
+def test_the_anthropic_node_sdk_creates_streams_and_counts(node: str, server: Any) -> None:
+    """The same greedy request created and streamed: finalMessage() and the text events say
+    what the create said; countTokens counts the create's prompt; an unknown model is the
+    SDK's NotFoundError over Anthropic's error body."""
+    script = NODE_DIR / "anthropic_messages.mjs"
+    done = subprocess.run(
+        [node, str(script), server.base_url, MODEL],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    created, final = seen["created"], seen["final"]
+    assert created["id"].startswith("msg_") and final["id"].startswith("msg_")
+    assert created["id"] != final["id"]
+    assert final["content"] == created["content"]
+    assert [b["type"] for b in created["content"]] == ["text"]
+    assert seen["text"] == created["content"][0]["text"]
+    assert final["stop_reason"] == created["stop_reason"] in ("end_turn", "max_tokens")
+    events = seen["events"]
+    assert events[0] == "message_start" and events[-2:] == ["message_delta", "message_stop"]
+    usage = created["usage"]
+    assert (
+        seen["counted"]["input_tokens"] == usage["input_tokens"] + usage["cache_read_input_tokens"]
+    )
+    refused = seen["notFound"]
+    assert refused["status"] == 404
+    assert refused["body"]["type"] == "error"
+    assert refused["body"]["error"]["type"] == "not_found_error"

@@ -236,3 +236,49 @@ def test_a_cache_hit_does_not_change_a_penalized_greedy_answer(
     assert cached(cold) == 0 and cached(warm) > 0 and cached(other_cold) == 0
     assert other_cold.output_text == cold.output_text  # greedy is deterministic
     assert warm.output_text == cold.output_text
+
+
+def test_messages_report_the_prefix_cache_as_cache_read_tokens(
+    server: Any, clean_text_bias: dict[str, float]
+) -> None:
+    """Claude Code resends the whole conversation every turn, with cache_control marks: the
+    next turn reads the previous turn's prompt from the prefix cache, and usage says so
+    (input_tokens are the rest)."""
+    import anthropic
+
+    sdk = anthropic.Anthropic(base_url=server.base_url, api_key="test", max_retries=0)
+    system = [{"type": "text", "text": "Be terse.", "cache_control": {"type": "ephemeral"}}]
+    said: list[Any] = [
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": PROMPT, "cache_control": {"type": "ephemeral"}}],
+        }
+    ]
+    sampling = {"temperature": 0, "logit_bias": clean_text_bias}
+    first = sdk.messages.create(
+        model=MODEL, max_tokens=40, system=system, messages=said, extra_body=sampling,
+        extra_headers=NO_CACHE,
+    )  # fmt: skip
+    assert first.usage.cache_read_input_tokens is not None
+    assert first.usage.cache_read_input_tokens < 10  # at most the template's opening
+    prompt = first.usage.input_tokens + first.usage.cache_read_input_tokens
+    answer = "".join(b.text for b in first.content if b.type == "text")
+    assert "\ufffd" not in answer
+    follow = sdk.messages.create(
+        model=MODEL,
+        max_tokens=5,
+        system=system,
+        messages=[
+            *said,
+            {"role": "assistant", "content": answer},
+            {"role": "user", "content": "And?"},
+        ],
+        extra_body={"temperature": 0},
+        extra_headers=NO_CACHE,
+    )
+    read = follow.usage.cache_read_input_tokens or 0
+    # The whole first prompt at least (its answer too where its text re-encodes to the very
+    # tokens generated, as the chat test above shows; this one's may hold control bytes).
+    assert read >= prompt
+    assert follow.usage.input_tokens + read > read  # the new turn's own tokens are prefilled
+    assert follow.usage.cache_creation_input_tokens == 0

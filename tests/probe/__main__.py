@@ -31,7 +31,7 @@ from tests.test_cli import serving
 
 def fuzz(base: str, examples: int) -> tuple[Counter[str], list[tuple[Request, str]]]:
     with OpenAI(base_url=f"{base}/v1", api_key="x", max_retries=0) as sdk:
-        known = known_ids(sdk)
+        known = known_ids(sdk, base)
     probe = Probe(httpx.Client(base_url=base, timeout=60))
     problems: list[tuple[Request, str]] = []
 

@@ -1,7 +1,8 @@
 """Requests for every endpoint, drawn by hypothesis: valid bodies with fields swapped for
 random JSON, dropped or pushed to extremes, ids of every kind, odd bodies and headers. A
-`Probe` sends one and checks what any answer must be: no 5xx, an OpenAI-shaped error naming
-no driver or traceback, a stream that ends, an answer within the timeout."""
+`Probe` sends one and checks what any answer must be: no 5xx, an error in its API's shape
+(OpenAI's, or Anthropic's under /v1/messages) naming no driver or traceback, a stream that
+ends, an answer within the timeout."""
 
 from __future__ import annotations
 
@@ -147,7 +148,80 @@ TEXT_FIELDS: dict[str, st.SearchStrategy[Any]] = {
     "stop": TEXT | JSON,
     "temperature": st.floats(-1, 3) | JSON,
 }
+BLOCK = st.one_of(
+    st.fixed_dictionaries({"type": st.just("text"), "text": TEXT | JSON}),
+    st.fixed_dictionaries(
+        {
+            "type": st.just("image"),
+            "source": st.fixed_dictionaries(
+                {
+                    "type": st.sampled_from(["base64", "url", "file"]),
+                    "media_type": st.sampled_from(["image/png", "text/plain"]),
+                    "data": st.sampled_from(["", "aGk=", "not base64"]),
+                    "url": st.sampled_from(["http://127.0.0.1:9/x.png", "file:///etc/passwd"]),
+                }
+            ),
+        }
+    ),
+    st.fixed_dictionaries({"type": st.just("tool_use"), "id": TEXT, "name": TEXT, "input": JSON}),
+    st.fixed_dictionaries(
+        {"type": st.just("tool_result"), "tool_use_id": TEXT, "content": TEXT | JSON}
+    ),
+    st.fixed_dictionaries(
+        {"type": st.sampled_from(["thinking", "redacted_thinking", "document"]), "thinking": TEXT}
+    ),
+    JSON,
+)
+ANTHROPIC_MESSAGE = st.fixed_dictionaries(
+    {
+        "role": st.sampled_from(["user", "assistant", "system"]),
+        "content": TEXT | st.lists(BLOCK, max_size=3) | JSON,
+    }
+)
+MESSAGES_FIELDS: dict[str, st.SearchStrategy[Any]] = {
+    "model": MODEL,
+    "messages": st.lists(ANTHROPIC_MESSAGE, max_size=4) | JSON,
+    "max_tokens": TOKENS,
+    "system": TEXT | st.lists(BLOCK, max_size=2) | JSON,
+    "stop_sequences": st.lists(TEXT, max_size=6) | JSON,
+    "temperature": st.sampled_from([0, 0.7]) | st.floats(-1, 3) | JSON,
+    "top_k": st.integers(-1, 50) | JSON,
+    "stream": st.booleans() | JSON,
+    "tools": st.lists(
+        st.fixed_dictionaries(
+            {
+                "name": TEXT,
+                "input_schema": st.just({"type": "object", "properties": {}}) | JSON,
+                "type": st.sampled_from(["custom", "web_search_20250305"]) | st.none(),
+            }
+        ),
+        max_size=2,
+    )
+    | JSON,
+    "tool_choice": st.sampled_from(
+        [{"type": "auto"}, {"type": "any"}, {"type": "tool", "name": "x"}, {"type": "none"}]
+    )
+    | JSON,
+    "thinking": st.sampled_from(
+        [{"type": "enabled", "budget_tokens": 2}, {"type": "disabled"}, {"type": "enabled"}]
+    )
+    | JSON,
+    "output_config": st.fixed_dictionaries(
+        {"effort": st.sampled_from(["low", "max", "x"]), "format": FORMAT}
+    )
+    | JSON,
+    "metadata": st.fixed_dictionaries({"user_id": TEXT | JSON}) | JSON,
+    "context_management": JSON,
+}
 BASES = {
+    "/v1/messages": (
+        {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3},
+        MESSAGES_FIELDS,
+    ),
+    "/v1/messages/count_tokens": (
+        {"messages": [{"role": "user", "content": "hi"}]},
+        MESSAGES_FIELDS,
+    ),
     "/v1/responses": ({"input": "hi", "max_output_tokens": 3}, RESPONSE_FIELDS),
     "/v1/chat/completions": (
         {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3},
@@ -188,7 +262,7 @@ def ids(known: list[str]) -> st.SearchStrategy[str]:
         st.characters(codec="utf-8", exclude_characters="/?#%"), min_size=1, max_size=30
     )
     real = st.sampled_from(known) if known else st.nothing()
-    return real | made_up | st.sampled_from(["resp_x", "chatcmpl-x", "cmpl-x", ".."])
+    return real | made_up | st.sampled_from(["resp_x", "chatcmpl-x", "cmpl-x", "msg_x", ".."])
 
 
 def requests(known: list[str]) -> st.SearchStrategy[Request]:
@@ -218,6 +292,8 @@ def requests(known: list[str]) -> st.SearchStrategy[Request]:
                 ("GET", "/v1/chat/completions/{}/messages"),
                 ("DELETE", "/v1/chat/completions/{}"),
                 ("GET", "/v1/models/{}"),
+                ("GET", "/v1/messages/{}"),
+                ("DELETE", "/v1/messages/{}"),
             ]
         ),
         some_id,
@@ -274,25 +350,28 @@ class Probe:
         finally:
             self.last = request
         self.tally[f"{answer.status_code // 100}xx"] += 1
-        problem = check(answer, raw)
+        problem = check(answer, raw, anthropic=request.path.startswith("/v1/messages"))
         if problem is not None:
             self.tally["broken"] += 1
         return problem
 
 
-def check(answer: httpx.Response, raw: bytes) -> str | None:
+def check(answer: httpx.Response, raw: bytes, anthropic: bool = False) -> str | None:
+    """`anthropic`: an answer of Anthropic's API, whose errors are its own shape."""
     status = answer.status_code
     if status >= 500:
         return f"a {status}: {raw[:300]!r}"
     if status >= 400:
         try:
-            error = json.loads(raw)["error"]
+            body = json.loads(raw)
+            error = body["error"]
         except (ValueError, KeyError, TypeError):
-            return f"a {status} that is not an OpenAI error: {raw[:300]!r}"
+            return f"a {status} that is not an error body: {raw[:300]!r}"
         if not isinstance(error.get("message"), str) or not error["message"]:
             return f"an error without a message: {error}"
-        if not all(k in error for k in ("type", "param", "code")):
-            return f"an error missing type/param/code: {error}"
+        fields = ("type",) if anthropic else ("type", "param", "code")
+        if not all(k in error for k in fields) or (anthropic and body.get("type") != "error"):
+            return f"an error missing {'/'.join(fields)}: {body}"
         text = error["message"].lower()
         if any(leak in text for leak in ("traceback", "sqlite", "sqlalchemy", "operationalerror")):
             return f"an error carrying driver or exception text: {error}"
@@ -306,6 +385,7 @@ def check(answer: httpx.Response, raw: bytes) -> str | None:
             b"event: response.incomplete",
             b"event: response.failed",
             b"event: response.cancelled",
+            b"event: message_stop",
             b"event: error",
         )
         if not any(end in last for end in ends):

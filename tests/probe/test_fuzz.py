@@ -27,7 +27,7 @@ class Fuzzed:
         self.probe = Probe(httpx.Client(base_url=srv.base_url, timeout=60))
 
 
-def known_ids(client: Any) -> list[str]:
+def known_ids(client: Any, base_url: str) -> list[str]:
     """One object of every kind and state, so that ids cross endpoints."""
     stored = client.responses.create(model="tiny-llama", input="hi", max_output_tokens=2)
     unstored = client.responses.create(
@@ -48,14 +48,23 @@ def known_ids(client: Any) -> list[str]:
         for store in (True, False)
     ]
     legacy = client.completions.create(model="tiny-llama", prompt="hi", max_tokens=2).id
-    return [stored.id, unstored.id, background.id, deleted.id, *chat, legacy]
+    message = httpx.post(
+        f"{base_url}/v1/messages",
+        json={
+            "model": "tiny-llama",
+            "max_tokens": 2,
+            "messages": [{"role": "user", "content": "hi"}],
+        },
+        timeout=60,
+    ).json()["id"]
+    return [stored.id, unstored.id, background.id, deleted.id, *chat, legacy, message]
 
 
 @pytest.fixture(scope="module")
 def fuzzed(tiny_engine: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fuzzed]:
     db = tmp_path_factory.mktemp("fuzz") / "omni.db"
     with running(tiny_engine, db, defaults=Defaults(max_tokens=4)) as (srv, client):
-        known = [] if os.environ.get("FUZZ_NO_KNOWN") else known_ids(client)
+        known = [] if os.environ.get("FUZZ_NO_KNOWN") else known_ids(client, srv.base_url)
         target = Fuzzed(srv, db, known)
         yield target
         target.probe.client.close()
