@@ -285,6 +285,11 @@ def check_exchange(served: Served, exchange: Exchange) -> dict[str, Any]:
             "SELECT seq, type, data FROM events WHERE stream_id = ? ORDER BY seq",
             (message["id"],),
         ).fetchall()
+        [row] = db.execute(
+            "SELECT status, model, stop_reason, input_tokens, cache_read_input_tokens, "
+            "output_tokens, owner FROM messages WHERE id = ?",
+            (message["id"],),
+        ).fetchall()
     assert accepted[0][0] == "omni.request.accepted"
     record = json.loads(accepted[0][1])
     assert (record["kind"], record["owner"]) == ("message", OWNER)
@@ -294,6 +299,16 @@ def check_exchange(served: Served, exchange: Exchange) -> dict[str, Any]:
     assert said == [{"role": m["role"], "content": m["content"]} for m in request["messages"]]
     assert [t["name"] for t in body["tools"]] == [t["name"] for t in request["tools"]]
     assert logged == [(f.id, f.event, f.data) for f in frames]
+    usage = message["usage"]
+    assert row == (
+        "completed",
+        request["model"],
+        message["stop_reason"],
+        usage["input_tokens"],
+        usage["cache_read_input_tokens"],
+        usage["output_tokens"],
+        OWNER,
+    )  # the messages view, as `sqlite3 omni.db` shows it
     return message
 
 
