@@ -1,10 +1,12 @@
 """Claude Code (`@anthropic-ai/claude-code` from npm) completes turns against Omni's Messages API.
 
-`claude -p` sends its whole harness every request: a long system prompt, a system message of
-agent types inside the conversation, two dozen tools, thinking, `context_management` and
-`metadata`, streamed, to `/v1/messages?beta=true` with `x-api-key`. Its first request is
-~90,000 tokens of the tiny tokenizer; so the model here is one layer with 131,072 positions
-(one layer's prefill evaluates only the last position's attention: a few seconds).
+`claude -p` sends its whole harness every request: a long system prompt, two dozen tools,
+thinking, `context_management` and `metadata` (and, asking for its own default model, a system
+message inside the conversation and an effort), streamed, to `/v1/messages?beta=true` with
+`x-api-key`. Its first request is ~90,000 tokens of the tiny tokenizer; so the model here is one
+layer with 131,072 positions (one layer's prefill evaluates only the last position's attention:
+a few seconds). Three turns take ~17 s, and the first install of Claude Code (~235 MB) a little
+more.
 
 A random model never stops, and never writes a call. This one is scripted in its weights
 (omni.testing.scripted_llama): it answers one whole reply and stops, or, where the user's
@@ -49,6 +51,9 @@ MODEL = "tiny-llama"
 # The names Claude Code is told to ask for (its main and its small, fast model), both
 # served by the tiny model through Omni's aliases (`omni serve --alias NAME=MODEL`).
 MAIN, SMALL = "claude-sonnet-4-5", "claude-haiku-4-5"
+# What this version asks for when told no model: its request then differs (a system message
+# inside the conversation, adaptive thinking, an effort).
+OWN_DEFAULT = "claude-opus-4-8"
 KEY = "sk-omni-claude-code"
 OWNER = "claude-code"
 ASK, TOLD = "#omni-read-the-notes#", "#omni-notes-told#"
@@ -121,7 +126,7 @@ def claude_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         db_path=str(db),
         keepalive=1.0,
         defaults=as_served,
-        model_aliases=frozenset({MAIN, SMALL}),
+        model_aliases=frozenset({MAIN, SMALL, OWN_DEFAULT}),
         access=Access(keys=KeyRing([api_key(KEY, OWNER)])),
     )
     srv = ServerThread(settings, engine)
@@ -142,8 +147,11 @@ class Turn:
     report: str
 
 
-def claude_turn(claude_bin: Path, served: Served, tmp_path: Path, prompt: str) -> Turn:
-    """One `claude -p` turn against the server, checked to have completed cleanly."""
+def claude_turn(
+    claude_bin: Path, served: Served, tmp_path: Path, prompt: str, models: bool = True
+) -> Turn:
+    """One `claude -p` turn against the server, checked to have completed cleanly
+    (`models`: told which models to ask for, else asking for its own)."""
     home = tmp_path / "home"
     home.mkdir()
     env = {
@@ -151,11 +159,11 @@ def claude_turn(claude_bin: Path, served: Served, tmp_path: Path, prompt: str) -
         "HOME": str(home),
         "ANTHROPIC_BASE_URL": served.server.base_url,
         "ANTHROPIC_API_KEY": KEY,
-        "ANTHROPIC_MODEL": MAIN,
-        "ANTHROPIC_SMALL_FAST_MODEL": SMALL,
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
         "DISABLE_AUTOUPDATER": "1",
     }
+    if models:
+        env |= {"ANTHROPIC_MODEL": MAIN, "ANTHROPIC_SMALL_FAST_MODEL": SMALL}
     seen = len(served.recording.exchanges)
     done = subprocess.run(
         [str(claude_bin), "-p", prompt, "--output-format", "json"],
@@ -171,11 +179,12 @@ def claude_turn(claude_bin: Path, served: Served, tmp_path: Path, prompt: str) -
     result = json.loads(done.stdout)
     assert result["type"] == "result" and result["subtype"] == "success", report
     assert result["is_error"] is False, report
-    sent = [
-        e
-        for e in served.recording.exchanges[seen:]
-        if (e.method, e.path) == ("POST", "/v1/messages")
-    ]
+    # Beside its messages Claude Code sends only a HEAD / as it starts (a connection's warm-up,
+    # without the key: a 401 here, which it does not read).
+    exchanges = served.recording.exchanges[seen:]
+    sent = [e for e in exchanges if (e.method, e.path) == ("POST", "/v1/messages")]
+    assert {(e.method, e.path) for e in exchanges} - {("POST", "/v1/messages")} <= {("HEAD", "/")}
+    assert all(e.query == "beta=true" for e in sent), [e.query for e in sent]
     return Turn(result, sent, report)
 
 
@@ -230,6 +239,22 @@ def test_claude_code_reads_a_file_with_a_tool_and_answers(
     assert answered["usage"]["cache_read_input_tokens"] > 2048, answered["usage"]
 
 
+def test_claude_code_asking_for_its_own_model_completes_a_turn(
+    claude_bin: Path, claude_server: Served, tmp_path: Path
+) -> None:
+    """Told no model, Claude Code asks for its own, aliased here, with another request: the
+    list of agent types as a system message after the user's, adaptive thinking, an effort."""
+    turn = claude_turn(claude_bin, claude_server, tmp_path, "say hi", models=False)
+    assert turn.result["result"] == claude_server.script.reply, turn.report
+    [exchange] = turn.exchanges
+    request = json.loads(exchange.body)
+    assert request["model"] == OWN_DEFAULT
+    assert [m["role"] for m in request["messages"]] == ["user", "system"]
+    assert request["thinking"] == {"type": "adaptive"} and "effort" in request["output_config"]
+    message = check_exchange(claude_server, exchange)
+    assert message["content"] == [{"type": "text", "text": claude_server.script.reply}]
+
+
 # --- what every request and response looked like, and what the log kept -------------------
 
 
@@ -260,7 +285,7 @@ def check_exchange(served: Served, exchange: Exchange) -> dict[str, Any]:
     assert exchange.headers.get("x-api-key") == KEY
     assert "anthropic-version" in exchange.headers
     request = json.loads(exchange.body)
-    assert request["model"] in (MAIN, SMALL) and request["stream"] is True
+    assert request["model"] in (MAIN, SMALL, OWN_DEFAULT) and request["stream"] is True
 
     frames = [f for f in anthropic_frames(bytes(exchange.response)) if f.event != "ping"]
     events = [json.loads(f.data) for f in frames]
