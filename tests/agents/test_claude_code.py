@@ -5,8 +5,8 @@ thinking, `context_management` and `metadata` (and, asking for its own default m
 message inside the conversation and an effort), streamed, to `/v1/messages?beta=true` with
 `x-api-key`. Its first request is ~90,000 tokens of the tiny tokenizer; so the model here is one
 layer with 131,072 positions (one layer's prefill evaluates only the last position's attention:
-a few seconds). Three turns take ~17 s, and the first install of Claude Code (~235 MB) a little
-more.
+a few seconds). Three turns take ~20-25 s on 2 cores, and the first install of Claude Code
+(~235 MB from npm) a few seconds more.
 
 A random model never stops, and never writes a call. This one is scripted in its weights
 (omni.testing.scripted_llama): it answers one whole reply and stops, or, where the user's
