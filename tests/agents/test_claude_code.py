@@ -148,17 +148,23 @@ class Turn:
 
 
 def claude_turn(
-    claude_bin: Path, served: Served, tmp_path: Path, prompt: str, models: bool = True
+    claude_bin: Path,
+    served: Served,
+    tmp_path: Path,
+    prompt: str,
+    models: bool = True,
+    key: str = "ANTHROPIC_API_KEY",
 ) -> Turn:
     """One `claude -p` turn against the server, checked to have completed cleanly
-    (`models`: told which models to ask for, else asking for its own)."""
+    (`models`: told which models to ask for, else asking for its own; `key`: the variable
+    that gives it the key)."""
     home = tmp_path / "home"
     home.mkdir()
     env = {
         "PATH": os.environ["PATH"],
         "HOME": str(home),
         "ANTHROPIC_BASE_URL": served.server.base_url,
-        "ANTHROPIC_API_KEY": KEY,
+        key: KEY,
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
         "DISABLE_AUTOUPDATER": "1",
     }
@@ -243,10 +249,15 @@ def test_claude_code_asking_for_its_own_model_completes_a_turn(
     claude_bin: Path, claude_server: Served, tmp_path: Path
 ) -> None:
     """Told no model, Claude Code asks for its own, aliased here, with another request: the
-    list of agent types as a system message after the user's, adaptive thinking, an effort."""
-    turn = claude_turn(claude_bin, claude_server, tmp_path, "say hi", models=False)
+    list of agent types as a system message after the user's, adaptive thinking, an effort.
+    Given ANTHROPIC_AUTH_TOKEN rather than a key, it sends `Authorization: Bearer`."""
+    turn = claude_turn(
+        claude_bin, claude_server, tmp_path, "say hi", models=False, key="ANTHROPIC_AUTH_TOKEN"
+    )
     assert turn.result["result"] == claude_server.script.reply, turn.report
     [exchange] = turn.exchanges
+    assert exchange.headers.get("authorization") == f"Bearer {KEY}"
+    assert "x-api-key" not in exchange.headers
     request = json.loads(exchange.body)
     assert request["model"] == OWN_DEFAULT
     assert [m["role"] for m in request["messages"]] == ["user", "system"]
@@ -282,7 +293,8 @@ def check_exchange(served: Served, exchange: Exchange) -> dict[str, Any]:
     """One request Claude Code sent and the stream Omni answered: both in the log, the stream
     well-formed in Anthropic's grammar. Returns the message the stream folds to."""
     assert exchange.status == 200, bytes(exchange.response[:500])
-    assert exchange.headers.get("x-api-key") == KEY
+    bearer = exchange.headers.get("authorization", "").removeprefix("Bearer ")
+    assert KEY in (exchange.headers.get("x-api-key"), bearer)  # the key, as either header
     assert "anthropic-version" in exchange.headers
     request = json.loads(exchange.body)
     assert request["model"] in (MAIN, SMALL, OWN_DEFAULT) and request["stream"] is True
