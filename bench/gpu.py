@@ -12,6 +12,8 @@ where matplotlib exists) to $OUT (a device call returns 8 files at most). Settin
     runs after it give Omni's engine the chunk it picks (unless BENCH_OMNI_ENV sets one).
   - longprompt: bench/longprompt.py, 8 streams and a 2,000-token prompt, 16 rounds after one
     warm-up (GPU_LONGPROMPT_ARGS: more flags for it, a later flag wins).
+  - messages: bench/messages.py, a Messages stream against a chat stream, 128 tokens,
+    GPU_MESSAGES_ROUNDS interleaved rounds (default 31).
   - groups: prints the engine's prefill group on this device, then runs concurrency.py at 64
     streams for each GPU_GROUP_ARMS entry OMNI/RAW, Omni's prefill group / raw's, in that order
     (default 16/8,8/8,16/8,8/8,16/16; 8 rounds each), copied as gpu_groups_<i>_<omni>_<raw>.json.
@@ -127,7 +129,10 @@ def main() -> None:
     if "longprompt" in runs:
         more = os.environ.get("GPU_LONGPROMPT_ARGS", "").split()
         run("longprompt.py", "--model", str(model), "--rounds", "16", *more, timeout=420)
-    for name in ("chunks", "overhead", "concurrency", "longprompt"):
+    if "messages" in runs:
+        more = ["--tokens", "128", "--rounds", os.environ.get("GPU_MESSAGES_ROUNDS", "31")]
+        run("messages.py", "--model", str(model), *more, timeout=420)
+    for name in ("chunks", "overhead", "concurrency", "longprompt", "messages"):
         for ext in ("json", "png"):
             src = HERE / "out" / f"{name}.{ext}"
             if src.exists():

@@ -26,6 +26,7 @@ VIEWS = {
     "speech": "speeches",
     "image": "images",
     "transcription": "transcriptions",
+    "message": "messages",
     "conversation": "conversations",
 }
 

@@ -89,6 +89,40 @@ def test_a_chat_completion_is_replayed_from_the_cache(pg_server: tuple) -> None:
     assert a["choices"][0]["message"] == b["choices"][0]["message"]
 
 
+def test_a_message_is_replayed_from_the_cache_and_read_back(pg_server: tuple) -> None:
+    """Anthropic's Messages on PostgreSQL: the index's trigger (0012) makes the twin a hit;
+    the `messages` view and `omni show` read it."""
+    url, base, _, _ = pg_server
+    body = {
+        "model": MODEL,
+        "max_tokens": 6,
+        "temperature": 0,
+        "messages": [{"role": "user", "content": "same message"}],
+    }
+    with httpx.Client(base_url=base, timeout=60) as http:
+        first, second = (http.post("/v1/messages", json=body) for _ in range(2))
+    assert first.status_code == second.status_code == 200, second.text
+    assert first.headers["x-omni-cache"] == "miss" and second.headers["x-omni-cache"] == "hit"
+    a, b = first.json(), second.json()
+    assert a["id"] != b["id"] and a["content"] == b["content"]
+    assert rows(url, "SELECT completion_id FROM chat_cache WHERE completion_id = %s", a["id"])
+    viewed = rows(
+        url,
+        "SELECT id, status, source, output_tokens FROM messages WHERE id IN (%s, %s)"
+        " ORDER BY created_ms",
+        a["id"],
+        b["id"],
+    )
+    tokens = a["usage"]["output_tokens"]
+    assert viewed == [
+        (a["id"], "completed", "generated", tokens),
+        (b["id"], "completed", "cache", tokens),
+    ]
+    shown = omni("show", b["id"], "--db", url, "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["replay_of"] == a["id"]
+
+
 def test_omni_ls_show_and_check_read_the_database(pg_server: tuple) -> None:
     url, base, _, _ = pg_server
     with _sdk(base) as client:

@@ -3,8 +3,8 @@ service layer's tests run on, and the contract tests' second backend. Nothing su
 process; every method commits or reads without awaiting anything, so each is atomic on the
 event loop.
 
-The two indexes are kept as the SQLite schema's triggers keep them (migrations 0003 and
-0004), in the append or purge that changes them, on the event types those triggers name.
+The two indexes are kept as the SQLite schema's triggers keep them (migrations 0003, 0004
+and 0012), in the append or purge that changes them, on the event types those triggers name.
 """
 
 from __future__ import annotations
@@ -19,10 +19,11 @@ from omni.errors import SeqConflict, StoreError
 from omni.events import maintenance
 from omni.events.contract import Append, StoredEvent
 from omni.events.driver import now_ms
-from omni.vocabulary import ACCEPTED, COMPLETION_DELETED, COMPLETION_USAGE
+from omni.vocabulary import ACCEPTED, COMPLETION_DELETED, COMPLETION_USAGE, MESSAGE_STOP
 
 ITEM_DONE = "response.output_item.done"
 USAGE = COMPLETION_USAGE["chat"]  # a chat completion's end: replayable from then on
+REPLAYABLE = frozenset({USAGE, MESSAGE_STOP})  # and a message's
 REQUEST = "/request"
 
 
@@ -179,8 +180,8 @@ class _Entry:
 
 
 class MemoryCacheIndex:
-    """Migration 0004's triggers over the memory store's appends and purges, and the SQLite
-    store's bounds: the newest `max_entries` (-1: no bound) within `max_age_ms`."""
+    """Migration 0004's (and 0012's) triggers over the memory store's appends and purges, and
+    the SQLite store's bounds: the newest `max_entries` (-1: no bound) within `max_age_ms`."""
 
     def __init__(self, store: MemoryStore, max_entries: int, max_age_ms: int):
         self._store = store
@@ -191,8 +192,9 @@ class MemoryCacheIndex:
         self._changed = False  # by the append under way
 
     def added(self, event: StoredEvent) -> None:
-        """What an appended event changes: a usage chunk indexes, a tombstone removes."""
-        if event.type == USAGE:
+        """What an appended event changes: a usage chunk or a message's stop indexes, a
+        tombstone removes."""
+        if event.type in REPLAYABLE:
             self._index(event)
         elif event.type == COMPLETION_DELETED:
             self._changed |= self._entries.pop(event.stream_id[: -len(REQUEST)], None) is not None
@@ -202,8 +204,8 @@ class MemoryCacheIndex:
         if event.seq == 0:
             self._entries.pop(event.stream_id.removesuffix(REQUEST), None)
 
-    def _index(self, usage: StoredEvent) -> None:
-        cid = usage.stream_id
+    def _index(self, end: StoredEvent) -> None:
+        cid = end.stream_id
         request = self._store.request_of(cid)
         if request is None or cid in self._entries or self._store.deleted(cid):
             return
@@ -213,7 +215,7 @@ class MemoryCacheIndex:
         if not _equal(_path(request.data, "$.body.store"), 1):
             return
         self._added += 1
-        self._entries[cid] = _Entry(str(key), usage.created_at, self._added)
+        self._entries[cid] = _Entry(str(key), end.created_at, self._added)
         self._changed = True
 
     def bound(self, now: int) -> None:
@@ -242,7 +244,8 @@ class MemoryCacheIndex:
 
     async def rebuild(self) -> int:
         self._entries.clear()
-        for event in await self._store.by_type(USAGE):
+        ends = [e for t in sorted(REPLAYABLE) for e in await self._store.by_type(t)]
+        for event in sorted(ends, key=lambda e: e.position):
             self._index(event)
         self._changed = True
         self.bound(now_ms())

@@ -8,6 +8,7 @@ from typing import Any, TypedDict
 
 from omni.projections.completions import fold_chat, fold_text
 from omni.projections.conversation import fold_items
+from omni.projections.messages import fold_message
 from omni.projections.response import fold_response
 from omni.vocabulary import IMAGES_COMPLETED, SPEECH_COMPLETED
 
@@ -99,6 +100,24 @@ def completion_output(kind: str, folded: dict[str, Any]) -> Output:
     return str(message.get("content") or ""), calls, str(message.get("reasoning_content") or "")
 
 
+def message_output(message: dict[str, Any]) -> Output:
+    """A folded message's (text, tool calls, thinking): its blocks of each type, in order."""
+    text: list[str] = []
+    calls: list[ShownCall] = []
+    thinking: list[str] = []
+    for block in message.get("content") or []:
+        if block.get("type") == "text":
+            text.append(str(block.get("text") or ""))
+        elif block.get("type") == "tool_use":
+            arguments = json.dumps(block.get("input"), ensure_ascii=False)
+            calls.append(
+                {"name": block.get("name"), "arguments": arguments, "call_id": block.get("id")}
+            )
+        elif block.get("type") == "thinking":
+            thinking.append(str(block.get("thinking") or ""))
+    return "".join(text), calls, "".join(thinking)
+
+
 def transcript_text(events: Events) -> str:
     """A transcription's text: its done event's, else its deltas so far."""
     deltas = []
@@ -147,6 +166,10 @@ def _transcript(kind: str, events: Events, request: dict[str, Any]) -> Output:
     return transcript_text(events), [], ""
 
 
+def _message(kind: str, events: Events, request: dict[str, Any]) -> Output:
+    return message_output(fold_message(events))
+
+
 def _conversation(kind: str, events: Events, request: dict[str, Any]) -> Output:
     """Its items as a response's output: the messages' text (a line each), the calls."""
     items = fold_items(events)
@@ -170,6 +193,7 @@ OUTPUTS: dict[str, Callable[[str, Events, dict[str, Any]], Output]] = {
     "speech": _speech,
     "image": _images,
     "transcription": _transcript,
+    "message": _message,
     "conversation": _conversation,
 }
 

@@ -1,5 +1,6 @@
 """The inspector's queries that PostgreSQL words differently (reading.py holds SQLite's): a
-stream's text so far, and the lists behind the percentiles. Same columns, same values."""
+stream's text so far (a response's, a completion's, a message's), and the lists behind the
+percentiles. Same columns, same values."""
 
 from __future__ import annotations
 
@@ -18,7 +19,11 @@ _COMPLETION = f"""SELECT string_agg(coalesce({_CONTENT}, {_TEXT}), '' ORDER BY c
     count(nullif(coalesce({_CONTENT}, {_REASONING}, {_TEXT}), '')) FROM
     (SELECT seq, omni_json(data) AS doc FROM events
      WHERE stream_id = :s AND type IN ('chat.completion.chunk', 'text_completion.chunk')) AS c"""
-SO_FAR = {"response": _RESPONSE, "completion": _COMPLETION}
+_MESSAGE = f"""SELECT string_agg(c.doc #>> '{{delta,text}}', '' ORDER BY c.seq), {_PROMPT},
+    count(*) FROM (SELECT seq, omni_json(data) AS doc FROM events
+     WHERE stream_id = :s AND type = 'content_block_delta') AS c
+    WHERE c.doc #>> '{{delta,type}}' != 'signature_delta'"""
+SO_FAR = {"response": _RESPONSE, "completion": _COMPLETION, "message": _MESSAGE}
 LISTS = (
     "SELECT string_agg((first_token_at - created_at)::text, ','), string_agg(CASE WHEN"
     " output_tokens > 1 AND finished_at > first_token_at THEN round((output_tokens"

@@ -242,7 +242,7 @@ class Inspector:
                 return "", usage[0], None
             return "", (self.request(row["id"]) or {}).get("prompt_tokens"), None
         so_far = pg_queries.SO_FAR if self._postgres else _SO_FAR
-        query = so_far["response" if row["kind"] == "response" else "completion"]
+        query = so_far[row["kind"] if row["kind"] in ("response", "message") else "completion"]
         shown, prompt, sent = self.conn.execute(text(query), {"s": row["id"]}).one()
         if known:
             return str(shown or ""), *usage
@@ -265,7 +265,15 @@ _TEXT = "json_extract(data, '$.choices[0].text')"
 _COMPLETION_SO_FAR = f"""SELECT group_concat(coalesce({_CONTENT}, {_TEXT}), ''), {_PROMPT},
     count(nullif(coalesce({_CONTENT}, {_REASONING}, {_TEXT}), '')) FROM events
     WHERE stream_id = :s AND +type IN ('chat.completion.chunk', 'text_completion.chunk')"""
-_SO_FAR = {"response": _RESPONSE_SO_FAR, "completion": _COMPLETION_SO_FAR}
+# A message's text blocks' deltas; each text, thinking or tool call delta is a token sent.
+_MESSAGE_SO_FAR = f"""SELECT group_concat(json_extract(data, '$.delta.text'), ''), {_PROMPT},
+    count(*) FROM events WHERE stream_id = :s AND +type = 'content_block_delta'
+    AND json_extract(data, '$.delta.type') != 'signature_delta'"""
+_SO_FAR = {
+    "response": _RESPONSE_SO_FAR,
+    "completion": _COMPLETION_SO_FAR,
+    "message": _MESSAGE_SO_FAR,
+}
 _LISTS = (
     "SELECT group_concat(first_token_at - created_at), group_concat(CASE WHEN"
     " output_tokens > 1 AND finished_at > first_token_at THEN round((output_tokens"

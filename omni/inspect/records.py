@@ -22,7 +22,7 @@ STATUSES = ("queued", "in_progress", "completed", "incomplete", "failed", "cance
 # The kinds of object the log holds (a summary's `kind`).
 KINDS = (
     "response", "chat.completion", "text_completion", "embedding", "speech", "transcription",
-    "image", "conversation",
+    "image", "message", "conversation",
 )  # fmt: skip
 
 

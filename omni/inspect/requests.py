@@ -3,6 +3,7 @@ an input, summarized by the kind of object it made."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any, TypedDict
 
@@ -164,6 +165,69 @@ def _text_completion(body: dict[str, Any], doc: dict[str, Any]) -> RequestSummar
     return _kept(body, _completion_sampling(body), items)
 
 
+# A message's settings (Anthropic's names; temperature 0 makes it replayable).
+_MESSAGE_SAMPLING = (
+    "max_tokens", "temperature", "top_p", "top_k", "stop_sequences", "thinking", "tool_choice",
+    "output_config", "seed",
+)  # fmt: skip
+
+
+def _message(body: dict[str, Any], doc: dict[str, Any]) -> RequestSummary:
+    """Anthropic's Messages: its system as instructions, each message's blocks a line each
+    (text, image, tool_use as name(input), tool_result as its text), and its tools' names."""
+    lines = [
+        line
+        for m in body.get("messages") or []
+        if isinstance(m, dict)
+        for line in _message_lines(m.get("role"), m.get("content"))
+    ]
+    sampling = {k: body[k] for k in _MESSAGE_SAMPLING if body.get(k) is not None}
+    tools = [t.get("name") for t in body.get("tools") or [] if isinstance(t, dict)]
+    if tools:
+        sampling["tools"] = ", ".join(str(t) for t in tools)
+    return {
+        "model": body.get("model"),
+        "sampling": sampling,
+        "instructions": _block_text(body.get("system")) or None,
+        "input": lines,
+        "stream": bool(body.get("stream")),
+    }
+
+
+def _message_lines(role: Any, content: Any) -> list[InputLine]:
+    if isinstance(content, str):
+        return [{"type": "text", "role": role, "text": _line(content)}]
+    blocks = [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
+    return [{"type": str(b.get("type")), "role": role, "text": _line(_block(b))} for b in blocks]
+
+
+def _block(block: dict[str, Any]) -> str:
+    """One content block's text: a tool call as `name({input})`, a tool's result as its text
+    (`error: ` first where it failed), an image as [image] (or its URL)."""
+    type_ = block.get("type")
+    if type_ == "tool_use":
+        return f"{block.get('name')}({json.dumps(block.get('input'), ensure_ascii=False)})"
+    if type_ == "tool_result":
+        told = _block_text(block.get("content"))
+        return f"error: {told}" if block.get("is_error") else told
+    if type_ == "image":
+        source = block.get("source") or {}
+        url = source.get("url") if isinstance(source, dict) else None
+        return f"[image {url}]" if isinstance(url, str) else "[image]"
+    if type_ == "thinking":
+        return str(block.get("thinking") or "")
+    return str(block.get("text") or "")
+
+
+def _block_text(content: Any) -> str:
+    """A system prompt's or a tool result's text: a string, or its blocks' joined."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(_block(b) for b in content if isinstance(b, dict))
+    return ""
+
+
 def _completion_sampling(body: dict[str, Any]) -> dict[str, Any]:
     return {k: body[k] for k in _COMPLETION_SAMPLING if body.get(k) is not None}
 
@@ -189,6 +253,7 @@ SUMMARIES: dict[str, Callable[[dict[str, Any], dict[str, Any]], RequestSummary]]
     "speech": _speech,
     "transcription": _transcription,
     "image": _image,
+    "message": _message,
     "conversation": _conversation,
 }
 

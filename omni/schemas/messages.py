@@ -11,19 +11,23 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from omni.schemas.sampling import SamplingExtras
 
-# The blocks each role's content may hold.
+# The blocks each role's content may hold (a `system` message: the beta API's instructions
+# in the conversation, as Claude Code sends them; its tool additions and removals do not run).
 BLOCKS = {
     "user": ("text", "image", "tool_result"),
     "assistant": ("text", "tool_use", "thinking", "redacted_thinking"),
+    "system": ("text",),
 }
-EFFORTS = ("low", "medium", "high", "max")
+EFFORTS = ("low", "medium", "high", "xhigh", "max")
 
 
 class MessageParam(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
-    role: Literal["user", "assistant"]
+    role: Literal["user", "assistant", "system"]
     content: str | list[dict[str, Any]]
+    # A system message's: "next_user_message" shows it only until a later user message.
+    clear_at: Literal["next_user_message", "never"] | None = None
 
     @model_validator(mode="after")
     def _known_blocks(self) -> MessageParam:
@@ -195,7 +199,8 @@ class MessagesRequest(SamplingExtras):
     @field_validator("messages")
     @classmethod
     def _ends_with_user(cls, value: list[MessageParam]) -> list[MessageParam]:
-        if value and value[-1].role != "user":
+        said = [m for m in value if m.role != "system"]
+        if value and (not said or said[-1].role != "user"):
             raise ValueError(
                 "the last message must be the user's: a final assistant message (a prefill) "
                 "is not supported"

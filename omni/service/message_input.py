@@ -26,7 +26,7 @@ EXTRAS = (
     "draft_model",
 )
 # Anthropic's effort → the chat completion's reasoning effort (its thinking budget).
-EFFORT = {"low": "low", "medium": "medium", "high": "high", "max": "high"}
+EFFORT = {"low": "low", "medium": "medium", "high": "high", "xhigh": "high", "max": "high"}
 
 
 def as_chat(body: MessagesRequest) -> ChatCompletionCreate:
@@ -34,8 +34,9 @@ def as_chat(body: MessagesRequest) -> ChatCompletionCreate:
     messages: list[dict[str, Any]] = []
     if body.system:
         messages.append({"role": "system", "content": body.system_text})
-    for message in body.messages:
-        messages += _chat_messages(message)
+    for i, message in enumerate(body.messages):
+        if not _cleared(message, body.messages[i + 1 :]):
+            messages += _chat_messages(message)
     effort, budget = _thinking(body)
     fields: dict[str, Any] = {
         "model": body.model,
@@ -64,9 +65,16 @@ def as_chat(body: MessagesRequest) -> ChatCompletionCreate:
     return chat
 
 
+def _cleared(message: MessageParam, later: list[MessageParam]) -> bool:
+    """A system message shown only until the next user message, which has come."""
+    return message.clear_at == "next_user_message" and any(m.role == "user" for m in later)
+
+
 def _chat_messages(message: MessageParam) -> list[dict[str, Any]]:
     if isinstance(message.content, str):
         return [{"role": message.role, "content": message.content}]
+    if message.role == "system":  # merged into the leading system message, as chat's are
+        return [{"role": "system", "content": "\n".join(b["text"] for b in message.content)}]
     if message.role == "assistant":
         return [_assistant(message.content)]
     results = [b for b in message.content if b["type"] == "tool_result"]

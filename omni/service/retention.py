@@ -24,6 +24,9 @@ from omni.vocabulary import (
     COMPLETION_ERROR,
     COMPLETION_USAGE,
     DELETED,
+    MESSAGE_CANCELLED,
+    MESSAGE_ERROR,
+    MESSAGE_STOP,
 )
 
 log = logging.getLogger(__name__)
@@ -39,6 +42,9 @@ VOCABULARY = Vocabulary(
         COMPLETION_USAGE["text"]: "completed",
         COMPLETION_ERROR: "failed",
         COMPLETION_CANCELLED: "cancelled",
+        MESSAGE_STOP: "completed",
+        MESSAGE_ERROR: "failed",
+        MESSAGE_CANCELLED: "cancelled",
     },
     deleted=frozenset({DELETED, COMPLETION_DELETED}),
     accepted=ACCEPTED,

@@ -13,8 +13,8 @@ import json
 import os
 import shutil
 import subprocess
-from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from omni.cli.serve import sampling_defaults
 from omni.runtime.chat.engine import MLXEngine
 from omni.runtime.loading.source import ModelSource
 from omni.testing.llama import build_tiny_llama
+from tests.agents.recording import Exchange, Recording
 from tests.api._helpers import MODEL, parse_frames
 from tests.machine import alone
 from tests.server import ServerThread
@@ -48,50 +49,6 @@ UNKNOWN_MODEL = f"Model metadata for `{MODEL}` not found"
 # which `codex exec` offers but refuses): the model's mistake, returned to it as the call's
 # output, not a protocol error.
 TOOL_ERROR = "codex_core::tools::router"
-
-Asgi = Callable[..., Awaitable[None]]
-
-
-@dataclass
-class Exchange:
-    method: str
-    path: str
-    body: bytearray = field(default_factory=bytearray)
-    status: int | None = None
-    response: bytearray = field(default_factory=bytearray)
-
-
-class Recording:
-    """ASGI middleware that keeps every HTTP exchange, to see what Codex sent and got back
-    (with store:false the server keeps nothing once the stream is read)."""
-
-    def __init__(self, app: Asgi):
-        self.app = app
-        self.exchanges: list[Exchange] = []
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        exchange = Exchange(scope["method"], scope["path"])
-        self.exchanges.append(exchange)
-
-        async def recorded_receive() -> dict[str, Any]:
-            message = await receive()
-            if message["type"] == "http.request":
-                exchange.body += message.get("body", b"")
-            return message  # type: ignore[no-any-return]
-
-        async def recorded_send(message: dict[str, Any]) -> None:
-            if message["type"] == "http.response.start":
-                exchange.status = message["status"]
-            elif message["type"] == "http.response.body":
-                exchange.response += message.get("body", b"")
-            await send(message)
-
-        await self.app(scope, recorded_receive, recorded_send)
-
-    def responses(self) -> list[Exchange]:
-        return [e for e in self.exchanges if e.path != "/health"]
 
 
 def _installed_version(prefix: Path) -> str | None:

@@ -167,3 +167,38 @@ def test_running_jobs_are_read_at_scrape_time(server: ServerThread) -> None:
     assert wait_for(lambda: value(scrape(server), "omni_jobs_running") == 0, timeout=30)
     after = scrape(server)
     assert value(after, "omni_generations_total", api="responses", reason="cancelled") >= 1
+
+
+def test_a_message_is_counted_under_its_api(server: ServerThread) -> None:
+    """Anthropic's Messages: generations, tokens and the first token under api="messages";
+    a replayed twin generated nothing (one replay-cache hit)."""
+    before = scrape(server)
+    body = {
+        "model": MODEL,
+        "max_tokens": 5,
+        "temperature": 0,
+        "messages": [{"role": "user", "content": "metrics for messages"}],
+    }
+    with httpx.Client(base_url=server.base_url, timeout=60) as http:
+        made = [http.post("/v1/messages", json=body) for _ in range(2)]
+    assert [m.headers["x-omni-cache"] for m in made] == ["miss", "hit"]
+    usage = made[0].json()["usage"]
+    after = scrape(server)
+
+    def moved(name: str, **labels: str) -> float:
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    def generations(samples: dict[Any, float]) -> float:
+        return sum(
+            v
+            for (name, labels), v in samples.items()
+            if name == "omni_generations_total" and dict(labels).get("api") == "messages"
+        )
+
+    assert generations(after) - generations(before) == 1
+    prompt = usage["input_tokens"] + usage["cache_read_input_tokens"]
+    assert moved("omni_input_tokens_total", api="messages") == prompt
+    assert moved("omni_output_tokens_total", api="messages") == usage["output_tokens"]
+    assert moved("omni_time_to_first_token_seconds_count", api="messages") == 1
+    assert moved("omni_replay_cache_requests_total", result="hit") == 1
+    assert moved("omni_replay_cache_requests_total", result="miss") == 1

@@ -63,3 +63,22 @@ def finished_chat(
         Append(f"{cid}/request", 0, [NewEvent(ACCEPTED, json.dumps(request))]),
         Append(cid, 0, [ev("chat.completion.chunk", id=cid), ev(USAGE, id=cid)]),
     ]
+
+
+def finished_message(
+    mid: str, key: str | None, *, store: bool = True, mirror_of: str | None = None
+) -> list[Append]:
+    """A message's request and its whole stream, as the service writes them (its last event,
+    `message_stop`, is what indexes it for the replay cache, as a chat completion's usage)."""
+    request: dict[str, object] = {"kind": "message", "body": {"store": store}, "key": key}
+    if mirror_of is not None:
+        request["mirror_of"] = mirror_of
+    stream = [
+        ev("message_start", type="message_start", message={"id": mid}),
+        ev("message_delta", type="message_delta", delta={"stop_reason": "end_turn"}),
+        ev("message_stop", type="message_stop"),
+    ]
+    return [
+        Append(f"{mid}/request", 0, [NewEvent(ACCEPTED, json.dumps(request))]),
+        Append(mid, 0, stream),
+    ]

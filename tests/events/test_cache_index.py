@@ -15,7 +15,7 @@ from omni.db import alembic_config, upgrade
 from omni.events import Append, EventStore, NewEvent
 from omni.events.sqlite import maintenance
 
-from ._helpers import ACCEPTED, USAGE, deltas, ev, finished_chat
+from ._helpers import ACCEPTED, USAGE, deltas, ev, finished_chat, finished_message
 
 TOMBSTONE = "omni.completion.deleted"
 
@@ -53,15 +53,31 @@ async def test_a_rebuild_equals_what_the_triggers_kept(db_path: Path) -> None:
         await store.append(
             [Append("resp_x", 0, [ev("response.completed")]), deltas("resp_x/request", 0, 1)]
         )
+        # Messages (0012): indexed at message_stop, by the same rules.
+        await store.append(finished_message("msg_a", "m1"))
+        await store.append(finished_message("msg_b", "m2", store=False))  # not stored
+        await store.append(finished_message("msg_c", "m1", mirror_of="msg_a"))  # a copy
+        await store.append(finished_message("msg_d", None))  # sampled: no key
+        request, stream = finished_message("msg_e", "m3")  # failed: no message_stop
+        await store.append([request, Append("msg_e", 0, [ev("message_start"), ev("error")])])
+        await store.append(finished_message("msg_f", "m4"))
+        await store.append([tombstone("msg_f")])  # a tombstone, were one written
+        await store.append(finished_message("msg_g", "m5"))
+        await store.purge_objects(["msg_g"])  # purged
+        await store.append(finished_message("msg_h", "m1"))  # m1 again, newer
         kept = rows(db_path)
         assert [(k, c) for k, c, _ in kept] == [
             ("k1", "chatcmpl-a"),
             ("k1", "chatcmpl-c"),
             ("k2", "chatcmpl-b"),
+            ("m1", "msg_a"),
+            ("m1", "msg_h"),
         ]
         assert await store.cache.lookup("k1") == "chatcmpl-c"  # the newest answers
-        assert await store.cache.rebuild() == 3
+        assert await store.cache.lookup("m1") == "msg_h"
+        assert await store.cache.rebuild() == 5
         assert rows(db_path) == kept
+        assert await store.cache.lookup("m1") == "msg_h"  # the rebuild keeps their order
         await store.append([tombstone("chatcmpl-c")])
         assert await store.cache.lookup("k1") == "chatcmpl-a"  # the one before answers again
     finally:
@@ -78,12 +94,18 @@ def test_any_writer_of_the_log_keeps_the_index(db_path: Path) -> None:
                     " VALUES (?,?,?,?,1)",
                     [(append.stream_id, i, e.type, e.data) for i, e in enumerate(append.events)],
                 )
-    assert [c for _, c, _ in rows(db_path)] == ["chatcmpl-a", "chatcmpl-b", "chatcmpl-c"]
+        for append in finished_message("msg_a", "ma") + finished_message("msg_b", "mb"):
+            conn.executemany(
+                "INSERT INTO events (stream_id, seq, type, data, created_at) VALUES (?,?,?,?,1)",
+                [(append.stream_id, i, e.type, e.data) for i, e in enumerate(append.events)],
+            )
+    indexed = ["chatcmpl-a", "chatcmpl-b", "chatcmpl-c", "msg_a", "msg_b"]
+    assert [c for _, c, _ in rows(db_path)] == indexed
     with closing(sqlite3.connect(str(db_path))) as conn, conn:
-        conn.execute("DELETE FROM events WHERE stream_id = 'chatcmpl-a'")
+        conn.execute("DELETE FROM events WHERE stream_id IN ('chatcmpl-a', 'msg_a')")
     with closing(maintenance.connect(str(db_path))) as conn:
         maintenance.purge(conn, ["chatcmpl-b"])
-    assert [c for _, c, _ in rows(db_path)] == ["chatcmpl-c"]
+    assert [c for _, c, _ in rows(db_path)] == ["chatcmpl-c", "msg_b"]
 
 
 def test_the_migration_rebuilds_an_older_index_from_the_log(tmp_path: Path) -> None:

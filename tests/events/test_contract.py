@@ -16,7 +16,7 @@ from omni.errors import SeqConflict, StoreError
 from omni.events import Append, EventStore, MemoryStore, NewEvent, Store
 from omni.events.postgres.store import PostgresStore
 
-from ._helpers import ACCEPTED, deltas, ev, finished_chat
+from ._helpers import ACCEPTED, deltas, ev, finished_chat, finished_message
 
 TOMBSTONE = "omni.completion.deleted"
 
@@ -261,6 +261,26 @@ async def test_a_finished_stored_completion_is_indexed_by_its_key(backend: Store
         None,
     ]
     assert await backend.cache.size() == 1
+
+
+async def test_a_finished_stored_message_is_indexed_by_its_key(backend: Store) -> None:
+    """A message (Anthropic's API) ends with message_stop: indexed by the chat's rules, and its
+    purge takes its entry along."""
+    await backend.append(finished_message("msg_a", "m1"))
+    await backend.append(finished_message("msg_b", "m2", store=False))
+    await backend.append(finished_message("msg_c", "m3", mirror_of="msg_a"))
+    request, _ = finished_message("msg_d", "m4")  # still running: no message_stop
+    await backend.append([request, Append("msg_d", 0, [ev("message_start")])])
+    await backend.append(finished_chat("chatcmpl-e", "m1"))  # newer, for the same key
+    assert [await backend.cache.lookup(k) for k in ("m2", "m3", "m4")] == [None] * 3
+    assert await backend.cache.lookup("m1") == "chatcmpl-e"
+    await backend.purge_objects(["chatcmpl-e"])
+    assert await backend.cache.lookup("m1") == "msg_a"
+    assert await backend.cache.rebuild() == 1
+    assert await backend.cache.lookup("m1") == "msg_a"
+    await backend.purge_objects(["msg_a"])
+    assert await backend.cache.lookup("m1") is None
+    assert await backend.cache.size() == 0
 
 
 async def test_the_newest_answer_wins_and_a_tombstone_or_purge_removes_it(backend: Store) -> None:

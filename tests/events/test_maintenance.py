@@ -181,6 +181,36 @@ def test_purge_removes_whole_objects_and_nothing_else(conn: sqlite3.Connection) 
     assert maintenance.check(conn, VOCABULARY) == []
 
 
+def message(c: sqlite3.Connection, mid: str, end: str | None, at: int = OLD) -> None:
+    put(c, f"{mid}/request", ["omni.request.accepted"], at)
+    body = ["message_start", "content_block_start", "content_block_delta", "content_block_stop"]
+    put(
+        c,
+        mid,
+        body + (["message_delta", end] if end == "message_stop" else [end] if end else []),
+        at,
+    )
+
+
+def test_messages_end_each_way_and_are_purged_whole(conn: sqlite3.Connection) -> None:
+    """Anthropic's Messages: message_stop completed, `error` failed, a cancel cancelled; a
+    running one never; a purge takes its request and its replay-cache row along."""
+    message(conn, "msg_done", "message_stop")
+    message(conn, "msg_err", "error")
+    message(conn, "msg_stop", "omni.message.cancelled")
+    message(conn, "msg_run", None)
+    message(conn, "msg_new", "message_stop", at=NOW)
+    conn.execute("INSERT INTO chat_cache VALUES ('kd', 'msg_done', 1), ('kn', 'msg_new', 1)")
+    assert problems(conn) == set()
+    found = {f.id: f.status for f in maintenance.finished(conn, VOCABULARY, NOW - DAY)}
+    assert found == {"msg_done": "completed", "msg_err": "failed", "msg_stop": "cancelled"}
+    assert maintenance.purge(conn, list(found)) == 7 + 6 + 6
+    left = {r[0] for r in conn.execute("SELECT DISTINCT stream_id FROM events")}
+    assert left == {"msg_run", "msg_run/request", "msg_new", "msg_new/request"}
+    assert conn.execute("SELECT key FROM chat_cache").fetchall() == [("kn",)]
+    assert maintenance.check(conn, VOCABULARY) == []
+
+
 def test_backup_copies_and_never_overwrites(conn: sqlite3.Connection, tmp_path: Path) -> None:
     response(conn, "resp_a", "response.completed")
     target = tmp_path / "copy.db"

@@ -79,11 +79,11 @@ def test_summaries_and_the_view(tmp_path: Path) -> None:
 def test_the_rebuild_folds_a_log_written_before_the_migration(tmp_path: Path) -> None:
     fresh, old = tmp_path / "fresh.db", tmp_path / "old.db"
     _log(fresh)
-    _log(old, "0011")
+    _log(old, "0012")
     command.upgrade(alembic_config(str(old)), "head")
     assert sqlite_rows(old, SUMMARIES) == sqlite_rows(fresh, SUMMARIES)
     assert sqlite_rows(old, VIEW) == sqlite_rows(fresh, VIEW)
-    command.downgrade(alembic_config(str(old)), "0011")
+    command.downgrade(alembic_config(str(old)), "0012")
     with sqlite3.connect(old) as conn:
         names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
     assert not {"conversations", "summaries_on_conversation"} & names

@@ -164,11 +164,6 @@ async def test_the_fold_is_what_the_stream_carries(messaging: Messaging) -> None
     assert await messaging.messages.retrieve(mid) == message
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the replay-cache index is kept only on chat.completion.usage (migration 0004's "
-    "triggers, the memory and PostgreSQL stores): a finished message is never indexed",
-)
 async def test_a_replayed_message_is_a_copy_under_its_own_id(messaging: Messaging) -> None:
     first, events = await messaging.run(ask(), HELLO)
     second, again = await messaging.run(ask())  # deterministic: the cache answers it

@@ -13,7 +13,7 @@ from omni.cli.inspect.layout import Column
 from omni.cli.inspect.output import Out, ms, rate, text
 from omni.cli.inspect.reading import inspector, unknown
 from omni.inspect import STATUSES, Detail, Inspector, Stats, Summary, iso
-from omni.vocabulary import COMPLETION_ENDS
+from omni.vocabulary import COMPLETION_ENDS, MESSAGE, MESSAGE_CANCELLED
 
 # Ids and numbers are never folded; where the rest, folded, is still too wide for the
 # terminal, PREVIEW goes first, then CREATED, then MODEL.
@@ -180,6 +180,9 @@ def _sse(ins: Inspector, object_id: str, kind: str) -> bytes:
     events = ins.events(object_id)
     if kind == "response":
         return b"".join(frame(type_, data, seq) for seq, type_, data in events)
+    if kind == MESSAGE:  # Anthropic's frames, as the API sends them (a cancel never is)
+        sent = (e for e in events if e[1] != MESSAGE_CANCELLED)
+        return b"".join(frame(type_, data, seq) for seq, type_, data in sent)
     options = ((ins.request(object_id) or {}).get("body") or {}).get("stream_options") or {}
     body = chunk_frames(((t, d) for _, t, d in events), bool(options.get("include_usage")))
     ended = bool(events) and events[-1][1] in COMPLETION_ENDS

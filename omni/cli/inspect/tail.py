@@ -11,9 +11,9 @@ from omni.cli.inspect.output import Out
 from omni.cli.inspect.reading import inspector, unknown
 from omni.inspect import Inspector, open_log
 from omni.location import shown
-from omni.vocabulary import COMPLETION_ENDS, RESPONSE_ENDS
+from omni.vocabulary import COMPLETION_ENDS, MESSAGE_ENDS, RESPONSE_ENDS
 
-ENDS = RESPONSE_ENDS | COMPLETION_ENDS
+ENDS = RESPONSE_ENDS | COMPLETION_ENDS | MESSAGE_ENDS
 
 
 def tail(args: argparse.Namespace) -> int:

@@ -10,16 +10,18 @@ from omni.events.driver import Sql, now_ms
 from omni.events.postgres.connections import PostgresConnections
 
 # The events whose triggers add an index row: an append holding one bounds the index after
-# (SQLite counts the rows its triggers changed; PostgreSQL's statement cannot tell). The
-# rebuild below names the same type, as the schema's triggers do.
-INDEXED = frozenset({"chat.completion.usage"})
+# (SQLite counts the rows its triggers changed; PostgreSQL's statement cannot tell): a chat
+# completion's end (migration 0004) and a message's (0012). The rebuild below names the same
+# types, as the schema's triggers do.
+INDEXED = frozenset({"chat.completion.usage", "message_stop"})
 
 _LOOKUP = cache.lookup("%s")
 _REBUILD = """
     INSERT INTO chat_cache (key, completion_id, created_at)
     SELECT r.doc ->> 'key', u.stream_id, u.created_at FROM events u,
         (SELECT stream_id, type, omni_json(data) AS doc FROM events WHERE seq = 0) AS r
-    WHERE u.type = 'chat.completion.usage' AND r.stream_id = u.stream_id || '/request'
+    WHERE u.type IN ('chat.completion.usage', 'message_stop')
+      AND r.stream_id = u.stream_id || '/request'
       AND r.type = 'omni.request.accepted'
       AND r.doc ->> 'key' IS NOT NULL AND r.doc ->> 'mirror_of' IS NULL
       AND omni_int(r.doc #> '{body,store}') = 1

@@ -24,14 +24,15 @@ log = logging.getLogger(__name__)
 # SQLAlchemy took ~1 ms of the loop's time a request, and a burst's lookups queued behind each
 # other there before any of them reached the engine.
 _LOOKUP = cache.lookup("?")
-# The index made from the whole log: what migration 0004's trigger chat_cache_on_end adds at
-# each completion's end, less what its other triggers remove (a tombstone, a purge). The one
-# place the store names event types: the schema's own triggers name them too
-# (tests/events/test_cache_index.py holds a rebuild equal to their work).
+# The index made from the whole log: what the triggers chat_cache_on_end (migration 0004)
+# and chat_cache_on_message_end (0012) add at each chat completion's or message's end, less
+# what 0004's other triggers remove (a tombstone, a purge). The one place the store names
+# event types: the schema's own triggers name them too (tests/events/test_cache_index.py
+# holds a rebuild equal to their work).
 _CACHE_REBUILD = """
     INSERT OR IGNORE INTO chat_cache (key, completion_id, created_at)
     SELECT json_extract(r.data, '$.key'), u.stream_id, u.created_at FROM events u, events r
-    WHERE u.type = 'chat.completion.usage'
+    WHERE u.type IN ('chat.completion.usage', 'message_stop')
       AND r.stream_id = u.stream_id || '/request' AND r.seq = 0
       AND r.type = 'omni.request.accepted'
       AND json_extract(r.data, '$.key') IS NOT NULL

@@ -11,7 +11,7 @@ Kept by triggers on `events`, and folded here over the events already in the log
 statements; on PostgreSQL the same (omni/migrations/pgsql.py).
 
 Revision ID: 0013
-Revises: 0011
+Revises: 0012
 Create Date: 2026-12-05
 """
 
@@ -22,7 +22,7 @@ from alembic import op
 from omni.migrations import pgsql
 
 revision = "0013"
-down_revision = "0011"
+down_revision = "0012"
 branch_labels = None
 depends_on = None
 
