@@ -208,3 +208,28 @@ async def test_chat_completions_model(sdk: Sdk) -> None:
     the_call(result.new_items, calls)
     assert result.final_output == f"sunny in {calls[0]}"
     assert sdk.paths == ["/v1/chat/completions"]
+
+
+async def test_a_conversation_holds_the_agent_s_turns(sdk: Sdk, server: Any) -> None:
+    """With conversation_id the SDK sends only new items, naming the conversation: Omni reads
+    the rest from it, and each response's turn (the call, its output, the answer) joins it."""
+    calls: list[str] = []
+    agent = sdk.agent(weather_tool(calls), output_type=Forecast)
+    cid = (await sdk.client.conversations.create(metadata={"agent": "weather"})).id
+    sdk.bodies.clear()
+
+    first = await Runner.run(agent, "What is the weather in Paris?", conversation_id=cid)
+    second = await Runner.run(agent, "And in Rome?", conversation_id=cid)
+
+    assert isinstance(first.final_output, Forecast) and isinstance(second.final_output, Forecast)
+    assert len(calls) == 2
+    assert [b.get("conversation") for b in sdk.bodies] == [cid] * 4
+    assert all("previous_response_id" not in b for b in sdk.bodies)
+    assert [len(b["input"]) for b in sdk.bodies] == [1, 1, 1, 1]  # nothing replayed
+    async with AsyncOpenAI(base_url=f"{server.base_url}/v1", api_key="x") as reader:
+        items = [i async for i in reader.conversations.items.list(cid, order="asc")]
+    kinds = [i.type for i in items]
+    assert kinds == ["message", "function_call", "function_call_output", "message"] * 2
+    responses = [r.response_id for r in (*first.raw_responses, *second.raw_responses)]
+    outputs = [o.id for r in (*first.raw_responses, *second.raw_responses) for o in r.output]
+    assert [items[i].id for i in (1, 3, 5, 7)] == outputs and len(set(responses)) == 4
