@@ -61,12 +61,15 @@ _DELETE = f"""
 UPDATE summaries SET deleted = 1
 WHERE id IN (SELECT {_OWNER} FROM {{src}} AS e WHERE e.type = '{DELETED}')
 """
+# Fired only by a conversation's own events: not a statement's work for every request.
+_ONLY = "AND NEW.stream_id LIKE 'conv\\_%' ESCAPE '\\'"
+_PG_ONLY = "AND NEW.stream_id LIKE 'conv\\_%'"
 STATEMENTS = {  # trigger name → (the type it fires on, its statements), in rebuild order
     "summaries_on_conversation": (ACCEPTED, [_INSERT, _COMPLETE]),
     "summaries_on_conversation_delete": (DELETED, [_DELETE]),
 }
 TRIGGERS = [
-    f"CREATE TRIGGER {name} AFTER INSERT ON events WHEN NEW.type = '{type_}' BEGIN "
+    f"CREATE TRIGGER {name} AFTER INSERT ON events WHEN NEW.type = '{type_}' {_ONLY} BEGIN "
     + "; ".join(sql.format(src=NEW_ROW) for sql in statements)
     + "; END"
     for name, (type_, statements) in STATEMENTS.items()
@@ -104,7 +107,7 @@ PG_TRIGGERS = [
     for statement in pgsql.trigger(
         name,
         "INSERT",
-        f"NEW.type = '{type_}'",
+        f"NEW.type = '{type_}' {_PG_ONLY}",
         ";\n".join(sql.replace("{src}", pgsql.new_row(_COLUMNS)) for sql in statements),
     )
 ]
