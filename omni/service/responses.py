@@ -129,9 +129,10 @@ class ResponsesService:
     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """The items before the request's (its chain's, or its conversation's) and its own,
         normalised, references resolved; a 400 for a request with neither."""
-        history = await self._history(body.previous_response_id, owner)
-        if body.conversation is not None:
+        if body.conversation is not None:  # with previous_response_id too: that 400 first
             history = await self.conversations.context(body, owner)
+        else:
+            history = await self._history(body.previous_response_id, owner)
         items = normalize_input(body.input)
         for i, item in enumerate(items):  # reasoning sent back sealed must be ours, unaltered
             if item["type"] == "reasoning" and item.get("encrypted_content"):

@@ -227,6 +227,10 @@ async def test_previous_response_id_and_conversation_together_are_refused(
     with pytest.raises(InvalidRequest) as refused:
         await services.responses.create(body)
     assert refused.value.param == "conversation" and "Mutually exclusive" in refused.value.message
+    body = ResponseCreate(input="b", conversation=cid, previous_response_id="resp_gone")
+    with pytest.raises(InvalidRequest) as unknown_chain:  # not "previous response not found"
+        await services.responses.create(body)
+    assert unknown_chain.value.param == "conversation"
     for bad in (7, {"name": "x"}, ""):
         with pytest.raises(InvalidRequest) as shaped:
             await services.responses.create(ResponseCreate(input="b", conversation=bad))
