@@ -1,8 +1,8 @@
 """The official Node SDKs (`openai` and `@anthropic-ai/sdk` from npm, pinned in
 tests/node/package-lock.json): OpenAI's reads a Responses stream through keep-alives (the
-Python SDK's own check is in test_resume_live.py); Anthropic's creates, streams, counts and
-meets a NotFoundError on the Messages API. Needs Node.js and npm (.ci/run installs them);
-without, it fails."""
+Python SDK's own check is in test_resume_live.py) and makes every Conversations call;
+Anthropic's creates, streams, counts and meets a NotFoundError on the Messages API. Needs
+Node.js and npm (.ci/run installs them); without, it fails."""
 
 from __future__ import annotations
 
