@@ -20,6 +20,7 @@ from typing import Any
 
 import jsonschema
 import pytest
+from tokenizers import Tokenizer
 
 from omni.api.app import Settings
 from omni.cli.program import parser
@@ -88,6 +89,7 @@ class Served:
     server: ServerThread
     recording: Recording
     engine: MLXEngine
+    model_dir: Path
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +107,7 @@ def codex_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     recording = Recording(srv.app.asgi_app)
     srv.app.asgi_app = recording  # type: ignore[method-assign,assignment]
     srv.start()
-    yield Served(srv, recording, engine)
+    yield Served(srv, recording, engine, model_dir)
     srv.stop()
     engine.close()
 
@@ -250,10 +252,23 @@ def test_codex_completes_a_turn_longer_than_512_tokens(
     codex_bin: Path, codex_server: Served, tmp_path: Path
 ) -> None:
     """Codex sends no output limit: its answer runs until the grammar lets it end, here only
-    after more than 512 tokens (no token is longer than max_token_bytes characters), and the
-    turn completes rather than ending "ERROR: Incomplete response" at a default cap."""
-    floor = LONG * codex_server.engine.capabilities.max_token_bytes
-    essay = {"type": "string", "minLength": floor, "maxLength": floor + 64}
+    after more than 512 tokens, and the turn completes rather than ending "ERROR: Incomplete
+    response" at a default cap. The essay is of letters no two of which the tiny tokenizer
+    joins in one token, so each of its characters is a token of its own."""
+    letters = "xyz"
+    vocabulary = Tokenizer.from_file(str(codex_server.model_dir / "tokenizer.json"))
+    joined = [
+        text
+        for token in vocabulary.get_vocab().values()
+        if len(text := vocabulary.decode([token])) > 1 and set(text) <= set(letters)
+    ]
+    assert joined == []  # else an essay of LONG characters could be fewer tokens
+    essay = {
+        "type": "string",
+        "pattern": f"^[{letters}]+$",
+        "minLength": LONG,
+        "maxLength": LONG + 64,
+    }
     schema = {
         "type": "object",
         "properties": {"essay": essay},
@@ -261,7 +276,7 @@ def test_codex_completes_a_turn_longer_than_512_tokens(
         "additionalProperties": False,
     }
     turn = codex_exec(codex_bin, codex_server, tmp_path, schema, "write a long essay")
-    assert set(turn.answer) == {"essay"} and len(turn.answer["essay"]) >= floor, turn.report
+    assert set(turn.answer) == {"essay"} and len(turn.answer["essay"]) >= LONG, turn.report
     last = parse_frames(bytes(turn.exchanges[-1].response))[-1]
     assert json.loads(turn.exchanges[-1].body).get("max_output_tokens") is None
     assert last.event == "response.completed", turn.report
