@@ -369,7 +369,9 @@ class Probe:
         finally:
             self.last = request
         self.tally[f"{answer.status_code // 100}xx"] += 1
-        problem = check(answer, raw, anthropic=request.path.startswith("/v1/messages"))
+        # The path the server was sent (a client resolves ".." before it asks).
+        anthropic = answer.request.url.path.startswith("/v1/messages")
+        problem = check(answer, raw, anthropic=anthropic)
         if problem is not None:
             self.tally["broken"] += 1
         return problem
