@@ -22,6 +22,7 @@ from omni.api import (
     metrics,
     models,
     responses,
+    socket_gate,
     speech,
     transcriptions,
 )
@@ -61,7 +62,9 @@ def create_app(settings: Settings, served: Models | Engine) -> Quart:
     errors.install(app)
     figures = Metrics()  # this app's alone: never the process-wide default registry
     access.install(app, figures)  # first: requests the gate refuses are logged by their route
-    gate.install(app, settings.access or Access())
+    rules = settings.access or Access()
+    gate.install(app, rules)
+    socket_gate.install(app, rules)  # the same rules, for WebSockets' upgrades
     for prefix in ("/v1", ""):
         for module in BLUEPRINTS:
             bp = module.bp

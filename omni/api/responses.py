@@ -1,5 +1,5 @@
-"""The Responses API: create, retrieve (JSON or SSE replay), input_items, input_tokens,
-cancel, delete."""
+"""The Responses API: create (over HTTP, or turns over a WebSocket: omni.api.responses_socket),
+retrieve (JSON or SSE replay), input_items, input_tokens, cancel, delete."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 from quart import Blueprint, Response, request
 
-from omni.api import access
+from omni.api import access, responses_socket
 from omni.api.body import body_bytes
 from omni.api.current import current_server
 from omni.api.gate import owner
@@ -87,6 +87,12 @@ async def create() -> Any:
     if final["status"] == "failed" and not final["output"]:
         raise OmniError(final["error"]["message"])
     return final
+
+
+@bp.websocket("/responses")
+async def create_over_socket() -> None:
+    """`GET /v1/responses` with `Upgrade: websocket`: turns as `response.create` messages."""
+    await responses_socket.serve()
 
 
 @bp.post("/responses/input_tokens")

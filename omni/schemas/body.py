@@ -42,6 +42,12 @@ def parse_body(raw: bytes | str, model: type[M]) -> M:
     data = load_json(raw)
     if not isinstance(data, dict):
         raise InvalidRequest("The request body must be a JSON object.")
+    return validate(data, model)
+
+
+def validate(data: dict[str, Any], model: type[M]) -> M:
+    """A JSON object already read (a WebSocket message's) as `model`: invalid fields become
+    400s naming the parameter."""
     try:
         return model.model_validate(data)
     except ValidationError as exc:

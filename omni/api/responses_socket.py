@@ -1,0 +1,150 @@
+"""The Responses API over a WebSocket (`GET /v1/responses` with `Upgrade: websocket`), as
+OpenAI's WebSocket mode has it: each turn is a `response.create` message (a create's body and
+`"type": "response.create"`; `stream` is implied), answered by the events its SSE stream would
+carry, one JSON text message each, in order, up to its terminal event. The events are read
+from the log as the SSE path reads them: the generation writes the log and the socket only
+follows it, so a slow reader never slows a generation.
+
+The messages a client may send:
+- `response.create`: a turn. Turns run one at a time; what arrives meanwhile waits its turn.
+- `response.resume` `{"response_id", "starting_after"}`: a stored response's events after
+  sequence number `starting_after` (-1: all), live to its end: a client back after a drop.
+- `response.processed` `{"response_id"}`: Codex's word that it has handled a turn; nothing
+  to do.
+Anything else, or a message that is not valid, is answered by an `error` message naming the
+problem, and the socket stays open. A client gone mid-turn cancels a foreground response at its
+next token, as an SSE client does; a background one runs on.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from contextlib import aclosing
+from typing import Any
+
+from quart import websocket
+
+from omni.api.current import current_server
+from omni.api.gate import owner
+from omni.errors import SERVER_ERROR, InvalidRequest, OmniError, StoreError
+from omni.lifecycle import Lifecycle
+from omni.schemas.body import load_json, validate
+from omni.schemas.responses import ResponseCreate
+from omni.service.responses import ResponsesService
+
+log = logging.getLogger(__name__)
+
+CREATE = "response.create"
+RESUME = "response.resume"
+PROCESSED = "response.processed"
+MESSAGE_TYPES = (CREATE, RESUME, PROCESSED)
+
+
+async def serve() -> None:
+    """One connection: accepted (the keys, Host and Origin were checked at the upgrade,
+    omni.api.socket_gate), then its messages one at a time until the client goes."""
+    server = current_server()
+    await websocket.accept()
+    session = Session(server.responses, server.lifecycle, owner())
+    while True:
+        await session.handle(await websocket.receive())
+
+
+def error_message(exc: OmniError, seq: int | None = None) -> str:
+    """OpenAI's `error` event (`code`, `message`, `param`, and `sequence_number` within a
+    turn), with the HTTP `status` and the `error` body the request would have had over HTTP:
+    what OpenAI's WebSocket mode sends, and what Codex reads an error by."""
+    error: Any = exc.body()["error"]
+    data: dict[str, Any] = {
+        "type": "error",
+        "code": error["code"],
+        "message": error["message"],
+        "param": error["param"],
+    }
+    if seq is not None:
+        data["sequence_number"] = seq
+    data["status"] = exc.status
+    data["error"] = error
+    return json.dumps(data, separators=(",", ":"))
+
+
+class Session:
+    """A connection's turns, for the owner of the key it was opened with."""
+
+    def __init__(self, service: ResponsesService, lifecycle: Lifecycle, owner: str | None):
+        self.service = service
+        self.lifecycle = lifecycle
+        self.owner = owner
+
+    async def handle(self, raw: str | bytes) -> None:
+        """One message; its failure is an `error` message, and the connection goes on."""
+        try:
+            message = load_json(raw)
+            if not isinstance(message, dict):
+                raise InvalidRequest("A message must be a JSON object with a `type`.")
+            kind = message.get("type")
+            if kind == CREATE:
+                await self.create(message)
+            elif kind == RESUME:
+                await self.resume(message)
+            elif kind != PROCESSED:
+                raise InvalidRequest(
+                    f"Unknown message type {kind!r}: expected one of {', '.join(MESSAGE_TYPES)}.",
+                    param="type",
+                )
+        except OmniError as exc:
+            await self.fail(exc)
+        except Exception:  # a bug: said as a 500 is, and the connection goes on
+            log.exception("unhandled error on a Responses WebSocket")
+            await self.fail(OmniError(SERVER_ERROR))
+
+    async def create(self, message: dict[str, Any]) -> None:
+        body = validate(message, ResponseCreate)  # its `type` is a key the body ignores
+        body = body.model_copy(update={"stream": True})
+        with self.lifecycle.intake.request():
+            self.lifecycle.refuse_if_closing()
+            created = await self.service.create(body, self.owner)
+        await self.follow(created["id"], -1, cancel_on_close=not body.background)
+
+    async def resume(self, message: dict[str, Any]) -> None:
+        response_id = message.get("response_id")
+        if not isinstance(response_id, str):
+            raise InvalidRequest(
+                "`response_id` is required: the id of the response to resume.",
+                param="response_id",
+            )
+        after = message.get("starting_after", -1)
+        if not isinstance(after, int) or isinstance(after, bool) or after < -1:
+            raise InvalidRequest(
+                "`starting_after` must be an integer of at least -1: the sequence number of "
+                "the last event received.",
+                param="starting_after",
+            )
+        await self.service.retrieve(response_id, self.owner)  # a 404 before any event
+        await self.follow(response_id, after, cancel_on_close=False)
+
+    async def follow(self, response_id: str, after: int, cancel_on_close: bool) -> None:
+        """Send the response's events after `after`, as the log has them, to its end."""
+        finished = False
+        last = after
+        try:
+            async with aclosing(self.service.pages(response_id, after)) as pages:
+                async for rows in pages:
+                    for event in rows or ():  # None: a keep-alive, which a socket needs not
+                        await websocket.send(event.data)
+                        last = event.seq
+            finished = True
+        except StoreError as exc:  # the log cannot be read: say so, and end the turn
+            await self.fail(exc, last + 1)
+        finally:
+            # A foreground turn whose client went away (Quart cancels this task when the
+            # socket closes) is cancelled at the next token.
+            if not finished and cancel_on_close:
+                self.service.cancel_running(response_id)
+            self.service.release(response_id)
+
+    async def fail(self, exc: OmniError, seq: int | None = None) -> None:
+        if not exc.public:  # the client reads SERVER_ERROR; the operator, what happened
+            log.error("%s: %s", type(exc).__name__, exc.message)
+        await websocket.send(error_message(exc, seq))
