@@ -7,6 +7,10 @@ follows it, so a slow reader never slows a generation.
 
 The messages a client may send:
 - `response.create`: a turn. Turns run one at a time; what arrives meanwhile waits its turn.
+  With `"generate": false` (Codex's warm-up when it connects), a response that is complete at
+  once with no output: nothing runs, nothing is recorded. As OpenAI does, the connection keeps
+  its last response that the log does not (a warm-up, or `store: false`) in memory, so a next
+  turn may chain to it by `previous_response_id` and send only its new items.
 - `response.resume` `{"response_id", "starting_after"}`: a stored response's events after
   sequence number `starting_after` (-1: all), live to its end: a client back after a drop.
 - `response.processed` `{"response_id"}`: Codex's word that it has handled a turn; nothing
@@ -30,8 +34,10 @@ from omni.api.gate import owner
 from omni.errors import SERVER_ERROR, InvalidRequest, OmniError, StoreError
 from omni.lifecycle import Lifecycle
 from omni.schemas.body import load_json, validate
+from omni.schemas.items import normalize_input
 from omni.schemas.responses import ResponseCreate
 from omni.service.responses import ResponsesService
+from omni.service.streams import is_terminal
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +82,9 @@ class Session:
         self.service = service
         self.lifecycle = lifecycle
         self.owner = owner
+        # The last response of this connection that the log does not keep: its id, and every
+        # item of its context and output, for a next turn chained to it.
+        self.unstored: tuple[str, list[dict[str, Any]]] | None = None
 
     async def handle(self, raw: str | bytes) -> None:
         """One message; its failure is an `error` message, and the connection goes on."""
@@ -100,12 +109,42 @@ class Session:
             await self.fail(OmniError(SERVER_ERROR))
 
     async def create(self, message: dict[str, Any]) -> None:
+        generate = message.get("generate", True)
+        if not isinstance(generate, bool):
+            raise InvalidRequest("`generate` must be a boolean.", param="generate")
         body = validate(message, ResponseCreate)  # its `type` is a key the body ignores
-        body = body.model_copy(update={"stream": True})
+        body = self.chained(body).model_copy(update={"stream": True})
+        if not generate:
+            await self.warm_up(body)
+            return
         with self.lifecycle.intake.request():
             self.lifecycle.refuse_if_closing()
             created = await self.service.create(body, self.owner)
-        await self.follow(created["id"], -1, cancel_on_close=not body.background)
+        final = await self.follow(created["id"], -1, cancel_on_close=not body.background)
+        self.remember(body, final, body.store)
+
+    def chained(self, body: ResponseCreate) -> ResponseCreate:
+        """The body, with the response it chains to written out ahead of its input where
+        that is this connection's last, unstored one (which the log cannot give)."""
+        if self.unstored is None or body.previous_response_id != self.unstored[0]:
+            return body
+        items = [*self.unstored[1], *normalize_input(body.input)]
+        return body.model_copy(update={"input": items, "previous_response_id": None})
+
+    def remember(self, body: ResponseCreate, final: dict[str, Any] | None, stored: bool) -> None:
+        self.unstored = None
+        if final is not None and not stored:
+            self.unstored = (final["id"], [*normalize_input(body.input), *final["output"]])
+
+    async def warm_up(self, body: ResponseCreate) -> None:
+        """`generate: false`: the events of a response complete with no output."""
+        final = await self.service.warm_up(body, self.owner)
+        opened = {**final, "status": "in_progress", "completed_at": None, "usage": None}
+        steps = (("response.created", opened), ("response.in_progress", opened))
+        for seq, (type_, response) in enumerate((*steps, ("response.completed", final))):
+            event = {"type": type_, "sequence_number": seq, "response": response}
+            await websocket.send(json.dumps(event, separators=(",", ":")))
+        self.remember(body, final, stored=False)
 
     async def resume(self, message: dict[str, Any]) -> None:
         response_id = message.get("response_id")
@@ -124,25 +163,31 @@ class Session:
         await self.service.retrieve(response_id, self.owner)  # a 404 before any event
         await self.follow(response_id, after, cancel_on_close=False)
 
-    async def follow(self, response_id: str, after: int, cancel_on_close: bool) -> None:
-        """Send the response's events after `after`, as the log has them, to its end."""
+    async def follow(
+        self, response_id: str, after: int, cancel_on_close: bool
+    ) -> dict[str, Any] | None:
+        """Send the response's events after `after`, as the log has them, to its end.
+        Returns the response its terminal event carries (None: it did not end here)."""
         finished = False
-        last = after
+        last = None
         try:
             async with aclosing(self.service.pages(response_id, after)) as pages:
                 async for rows in pages:
                     for event in rows or ():  # None: a keep-alive, which a socket needs not
                         await websocket.send(event.data)
-                        last = event.seq
+                        last = event
             finished = True
         except StoreError as exc:  # the log cannot be read: say so, and end the turn
-            await self.fail(exc, last + 1)
+            await self.fail(exc, (last.seq if last is not None else after) + 1)
         finally:
             # A foreground turn whose client went away (Quart cancels this task when the
             # socket closes) is cancelled at the next token.
             if not finished and cancel_on_close:
                 self.service.cancel_running(response_id)
             self.service.release(response_id)
+        if last is None or not is_terminal(last):
+            return None
+        return dict(json.loads(last.data)["response"])
 
     async def fail(self, exc: OmniError, seq: int | None = None) -> None:
         if not exc.public:  # the client reads SERVER_ERROR; the operator, what happened

@@ -24,7 +24,7 @@ from omni.ports.chat import Engine
 from omni.ports.jobs import Sampling
 from omni.projections.input_items import page_items
 from omni.projections.response import fold_response
-from omni.protocol.recorder import ResponseRecorder
+from omni.protocol.recorder import ResponseRecorder, usage
 from omni.schemas.conversations import conversation_id
 from omni.schemas.items import normalize_input
 from omni.schemas.responses import ResponseCreate
@@ -112,6 +112,19 @@ class ResponsesService:
         async with self.models.use(body.model, body.adapter_path, body.draft_model) as engine:
             self.runs.check_capacity(engine)
             return await self._accept(engine, body, owner, history + items, items)
+
+    async def warm_up(self, body: ResponseCreate, owner: str | None = None) -> dict[str, Any]:
+        """A create with `generate: false` (the warm-up of OpenAI's WebSocket mode, which Codex
+        sends first): the request checked as create() checks it, and a response that is
+        complete at once with no output. Nothing runs and nothing is recorded."""
+        self.check_model(body.model)
+        await self._context(body, owner)
+        model_id = self.models.find(body.model, "chat").id
+        response = initial_response(new_id("resp"), body, body.tools, model_id, Sampling())
+        response["status"] = "completed"
+        response["completed_at"] = response["created_at"]
+        response["usage"] = usage(0, 0)
+        return response
 
     async def count_input_tokens(self, body: ResponseCreate, owner: str | None = None) -> int:
         """The input tokens a create with this body would prefill, without generating: the

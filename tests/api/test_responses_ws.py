@@ -110,6 +110,45 @@ def test_three_turns_on_one_socket_are_the_stored_events(
         previous, used = final, final["usage"]
 
 
+def test_a_warm_up_and_unstored_turns_chain_on_the_connection(
+    server: ServerThread, ws: Connection
+) -> None:
+    """`generate: false` (Codex's warm-up) completes at once with no output and records
+    nothing; turns with `store: false` chain to the connection's last response by its id, as
+    OpenAI keeps it in the connection's memory: the model reads the whole chain."""
+    warm = turn(ws, input="hello there", generate=False, store=False, **TURN)
+    assert [e["type"] for e in warm] == [
+        "response.created",
+        "response.in_progress",
+        "response.completed",
+    ]
+    assert [e["sequence_number"] for e in warm] == [0, 1, 2]
+    final = warm[-1]["response"]
+    assert final["status"] == "completed" and final["output"] == []
+    assert final["usage"]["output_tokens"] == 0 and final["model"] == MODEL
+    assert read_log(server, final["id"]) == []
+
+    sent = [{"role": "user", "content": "hello there"}]
+    with httpx.Client(base_url=server.base_url, timeout=TIMEOUT) as http:
+        for words in ("and then?", "go on"):
+            events = turn(ws, input=words, previous_response_id=final["id"], store=False, **TURN)
+            assert events[-1]["type"] in ENDED, events[-1]
+            sent.append({"role": "user", "content": words})
+            # As many input tokens as the whole chain sent at once.
+            counted = http.post(
+                "/v1/responses/input_tokens", json={"model": MODEL, "input": sent}
+            ).json()["input_tokens"]
+            final = events[-1]["response"]
+            assert final["usage"]["input_tokens"] == counted
+            sent.extend(final["output"])
+
+    # A response the connection does not hold, nor the log: OpenAI's error, and a full
+    # request then goes through on the same socket.
+    [error] = turn(ws, input="x", previous_response_id="resp_gone", store=False, **TURN)
+    assert (error["code"], error["status"]) == ("previous_response_not_found", 400)
+    assert turn(ws, input=sent, store=False, **TURN)[-1]["type"] in ENDED
+
+
 def test_keys_are_checked_at_the_upgrade(tiny_engine: Any, tmp_path: Path) -> None:
     access = Access(keys=KeyRing.from_secrets(KEY))
     settings = Settings(db_path=str(tmp_path / "omni.db"), keepalive=1.0, access=access)
