@@ -21,6 +21,7 @@ class Lifecycle:
         self._notifier = notifier
         self.grace_s = grace_s  # for running generations to end, once a stop is asked
         self.stopping: asyncio.Task[None] | None = None  # the graceful stop, once begun
+        self.stopped_serving = asyncio.Event()  # set once a stop's endings are committed
 
     @property
     def closing(self) -> bool:
@@ -51,6 +52,7 @@ class Lifecycle:
         # Every ending is committed: the streams of what goes on at the next start end now, on
         # a frame boundary and with a whole body, rather than cut when Hypercorn stops waiting.
         self._notifier.stop()
+        self.stopped_serving.set()  # and idle WebSockets close, rather than wait to be cut
 
     async def stopped(self) -> None:
         """Wait for a stop a signal began, if any."""

@@ -22,6 +22,7 @@ next token, as an SSE client does; a background one runs on.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from contextlib import aclosing
@@ -45,16 +46,31 @@ CREATE = "response.create"
 RESUME = "response.resume"
 PROCESSED = "response.processed"
 MESSAGE_TYPES = (CREATE, RESUME, PROCESSED)
+GOING_AWAY = 1001  # the WebSocket close code of a server that stops
 
 
 async def serve() -> None:
     """One connection: accepted (the keys, Host and Origin were checked at the upgrade,
-    omni.api.socket_gate), then its messages one at a time until the client goes."""
+    omni.api.socket_gate), then its messages one at a time until the client goes, or until
+    the server stops (closed with 1001, "going away", once the stop's endings are sent)."""
     server = current_server()
     await websocket.accept()
     session = Session(server.responses, server.lifecycle, owner())
-    while True:
-        await session.handle(await websocket.receive())
+    while (message := await next_message(server.lifecycle)) is not None:
+        await session.handle(message)
+    await websocket.close(GOING_AWAY, "The server is shutting down.")
+
+
+async def next_message(lifecycle: Lifecycle) -> str | bytes | None:
+    """The client's next message; None once the server has stopped serving."""
+    receiving = asyncio.ensure_future(websocket.receive())
+    stopped = asyncio.ensure_future(lifecycle.stopped_serving.wait())
+    try:
+        await asyncio.wait((receiving, stopped), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiting in (receiving, stopped):
+            waiting.cancel()  # a message not yet taken stays queued
+    return receiving.result() if receiving.done() and not receiving.cancelled() else None
 
 
 def error_message(exc: OmniError, seq: int | None = None) -> str:

@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
-from websockets.exceptions import InvalidStatus
+from websockets.exceptions import ConnectionClosedOK, InvalidStatus
 from websockets.sync.client import connect
 from websockets.sync.connection import Connection
 
@@ -262,3 +262,23 @@ def test_a_dropped_foreground_turn_is_cancelled(server: ServerThread) -> None:
 
 async def _cancel(server: ServerThread, rid: str) -> None:
     server.state.responses.cancel_running(rid)  # a no-op once it has ended
+
+
+def test_a_stop_closes_an_idle_socket_as_going_away(tiny_engine: Any, tmp_path: Path) -> None:
+    """Once a graceful stop's endings are committed, an idle socket is closed with 1001
+    rather than held until Hypercorn gives up on it."""
+    settings = Settings(db_path=str(tmp_path / "omni.db"), keepalive=1.0)
+    srv = ServerThread(settings, tiny_engine).start()
+    try:
+        with connect(ws_url(srv)) as socket:
+            assert turn(socket, input="hi", **TURN)[-1]["type"] in ENDED
+            srv.call(_stop(srv))
+            with pytest.raises(ConnectionClosedOK) as closed:
+                socket.recv(timeout=TIMEOUT)
+            assert closed.value.rcvd is not None and closed.value.rcvd.code == 1001
+    finally:
+        srv.stop()
+
+
+async def _stop(server: ServerThread) -> None:
+    await server.state.lifecycle.stop()  # as `omni serve` does on SIGTERM, before Hypercorn
