@@ -6,6 +6,9 @@ import json
 from contextlib import aclosing
 from typing import Any
 
+import pytest
+
+from omni.errors import InvalidRequest
 from omni.ports.jobs import Delta, Finished
 from omni.schemas.responses import ResponseCreate
 from omni.vocabulary import ACCEPTED, CANCEL_REQUESTED
@@ -102,3 +105,20 @@ async def test_a_json_answer_cut_by_the_limit_is_its_text(services: Services) ->
     assert final["incomplete_details"] == {"reason": "max_output_tokens"}
     assert [item["type"] for item in final["output"]] == ["message"]
     assert final["output"][0]["content"][0]["text"] == '```json\n{"summary": "The'
+
+
+async def test_a_warm_up_is_checked_and_complete_with_nothing_run(services: Services) -> None:
+    """generate: false (a WebSocket's warm-up): a response complete at once with no output,
+    the engine never asked, the log untouched; the request checked as a create is."""
+    responses = services.responses
+    body = ResponseCreate(input="hi", instructions="be brief", tools=[], store=False)
+    warm = await responses.warm_up(body)
+    assert warm["id"].startswith("resp_") and warm["model"] == "scripted"
+    assert (warm["status"], warm["output"], warm["instructions"]) == ("completed", [], "be brief")
+    assert warm["usage"]["input_tokens"] == warm["usage"]["output_tokens"] == 0
+    assert warm["completed_at"] == warm["created_at"]
+    assert services.engine.jobs == [] and await services.store.read(warm["id"]) == []
+    gone = ResponseCreate(input="hi", previous_response_id="resp_gone")
+    with pytest.raises(InvalidRequest) as refused:
+        await responses.warm_up(gone)
+    assert refused.value.code == "previous_response_not_found"
