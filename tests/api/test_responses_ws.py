@@ -240,6 +240,21 @@ def test_a_dropped_background_turn_is_resumed_by_id_and_seq(server: ServerThread
             assert (error["type"], error["param"], error["status"]) == ("error", param, status)
 
 
+def test_a_reader_that_lags_does_not_hold_the_generation_back(server: ServerThread) -> None:
+    """The socket follows the log: a client that reads nothing while its turn runs finds the
+    turn ended in the log all the same, and then reads every event of it, in order."""
+    body = {"model": MODEL, "input": "go on and on", **UNENDING, "max_output_tokens": 1000}
+    # No compression and a one-message queue: what the client does not read stays unread.
+    with connect(ws_url(server), compression=None, max_queue=1) as socket:
+        socket.send(json.dumps({"type": "response.create", **body}))
+        first = receive(socket)
+        rid = first["response"]["id"]
+        assert wait_for(lambda: is_finished(server, rid), timeout=60)
+        events = [first, *read_turn(socket)]
+    assert events == stored(server, rid)
+    assert events[-1]["response"]["usage"]["output_tokens"] == 1000
+
+
 def test_a_dropped_foreground_turn_is_cancelled(server: ServerThread) -> None:
     body = {"model": MODEL, "input": "go on and on", **UNENDING, "max_output_tokens": LONG}
     with connect(ws_url(server)) as socket:
