@@ -25,11 +25,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from contextlib import aclosing
 from typing import Any
 
 from quart import websocket
 
+from omni.api import access
 from omni.api.current import current_server
 from omni.api.gate import owner
 from omni.errors import SERVER_ERROR, InvalidRequest, OmniError, StoreError
@@ -91,6 +93,16 @@ def error_message(exc: OmniError, seq: int | None = None) -> str:
     return json.dumps(data, separators=(",", ":"))
 
 
+def access_line(path: str, started: float, fields: dict[str, Any]) -> None:
+    """`WS /v1/responses 200 41.2ms id=resp_… input_tokens=9 output_tokens=16`: a message's
+    line in the access log (omni.api.access), as an HTTP request's (status 499: the client
+    went before its answer ended)."""
+    ms = round((time.perf_counter() - started) * 1000, 1)
+    line = {"method": "WS", "path": path, "status": fields.pop("status"), "ms": ms}
+    line.update((k, v) for k, v in fields.items() if v is not None)
+    access.log.info(access.format_line(line), extra={"access": line})
+
+
 class Session:
     """A connection's turns, for the owner of the key it was opened with."""
 
@@ -101,9 +113,20 @@ class Session:
         # The last response of this connection that the log does not keep: its id, and every
         # item of its context and output, for a next turn chained to it.
         self.unstored: tuple[str, list[dict[str, Any]]] | None = None
+        self.line: dict[str, Any] = {}  # the fields of the current message's access line
 
     async def handle(self, raw: str | bytes) -> None:
-        """One message; its failure is an `error` message, and the connection goes on."""
+        """One message, and its access line (as an HTTP request has one)."""
+        started = time.perf_counter()
+        self.line = {"status": access.GONE}  # until it is answered: the client may go first
+        try:
+            await self.answer(raw)
+        finally:
+            if self.line:  # empty: a message that asks nothing (response.processed)
+                access_line(websocket.path, started, {**self.line, "key": self.owner})
+
+    async def answer(self, raw: str | bytes) -> None:
+        """Its failure is an `error` message, and the connection goes on."""
         try:
             message = load_json(raw)
             if not isinstance(message, dict):
@@ -113,15 +136,22 @@ class Session:
                 await self.create(message)
             elif kind == RESUME:
                 await self.resume(message)
-            elif kind != PROCESSED:
+            elif kind == PROCESSED:
+                self.line = {}
+                return
+            else:
                 raise InvalidRequest(
                     f"Unknown message type {kind!r}: expected one of {', '.join(MESSAGE_TYPES)}.",
                     param="type",
                 )
+            if self.line["status"] == access.GONE:  # not failed on the way (the log unread)
+                self.line["status"] = 200
         except OmniError as exc:
+            self.line["status"] = exc.status
             await self.fail(exc)
         except Exception:  # a bug: said as a 500 is, and the connection goes on
             log.exception("unhandled error on a Responses WebSocket")
+            self.line["status"] = 500
             await self.fail(OmniError(SERVER_ERROR))
 
     async def create(self, message: dict[str, Any]) -> None:
@@ -155,6 +185,7 @@ class Session:
     async def warm_up(self, body: ResponseCreate) -> None:
         """`generate: false`: the events of a response complete with no output."""
         final = await self.service.warm_up(body, self.owner)
+        self.line.update(id=final["id"], warm_up=True)
         opened = {**final, "status": "in_progress", "completed_at": None, "usage": None}
         steps = (("response.created", opened), ("response.in_progress", opened))
         for seq, (type_, response) in enumerate((*steps, ("response.completed", final))):
@@ -186,6 +217,7 @@ class Session:
         Returns the response its terminal event carries (None: it did not end here)."""
         finished = False
         last = None
+        self.line["id"] = response_id
         try:
             async with aclosing(self.service.pages(response_id, after)) as pages:
                 async for rows in pages:
@@ -194,6 +226,7 @@ class Session:
                         last = event
             finished = True
         except StoreError as exc:  # the log cannot be read: say so, and end the turn
+            self.line["status"] = exc.status
             await self.fail(exc, (last.seq if last is not None else after) + 1)
         finally:
             # A foreground turn whose client went away (Quart cancels this task when the
@@ -203,7 +236,9 @@ class Session:
             self.service.release(response_id)
         if last is None or not is_terminal(last):
             return None
-        return dict(json.loads(last.data)["response"])
+        final = dict(json.loads(last.data)["response"])
+        self.line.update(access.usage_note(final.get("usage")))
+        return final
 
     async def fail(self, exc: OmniError, seq: int | None = None) -> None:
         if not exc.public:  # the client reads SERVER_ERROR; the operator, what happened

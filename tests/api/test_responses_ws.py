@@ -6,6 +6,7 @@ goes on, a dropped foreground turn is cancelled, a background one resumed by id 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from socket import create_connection
@@ -108,6 +109,27 @@ def test_three_turns_on_one_socket_are_the_stored_events(
         # The history came along: more input than the whole turn before it.
         assert final["usage"]["input_tokens"] > used["input_tokens"] + used["output_tokens"]
         previous, used = final, final["usage"]
+
+
+def test_each_message_has_its_access_line(ws: Connection, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="omni.access")
+    final = turn(ws, input="hi", **TURN)[-1]["response"]
+    ws.send(json.dumps({"type": "response.processed", "response_id": final["id"]}))
+    ws.send(json.dumps({"type": "response.nope"}))
+    assert receive(ws)["type"] == "error"
+
+    def lines() -> list[dict[str, Any]]:
+        return [r.access for r in caplog.records if r.name == "omni.access"]  # type: ignore[attr-defined]
+
+    assert wait_for(lambda: len(lines()) == 2)  # written as the answer's last message goes
+    made, refused = lines()
+    assert (made["method"], made["path"], made["status"]) == ("WS", "/v1/responses", 200)
+    assert made["id"] == final["id"]
+    assert made["input_tokens"] == final["usage"]["input_tokens"]
+    assert made["output_tokens"] == final["usage"]["output_tokens"]
+    assert (refused["method"], refused["status"]) == ("WS", 400) and "id" not in refused
+    text = [r.getMessage() for r in caplog.records if r.name == "omni.access"]
+    assert text[0].startswith("WS /v1/responses 200 ") and f"id={final['id']}" in text[0]
 
 
 def test_a_warm_up_and_unstored_turns_chain_on_the_connection(
@@ -255,7 +277,10 @@ def test_a_reader_that_lags_does_not_hold_the_generation_back(server: ServerThre
     assert events[-1]["response"]["usage"]["output_tokens"] == 1000
 
 
-def test_a_dropped_foreground_turn_is_cancelled(server: ServerThread) -> None:
+def test_a_dropped_foreground_turn_is_cancelled(
+    server: ServerThread, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="omni.access")
     body = {"model": MODEL, "input": "go on and on", **UNENDING, "max_output_tokens": LONG}
     with connect(ws_url(server)) as socket:
         socket.send(json.dumps({"type": "response.create", **body}))
@@ -273,6 +298,13 @@ def test_a_dropped_foreground_turn_is_cancelled(server: ServerThread) -> None:
     assert final["type"] == "response.incomplete"
     assert final["response"]["status"] == "cancelled"
     assert final["response"]["usage"]["output_tokens"] < LONG // 4
+
+    # Its access line says the client went first (499), as an HTTP stream's does.
+    def gone() -> list[tuple[int, str]]:
+        lines = [r.access for r in caplog.records if r.name == "omni.access"]  # type: ignore[attr-defined]
+        return [(line["status"], line["id"]) for line in lines]
+
+    assert wait_for(lambda: gone() == [(499, rid)]), gone()
 
 
 async def _cancel(server: ServerThread, rid: str) -> None:
