@@ -7,7 +7,8 @@ a session of several turns in one process is Codex's app server (`codex app-serv
 over stdio, the protocol its IDE extensions speak), driven here: one socket carries Codex's
 warm-up (`generate: false`) and three turns, the later ones chained by `previous_response_id`
 to the unstored response before them with only their new items, as OpenAI's WebSocket mode
-allows. The server, model and config are test_codex_cli's."""
+allows. A server that goes away between two turns and comes back: Codex opens a new socket
+and the session goes on. The model and config are test_codex_cli's."""
 
 from __future__ import annotations
 
@@ -22,9 +23,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tests.agents.recording import Exchange
+from omni.api.app import Settings
+from omni.cli.program import parser
+from omni.cli.serve import sampling_defaults
+from tests.agents.recording import Exchange, Recording
 from tests.agents.test_codex_cli import SCHEMA, Served, codex_bin, codex_config, codex_server
 from tests.api._helpers import MODEL
+from tests.server import ServerThread
 
 __all__ = ["codex_bin", "codex_server"]  # the fixtures, served to this module too
 
@@ -141,29 +146,36 @@ def check_socket(exchanges: list[Exchange]) -> Exchange:
     return socket
 
 
+def start_thread(codex: AppServer) -> str:
+    codex.request("initialize", {"clientInfo": {"name": "omni-test", "version": "0"}})
+    codex.send({"method": "initialized"})
+    params = {"ephemeral": True, "sandbox": "read-only", "approvalPolicy": "never"}
+    return str(codex.request("thread/start", params)["thread"]["id"])
+
+
+def run_turn(codex: AppServer, thread: str, prompt: str) -> None:
+    """One turn, to its end: completed, its answer the output schema's JSON."""
+    params = {
+        "threadId": thread,
+        "input": [{"type": "text", "text": prompt}],
+        "outputSchema": SCHEMA,
+    }
+    codex.request("turn/start", params)
+    ended = codex.wait(lambda m: m.get("method") == "turn/completed")["params"]["turn"]
+    assert ended["status"] == "completed", ended
+    [message] = [i for i in ended["items"] if i["type"] == "agentMessage"]
+    assert set(json.loads(message["text"])) == {"greeting"}, message
+
+
 def test_codex_app_server_holds_three_turns_on_one_socket(
     codex_bin: Path, codex_server: Served, tmp_path: Path
 ) -> None:
     env, workdir = codex_env(codex_server, tmp_path)
     seen = len(codex_server.recording.responses())
     with app_server(codex_bin, env, workdir) as codex:
-        codex.request("initialize", {"clientInfo": {"name": "omni-test", "version": "0"}})
-        codex.send({"method": "initialized"})
-        thread = codex.request(
-            "thread/start",
-            {"ephemeral": True, "sandbox": "read-only", "approvalPolicy": "never"},
-        )["thread"]
+        thread = start_thread(codex)
         for prompt in PROMPTS:
-            params = {
-                "threadId": thread["id"],
-                "input": [{"type": "text", "text": prompt}],
-                "outputSchema": SCHEMA,
-            }
-            codex.request("turn/start", params)
-            ended = codex.wait(lambda m: m.get("method") == "turn/completed")["params"]["turn"]
-            assert ended["status"] == "completed", ended
-            [message] = [i for i in ended["items"] if i["type"] == "agentMessage"]
-            assert set(json.loads(message["text"])) == {"greeting"}, message
+            run_turn(codex, thread, prompt)
     report = "\n".join(json.dumps(m)[:300] for m in codex.seen)
     socket = check_socket(codex_server.recording.responses()[seen:])
 
@@ -230,3 +242,59 @@ def test_codex_exec_and_its_resume_stay_on_the_socket(
         }
         # This process's prompt, and the session's earlier ones: the session went on.
         assert set(prompts[: i + 1]) <= asked, (i, asked)
+
+
+def serving(served: Served, db: Path, port: int | None = None) -> tuple[ServerThread, Recording]:
+    """A server on test_codex_cli's model and settings, over the log at `db`, recorded."""
+    as_served = sampling_defaults(parser().parse_args(["serve"]))  # `omni serve`, no flags
+    settings = Settings(db_path=str(db), keepalive=1.0, defaults=as_served)
+    srv = ServerThread(settings, served.engine)
+    if port is not None:  # where the server before it listened
+        srv.port, srv.base_url = port, f"http://127.0.0.1:{port}"
+    recording = Recording(srv.app.asgi_app)
+    srv.app.asgi_app = recording  # type: ignore[method-assign,assignment]
+    return srv.start(), recording
+
+
+def test_a_session_goes_on_over_a_new_socket_after_the_server_restarts(
+    codex_bin: Path, codex_server: Served, tmp_path: Path
+) -> None:
+    """The server goes away between two turns, its socket cut (1011) as a crash cuts it, and
+    comes back on the same port and log: Codex opens a new socket for its next turn and sends
+    the whole history on it (what the old connection held is gone), and the session goes on,
+    its third turn chained on the new socket."""
+    db = tmp_path / "omni.db"
+    first, before = serving(codex_server, db)
+    env, workdir = codex_env(
+        Served(first, before, codex_server.engine, codex_server.model_dir), tmp_path
+    )
+    second = None
+    try:
+        with app_server(codex_bin, env, workdir) as codex:
+            thread = start_thread(codex)
+            run_turn(codex, thread, PROMPTS[0])
+            first.stop()  # no graceful stop began: Hypercorn cuts the idle socket
+            second, after = serving(codex_server, db, port=first.port)
+            for prompt in PROMPTS[1:]:
+                run_turn(codex, thread, prompt)
+    finally:
+        if second is not None:
+            second.stop()
+    check_socket(before.responses())
+    socket = check_socket(after.responses())
+    sent, ended = creates(socket), answers(socket)
+    resent = sent[0]  # no warm-up: the session had one
+    users = [
+        part.get("text")
+        for item in resent["input"]
+        if item.get("type") == "message" and item.get("role") == "user"
+        for part in item["content"]
+    ]
+    assert PROMPTS[0] in users and PROMPTS[1] in users
+    assert "previous_response_id" not in resent
+    # Then (a tool call makes a turn a request longer) chained on the new socket.
+    assert [e["type"] for e in ended] == ["response.completed"] * len(sent)
+    chained = [c.get("previous_response_id") for c in sent[1:]]
+    ids = [e["response"]["id"] for e in ended]
+    assert all(p in (None, ids[i]) for i, p in enumerate(chained)), (chained, ids)
+    assert any(chained), chained
