@@ -14,6 +14,7 @@ import socket
 from dataclasses import dataclass, field
 
 from quart import Quart, Response, g, request
+from werkzeug.datastructures import Headers
 from werkzeug.exceptions import HTTPException
 
 from omni.api.access import note, open_path
@@ -82,7 +83,7 @@ def install(app: Quart, access: Access) -> None:
         g.owner = None
         if open_path(request.path):
             return None
-        g.owner = owner = access.keys.owner(_credential())
+        g.owner = owner = access.keys.owner(credential(request.headers))
         if owner is not None:
             note(key=owner)
         _check_body(access)
@@ -102,11 +103,12 @@ def install(app: Quart, access: Access) -> None:
         return response
 
 
-def _credential() -> str | None:
-    """The request's `Authorization`, else its `x-api-key` (Anthropic's SDKs send the key
-    there) as a bearer credential: one key set answers both APIs."""
-    authorization = request.headers.get("authorization")
-    api_key = request.headers.get("x-api-key")
+def credential(headers: Headers) -> str | None:
+    """A request's `Authorization`, else its `x-api-key` (Anthropic's SDKs send the key
+    there) as a bearer credential: one key set answers both APIs (and the WebSocket's
+    upgrade, omni.api.socket_gate)."""
+    authorization = headers.get("authorization")
+    api_key = headers.get("x-api-key")
     if authorization is None and api_key is not None:
         return f"Bearer {api_key}"
     return authorization

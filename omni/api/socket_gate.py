@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from quart import Quart, g, websocket
 
-from omni.api.gate import Access, host_allowed, host_name, origin_allowed
+from omni.api.gate import Access, credential, host_allowed, host_name, origin_allowed
 from omni.errors import Forbidden
 
 
@@ -34,16 +34,7 @@ def install(app: Quart, access: Access) -> None:
                     "(see --allowed-origins).",
                     code="origin_not_allowed",
                 )
-        g.owner = access.keys.owner(_credential())
-
-
-def _credential() -> str | None:
-    """`Authorization`, else `x-api-key` as a bearer credential (as omni.api.gate reads them)."""
-    authorization = websocket.headers.get("authorization")
-    api_key = websocket.headers.get("x-api-key")
-    if authorization is None and api_key is not None:
-        return f"Bearer {api_key}"
-    return authorization
+        g.owner = access.keys.owner(credential(headers))
 
 
 def _same_origin(origin: str, host: str) -> bool:

@@ -101,7 +101,9 @@ def codex_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     engine = MLXEngine(ModelSource(str(model_dir), MODEL))
     engine.start()
     db_path = tmp_path_factory.mktemp("db") / "omni.db"
-    as_served = sampling_defaults(parser().parse_args(["serve"]))  # `omni serve`, no flags
+    # `omni serve`, greedy: a random model calls a tool (a turn more) only now and then, which
+    # made these turns take 1 to 20 s; greedy, each prompt has one answer.
+    as_served = sampling_defaults(parser().parse_args(["serve", "--temp", "0"]))
     settings = Settings(db_path=str(db_path), keepalive=1.0, defaults=as_served)
     srv = ServerThread(settings, engine)
     recording = Recording(srv.app.asgi_app)

@@ -246,7 +246,8 @@ def test_codex_exec_and_its_resume_stay_on_the_socket(
 
 def serving(served: Served, db: Path, port: int | None = None) -> tuple[ServerThread, Recording]:
     """A server on test_codex_cli's model and settings, over the log at `db`, recorded."""
-    as_served = sampling_defaults(parser().parse_args(["serve"]))  # `omni serve`, no flags
+    # `omni serve`, greedy (as tests.agents.test_codex_cli serves Codex: a turn of one answer)
+    as_served = sampling_defaults(parser().parse_args(["serve", "--temp", "0"]))
     settings = Settings(db_path=str(db), keepalive=1.0, defaults=as_served)
     srv = ServerThread(settings, served.engine)
     if port is not None:  # where the server before it listened
