@@ -16,8 +16,8 @@ from omni.api.body import body_bytes
 from omni.api.current import current_server
 from omni.api.errors import anthropic_body
 from omni.api.gate import owner
-from omni.api.query import bool_arg, int_arg
-from omni.errors import InvalidRequest, OmniError, StoreError
+from omni.api.query import bool_arg, int_arg, resumed_after
+from omni.errors import OmniError, StoreError
 from omni.schemas.body import parse_body
 from omni.schemas.messages import MessageCreate, MessagesRequest
 from omni.service.messages import MessagesService
@@ -127,12 +127,4 @@ async def retrieve(mid: str) -> Any:
         return await service.retrieve(mid, owner())
     after = int_arg("starting_after", -1, low=-1)
     await service.check(mid, owner())  # 404 before any SSE bytes
-    last_event_id = request.headers.get("last-event-id")
-    if request.args.get("starting_after") is None and last_event_id is not None:
-        try:
-            after = int(last_event_id)
-        except ValueError:
-            raise InvalidRequest(
-                "Last-Event-ID must be an integer.", param="Last-Event-ID"
-            ) from None
-    return _stream(service, mid, after, cancel_on_close=False)
+    return _stream(service, mid, resumed_after(after), cancel_on_close=False)

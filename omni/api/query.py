@@ -28,6 +28,18 @@ def bool_arg(name: str) -> bool:
     return raw in ("true", "1")
 
 
+def resumed_after(after: int) -> int:
+    """Where a stream's replay starts: `starting_after` (`after`, parsed already), else the
+    `Last-Event-ID` header, with which EventSource resumes by itself."""
+    last_event_id = request.headers.get("last-event-id")
+    if request.args.get("starting_after") is not None or last_event_id is None:
+        return after
+    try:
+        return int(last_event_id)
+    except ValueError:
+        raise InvalidRequest("Last-Event-ID must be an integer.", param="Last-Event-ID") from None
+
+
 def page_args(default_order: str) -> tuple[str | None, int, str]:
     """`after`, `limit` (1-100, default 20) and `order` of a cursor-paged list."""
     order = request.args.get("order", default_order)

@@ -8,15 +8,15 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any
 
-from quart import Blueprint, Response, request
+from quart import Blueprint, Response
 
 from omni.api import access, responses_socket
 from omni.api.body import body_bytes
 from omni.api.current import current_server
 from omni.api.gate import owner
-from omni.api.query import bool_arg, int_arg, page_args
+from omni.api.query import bool_arg, int_arg, page_args, resumed_after
 from omni.api.sse import KEEPALIVE_FRAME, error_frame, frame
-from omni.errors import InvalidRequest, OmniError, StoreError
+from omni.errors import OmniError, StoreError
 from omni.schemas.body import parse_body
 from omni.schemas.responses import ResponseCreate
 from omni.service.responses import ResponsesService
@@ -112,16 +112,7 @@ async def retrieve(response_id: str) -> Any:
     if not stream:
         return await service.retrieve(response_id, owner())
     await service.retrieve(response_id, owner())  # 404 before any SSE bytes
-    # Last-Event-ID lets EventSource resume by itself.
-    last_event_id = request.headers.get("last-event-id")
-    if request.args.get("starting_after") is None and last_event_id is not None:
-        try:
-            after = int(last_event_id)
-        except ValueError:
-            raise InvalidRequest(
-                "Last-Event-ID must be an integer.", param="Last-Event-ID"
-            ) from None
-    return _sse(service, response_id, after, cancel_on_close=False)
+    return _sse(service, response_id, resumed_after(after), cancel_on_close=False)
 
 
 @bp.get("/responses/<response_id>/input_items")
