@@ -72,12 +72,12 @@ def origin_allowed(origin: str, allowed: tuple[str, ...]) -> bool:
 
 def install(app: Quart, access: Access) -> None:
     app.config["MAX_CONTENT_LENGTH"] = access.max_body_bytes  # a chunked body is cut there too
-    hosts = _Hosts(access)
+    hosts = Hosts(access)
 
     @app.before_request
     async def gate() -> Response | None:
         hosts.check(request.headers.get("host", ""))
-        _check_origin(access)
+        check_origin(request.headers, access)
         if request.method == "OPTIONS" and "access-control-request-method" in request.headers:
             return _preflight()
         g.owner = None
@@ -114,7 +114,7 @@ def credential(headers: Headers) -> str | None:
     return authorization
 
 
-class _Hosts:
+class Hosts:
     """Whether a Host header names this server, remembered: a server hears few names, and
     parsing one as an IP address on every request costs more than the rest of the check."""
 
@@ -142,11 +142,13 @@ class _Hosts:
             )
 
 
-def _check_origin(access: Access) -> None:
-    origin = request.headers.get("origin")
+def check_origin(headers: Headers, access: Access) -> None:
+    """A 403 for a web origin this server does not answer (a request's, or a WebSocket
+    upgrade's: omni.api.socket_gate)."""
+    origin = headers.get("origin")
     if (
         origin is not None
-        and not _same_origin(origin)
+        and not _same_origin(origin, headers.get("host", ""))
         and not origin_allowed(origin, access.allowed_origins)
     ):
         raise Forbidden(
@@ -177,9 +179,8 @@ def _upload(mimetype: str) -> bool:
     return mimetype == "multipart/form-data" and "/audio/" in request.path
 
 
-def _same_origin(origin: str) -> bool:
+def _same_origin(origin: str, host: str) -> bool:
     """A page this server served itself (its Origin names the Host the request names)."""
-    host = request.headers.get("host", "")
     return bool(host) and origin.lower().partition("://")[2].rstrip("/") == host.lower()
 
 
