@@ -1,4 +1,4 @@
-"""What the tests keep once per machine (OMNI_TEST_HOME: the default models, the Codex CLI),
+"""What the tests keep once per machine (OMNI_TEST_HOME: the default models, the agent CLIs),
 made by one test process at a time: parallel workers (pytest -n) share the folder."""
 
 from __future__ import annotations

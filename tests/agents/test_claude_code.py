@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sqlite3
 import subprocess
 from collections.abc import Iterator
@@ -40,8 +39,8 @@ from omni.projections.messages import fold_message
 from omni.runtime.chat.engine import MLXEngine
 from omni.runtime.loading.source import ModelSource
 from omni.testing.scripted_llama import Script, build_scripted_llama
+from tests.agents.npm import npm_command
 from tests.agents.recording import Exchange, Recording
-from tests.machine import alone
 from tests.server import ServerThread
 
 CLAUDE_VERSION = "2.1.197"
@@ -61,33 +60,12 @@ NOTES = f"The notes: {TOLD}\n"
 EVENT = TypeAdapter[Any](RawMessageStreamEvent)
 
 
-def _installed_version(prefix: Path) -> str | None:
-    package = prefix / "node_modules" / "@anthropic-ai" / "claude-code" / "package.json"
-    if not package.is_file():
-        return None
-    return str(json.loads(package.read_text())["version"])
-
-
 @pytest.fixture(scope="session")
 def claude_bin() -> Path:
     """The pinned Claude Code, installed with npm once per machine (OMNI_TEST_HOME)."""
-    npm = shutil.which("npm")
-    if npm is None or shutil.which("node") is None:
-        pytest.fail("the Claude Code test needs Node.js and npm on PATH (https://nodejs.org)")
-    with alone() as home:  # one npm install at a time into the machine's folder
-        prefix = home / "claude-code"
-        if _installed_version(prefix) != CLAUDE_VERSION:
-            prefix.mkdir(parents=True, exist_ok=True)
-            spec = f"@anthropic-ai/claude-code@{CLAUDE_VERSION}"
-            done = subprocess.run(
-                [npm, "install", "--prefix", str(prefix), "--no-audit", "--no-fund", spec],
-                capture_output=True,
-                text=True,
-                timeout=600,
-            )
-            if done.returncode != 0:
-                pytest.fail(f"npm install {spec} failed:\n{done.stderr}")
-    claude = prefix / "node_modules" / ".bin" / "claude"
+    claude = npm_command(
+        "@anthropic-ai/claude-code", CLAUDE_VERSION, "claude-code", "claude", "the Claude Code test"
+    )
     version = subprocess.run([str(claude), "--version"], capture_output=True, text=True, timeout=60)
     assert version.stdout.strip() == f"{CLAUDE_VERSION} (Claude Code)", (
         version.stdout,

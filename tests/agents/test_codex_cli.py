@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -28,9 +27,9 @@ from omni.cli.serve import sampling_defaults
 from omni.runtime.chat.engine import MLXEngine
 from omni.runtime.loading.source import ModelSource
 from omni.testing.llama import build_tiny_llama
+from tests.agents.npm import npm_command
 from tests.agents.recording import Exchange, Recording
 from tests.api._helpers import MODEL, parse_frames
-from tests.machine import alone
 from tests.server import ServerThread
 
 CODEX_VERSION = "0.171.0"
@@ -52,33 +51,10 @@ UNKNOWN_MODEL = f"Model metadata for `{MODEL}` not found"
 TOOL_ERROR = "codex_core::tools::router"
 
 
-def _installed_version(prefix: Path) -> str | None:
-    package = prefix / "node_modules" / "@openai" / "codex" / "package.json"
-    if not package.is_file():
-        return None
-    return str(json.loads(package.read_text())["version"])
-
-
 @pytest.fixture(scope="session")
 def codex_bin() -> Path:
     """The pinned Codex CLI, installed with npm once per machine (OMNI_TEST_HOME)."""
-    npm = shutil.which("npm")
-    if npm is None or shutil.which("node") is None:
-        pytest.fail("the Codex CLI test needs Node.js and npm on PATH (https://nodejs.org)")
-    with alone() as home:  # one npm install at a time into the machine's folder
-        prefix = home / "codex"
-        if _installed_version(prefix) != CODEX_VERSION:
-            prefix.mkdir(parents=True, exist_ok=True)
-            spec = f"@openai/codex@{CODEX_VERSION}"
-            done = subprocess.run(
-                [npm, "install", "--prefix", str(prefix), "--no-audit", "--no-fund", spec],
-                capture_output=True,
-                text=True,
-                timeout=600,
-            )
-            if done.returncode != 0:
-                pytest.fail(f"npm install {spec} failed:\n{done.stderr}")
-    codex = prefix / "node_modules" / ".bin" / "codex"
+    codex = npm_command("@openai/codex", CODEX_VERSION, "codex", "codex", "the Codex CLI test")
     version = subprocess.run([str(codex), "--version"], capture_output=True, text=True, timeout=60)
     assert version.stdout.strip() == f"codex-cli {CODEX_VERSION}", (version.stdout, version.stderr)
     return codex
