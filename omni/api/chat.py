@@ -10,12 +10,13 @@ from typing import Any, TypeVar
 from quart import Blueprint, Response, request
 
 from omni.api import access
+from omni.api.answer import read_to_end
 from omni.api.body import body_bytes
 from omni.api.current import current_server
 from omni.api.gate import owner
 from omni.api.query import page_args
 from omni.api.sse import DONE_FRAME, KEEPALIVE_FRAME, chunk_frames
-from omni.errors import OmniError, StoreError
+from omni.errors import StoreError
 from omni.schemas.body import load_json, parse_body
 from omni.schemas.chat import ChatCompletionCreate, CompletionCreate
 from omni.service.completions import CompletionsService
@@ -78,16 +79,7 @@ def _stream(service: CompletionsService, cid: str, include_usage: bool) -> Respo
 
 
 async def _complete(service: CompletionsService, kind: str, cid: str) -> dict[str, Any]:
-    finished = False
-    try:
-        events = await service.wait(cid)
-        finished = True
-    finally:
-        if not finished:
-            service.cancel_running(cid)
-        service.release(cid)  # an unstored completion may go now
-    if events[-1].type == COMPLETION_ERROR:
-        raise OmniError(json.loads(events[-1].data)["error"]["message"])
+    events = await read_to_end(service, cid, COMPLETION_ERROR)
     folded = service.fold(kind, events)
     access.note(id=cid, **access.usage_note(folded.get("usage")))
     return folded

@@ -12,12 +12,13 @@ from typing import Any
 from quart import Blueprint, Response, request
 
 from omni.api import access
+from omni.api.answer import read_to_end
 from omni.api.body import body_bytes
 from omni.api.current import current_server
 from omni.api.errors import anthropic_body
 from omni.api.gate import owner
 from omni.api.query import bool_arg, int_arg, resumed_after
-from omni.errors import OmniError, StoreError
+from omni.errors import StoreError
 from omni.schemas.body import parse_body
 from omni.schemas.messages import MessageCreate, MessagesRequest
 from omni.service.messages import MessagesService
@@ -69,26 +70,15 @@ def _stream(service: MessagesService, mid: str, after: int, cancel_on_close: boo
 
 
 def _usage_note(last: str, rows: list[Any]) -> dict[str, Any]:
+    """The tokens of a message that ended well: its `message_delta`, just before the stop."""
     if last != MESSAGE_STOP or len(rows) < 2:
         return {}
-    usage = json.loads(rows[-2].data).get("usage") or {}
-    return {k: usage[k] for k in ("input_tokens", "output_tokens") if k in usage}
+    return access.terminal_note(rows[-2].data)
 
 
 async def _complete(service: MessagesService, mid: str) -> dict[str, Any]:
-    finished = False
-    try:
-        events = await service.wait(mid)
-        finished = True
-    finally:
-        if not finished:
-            service.cancel_running(mid)
-        service.release(mid)
-    if events[-1].type == MESSAGE_ERROR:
-        raise OmniError(json.loads(events[-1].data)["error"]["message"])
-    message = service.fold(events)
-    usage = message.get("usage") or {}
-    access.note(id=mid, **{k: usage[k] for k in ("input_tokens", "output_tokens") if k in usage})
+    message = service.fold(await read_to_end(service, mid, MESSAGE_ERROR))
+    access.note(id=mid, **access.usage_note(message.get("usage")))
     return message
 
 
