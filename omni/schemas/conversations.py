@@ -2,25 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from omni.errors import InvalidRequest
+from omni.schemas.metadata import Metadata
 
 MAX_ITEMS = 20  # items added by one request, as OpenAI's
-
-
-def _bounded(value: dict[str, str]) -> dict[str, str]:
-    if len(value) > 16:
-        raise ValueError("at most 16 keys")
-    for key, val in value.items():
-        if len(key) > 64 or len(val) > 512:
-            raise ValueError("keys are at most 64 characters, values at most 512")
-    return value
-
-
-Metadata = Annotated[dict[str, str], AfterValidator(_bounded)]
 
 
 class ConversationCreate(BaseModel):

@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, field_validator
 
+from omni.schemas.metadata import Metadata
 from omni.schemas.sampling import SamplingExtras
 
 
@@ -24,7 +25,7 @@ class ResponseCreate(SamplingExtras):
     temperature: float | None = Field(default=None, ge=0, le=2)
     top_p: float | None = Field(default=None, gt=0, le=1)
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
-    metadata: dict[str, str] | None = None
+    metadata: Metadata | None = None
     user: str | None = None
     safety_identifier: str | None = None
     prompt_cache_key: str | None = None
@@ -38,18 +39,6 @@ class ResponseCreate(SamplingExtras):
     include: list[str] | None = None
     max_tool_calls: int | None = None
     stream_options: dict[str, Any] | None = None
-
-    @field_validator("metadata")
-    @classmethod
-    def _metadata_bounds(cls, value: dict[str, str] | None) -> dict[str, str] | None:
-        if value is None:
-            return value
-        if len(value) > 16:
-            raise ValueError("at most 16 keys")
-        for key, val in value.items():
-            if len(key) > 64 or len(val) > 512:
-                raise ValueError("keys are at most 64 characters, values at most 512")
-        return value
 
     @field_validator("tool_choice")
     @classmethod
