@@ -39,7 +39,7 @@ from omni.projections.messages import fold_message
 from omni.runtime.chat.engine import MLXEngine
 from omni.runtime.loading.source import ModelSource
 from omni.testing.scripted_llama import Script, build_scripted_llama
-from tests.agents.npm import npm_command
+from tests.agents.cli import npm_command, run_cli
 from tests.agents.recording import Exchange, Recording
 from tests.server import ServerThread
 
@@ -149,16 +149,8 @@ def claude_turn(
     if models:
         env |= {"ANTHROPIC_MODEL": MAIN, "ANTHROPIC_SMALL_FAST_MODEL": SMALL}
     seen = len(served.recording.exchanges)
-    done = subprocess.run(
-        [str(claude_bin), "-p", prompt, "--output-format", "json"],
-        cwd=served.workdir,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=TURN_TIMEOUT,
-    )
-    report = f"exit {done.returncode}\nstdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+    cmd = [str(claude_bin), "-p", prompt, "--output-format", "json"]
+    done, report = run_cli(cmd, served.workdir, env, TURN_TIMEOUT)
     assert done.returncode == 0, report
     result = json.loads(done.stdout)
     assert result["type"] == "result" and result["subtype"] == "success", report

@@ -27,7 +27,7 @@ from omni.cli.serve import sampling_defaults
 from omni.runtime.chat.engine import MLXEngine
 from omni.runtime.loading.source import ModelSource
 from omni.testing.llama import build_tiny_llama
-from tests.agents.npm import npm_command
+from tests.agents.cli import npm_command, run_cli
 from tests.agents.recording import Exchange, Recording
 from tests.api._helpers import MODEL, parse_frames
 from tests.server import ServerThread
@@ -159,16 +159,7 @@ def codex_exec(
         prompt,
     ]  # fmt: skip
     seen = len(served.recording.responses())
-    done = subprocess.run(
-        cmd,
-        cwd=workdir,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=TURN_TIMEOUT,
-    )
-    report = f"exit {done.returncode}\nstdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+    done, report = run_cli(cmd, workdir, env, TURN_TIMEOUT)
 
     assert done.returncode == 0, report
     errors = [ln for ln in done.stderr.splitlines() if "ERROR" in ln and TOOL_ERROR not in ln]

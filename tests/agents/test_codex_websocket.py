@@ -26,6 +26,7 @@ from typing import Any
 from omni.api.app import Settings
 from omni.cli.program import parser
 from omni.cli.serve import sampling_defaults
+from tests.agents.cli import run_cli
 from tests.agents.recording import Exchange, Recording
 from tests.agents.test_codex_cli import SCHEMA, Served, codex_bin, codex_config, codex_server
 from tests.api._helpers import MODEL
@@ -216,16 +217,8 @@ def test_codex_exec_and_its_resume_stay_on_the_socket(
     for i, prompt in enumerate(prompts):
         resume = ["resume", "--last"] if i else []
         seen = len(codex_server.recording.responses())
-        done = subprocess.run(
-            [str(codex_bin), "exec", *flags, *resume, "--output-schema", str(schema_file), prompt],
-            cwd=workdir,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=TURN_TIMEOUT,
-        )
-        report = f"exit {done.returncode}\nstdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+        cmd = [str(codex_bin), "exec", *flags, *resume, "--output-schema", str(schema_file)]
+        done, report = run_cli([*cmd, prompt], workdir, env, TURN_TIMEOUT)
         assert done.returncode == 0, report
         events = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
         assert events[-1]["type"] == "turn.completed", report

@@ -1,11 +1,12 @@
-"""Agent CLIs from npm, pinned, installed once per machine (OMNI_TEST_HOME, one install at a
-time: parallel workers share the folder)."""
+"""Agent CLIs (Codex, Claude Code): from npm, pinned, installed once per machine
+(OMNI_TEST_HOME, one install at a time: parallel workers share the folder), and run."""
 
 from __future__ import annotations
 
 import json
 import shutil
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -40,3 +41,20 @@ def npm_command(package: str, version: str, folder: str, command: str, what: str
             if done.returncode != 0:
                 pytest.fail(f"npm install {spec} failed:\n{done.stderr}")
     return prefix / "node_modules" / ".bin" / command
+
+
+def run_cli(
+    cmd: list[str], cwd: Path, env: Mapping[str, str], timeout: float
+) -> tuple[subprocess.CompletedProcess[str], str]:
+    """One run of an agent CLI, no input, its output kept; and the report a failed check
+    prints (its exit status, stdout and stderr)."""
+    done = subprocess.run(
+        cmd,
+        cwd=cwd,
+        env=dict(env),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    return done, f"exit {done.returncode}\nstdout:\n{done.stdout}\nstderr:\n{done.stderr}"
