@@ -279,7 +279,6 @@ class CompletionsService:
 
     def release(self, cid: str) -> None:
         """The client of `cid` is done with it (read to the end, or gone)."""
-        self.runs.release(cid)
         self.flights.release(cid)
 
     async def recover(self, among: Sequence[str] | None = None) -> int:
@@ -292,10 +291,7 @@ class CompletionsService:
         return ended
 
     def cancel_running(self, cid: str) -> None:
-        self.runs.cancel(cid, unless_mirrored=True)
-        run = self.runs.get(cid)
-        if run is None or run.job.stop.is_set():
-            self.flights.stop_leading(cid)
+        self.flights.cancel_running(cid)
 
     async def close(self) -> None:
         self.flights.close()

@@ -238,9 +238,19 @@ class Flights:
                 self._copies.pop(cid, None)
 
     def release(self, cid: str) -> None:
-        """The client of the copy `cid` is done with it: an unstored one may go."""
+        """The client of `cid` (a generation or a copy) is done with it, read to the end or
+        gone: an unstored one may go."""
+        self.runs.release(cid)
         if (read := self._copies.get(cid)) is not None:
             read.set()
+
+    def cancel_running(self, cid: str) -> None:
+        """The client of `cid` went away: its generation stops, unless twins follow it; once
+        it stops, new twins no longer follow it."""
+        self.runs.cancel(cid, unless_mirrored=True)
+        run = self.runs.get(cid)
+        if run is None or run.job.stop.is_set():
+            self.stop_leading(cid)
 
     def _track(self, coro: Any) -> None:
         task = asyncio.create_task(coro)

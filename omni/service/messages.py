@@ -117,14 +117,10 @@ class MessagesService:
 
     def release(self, mid: str) -> None:
         """The client of `mid` is done with it (read to the end, or gone)."""
-        self.runs.release(mid)
         self.flights.release(mid)
 
     def cancel_running(self, mid: str) -> None:
-        self.runs.cancel(mid, unless_mirrored=True)
-        run = self.runs.get(mid)
-        if run is None or run.job.stop.is_set():
-            self.flights.stop_leading(mid)
+        self.flights.cancel_running(mid)
 
     async def recover(self, among: Sequence[str] | None = None) -> int:
         """End every message a crash left open (its client went with the old process) with
