@@ -34,6 +34,7 @@ class ScriptedEngine:
     def __init__(self) -> None:
         self.scripts: list[list[Output]] = []
         self.jobs: list[Job] = []
+        self.rendered: list[list[dict[str, Any]]] = []  # the chat messages of each prompt
 
     def render(
         self,
@@ -41,6 +42,7 @@ class ScriptedEngine:
         tools: list[dict[str, Any]],
         thinking: bool | None = None,
     ) -> list[int]:
+        self.rendered.append(messages)
         return [1, 2, 3]
 
     def opens_thinking(self, prompt: list[int]) -> bool:

@@ -33,23 +33,6 @@ def texts(items: list[dict[str, Any]]) -> list[tuple[str, str]]:
     return [(i["role"], i["content"][0]["text"]) for i in items]
 
 
-class Remembering(ScriptedEngine):
-    """Keeps the chat messages of every prompt it rendered."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.rendered: list[list[dict[str, Any]]] = []
-
-    def render(
-        self,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]],
-        thinking: bool | None = None,
-    ) -> list[int]:
-        self.rendered.append(messages)
-        return [1, 2, 3]
-
-
 async def turn(services: Services, body: ResponseCreate, *script: Any) -> dict[str, Any]:
     outputs: list[Any] = list(script) or [Delta("ok", 5), Finished("stop", 3, 1)]
     services.engine.scripts.append(outputs)
@@ -160,9 +143,9 @@ async def test_a_turn_reads_the_conversation_and_joins_it() -> None:
 
     from .conftest import serving
 
-    async with serving(MemoryStore(), Remembering()) as services:
+    async with serving(MemoryStore(), ScriptedEngine()) as services:
         engine = services.engine
-        assert isinstance(engine, Remembering)
+        assert isinstance(engine, ScriptedEngine)
         conversations = services.responses.conversations
         cid = (await conversations.create(ConversationCreate(items=[user("I am Ada.")])))["id"]
         final = await turn(

@@ -40,22 +40,13 @@ WEATHER = {
 
 
 class Rendering(ScriptedEngine):
-    """A scripted engine that keeps the conversations it was asked to render."""
+    """A scripted engine (it keeps the conversations it was asked to render) of the given
+    capabilities."""
 
     def __init__(self, capabilities: Capabilities | None = None) -> None:
         super().__init__()
-        self.rendered: list[list[dict[str, Any]]] = []
         if capabilities is not None:
             self.capabilities = capabilities
-
-    def render(
-        self,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]],
-        thinking: bool | None = None,
-    ) -> list[int]:
-        self.rendered.append(messages)
-        return [1, 2, 3]
 
 
 class Messaging:
