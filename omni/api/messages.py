@@ -18,6 +18,7 @@ from omni.api.current import current_server
 from omni.api.errors import anthropic_body
 from omni.api.gate import owner
 from omni.api.query import bool_arg, int_arg, resumed_after
+from omni.api.sse import frame
 from omni.errors import StoreError
 from omni.schemas.body import parse_body
 from omni.schemas.messages import MessageCreate, MessagesRequest
@@ -32,11 +33,7 @@ PING_FRAME = b'event: ping\ndata: {"type": "ping"}\n\n'
 
 def _frames(rows: list[Any]) -> bytes:
     """Stored events as Anthropic's SSE frames (`id:` too: a client may resume by it)."""
-    return b"".join(
-        f"event: {e.type}\ndata: {e.data}\nid: {e.seq}\n\n".encode()
-        for e in rows
-        if e.type != MESSAGE_CANCELLED
-    )
+    return b"".join(frame(e.type, e.data, e.seq) for e in rows if e.type != MESSAGE_CANCELLED)
 
 
 def _stream(service: MessagesService, mid: str, after: int, cancel_on_close: bool) -> Response:
