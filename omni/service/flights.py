@@ -224,7 +224,7 @@ class Flights:
                 else:
                     self.appender.submit(append).add_done_callback(check)
         except StoreError:
-            await end_unwritten(self.store, self.appender, cid, False)
+            await end_unwritten(self.store, self.appender, cid)
         finally:
             self.runs.let_go(original)
             self.stop_leading(cid)

@@ -284,9 +284,7 @@ class Runs:
         if not run.recorder.done:
             self.metrics.generations.labels(run.api, "failed").inc()
         self._ended(run)
-        if not await end_unwritten(
-            self.store, self.appender, run.stream_id, run.is_response, self._closing
-        ):
+        if not await end_unwritten(self.store, self.appender, run.stream_id, self._closing):
             # The log is gone (or the server stops): followers must find that out now.
             self.notifier.notify([run.stream_id])
             run.released.set()

@@ -20,7 +20,14 @@ from omni.protocol.chat_recorder import error_event
 from omni.protocol.message_recorder import message_error
 from omni.protocol.recorder import ResponseRecorder
 from omni.service.streams import dumps
-from omni.vocabulary import COMPLETION_ENDS, ID_PREFIXES, MESSAGE, MESSAGE_ENDS, RESPONSE_ENDS
+from omni.vocabulary import (
+    COMPLETION_ENDS,
+    ID_PREFIXES,
+    MESSAGE,
+    MESSAGE_ENDS,
+    RESPONSE,
+    RESPONSE_ENDS,
+)
 
 log = logging.getLogger(__name__)
 
@@ -29,18 +36,23 @@ FIRST_RETRY_S = 0.05
 LAST_RETRY_S = 2.0  # the longest wait between tries: an ending lands within this of a repair
 
 
-def ending(rows: list[StoredEvent], response: bool, message: bool = False) -> list[NewEvent]:
-    """The events that end a stream failed after `rows` (its log so far): a response's, a
-    message's or else a completion's; none if it has ended."""
-    ends = RESPONSE_ENDS if response else MESSAGE_ENDS if message else COMPLETION_ENDS
+def ending(rows: list[StoredEvent], stream_id: str) -> list[NewEvent]:
+    """The events that end a stream failed after `rows` (its log so far), by the kind its id
+    names: a response's, a message's or a completion's; none if it has ended."""
+    if stream_id.startswith(ID_PREFIXES[RESPONSE]):
+        return _response_ending(rows)
+    if stream_id.startswith(ID_PREFIXES[MESSAGE]):
+        ends, (type_, data) = MESSAGE_ENDS, message_error(UNWRITTEN)
+    else:
+        ends, (type_, data) = COMPLETION_ENDS, error_event(UNWRITTEN)
     if rows and rows[-1].type in ends:
         return []
-    if message:
-        type_, data = message_error(UNWRITTEN)
-        return [NewEvent(type_, dumps(data))]
-    if not response:
-        type_, data = error_event(UNWRITTEN)
-        return [NewEvent(type_, dumps(data))]
+    return [NewEvent(type_, dumps(data))]
+
+
+def _response_ending(rows: list[StoredEvent]) -> list[NewEvent]:
+    if rows and rows[-1].type in RESPONSE_ENDS:
+        return []
     if not rows:
         return []  # no opening in the log: nothing anyone could follow
     folded = fold_response([(r.type, r.data) for r in rows])
@@ -52,7 +64,6 @@ async def end_unwritten(
     store: EventLog,
     appender: Appender,
     stream_id: str,
-    response: bool,
     closing: asyncio.Event | None = None,
 ) -> bool:
     """Append the ending of `stream_id`, trying again (backing off) while appends fail.
@@ -61,8 +72,7 @@ async def end_unwritten(
     while True:
         try:
             rows = await store.read(stream_id)
-            message = stream_id.startswith(ID_PREFIXES[MESSAGE])
-            events = ending(rows, response, message)
+            events = ending(rows, stream_id)
             if events:
                 await appender.append(Append(stream_id, rows[-1].seq + 1 if rows else 0, events))
                 log.info("%s ended failed: its events could not all be written", stream_id)
