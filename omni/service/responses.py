@@ -29,6 +29,8 @@ from omni.schemas.conversations import conversation_id
 from omni.schemas.items import normalize_input
 from omni.schemas.responses import ResponseCreate
 from omni.service import recovery, references
+from omni.service.compaction import COMPACTION, COMPACTION_TRIGGER
+from omni.service.compactor import Compactor
 from omni.service.conversations import ConversationsService
 from omni.service.defaults import Defaults
 from omni.service.image_urls import PUBLIC_IMAGES, Fetcher
@@ -38,10 +40,10 @@ from omni.service.ownership import cache_namespace, visible
 from omni.service.plan import RunPlan
 from omni.service.prompting import Prompter
 from omni.service.requests import initial_response
-from omni.service.response_prompt import build_prompt
+from omni.service.response_prompt import Prompted, build_prompt
 from omni.service.run import Run
 from omni.service.runs import Runs
-from omni.service.sealing import Sealer
+from omni.service.sealing import FOR_REASONING, FOR_WINDOW, Sealer
 from omni.service.serial import ObjectLocks
 from omni.service.streams import dumps, is_kind, is_terminal, kept, request_stream
 from omni.service.vision_inputs import pictures
@@ -90,6 +92,7 @@ class ResponsesService:
         # How http(s) image URLs are fetched (None: --no-image-urls, they are refused).
         self.image_fetcher = image_fetcher
         self.facts = ObjectLocks()  # a response's cancel and delete facts, one at a time
+        self.compactor = Compactor(self)  # compactions: summaries written by the model served
 
     # --- commands -------------------------------------------------------------
 
@@ -108,17 +111,21 @@ class ResponsesService:
                 "Background responses must be stored: background requires store=true.",
                 param="background",
             )
-        history, items = await self._context(body, owner)
+        history, items = await self.context(body, owner)
+        if items and items[-1]["type"] == COMPACTION_TRIGGER:
+            return await self.compactor.respond(body, history, items, owner)
+        # context_management: past its threshold, a compaction first (a generation of its own)
+        prelude = await self.compactor.before(body, history, items, owner)
         async with self.models.use(body.model, body.adapter_path, body.draft_model) as engine:
             self.runs.check_capacity(engine)
-            return await self._accept(engine, body, owner, history + items, items)
+            return await self._accept(engine, body, owner, history + items, items, prelude)
 
     async def warm_up(self, body: ResponseCreate, owner: str | None = None) -> dict[str, Any]:
         """A create with `generate: false` (the warm-up of OpenAI's WebSocket mode, which Codex
         sends first): the request checked as create() checks it, and a response that is
         complete at once with no output. Nothing runs and nothing is recorded."""
         self.check_model(body.model)
-        await self._context(body, owner)
+        await self.context(body, owner)
         model_id = self.models.find(body.model, "chat").id
         response = initial_response(new_id("resp"), body, body.tools, model_id, Sampling())
         response["status"] = "completed"
@@ -128,16 +135,30 @@ class ResponsesService:
 
     async def count_input_tokens(self, body: ResponseCreate, owner: str | None = None) -> int:
         """The input tokens a create with this body would prefill, without generating: the
-        same context (previous_response_id, conversation), the same prompt."""
+        same context (previous_response_id, conversation), the same prompt (before any
+        compaction that `context_management` would make)."""
         self.check_model(body.model)
-        history, items = await self._context(body, owner)
+        history, items = await self.context(body, owner)
         async with self.models.use(body.model, body.adapter_path, body.draft_model) as engine:
-            prompted = await build_prompt(
-                self.prompter, self.image_fetcher, engine, body, history + items, items
-            )
-        return len(prompted.prompt)
+            return len((await self.prompted(engine, body, history + items, items)).prompt)
 
-    async def _context(
+    async def prompted(
+        self,
+        engine: Engine,
+        body: ResponseCreate,
+        conversation: list[dict[str, Any]],
+        items: list[dict[str, Any]],
+    ) -> Prompted:
+        """The prompt of `conversation`, whose tail is the request's `items`."""
+        return await build_prompt(
+            self.prompter, self.image_fetcher, engine, body, conversation, items, self.open_window
+        )
+
+    def open_window(self, token: str) -> list[dict[str, Any]]:
+        """The window a compaction item seals (its token was checked when it came in)."""
+        return self.sealer.open(token, "input", FOR_WINDOW)
+
+    async def context(
         self, body: ResponseCreate, owner: str | None
     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """The items before the request's (its chain's, or its conversation's) and its own,
@@ -147,9 +168,11 @@ class ResponsesService:
         else:
             history = await self._history(body.previous_response_id, owner)
         items = normalize_input(body.input)
-        for i, item in enumerate(items):  # reasoning sent back sealed must be ours, unaltered
-            if item["type"] == "reasoning" and item.get("encrypted_content"):
-                self.sealer.open(item["encrypted_content"], f"input[{i}].encrypted_content")
+        for i, item in enumerate(items):  # what comes back sealed must be ours, unaltered
+            token = item.get("encrypted_content")
+            if item["type"] in ("reasoning", COMPACTION) and token:
+                purpose = FOR_WINDOW if item["type"] == COMPACTION else FOR_REASONING
+                self.sealer.open(token, f"input[{i}].encrypted_content", purpose)
         items = await references.resolve(
             items, self.store.item_holders, lambda rid: self.stored_items(rid, owner)
         )
@@ -164,11 +187,11 @@ class ResponsesService:
         owner: str | None,
         conversation: list[dict[str, Any]],
         items: list[dict[str, Any]],
+        prelude: list[dict[str, Any]],
     ) -> dict[str, Any]:
-        """create(), on the loaded model: the prompt, the plan, the opening events."""
-        prompted = await build_prompt(
-            self.prompter, self.image_fetcher, engine, body, conversation, items
-        )
+        """create(), on the loaded model: the prompt, the plan, the opening events. The
+        `prelude` items (a compaction) open the output, and the prompt reads them."""
+        prompted = await self.prompted(engine, body, conversation + prelude, items + prelude)
         prompt, shown = prompted.prompt, prompted.shown
         wants_logprobs = "message.output_text.logprobs" in (body.include or [])
         defaults, capabilities = self.defaults, engine.capabilities
@@ -220,7 +243,7 @@ class ResponsesService:
             request["prompt"] = prompt  # so a restart can run or continue it exactly
             if shown:  # and the images its image tokens stand for
                 request["images"] = [ref.url for ref in shown]
-        opening = [NewEvent(e["type"], dumps(e)) for e in recorder.opening()]
+        opening = [NewEvent(e["type"], dumps(e)) for e in recorder.opening(prelude)]
         job = plan.job(prompt, images=pictures(shown, prompted.loaded))
         run = Run(response_id, recorder, job, engine, body.store, body.background)
         run.ending = self.conversations.ending(response, items, recorder)

@@ -76,9 +76,13 @@ class Runs:
         job is cancelled and the error raised."""
         await self.leasing.claim(run.stream_id)  # before anything of it is in the log
         run.job.behind = self.intake.handed()
-        run.engine.submit(run.job)
+        if not run.settled:
+            run.engine.submit(run.job)
         try:
-            await self.appender.append(*opening)
+            if run.settled and run.ending is not None:
+                await run.ending(list(opening))
+            else:
+                await self.appender.append(*opening)
         except BaseException:
             run.job.cancel()
             await self.leasing.release([run.stream_id, *run.leased])
