@@ -27,7 +27,11 @@ def user(text: str) -> dict[str, Any]:
 
 
 def said(text: str) -> dict[str, Any]:
-    return {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}
+    return {
+        "type": "message",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": text}],
+    }
 
 
 SESSION = [
