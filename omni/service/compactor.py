@@ -44,10 +44,12 @@ class Compactor:
 
     async def compact(self, body: ResponseCreate, owner: str | None) -> dict[str, Any]:
         """`responses.compact`: the compacted window of the request's conversation (its
-        input, after previous_response_id's chain or a conversation's items)."""
+        input, after previous_response_id's chain or a conversation's items). The summary
+        takes at most SUMMARY_TOKENS, or `max_output_tokens` (Omni's extension) if fewer."""
         self.responses.check_model(body.model)
         history, items = await self.responses.context(body, owner)
-        item, summary = await self.seal(body, [*history, *items], owner)
+        tokens = min(body.max_output_tokens or SUMMARY_TOKENS, SUMMARY_TOKENS)
+        item, summary = await self.seal(body, [*history, *items], owner, tokens)
         return {
             "id": summary["id"],
             "object": "response.compaction",
@@ -130,10 +132,15 @@ class Compactor:
         return [item]
 
     async def seal(
-        self, body: ResponseCreate, conversation: list[dict[str, Any]], owner: str | None
+        self,
+        body: ResponseCreate,
+        conversation: list[dict[str, Any]],
+        owner: str | None,
+        tokens: int = SUMMARY_TOKENS,
     ) -> tuple[dict[str, Any], dict[str, Any]]:
-        """The compaction item of `conversation`, and the summary response it holds."""
-        summary = await self._summarize(body, conversation, owner)
+        """The compaction item of `conversation`, and the summary response (of at most
+        `tokens`) it holds."""
+        summary = await self._summarize(body, conversation, owner, tokens)
         text = "".join(
             part.get("text", "")
             for item in summary["output"]
@@ -154,7 +161,11 @@ class Compactor:
         return {"id": new_id("cmp"), "type": COMPACTION, "encrypted_content": token}, summary
 
     async def _summarize(
-        self, body: ResponseCreate, conversation: list[dict[str, Any]], owner: str | None
+        self,
+        body: ResponseCreate,
+        conversation: list[dict[str, Any]],
+        owner: str | None,
+        tokens: int,
     ) -> dict[str, Any]:
         """The summary: a response of the request's model, its instructions and tools (so its
         prompt starts as the conversation's, which the prefix cache holds), that reads the
@@ -168,7 +179,7 @@ class Compactor:
                 "background": False,
                 "tool_choice": "none",
                 "truncation": "auto",  # a conversation past the context: its latest part
-                "max_output_tokens": SUMMARY_TOKENS,
+                "max_output_tokens": tokens,
                 "reasoning": {"effort": "none"},
                 "text": None,
                 "include": None,
