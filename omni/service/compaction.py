@@ -19,11 +19,10 @@ COMPACTION = "compaction"
 COMPACTION_TRIGGER = "compaction_trigger"  # a create's last item: the response is a compaction
 # Omni's own prompt for the summary, sent after the conversation as a user message.
 SUMMARY_PROMPT = (
-    "The conversation above is about to be compacted: everything in it except the user's "
-    "own messages will be replaced by the summary you write now. Write that summary for "
-    "yourself, to carry on from: keep every fact, name, number, identifier, file path, "
-    "decision, result and open task a later turn may need, and what you were doing last. "
-    "Plain sentences, no preamble."
+    "Write a short summary of the conversation so far, for yourself to continue from: its "
+    "context is about to be replaced by this summary and the user's own messages. List every "
+    "fact, name, number, file path, decision, result and open task it mentions, exactly as "
+    "written. Write only the summary."
 )
 SUMMARY_HEADER = (
     "Summary of the earlier conversation (its context was compacted; the user's latest "

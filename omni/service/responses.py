@@ -1,29 +1,23 @@
-"""The Responses API's commands and queries over the event log."""
+"""The Responses API's commands over the event log (its queries: omni.service.response_queries)."""
 
 from __future__ import annotations
 
-import json
 import os
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from omni.errors import InvalidRequest, NotFound
+from omni.errors import InvalidRequest
 from omni.events import (
     Append,
     Appender,
     EventLog,
     NewEvent,
     Notifier,
-    StoredEvent,
-    follow,
-    follow_pages,
 )
 from omni.ids import new_id
 from omni.metrics import UNREAD, Metrics
 from omni.ports.chat import Engine
 from omni.ports.jobs import Sampling
-from omni.projections.input_items import page_items
-from omni.projections.response import fold_response
 from omni.protocol.recorder import ResponseRecorder, usage
 from omni.schemas.conversations import conversation_id
 from omni.schemas.items import normalize_input
@@ -36,16 +30,17 @@ from omni.service.defaults import Defaults
 from omni.service.image_urls import PUBLIC_IMAGES, Fetcher
 from omni.service.leasing import Leasing
 from omni.service.models import Models
-from omni.service.ownership import cache_namespace, visible
+from omni.service.ownership import cache_namespace
 from omni.service.plan import RunPlan
 from omni.service.prompting import Prompter
 from omni.service.requests import initial_response
 from omni.service.response_prompt import Prompted, build_prompt
+from omni.service.response_queries import ResponseQueries
 from omni.service.run import Run
 from omni.service.runs import Runs
 from omni.service.sealing import FOR_REASONING, FOR_WINDOW, Sealer
 from omni.service.serial import ObjectLocks
-from omni.service.streams import dumps, is_kind, is_terminal, kept, request_stream
+from omni.service.streams import dumps, request_stream
 from omni.service.vision_inputs import pictures
 from omni.settings import ServerSettings
 from omni.vocabulary import (
@@ -53,12 +48,11 @@ from omni.vocabulary import (
     CANCEL_REQUESTED,
     DELETED,
     FINAL_STATUSES,
-    ID_PREFIXES,
     RESPONSE,
 )
 
 
-class ResponsesService:
+class ResponsesService(ResponseQueries):
     kinds = (RESPONSE,)
 
     def __init__(
@@ -82,11 +76,9 @@ class ResponsesService:
         self.conversations = conversations or ConversationsService(store, appender)
         self.defaults = defaults or Defaults()
         self.sealer = sealer or Sealer(os.urandom(32))
-        self.store = store
+        super().__init__(store, notifier, keepalive)
         self.appender = appender
-        self.notifier = notifier
         self.models = models if isinstance(models, Models) else Models.single(models)
-        self.keepalive = keepalive
         self.runs = Runs(store, appender, notifier, max_queued, leasing=leasing, metrics=metrics)
         self.prompter = Prompter()  # shared with chat: one request's prompt built at a time
         # How http(s) image URLs are fetched (None: --no-image-urls, they are refused).
@@ -307,98 +299,3 @@ class ResponsesService:
     async def close(self) -> None:
         await self.runs.close()
         self.prompter.close()
-
-    # --- queries --------------------------------------------------------------
-
-    async def accepted(self, response_id: str) -> tuple[dict[str, Any], list[StoredEvent]]:
-        """The accepted request and the later facts of a response, else 404: for an id of
-        another kind too (a chat completion's stream is no response), before anything else."""
-        missing = NotFound(f"No response found with id '{response_id}'.")
-        if not response_id.startswith(ID_PREFIXES[RESPONSE]):
-            raise missing
-        rows = await self.store.read(request_stream(response_id))
-        if not rows or rows[0].type != ACCEPTED or any(r.type == DELETED for r in rows):
-            raise missing
-        request = json.loads(rows[0].data)
-        if not is_kind(response_id, request, RESPONSE):
-            raise missing
-        return request, rows[1:]
-
-    async def _accepted(self, response_id: str, owner: str | None) -> dict[str, Any]:
-        """The accepted request of a stored, undeleted response of `owner`'s, else 404."""
-        request, _ = await self.accepted(response_id)
-        if not kept(request) or not visible(request, owner):
-            raise NotFound(f"No response found with id '{response_id}'.")
-        return request
-
-    async def retrieve(self, response_id: str, owner: str | None = None) -> dict[str, Any]:
-        await self._accepted(response_id, owner)
-        return await self.snapshot(response_id)
-
-    async def snapshot(self, response_id: str) -> dict[str, Any]:
-        """The response as its log stands (a terminal event is read alone)."""
-        last = await self.store.last(response_id)
-        if last is not None and is_terminal(last):
-            return dict(json.loads(last.data)["response"])
-        rows = await self.store.read(response_id)
-        return fold_response([(r.type, r.data) for r in rows])
-
-    def events(self, response_id: str, after: int = -1) -> AsyncGenerator[StoredEvent | None, None]:
-        return follow(self.store, self.notifier, response_id, after, is_terminal, self.keepalive)
-
-    def pages(
-        self, response_id: str, after: int = -1
-    ) -> AsyncGenerator[list[StoredEvent] | None, None]:
-        """events(), a read at a time (a stream sends each in one write). At a stop, the
-        stream ends after what is committed: a background response goes on at the next
-        start, where its client resumes from the last event it got."""
-        return follow_pages(
-            self.store,
-            self.notifier,
-            response_id,
-            after,
-            is_terminal,
-            self.keepalive,
-            ends_at_stop=True,
-        )
-
-    async def wait(self, response_id: str) -> dict[str, Any]:
-        """Follow to the terminal event and return the final response."""
-        async for event in self.events(response_id):
-            if event is not None and is_terminal(event):
-                return dict(json.loads(event.data)["response"])
-        return await self.snapshot(response_id)  # it had ended before we looked
-
-    async def stored_items(self, response_id: str, owner: str | None) -> list[dict[str, Any]]:
-        """The input and output items of `owner`'s stored response, else 404."""
-        request = await self._accepted(response_id, owner)
-        output = (await self.snapshot(response_id)).get("output") or []
-        return [*request["input"], *output]
-
-    async def input_items(
-        self, response_id: str, after: str | None, limit: int, order: str, owner: str | None = None
-    ) -> dict[str, Any]:
-        request = await self._accepted(response_id, owner)
-        return page_items(request["input"], after, limit, order)  # type: ignore[arg-type]
-
-    async def _history(self, previous_id: str | None, owner: str | None) -> list[dict[str, Any]]:
-        """The chain's input and output items, oldest first (instructions are not carried)."""
-        if previous_id is None:
-            return []
-        try:
-            request = await self._accepted(previous_id, owner)
-        except NotFound:
-            raise InvalidRequest(
-                f"Previous response with id '{previous_id}' not found.",
-                param="previous_response_id",
-                code="previous_response_not_found",
-            ) from None
-        previous = await self.snapshot(previous_id)
-        if previous.get("status") not in FINAL_STATUSES:
-            raise InvalidRequest(
-                f"Previous response '{previous_id}' is still {previous.get('status')}.",
-                param="previous_response_id",
-            )
-        earlier = await self._history(request["body"].get("previous_response_id"), owner)
-        items: list[dict[str, Any]] = [*earlier, *request["input"], *previous["output"]]
-        return items
