@@ -2,7 +2,7 @@
 asks for the fact, its history whole, compacted (`POST /v1/responses/compact`) or cut to the
 compacted window's size (its oldest items dropped).
 
-    python bench/compaction.py [--model PATH_OR_ID] [--filler 8] [--facts 6]
+    python bench/compaction.py [--model PATH_OR_ID] [--filler 24] [--facts 6]
                                [--summary-tokens 256]
 
 Each trial plants one fact, either in a user message or in a tool's output (a `read_file` call
@@ -50,6 +50,7 @@ FILLER = [
     ("What is a pull request?", "A proposal to merge one branch's commits into another"),
 ]
 INSTRUCTIONS = "You are a helpful assistant. Answer briefly."
+ASK = "Answer from what was said above, with the value only."
 TOOLS = [
     {
         "type": "function",
@@ -100,7 +101,8 @@ class Client:
         return int(r.json()["input_tokens"])
 
     def ask(self, items: list[dict[str, Any]], question: str) -> tuple[str, int]:
-        request = self.body([*items, user(question)], max_output_tokens=24, tool_choice="none")
+        asked = user(f"{question} {ASK}")
+        request = self.body([*items, asked], max_output_tokens=24, tool_choice="none")
         r = self.http.post("/v1/responses", json=request)
         r.raise_for_status()
         answer = r.json()
@@ -133,7 +135,7 @@ def trial(client: Client, fact: tuple[str, str, str], where: str, args: Any) -> 
     statement, question, value = fact
     items = session(statement, where, args.filler)
     item, summary_tokens = client.compact(items, args.summary_tokens)
-    compacted_tokens = client.count([item, user(question)])
+    compacted_tokens = client.count([item, user(f"{question} {ASK}")])
     conditions = {
         "full": items,
         "compacted": [item],
@@ -149,7 +151,7 @@ def trial(client: Client, fact: tuple[str, str, str], where: str, args: Any) -> 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--model", default="smollm2-135m-instruct")
-    p.add_argument("--filler", type=int, default=8, help="filler turns after the fact")
+    p.add_argument("--filler", type=int, default=24, help="filler turns after the fact")
     p.add_argument("--facts", type=int, default=6, help=f"facts tried (at most {len(FACTS)})")
     p.add_argument("--summary-tokens", type=int, default=256, help="the summary's cap")
     args = p.parse_args()

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from omni.errors import InvalidRequest
+from omni.inspect.requests import request_summary
 from omni.ports.jobs import Delta, Finished
 from omni.schemas.responses import ResponseCreate
 from omni.service.compaction import SUMMARY_HEADER, SUMMARY_PROMPT, sealed_window, window
@@ -218,3 +219,17 @@ def test_a_window_opens_the_latest_compaction_and_keeps_instructions_before_it()
     assert earlier == [developer, *opened, said("after")] and own == [user("now")]
     earlier, own = window([user("gone")], [new, user("now")], lambda token: opened)
     assert earlier == [] and own == [*opened, user("now")]
+
+
+async def test_the_inspector_says_what_a_sealed_item_is(services: Services) -> None:
+    """A compaction item, or the trigger, has no text: the request's summary says what it is."""
+    script(services, SUMMARY)
+    body = ResponseCreate(input=[*SESSION, {"type": "compaction_trigger"}])
+    response = await services.responses.create(body)
+    request, _ = await services.responses.accepted(response["id"])
+    lines = request_summary("response", request)["input"]
+    assert lines[-1] == {"type": "compaction_trigger", "role": None, "text": "[compact]"}
+    [item] = (await services.responses.wait(response["id"]))["output"]
+    request["input"] = [item]
+    [line] = request_summary("response", request)["input"]
+    assert line["type"] == "compaction" and "sealed" in line["text"]
