@@ -85,6 +85,7 @@ class ResponsesService(ResponseQueries):
         self.image_fetcher = image_fetcher
         self.facts = ObjectLocks()  # a response's cancel and delete facts, one at a time
         self.compactor = Compactor(self)  # compactions: summaries written by the model served
+        self.turning: set[str] = set()  # conversations whose next response is being created
 
     # --- commands -------------------------------------------------------------
 
@@ -103,14 +104,40 @@ class ResponsesService(ResponseQueries):
                 "Background responses must be stored: background requires store=true.",
                 param="background",
             )
-        history, items = await self.context(body, owner)
-        if items and items[-1]["type"] == COMPACTION_TRIGGER:
-            return await self.compactor.respond(body, history, items, owner)
-        # context_management: past its threshold, a compaction first (a generation of its own)
-        prelude = await self.compactor.before(body, history, items, owner)
-        async with self.models.use(body.model, body.adapter_path, body.draft_model) as engine:
-            self.runs.check_capacity(engine)
-            return await self._accept(engine, body, owner, history + items, items, prelude)
+        in_conversation = conversation_id(body.conversation)
+        self._claim(in_conversation)
+        try:
+            history, items = await self.context(body, owner)
+            if items and items[-1]["type"] == COMPACTION_TRIGGER:
+                return await self.compactor.respond(body, history, items, owner)
+            # context_management: past its threshold, a compaction first (a generation)
+            prelude = await self.compactor.before(body, history, items, owner)
+            async with self.models.use(body.model, body.adapter_path, body.draft_model) as engine:
+                self.runs.check_capacity(engine)
+                return await self._accept(engine, body, owner, history + items, items, prelude)
+        finally:  # from here its run, until recorded, holds the conversation
+            self.turning.discard(in_conversation)
+
+    def _claim(self, conversation: str | None) -> None:
+        """One turn at a time in a conversation (OpenAI's conversation_locked): while another
+        response in it is being created, or runs, a create is a 400. A client that has read
+        a turn's end finds the conversation free, the turn in it."""
+        if conversation is None:
+            return
+        running = (  # its ending (and so its turn: one transaction) not yet written
+            (run.recorder.response.get("conversation") or {}).get("id")
+            for run in self.runs.live()
+            if isinstance(run.recorder, ResponseRecorder)
+            and not (run.recorder.done or run.recorded.is_set())
+        )
+        if conversation in self.turning or conversation in running:
+            raise InvalidRequest(
+                "Another process is currently operating on this conversation. Please retry "
+                "in a few seconds.",
+                param="conversation",
+                code="conversation_locked",
+            )
+        self.turning.add(conversation)
 
     async def warm_up(self, body: ResponseCreate, owner: str | None = None) -> dict[str, Any]:
         """A create with `generate: false` (the warm-up of OpenAI's WebSocket mode, which Codex

@@ -134,6 +134,10 @@ class Runs:
     def get(self, response_id: str) -> Run | None:
         return self._runs.get(response_id)
 
+    def live(self) -> list[Run]:
+        """The runs being recorded, or whose unstored rows still wait for their readers."""
+        return list(self._runs.values())
+
     def cancel(self, response_id: str, unless_mirrored: bool = False) -> None:
         """Stop at the next token; a run the engine has not taken yet ends at once.
         `unless_mirrored`: a client went away, but others follow this generation."""
