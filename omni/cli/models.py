@@ -14,6 +14,7 @@ from typing import Any
 
 from omni.cli.catalogue import catalogue, env_list
 from omni.cli.options import env
+from omni.cli.tables import print_table, size
 from omni.errors import OmniError
 
 DEFAULT_URL = "http://127.0.0.1:10240"
@@ -76,9 +77,6 @@ def run(args: argparse.Namespace, home: Path) -> int:
 
 def _table(rows: list[dict[str, Any]], asked: bool) -> None:
     """A table on a terminal, plain aligned columns when piped."""
-    from rich.console import Console
-    from rich.table import Table
-
     header = ("id", "kind", "origin", "loaded", "size", "path")
     lines = [
         (
@@ -86,33 +84,14 @@ def _table(rows: list[dict[str, Any]], asked: bool) -> None:
             row["kind"],
             row["origin"],
             "?" if not asked else ("yes" if row["loaded"] else "no"),
-            "not fetched" if row["size_bytes"] is None else _bytes(row["size_bytes"]),
+            "not fetched" if row["size_bytes"] is None else size(row["size_bytes"]),
             row["path"] or "-",
         )
         for row in rows
     ]
-    console = Console()
-    if console.is_terminal:
-        table = Table(header_style="bold")
-        for name in header:
-            table.add_column(name, overflow="fold")
-        for line in lines:
-            table.add_row(*line)
-        console.print(table)
-    else:
-        widths = [max(len(str(c)) for c in col) for col in zip(header, *lines, strict=False)]
-        for line in (header, *lines):
-            print("  ".join(str(c).ljust(w) for c, w in zip(line, widths, strict=True)).rstrip())
+    print_table(header, lines)
     if not asked:
         print("(no server answered: what is loaded is not known)", file=sys.stderr)
-
-
-def _bytes(n: int) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024  # type: ignore[assignment]
-    return str(n)
 
 
 def _served(url: str) -> list[dict[str, Any]] | None:

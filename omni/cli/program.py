@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable
 
 import omni
-from omni.cli import db, logs, models, serve, serve_flags
+from omni.cli import cache, db, logs, models, serve, serve_flags
 from omni.cli.inspect import parsers as inspection
 from omni.cli.options import Parser, db_default, omni_home
 from omni.errors import OmniError
@@ -30,6 +30,7 @@ def parser() -> argparse.ArgumentParser:
     db.add_parsers(sub, db_file)
     inspection.add_parsers(sub, db_file)
     models.add_parsers(sub)
+    cache.add_parsers(sub)
     feats = sub.add_parser("features", help="what this install can serve, and how to add the rest")
     feats.add_argument("--json", action="store_true", help="one JSON object per feature")
     return p
@@ -70,6 +71,10 @@ def _models(args: argparse.Namespace) -> int:
     return models.run(args, omni_home())
 
 
+def _cache(args: argparse.Namespace) -> int:
+    return cache.run(args, omni_home())
+
+
 def _features(args: argparse.Namespace) -> int:
     from omni import features
 
@@ -89,6 +94,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "serve": _serve,
     "db": db.run,
     "models": _models,
+    "cache": _cache,
     "features": _features,
     **dict.fromkeys(inspection.COMMANDS, inspection.run),
 }
