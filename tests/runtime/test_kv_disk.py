@@ -17,7 +17,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 from mlx_lm import load
-from mlx_lm.models.cache import RotatingKVCache, make_prompt_cache
+from mlx_lm.models.cache import RotatingKVCache, make_prompt_cache, trim_prompt_cache
 
 from omni.runtime.chat import kv_disk
 from omni.runtime.chat.kv_disk import DiskTier, Rates, model_key
@@ -149,6 +149,7 @@ def test_a_damaged_entry_is_removed_and_never_loaded(
         assert found is not None and removals(caplog) == []
         assert again.load(*found) is None
     assert len(removals(caplog)) == 1, removals(caplog)
+    assert again.stats()["damaged"] == 1
     assert sorted(p.name for p in folder.iterdir()) == ["model.json"]
     assert again.nearest("", PROMPT + [1]) is None
 
@@ -203,7 +204,7 @@ def test_eviction_removes_the_least_valuable_first(model: Any, tmp_path: Path) -
     written(t, model, "live2", PROMPT[:20], keep_hint=True)  # a reused one before a session's
     assert t.nearest("reused", PROMPT) is None
     assert all(t.nearest(ns, PROMPT) is not None for ns in ("session", "live", "live2"))
-    assert t.stats()["bytes"] <= 3.5 * size
+    assert t.stats()["bytes"] <= 3.5 * size and t.stats()["evicted"] == 4
     assert len(list((tmp_path / KEY).glob(f"*{DATA}"))) == 3
 
 
@@ -276,11 +277,17 @@ def test_put_returns_before_the_write_and_flush_waits_for_it(
     assert t.put("", PROMPT, cache)
     assert t.nearest("", PROMPT + [1]) is None
     assert not list((tmp_path / KEY).glob(f"*{SIDECAR}"))
-    model(mx.array([[3, 4]]), cache=cache)  # the caller goes on with its own cache
+    # The caller goes on with its own cache, over the positions handed over.
+    trim_prompt_cache(cache, 10)
+    model(mx.array([[3, 4]]), cache=cache)
     gate.set()
     t.flush()
     found = t.nearest("", PROMPT + [1])
     assert found is not None and found[1] == len(PROMPT)
+    back = t.load(*found)
+    assert back is not None
+    expected = filled(model, PROMPT)
+    assert np.array_equal(next_logits(model, back, 1), next_logits(model, expected, 1))
     t.close()
 
 
@@ -294,6 +301,9 @@ def test_two_tiers_share_a_folder(
     found = second.nearest("", PROMPT + [1])
     assert found is not None and second.load(*found) is not None
     assert (tmp_path / KEY / "model.json").exists()
+    second.flush()  # the use is recorded in the sidecar: a third ranks the entry alike
+    third = tier(tmp_path).nearest("", PROMPT + [1])
+    assert third is not None and third[0].hits == 1
     # Removed by the other between lookup and load: a miss, not an error.
     written(first, model, "x", PROMPT)
     second.scan()

@@ -87,6 +87,11 @@ class DiskEntry:
 
 
 @dataclass(frozen=True, slots=True)
+class _Touch:
+    entry: DiskEntry
+
+
+@dataclass(frozen=True, slots=True)
 class _Write:
     namespace: str
     tokens: tuple[int, ...]
@@ -113,10 +118,10 @@ class DiskTier:
         self.rates = rates if rates is not None else Rates(on_gpu())
         self._index: dict[str, DiskEntry] = {}
         self._lock = threading.Lock()  # the index: the writer thread changes it too
-        self._queue: queue.Queue[_Write | None] = queue.Queue()
+        self._queue: queue.Queue[_Write | _Touch | None] = queue.Queue()
         self._writer: threading.Thread | None = None
         self._counts = dict.fromkeys(
-            ("hits", "misses", "loads", "tokens_loaded", "bytes_written", "removed"), 0
+            ("hits", "misses", "loads", "tokens_loaded", "bytes_written", "evicted", "damaged"), 0
         )
         self._load_seconds = 0.0
 
@@ -199,6 +204,7 @@ class DiskTier:
         if best is None:
             self._counts["misses"] += 1
             return None
+        self._counts["hits"] += 1
         return best, use
 
     # Reading.
@@ -232,22 +238,20 @@ class DiskTier:
         self.rates.read(entry.nbytes, seconds)
         entry.hits += 1
         entry.last_use = time.time()
-        self._counts["hits"] += 1
         self._counts["loads"] += 1
         self._counts["tokens_loaded"] += keep
         self._load_seconds += seconds
-        self._touch(entry)
+        self._hand(_Touch(entry))
         return cache
 
     def _touch(self, entry: DiskEntry) -> None:
-        """Record the use in the sidecar (its hits, and its mtime as the last use), so that
+        """Record a use in the sidecar (its hits, and its mtime as the last use), so that
         another process, or this one restarted, ranks the entry alike."""
-        side = entry.side.used()
-        entry.side = side
-        try:
-            write_atomic(self.dir / f"{entry.name}{SIDECAR}", side.dumps())
-        except OSError:
-            pass  # a folder cleared meanwhile: the next load is a miss
+        with self._lock:
+            if self._index.get(entry.name) is not entry:  # evicted meanwhile
+                return
+            entry.side = side = entry.side.used()
+        write_atomic(self.dir / f"{entry.name}{SIDECAR}", side.dumps())
 
     def _damaged(self, entry: DiskEntry, reason: str) -> list[Any] | None:
         self._forget(entry)
@@ -270,11 +274,14 @@ class DiskTier:
         if copy is None:
             return False
         ids = tuple(tokens[: held(copy, len(tokens))])
+        self._hand(_Write(namespace, ids, copy, keep_hint))
+        return True
+
+    def _hand(self, job: _Write | _Touch) -> None:
         if self._writer is None:
             self._writer = threading.Thread(target=self._write_all, name="kv-disk", daemon=True)
             self._writer.start()
-        self._queue.put(_Write(namespace, ids, copy, keep_hint))
-        return True
+        self._queue.put(job)
 
     def flush(self) -> None:
         """Wait until every write handed over so far is done."""
@@ -290,7 +297,10 @@ class DiskTier:
     def _write_all(self) -> None:
         while (job := self._queue.get()) is not None:
             try:
-                self._write(job)
+                if isinstance(job, _Touch):
+                    self._touch(job.entry)
+                else:
+                    self._write(job)
             except Exception:  # a full disk, a folder removed: the entry is not kept
                 log.warning("kv disk: an entry was not written", exc_info=True)
             finally:
@@ -312,7 +322,8 @@ class DiskTier:
         meta = {"model_key": self.key, "namespace": job.namespace,
                 "tokens": json.dumps(list(job.tokens))}  # fmt: skip
         try:
-            with open(tmp, "wb") as f:
+            # On the CPU: what save computes (contiguous copies) stays off the model's stream.
+            with open(tmp, "wb") as f, mx.stream(mx.cpu):
                 _save(f, job.cache, meta)
                 f.flush()
                 os.fsync(f.fileno())
@@ -360,7 +371,7 @@ class DiskTier:
         self._index.pop(entry.name, None)
         (self.dir / f"{entry.name}{SIDECAR}").unlink(missing_ok=True)
         (self.dir / f"{entry.name}{DATA}").unlink(missing_ok=True)
-        self._counts["removed"] += 1
+        self._counts["evicted"] += 1
 
     def _forget(self, entry: DiskEntry) -> None:
         with self._lock:
@@ -373,10 +384,13 @@ class DiskTier:
         if path.suffix == SIDECAR:
             path.with_suffix(DATA).unlink(missing_ok=True)
         with self._lock:
-            self._counts["removed"] += 1
+            self._counts["damaged"] += 1
 
     def stats(self) -> dict[str, float]:
-        """For /metrics: what the tier holds and what it did."""
+        """For /metrics: what the tier holds (entries, bytes) and what it did: hits and misses
+        (lookups that found an entry or not, and loads that found its files gone or damaged),
+        loads, load_seconds, tokens_loaded, bytes_written, evicted (for room, or extended by a
+        longer entry) and damaged (files removed as unusable)."""
         with self._lock:
             entries = len(self._index)
             nbytes = sum(e.nbytes for e in self._index.values())

@@ -4,6 +4,7 @@ average of what was measured)."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import time
 from pathlib import Path
@@ -41,8 +42,8 @@ class Rates:
 
     def probe(self, folder: Path) -> float:
         """Seed the read rate: write PROBE_BYTES in `folder`, read them back, timed; the rate.
-        (A file just written may come back from the page cache: an upper bound, corrected by
-        the loads that follow.)"""
+        The file is asked out of the page cache first; where the system does not do that, the
+        rate is an upper bound, corrected by the loads that follow."""
         path = folder / f".probe.{os.getpid()}-{os.urandom(4).hex()}.tmp"
         data = os.urandom(PROBE_BYTES)
         try:
@@ -50,8 +51,10 @@ class Rates:
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
+                _uncache(f.fileno())
             start = time.perf_counter()
             with open(path, "rb") as f:
+                _uncache(f.fileno())
                 while f.read(1 << 20):
                     pass
             seconds = time.perf_counter() - start
@@ -66,6 +69,14 @@ class Rates:
             return old
         rate = amount / seconds
         return rate if old is None else old + self.weight * (rate - old)
+
+
+def _uncache(fd: int) -> None:
+    """Ask the system to read `fd` from the disk, not from memory (Linux, macOS)."""
+    if hasattr(os, "posix_fadvise"):
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    elif (nocache := getattr(fcntl, "F_NOCACHE", None)) is not None:
+        fcntl.fcntl(fd, nocache, 1)
 
 
 def on_gpu() -> bool:
