@@ -191,9 +191,8 @@ def test_eviction_removes_the_least_valuable_first(model: Any, tmp_path: Path) -
     written(t, model, "session", PROMPT[:20], keep_hint=True)  # oldest, of a live session
     written(t, model, "reused", PROMPT[:20])
     written(t, model, "once", PROMPT[:20])
-    for _ in range(2):
-        found = t.nearest("reused", PROMPT)
-        assert found is not None and t.load(*found) is not None
+    found = t.nearest("reused", PROMPT)
+    assert found is not None and t.load(*found) is not None  # loaded once: reused
     written(t, model, "new", PROMPT[:20])  # four do not fit: the one-off prompt leaves
     assert t.nearest("once", PROMPT) is None
     assert all(t.nearest(ns, PROMPT) is not None for ns in ("session", "reused", "new"))
@@ -231,6 +230,14 @@ def test_nearest_finds_the_longest_usable_prefix_in_its_namespace(
     written(t, model, "a", PROMPT[:40])
     assert not (tmp_path / KEY / f"{entry_name('a', PROMPT[:20])}{DATA}").exists()
     assert use("a", PROMPT) == 40 and t.stats()["entries"] == 3
+    # It takes the standing of the one it extends: kept for a session, reused.
+    written(t, model, "s", PROMPT[:10], keep_hint=True)
+    found = t.nearest("s", PROMPT)
+    assert found is not None and t.load(*found) is not None
+    written(t, model, "s", PROMPT[:15])
+    found = t.nearest("s", PROMPT)
+    assert found is not None and found[1] == 15
+    assert found[0].value()[:2] == (True, True) and found[0].hits == 1
 
 
 def test_a_cache_that_cannot_be_cut_is_used_only_whole(model: Any, tmp_path: Path) -> None:

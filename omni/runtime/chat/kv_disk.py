@@ -8,10 +8,11 @@ aside, synced, renamed; the sidecar last), and verified when loaded (checksum, t
 several servers may share the folder, and a crash mid-write leaves nothing that loads.
 
 Eviction keeps the folder within `max_bytes` and removes the entry of lowest value first, where
-value orders by (kept for a live session, used more than once, last use): the caches of live
-sessions, then prefixes that were reused, outlive one-off prompts; within each, the least
-recently used leave first. An entry that a newly written one extends (same namespace, its tokens
-a prefix of the new one's) is of no more use and is removed, as the memory tier does."""
+value orders by (kept for a live session, loaded since it was written, last use): the caches of
+live sessions, then prefixes that were reused, outlive one-off prompts; within each, the least
+recently used leave first (the memory tier's order). An entry that a newly written one extends
+(same namespace, its tokens a prefix of the new one's) is of no more use and is removed, its
+standing passed on to the new one, as the memory tier does."""
 
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ import numpy as np
 from mlx_lm.models.cache import load_prompt_cache, save_prompt_cache
 
 from omni.runtime.chat.kv_copies import cut, held, snapshot
+from omni.runtime.chat.kv_entries import DiskEntry, extended, usable
 from omni.runtime.chat.kv_files import (
     DATA,
     MODEL,
@@ -56,34 +58,6 @@ QUEUED = 8  # writes waiting at most; more are dropped (the memory tier still ho
 # mlx-lm leaves these unannotated: typed here, where they are called.
 _save: Callable[[Any, list[Any], dict[str, str]], None] = save_prompt_cache
 _load: Callable[..., tuple[list[Any], dict[str, str]]] = load_prompt_cache
-
-
-@dataclass(slots=True)
-class DiskEntry:
-    """An entry of the index: what its sidecar says, and how it has been used here."""
-
-    name: str
-    side: Sidecar
-    tokens: Any  # numpy array of the token ids the cache holds
-    last_use: float
-    hits: int
-
-    @property
-    def namespace(self) -> str:
-        return self.side.namespace
-
-    @property
-    def nbytes(self) -> int:
-        return self.side.nbytes
-
-    @property
-    def cuttable(self) -> bool:
-        """Plain KV caches in every layer: usable cut back to any prefix (else only whole)."""
-        return all(c == "KVCache" for c in self.side.classes)
-
-    def value(self) -> tuple[bool, bool, float]:
-        """Eviction order, lowest first (see the module's docstring)."""
-        return (self.side.keep_hint, self.hits > 1, self.last_use)
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,19 +163,9 @@ class DiskTier:
         with self._lock:
             entries = sorted(self._index.values(), key=lambda e: e.last_use)  # ties: newest
         for entry in entries:
-            if entry.namespace != namespace:
-                continue
-            held = entry.tokens
-            n = min(len(held), len(query))
-            differ = np.flatnonzero(held[:n] != query[:n])
-            common = int(differ[0]) if differ.size else n
-            if entry.cuttable:
-                usable = min(common, len(tokens) - max(1, left))
-            else:
-                usable = len(held) if common == len(held) < len(tokens) else 0
-            if usable >= max(1, least) and usable >= use:
-                best, use = entry, usable
-        if best is None:
+            if entry.namespace == namespace and (n := usable(entry, query, left)) >= use:
+                best, use = entry, n
+        if best is None or use < max(1, least):
             self._counts["misses"] += 1
             return None
         self._counts["hits"] += 1
@@ -335,11 +299,25 @@ class DiskTier:
         finally:
             tmp.unlink(missing_ok=True)
         classes = tuple(type(c).__name__ for c in job.cache)
+        ids = np.asarray(job.tokens, dtype=np.int64)
+        keep, hits = self._standing(job.namespace, ids, job.keep_hint, classes)
         side = Sidecar(self.key, job.namespace, job.tokens, size, digest, time.time(), classes,
-                       job.keep_hint)  # fmt: skip
+                       keep, hits)  # fmt: skip
         write_atomic(sidecar, side.dumps())
         self._counts["bytes_written"] += size
-        self._add(DiskEntry(name, side, np.asarray(job.tokens, dtype=np.int64), time.time(), 0))
+        self._add(DiskEntry(name, side, ids, time.time(), hits))
+
+    def _standing(
+        self, namespace: str, ids: Any, keep: bool, classes: tuple[str, ...]
+    ) -> tuple[bool, int]:
+        """The keep hint and hits of a new entry: its own, or those of an entry it extends."""
+        if any(c != "KVCache" for c in classes):
+            return keep, 0
+        hits = 0
+        with self._lock:
+            for other in extended(self._index.values(), namespace, ids):
+                keep, hits = keep or other.side.keep_hint, max(hits, other.hits)
+        return keep, hits
 
     def _add(self, entry: DiskEntry) -> None:
         """Index a written entry; remove those it extends, then the least valuable while the
@@ -347,15 +325,8 @@ class DiskTier:
         with self._lock:
             self._index[entry.name] = entry
             if entry.cuttable:
-                ids, n_ids = entry.tokens, len(entry.tokens)
-                for other in list(self._index.values()):
-                    n = len(other.tokens)
-                    if (
-                        other is not entry
-                        and other.namespace == entry.namespace
-                        and n <= n_ids
-                        and (other.tokens == ids[:n]).all()
-                    ):
+                for other in extended(self._index.values(), entry.namespace, entry.tokens):
+                    if other is not entry:
                         self._drop(other)
             held = sum(e.nbytes for e in self._index.values())
             for other in sorted(self._index.values(), key=DiskEntry.value):
