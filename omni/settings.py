@@ -51,6 +51,10 @@ class ServerSettings:
 class EngineSettings:
     prompt_cache_entries: int = 0  # 0: the prefix cache's memory tier is bounded by bytes alone
     prompt_cache_bytes: int = 4 << 30
+    # The prefix cache's disk tier (omni.runtime.chat.kv_disk): its folder (None: none) and
+    # the most it may hold.
+    prompt_cache_dir: str | None = None
+    prompt_cache_disk_bytes: int = 0
     max_batch: int = 32
     # Extra arguments for every chat-template render (`--chat-template-args`).
     template_args: dict[str, Any] = field(default_factory=dict)

@@ -7,8 +7,10 @@ import argparse
 import asyncio
 import logging
 import os
+import shutil
 import signal
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from omni import db
@@ -16,6 +18,7 @@ from omni.catalogue import GB
 from omni.cli import catalogue
 from omni.cli.access import access, check_port, image_hosts
 from omni.cli.options import omni_home
+from omni.cli.serve_flags import DISK_CAP_GB
 from omni.errors import OmniError
 from omni.heap import set_aside
 from omni.location import is_postgres, shown
@@ -187,9 +190,12 @@ def engine_settings(args: argparse.Namespace) -> EngineSettings:
         knobs = engine_knobs()
     except ValueError as exc:
         raise OmniError(str(exc)) from None
+    folder, disk_bytes = disk_tier(args)
     return EngineSettings(
         prompt_cache_entries=args.prompt_cache_entries,
         prompt_cache_bytes=int(args.prompt_cache_gb * GB),
+        prompt_cache_dir=folder,
+        prompt_cache_disk_bytes=disk_bytes,
         max_batch=args.max_batch_size,
         template_args=args.chat_template_args,
         blas=args.blas,
@@ -197,6 +203,22 @@ def engine_settings(args: argparse.Namespace) -> EngineSettings:
         num_draft_tokens=args.num_draft_tokens,
         **knobs,
     )
+
+
+def disk_tier(args: argparse.Namespace) -> tuple[str | None, int]:
+    """The prefix cache's disk tier: its folder and size (None, 0: none). By default
+    OMNI_HOME/kv, a tenth of its disk's free space, at most DISK_CAP_GB."""
+    folder = Path(args.prompt_cache_dir or omni_home() / "kv").expanduser()
+    if args.prompt_cache_disk_gb is not None:
+        size = int(args.prompt_cache_disk_gb * GB)
+    else:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            size = min(shutil.disk_usage(folder).free // 10, DISK_CAP_GB * GB)
+        except OSError:  # a folder it cannot make: no disk tier, said once
+            log.warning("the prefix cache's disk tier is off: %s cannot be used", folder)
+            size = 0
+    return (str(folder), size) if size > 0 else (None, 0)
 
 
 def _config(args: argparse.Namespace) -> Config:

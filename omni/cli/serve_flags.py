@@ -24,6 +24,7 @@ from omni.cli.options import (
 from omni.settings import EngineSettings, ServerSettings
 
 SERVER, ENGINE = ServerSettings, EngineSettings  # the defaults
+DISK_CAP_GB = 50  # the disk tier's default size: a tenth of the free space, at most this
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
 # (seconds: their milliseconds must stay within SQLite's integers)
@@ -136,6 +137,16 @@ def _add_log_keeping(serve: argparse.ArgumentParser) -> None:
     )
     for number in CACHES_AND_QUEUES:
         add_number(serve, number)
+    serve.add_argument(
+        "--prompt-cache-dir",
+        default=env("PROMPT_CACHE_DIR", None),
+        metavar="DIR",
+        help="the prefix cache's disk tier, which outlives a restart (default: OMNI_HOME/kv)",
+    )
+    add_number(serve, Number(
+        "--prompt-cache-disk-gb", float, 0, BIG, None,
+        "most the disk tier holds (default: a tenth of its disk's free space, at most"
+        f" {DISK_CAP_GB:g}; 0: no disk tier)"))  # fmt: skip
     serve.add_argument(
         "--retention",
         type=_duration,

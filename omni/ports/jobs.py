@@ -76,6 +76,7 @@ class Finished:
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int = 0
+    disk_tokens: int = 0  # of the cached tokens, those read from the prefix cache's disk tier
 
 
 @dataclass(frozen=True, slots=True)

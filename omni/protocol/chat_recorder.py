@@ -167,7 +167,7 @@ class ChunkRecorder:
             "prompt_tokens": out.prompt_tokens,
             "completion_tokens": completion,
             "total_tokens": out.prompt_tokens + completion,
-            "prompt_tokens_details": {"cached_tokens": out.cached_tokens},
+            "prompt_tokens_details": cached_details(out),
             "completion_tokens_details": {"reasoning_tokens": self.reasoning_tokens},
         }
         events.append((COMPLETION_USAGE[self.kind], {**self.base, "choices": [], "usage": usage}))
@@ -215,3 +215,12 @@ def _by_text(top: tuple[Any, ...]) -> dict[str, float]:
     for t in top:
         best[t.token] = max(t.logprob, best.get(t.token, t.logprob))
     return best
+
+
+def cached_details(out: Finished) -> dict[str, int]:
+    """`prompt_tokens_details`: the cached tokens, and of those the ones the prefix cache read
+    from its disk tier (Omni's `omni_disk_cached_tokens`, there only when some were)."""
+    details = {"cached_tokens": out.cached_tokens}
+    if out.disk_tokens:
+        details["omni_disk_cached_tokens"] = out.disk_tokens
+    return details

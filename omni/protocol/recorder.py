@@ -31,11 +31,20 @@ _TERMINAL_EVENT = {
 
 
 def usage(
-    prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0, reasoning_tokens: int = 0
+    prompt_tokens: int,
+    completion_tokens: int,
+    cached_tokens: int = 0,
+    reasoning_tokens: int = 0,
+    disk_tokens: int = 0,
 ) -> dict[str, Any]:
+    """A response's usage; `disk_tokens`, of the cached ones, those the prefix cache read from
+    its disk tier (Omni's `omni_disk_cached_tokens`, there only when some were)."""
+    details: dict[str, Any] = {"cached_tokens": cached_tokens, "cache_write_tokens": 0}
+    if disk_tokens:
+        details["omni_disk_cached_tokens"] = disk_tokens
     return {
         "input_tokens": prompt_tokens,
-        "input_tokens_details": {"cached_tokens": cached_tokens, "cache_write_tokens": 0},
+        "input_tokens_details": details,
         "output_tokens": completion_tokens,
         "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
         "total_tokens": prompt_tokens + completion_tokens,
@@ -359,7 +368,11 @@ class ResponseRecorder:
             events += self._close_message(ended)
         self.response["status"] = status
         self.response["usage"] = usage(
-            out.prompt_tokens, out.completion_tokens, out.cached_tokens, self.reasoning_tokens
+            out.prompt_tokens,
+            out.completion_tokens,
+            out.cached_tokens,
+            self.reasoning_tokens,
+            out.disk_tokens,
         )
         if status == "completed":
             self.response["completed_at"] = int(time.time())

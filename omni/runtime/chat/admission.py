@@ -191,9 +191,12 @@ class Admission(Gathering):
         if self._out_of_tokens(spec):
             return None
         fed = spec.prompt + spec.resume_tokens
+        from_disk = 0
         if self.draft is not None:  # the two models' caches, fresh (the prefix cache: neither)
             cache, rest = make_prompt_cache(self.model) + make_prompt_cache(self.draft), fed
         else:
             cache, rest = self.cache.nearest(spec.cache_namespace, fed, FEED_AT_LEAST)
+            from_disk = self.cache.from_disk
         cached, done = len(fed) - len(rest), len(spec.resume_tokens)
-        return Start(Slot(spec, fed, cached, done, self.processors(spec)), cache, rest)
+        slot = Slot(spec, fed, cached, done, self.processors(spec), from_disk)
+        return Start(slot, cache, rest)

@@ -76,7 +76,9 @@ class Decoding(Pipe):
         if cache is not None:
             self._keep(slot, cache, eos)
         spec = slot.spec
-        self.out.append(Finished(spec.id, reason, len(spec.prompt), slot.done, slot.cached))
+        self.out.append(
+            Finished(spec.id, reason, len(spec.prompt), slot.done, slot.cached, slot.from_disk)
+        )
 
     def _fail_all(self, message: str) -> None:
         for uid, slot in list(self.slots.items()):

@@ -53,7 +53,11 @@ def finished(pending: Pending, output: wire.Finished) -> list[Output]:
     """A job's end: the text its detokenizer still held, then its Finished."""
     pending.detokenizer.finalize()
     ended = Finished(
-        output.reason, output.prompt_tokens, output.completion_tokens, output.cached_tokens
+        output.reason,
+        output.prompt_tokens,
+        output.completion_tokens,
+        output.cached_tokens,
+        output.disk_tokens,
     )
     if tail := pending.detokenizer.last_segment:
         return [Delta(tail, None), ended]

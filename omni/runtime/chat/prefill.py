@@ -39,7 +39,9 @@ class Prefilling(Decoding):
             self.prefills.popleft()
             self.out.append(Failed(start.id, GENERATION_FAILED))
             return
-        self.observer.on_prefill(clock() - began, n, chunk=True)
+        seconds = clock() - began
+        self.observer.on_prefill(seconds, n, chunk=True)
+        self.cache.prefilled(n, seconds)
         fed = len(start.slot.fed) - len(start.rest)
         self._chunked = (start.id, n, fed, len(start.slot.fed))
         start.rest = start.rest[n:]
@@ -74,7 +76,9 @@ class Prefilling(Decoding):
             return
         finally:
             self._feeding = 0
-        self.observer.on_prefill(self.clock() - began, sum(len(r.rest) for r in rows), False)
+        seconds, tokens = self.clock() - began, sum(len(r.rest) for r in rows)
+        self.observer.on_prefill(seconds, tokens, False)
+        self.cache.prefilled(tokens, seconds)
         ended: set[int] = set()
         try:
             keep = [i for i, start in enumerate(group) if self._first(start, fed, i, ended)]
@@ -123,6 +127,8 @@ class Prefilling(Decoding):
         # Named by what it holds (a cache with no offset, a recurrent state, is taken at its word).
         kept = [c.extract(i) for c in fed.cache]
         self.cache.insert(spec.cache_namespace, held, kept, spec.session)
-        self.out.append(Finished(spec.id, reason, len(spec.prompt), slot.done, slot.cached))
+        self.out.append(
+            Finished(spec.id, reason, len(spec.prompt), slot.done, slot.cached, slot.from_disk)
+        )
         ended.add(spec.id)
         return False

@@ -1,5 +1,6 @@
 """Prefix (KV) cache reuse in the engine process: the KV caches of recent prompts and answers,
-found again by the longest shared token prefix."""
+found again by the longest shared token prefix, in memory and (omni.runtime.chat.kv_disk) on
+disk."""
 
 from __future__ import annotations
 
@@ -17,6 +18,12 @@ from mlx_lm.models.cache import (
     make_prompt_cache,
     trim_prompt_cache,
 )
+
+from omni.runtime.chat.kv_disk import DiskTier
+
+# Shorter caches are not written to disk: prefilling them again costs little.
+DISK_LEAST = 128
+PREFILL_SAMPLE = 64  # the fewest tokens a prefill pass must take to measure the prefill rate
 
 # MLX and mlx-lm leave these unannotated: typed here, where they are called.
 _async_eval: Callable[[list[Any]], None] = mx.async_eval
@@ -39,13 +46,24 @@ class PrefixCache:
     the prompt with each entry's tokens in numpy, and a plain KV cache is reused as a slice.
     """
 
-    def __init__(self, model: Any, entries: int, nbytes: int, min_reuse: int = 1):
+    def __init__(
+        self,
+        model: Any,
+        entries: int,
+        nbytes: int,
+        min_reuse: int = 1,
+        disk: DiskTier | None = None,
+    ):
         self.model = model
         self.max_entries, self.max_bytes = entries, nbytes
         # A shorter shared prefix is not reused: the prompt is prefilled whole instead.
         self.min_reuse = max(1, min_reuse)
         self._entries: OrderedDict[tuple[str, tuple[int, ...]], _Entry] = OrderedDict()
         self._bytes = 0
+        # The disk tier: each kept cache worth loading again is written there too (by its own
+        # thread), so that it outlives this process; a lookup loads from it what memory lacks.
+        self.disk = disk
+        self.from_disk = 0  # of the last lookup's reused tokens, those the disk tier gave
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -64,6 +82,7 @@ class PrefixCache:
         sliding window past its size, a recurrent state) is usable only whole, as a prefix of
         `tokens` (then at least one is left, whatever `left` asks: feeding one more is cheaper
         than the whole prompt)."""
+        self.from_disk = 0
         query = np.asarray(tokens)
         best, use = None, 0
         for key, entry in self._entries.items():  # newest last: ties go to it
@@ -80,6 +99,8 @@ class PrefixCache:
                 usable = len(held) if common == len(held) < len(tokens) else 0
             if usable >= self.min_reuse and usable >= use:
                 best, use = key, usable
+        if (loaded := self._from_disk(namespace, tokens, left, use)) is not None:
+            return loaded
         if best is None:
             return make_prompt_cache(self.model), list(tokens)
         self._entries.move_to_end(best)
@@ -87,12 +108,38 @@ class PrefixCache:
         found.hits += 1
         return _prefix_of(found.cache, use, len(best[1])), list(tokens[use:])
 
+    def _from_disk(
+        self, namespace: str, tokens: list[int], left: int, use: int
+    ) -> tuple[list[Any], list[int]] | None:
+        """The disk tier's cache of a prefix longer than `use` (memory's best), when loading
+        it is faster than prefilling what it adds; kept in memory from then on."""
+        if self.disk is None:
+            return None
+        found = self.disk.nearest(namespace, tokens, left, max(self.min_reuse, use + 1))
+        if found is None:
+            return None
+        entry, usable = found
+        if not self.disk.rates.worth(usable - use, entry.nbytes):  # a load reads it whole
+            return None
+        cache = self.disk.load(entry, usable)
+        if cache is None:
+            return None
+        self.insert(namespace, tokens[:usable], cache, entry.side.keep_hint, write=False)
+        self.from_disk = usable
+        return _prefix_of(cache, usable, usable), list(tokens[usable:])
+
     def insert(
-        self, namespace: str, tokens: list[int], cache: list[Any], session: bool = False
+        self,
+        namespace: str,
+        tokens: list[int],
+        cache: list[Any],
+        session: bool = False,
+        write: bool = True,
     ) -> None:
         """Keep `cache` for reuse, keyed by exactly the tokens it holds (a cache that holds
         more than `tokens` is cut back to them, or not kept if it cannot be); `session`: a
-        multi-turn session's, kept longer. An entry it extends leaves, its standing passed on."""
+        multi-turn session's, kept longer. An entry it extends leaves, its standing passed on.
+        `write`: to the disk tier too, if loading it would beat prefilling it."""
         held = getattr(cache[0], "offset", len(tokens)) if cache else 0
         if held > len(tokens):
             if not can_trim_prompt_cache(cache):
@@ -126,6 +173,14 @@ class PrefixCache:
         entry = _Entry(cache, sum(c.nbytes for c in cache), ids, cuttable, session, hits)
         self._entries[key] = entry
         self._bytes += entry.nbytes
+        disk = self.disk
+        if (
+            write
+            and disk is not None
+            and held >= DISK_LEAST
+            and disk.rates.worth(held, entry.nbytes)
+        ):
+            disk.put(namespace, list(key[1]), cache, session)
         while self._entries and (
             0 < self.max_entries < len(self._entries) or self._bytes > self.max_bytes
         ):
@@ -140,6 +195,17 @@ class PrefixCache:
 
     def _drop(self, key: tuple[str, tuple[int, ...]]) -> None:
         self._bytes -= self._entries.pop(key).nbytes
+
+    def prefilled(self, tokens: int, seconds: float) -> None:
+        """A prefill pass took `seconds` for `tokens`: what a disk load is weighed against
+        (passes of a few tokens measure the step, not the prefill: left out)."""
+        if self.disk is not None and tokens >= PREFILL_SAMPLE:
+            self.disk.rates.prefilled(tokens, seconds)
+
+    def close(self) -> None:
+        """Finish the disk tier's writes."""
+        if self.disk is not None:
+            self.disk.close()
 
 
 @dataclass(slots=True)

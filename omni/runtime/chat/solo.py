@@ -91,7 +91,9 @@ class SoloPath(Prefilling):
                 self._keep(slot, cache, eos)  # generate_step fed the end token too
             spec = slot.spec
             ended = reason or "cancelled"
-            self.out.append(Finished(spec.id, ended, len(spec.prompt), slot.done, slot.cached))
+            self.out.append(
+                Finished(spec.id, ended, len(spec.prompt), slot.done, slot.cached, slot.from_disk)
+            )
             return
         # The batch must see a token to predict the next: hand it the last ones again (the
         # cache holds every token so far: generate_step feeds each one it yields). It is fed

@@ -40,6 +40,7 @@ class Slot:
     cached: int
     done: int
     processors: list[Any]  # built once: a grammar's state must survive a move into the batch
+    from_disk: int = 0  # of the cached tokens, those the prefix cache's disk tier gave
 
 
 @dataclass(eq=False, slots=True)

@@ -139,6 +139,7 @@ class Finished:
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int = 0
+    disk_tokens: int = 0  # of the cached tokens, those the prefix cache's disk tier gave
 
 
 @dataclass(frozen=True, slots=True)

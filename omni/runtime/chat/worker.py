@@ -7,6 +7,7 @@ holds the interpreter lock a decode step is waiting for.
 from __future__ import annotations
 
 import json
+import logging
 import multiprocessing
 import os
 from collections.abc import Callable
@@ -37,6 +38,8 @@ if TYPE_CHECKING:
 # (bench/attention.py, in git history). A prompt of 4,000 new tokens prefills ~50 ms
 # slower. On a CPU (or Metal) the setting does nothing.
 MLX_SETTINGS = {"MLX_CUDA_USE_CUDNN_SDPA": "0"}
+
+log = logging.getLogger(__name__)
 
 
 # The shortest shared prefix the prefix cache reuses, on a GPU. There a prompt's tokens are
@@ -152,6 +155,8 @@ def main(
             scheduler.run(conn)
         except (EOFError, OSError):  # the server is gone: nobody is left to decode for
             pass
+        finally:
+            scheduler.cache.close()  # the disk tier's writes handed over so far
         observer.close()
 
     # It begins as every model process does (omni.runtime.model_worker: what the server
@@ -183,7 +188,8 @@ def load_engine(
     taken = weights.nbytes(model) + (0 if draft is None else weights.nbytes(draft))
     runtime = Runtime(library, weights.describe(model), settings.weights, forwarded, taken)
     limits = (settings.prompt_cache_entries, settings.prompt_cache_bytes)
-    cache = PrefixCache(model, *limits, min_reuse())
+    disk = disk_tier(path, model, tokenizer, settings, adapter)
+    cache = PrefixCache(model, *limits, min_reuse(), disk)
     scheduler = BatchScheduler(
         model,
         tokenizer,
@@ -199,6 +205,27 @@ def load_engine(
     set_aside("engine")  # the model and the tokenizer: no full collection walks them again
     ends = sorted(tokenizer.eos_token_ids)
     return scheduler, Loaded(context_length(model), ends, runtime, model_recommends(path))
+
+
+def disk_tier(
+    path: str, model: Any, tokenizer: Any, settings: EngineSettings, adapter: str | None
+) -> Any:
+    """The prefix cache's disk tier for this model as run (None: off, or a memory tier off):
+    what an earlier process wrote is found again; its read rate is measured once."""
+    from omni.runtime.chat.kv_disk import DiskTier, model_key
+
+    folder = settings.prompt_cache_dir
+    if folder is None or settings.prompt_cache_bytes <= 0:
+        return None
+    key = model_key(path, model, tokenizer, adapter)
+    try:
+        tier = DiskTier(Path(folder), key, settings.prompt_cache_disk_bytes, model_path=path)
+        tier.scan()
+        tier.rates.probe(tier.dir)
+    except OSError as exc:  # a folder it cannot use: the memory tier alone, said once
+        log.warning("the prefix cache's disk tier is off: %s", exc)
+        return None
+    return tier
 
 
 def load_draft(path: str, tokenizer: Any, settings: EngineSettings, library: str | None) -> Any:
