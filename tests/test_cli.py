@@ -59,10 +59,11 @@ def serving(
     log: Path | None = None,
     *extra: str,
     env: dict[str, str] | None = None,
+    port: int | None = None,
 ) -> Iterator[tuple[str, subprocess.Popen[str]]]:
-    """`omni serve` on a free port until the block ends (SIGTERM); its stderr goes to `log`,
-    `env` added to its environment."""
-    port = free_port()
+    """`omni serve` on `port` (else a free one) until the block ends (SIGTERM); its stderr
+    goes to `log`, `env` added to its environment."""
+    port = port or free_port()
     stderr = log.open("w") if log else None
     proc = subprocess.Popen(
         [

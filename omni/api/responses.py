@@ -1,5 +1,5 @@
 """The Responses API: create (over HTTP, or turns over a WebSocket: omni.api.responses_socket),
-retrieve (JSON or SSE replay), input_items, input_tokens, cancel, delete."""
+retrieve (JSON or SSE replay), input_items, input_tokens, compact, cancel, delete."""
 
 from __future__ import annotations
 
@@ -102,6 +102,16 @@ async def input_tokens() -> Any:
     body = parse_body(await body_bytes(), ResponseCreate)
     count = await _service().count_input_tokens(body, owner())
     return {"object": "response.input_tokens", "input_tokens": count}
+
+
+@bp.post("/responses/compact")
+async def compact() -> Any:
+    """The compacted window of a conversation (the SDK's `responses.compact`): a compaction
+    item whose summary the model writes, recorded as a response of its own."""
+    server = current_server()
+    with server.lifecycle.intake.request():
+        body = parse_body(await body_bytes(), ResponseCreate)
+        return await server.responses.compactor.compact(body, owner())
 
 
 @bp.get("/responses/<response_id>")

@@ -24,11 +24,13 @@ _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
 class Vocabulary:
     """`ends`: each terminal event type and the status it means (a value starting with "$."
     is a JSON path to the status in the event's data); `deleted`: tombstone types;
-    `accepted`: the type that opens every /request stream."""
+    `accepted`: the type that opens every /request stream; `closed`: tombstones that end an
+    object with no ending of its own (a conversation), "deleted" once written."""
 
     ends: Mapping[str, str]
     deleted: frozenset[str]
     accepted: str
+    closed: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,8 +73,8 @@ def finished_of(
     wanted = None if statuses is None else set(statuses)
     found = []
     for oid, type_, said, deleted, done in rows:
-        status = vocabulary.ends[type_]
-        status = "deleted" if deleted else (str(said) if status.startswith("$.") else status)
+        status = "deleted" if deleted or type_ is None else vocabulary.ends[type_]
+        status = str(said) if status.startswith("$.") else status
         if wanted is None or status in wanted:
             found.append(Finished(oid, status, int(done)))
     return found

@@ -67,6 +67,10 @@ def _line(text: str) -> str:
     return text[:_TEXT] + ("…" if len(text) > _TEXT else "")
 
 
+# Items with no text of their own (omni.service.compaction): what they are.
+_SEALED = {"compaction": "[a compacted window, sealed]", "compaction_trigger": "[compact]"}
+
+
 def _item(item: dict[str, Any]) -> InputLine:
     """An input item as {type, role, text}: the text cut to a preview."""
     type_ = str(item.get("type") or "message")
@@ -74,6 +78,8 @@ def _item(item: dict[str, Any]) -> InputLine:
         text = f"{item.get('name')}({item.get('arguments') or ''})"
     elif type_ == "function_call_output":
         text = str(item.get("output") or "")
+    elif type_ in _SEALED:
+        text = _SEALED[type_]
     else:
         text = _content_text(item.get("content"))
     return {"type": type_, "role": item.get("role"), "text": _line(text)}

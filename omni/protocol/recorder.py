@@ -8,7 +8,7 @@ sequence numbers; the service appends them. It is the only author of `resp_X` af
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from omni.ids import new_id
@@ -116,12 +116,19 @@ class ResponseRecorder:
     def _lifecycle(self, type_: str) -> Event:
         return self._event(type_, response=json_copy(self.response))
 
-    def opening(self) -> list[Event]:
-        """response.created, then response.queued (background) or response.in_progress."""
+    def opening(self, prelude: Sequence[dict[str, Any]] = ()) -> list[Event]:
+        """response.created, then response.queued (background) or response.in_progress; then
+        each item of `prelude` (a compaction made before generating) added and done."""
         follow = (
             "response.queued" if self.response["status"] == "queued" else "response.in_progress"
         )
-        return [self._lifecycle("response.created"), self._lifecycle(follow)]
+        events = [self._lifecycle("response.created"), self._lifecycle(follow)]
+        for item in prelude:
+            index = len(self.response["output"])
+            events.append(self._event("response.output_item.added", output_index=index, item=item))
+            events.append(self._event("response.output_item.done", output_index=index, item=item))
+            self.response["output"].append(json_copy(item))
+        return events
 
     def on_output(self, out: Output) -> list[Event]:
         if isinstance(out, Started):

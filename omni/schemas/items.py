@@ -109,6 +109,28 @@ class Reasoning(_InputItem):
         return out
 
 
+class Compaction(_InputItem):
+    """A compacted window sent back (omni.service.compaction): opaque, sealed by the server."""
+
+    type: Literal["compaction"]
+    encrypted_content: str
+    id: str | None = None
+
+    def stored(self, param: str) -> dict[str, Any]:
+        content = self.encrypted_content
+        return {"id": self.id or new_id("cmp"), "type": "compaction", "encrypted_content": content}
+
+
+class CompactionTrigger(_InputItem):
+    """Compact everything before it (the last input item only): the response is the compaction."""
+
+    type: Literal["compaction_trigger"]
+    id: str | None = None
+
+    def stored(self, param: str) -> dict[str, Any]:
+        return {"id": self.id or new_id("ct"), "type": "compaction_trigger"}
+
+
 _ITEM_STATUSES = ("in_progress", "completed", "incomplete")
 M = TypeVar("M", bound=BaseModel)
 
@@ -128,6 +150,8 @@ _KINDS: dict[str, type[_InputItem]] = {
     "function_call": FunctionCall,
     "function_call_output": FunctionCallOutput,
     "reasoning": Reasoning,
+    "compaction": Compaction,
+    "compaction_trigger": CompactionTrigger,
 }
 
 
@@ -221,4 +245,9 @@ def normalize_input(raw: str | list[Any] | None) -> list[dict[str, Any]]:
         return []
     if isinstance(raw, str):
         return [normalize_item({"role": "user", "content": raw}, "input")]
-    return [normalize_item(item, f"input[{i}]") for i, item in enumerate(raw)]
+    items = [normalize_item(item, f"input[{i}]") for i, item in enumerate(raw)]
+    for i, item in enumerate(items[:-1]):
+        if item["type"] == "compaction_trigger":
+            message = "A compaction_trigger must be the last input item."
+            raise InvalidRequest(message, param=f"input[{i}]")
+    return items

@@ -4,10 +4,19 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from omni.schemas.metadata import Metadata
 from omni.schemas.sampling import SamplingExtras
+
+
+class ContextManagement(BaseModel):
+    """One entry of `context_management`: compaction past `compact_threshold` prompt tokens."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    type: Literal["compaction"]
+    compact_threshold: int | None = Field(default=None, ge=1)
 
 
 class ResponseCreate(SamplingExtras):
@@ -39,6 +48,7 @@ class ResponseCreate(SamplingExtras):
     include: list[str] | None = None
     max_tool_calls: int | None = None
     stream_options: dict[str, Any] | None = None
+    context_management: list[ContextManagement] | None = None
 
     @field_validator("tool_choice")
     @classmethod

@@ -1,7 +1,7 @@
 """A response's prompt: from a validated request and its whole conversation (earlier items,
-then the request's own) to the tokens the model reads, its tools and its images. Both
-`responses.create` and `responses.input_tokens.count` build it here, so a count is exactly
-the prompt a create with the same body would prefill."""
+then the request's own) to the tokens the model reads, its tools and its images.
+`responses.create`, `responses.input_tokens.count` and the check of `context_management` all
+build it here, so a count is exactly the prompt a create with the same body would prefill."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any
 from omni.ports.chat import Engine
 from omni.projections.template_messages import item_text
 from omni.schemas.responses import ResponseCreate
+from omni.service.compaction import Opener, window
 from omni.service.image_urls import Fetcher
 from omni.service.prompting import Prompter, fit_suffix, refuse_unfittable
 from omni.service.reasoning import thinking_plan
@@ -42,8 +43,10 @@ async def build_prompt(
     body: ResponseCreate,
     conversation: list[dict[str, Any]],
     items: list[dict[str, Any]],
+    open_: Opener,
 ) -> Prompted:
-    """The prompt of `conversation` (earlier items, then the request's `items`, its tail)."""
+    """The prompt of `conversation` (earlier items, then the request's `items`, its tail),
+    from its latest compaction item on (`open_` opens one)."""
     tools = function_tools(body)
     callable_tools, mode = tool_policy(tools, body.tool_choice)
     fmt = (body.text or {}).get("format")
@@ -57,7 +60,8 @@ async def build_prompt(
     )
     effort = (body.reasoning or {}).get("effort")
     thinking, budget = thinking_plan(engine, effort, body.thinking_budget)
-    history = conversation[: len(conversation) - len(items)]
+    history, items = window(conversation[: len(conversation) - len(items)], items, open_)
+    conversation = [*history, *items]
     earlier = "conversation" if body.conversation is not None else "previous_response_id"
     refs = [*item_images(history, earlier), *item_images(items)]
     refuse_images(engine, refs)

@@ -1,49 +1,46 @@
-"""The Responses API's commands and queries over the event log."""
+"""The Responses API's commands over the event log (its queries: omni.service.response_queries)."""
 
 from __future__ import annotations
 
-import json
 import os
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from omni.errors import InvalidRequest, NotFound
+from omni.errors import InvalidRequest
 from omni.events import (
     Append,
     Appender,
     EventLog,
     NewEvent,
     Notifier,
-    StoredEvent,
-    follow,
-    follow_pages,
 )
 from omni.ids import new_id
 from omni.metrics import UNREAD, Metrics
 from omni.ports.chat import Engine
 from omni.ports.jobs import Sampling
-from omni.projections.input_items import page_items
-from omni.projections.response import fold_response
 from omni.protocol.recorder import ResponseRecorder, usage
 from omni.schemas.conversations import conversation_id
 from omni.schemas.items import normalize_input
 from omni.schemas.responses import ResponseCreate
 from omni.service import recovery, references
+from omni.service.compaction import COMPACTION, COMPACTION_TRIGGER
+from omni.service.compactor import Compactor
 from omni.service.conversations import ConversationsService
 from omni.service.defaults import Defaults
 from omni.service.image_urls import PUBLIC_IMAGES, Fetcher
 from omni.service.leasing import Leasing
 from omni.service.models import Models
-from omni.service.ownership import cache_namespace, visible
+from omni.service.ownership import cache_namespace
 from omni.service.plan import RunPlan
 from omni.service.prompting import Prompter
 from omni.service.requests import initial_response
-from omni.service.response_prompt import build_prompt
+from omni.service.response_prompt import Prompted, build_prompt
+from omni.service.response_queries import ResponseQueries
 from omni.service.run import Run
 from omni.service.runs import Runs
-from omni.service.sealing import Sealer
+from omni.service.sealing import FOR_REASONING, FOR_WINDOW, Sealer
 from omni.service.serial import ObjectLocks
-from omni.service.streams import dumps, is_kind, is_terminal, kept, request_stream
+from omni.service.streams import dumps, request_stream
 from omni.service.vision_inputs import pictures
 from omni.settings import ServerSettings
 from omni.vocabulary import (
@@ -51,12 +48,11 @@ from omni.vocabulary import (
     CANCEL_REQUESTED,
     DELETED,
     FINAL_STATUSES,
-    ID_PREFIXES,
     RESPONSE,
 )
 
 
-class ResponsesService:
+class ResponsesService(ResponseQueries):
     kinds = (RESPONSE,)
 
     def __init__(
@@ -80,16 +76,16 @@ class ResponsesService:
         self.conversations = conversations or ConversationsService(store, appender)
         self.defaults = defaults or Defaults()
         self.sealer = sealer or Sealer(os.urandom(32))
-        self.store = store
+        super().__init__(store, notifier, keepalive)
         self.appender = appender
-        self.notifier = notifier
         self.models = models if isinstance(models, Models) else Models.single(models)
-        self.keepalive = keepalive
         self.runs = Runs(store, appender, notifier, max_queued, leasing=leasing, metrics=metrics)
         self.prompter = Prompter()  # shared with chat: one request's prompt built at a time
         # How http(s) image URLs are fetched (None: --no-image-urls, they are refused).
         self.image_fetcher = image_fetcher
         self.facts = ObjectLocks()  # a response's cancel and delete facts, one at a time
+        self.compactor = Compactor(self)  # compactions: summaries written by the model served
+        self.turning: set[str] = set()  # conversations whose next response is being created
 
     # --- commands -------------------------------------------------------------
 
@@ -108,17 +104,47 @@ class ResponsesService:
                 "Background responses must be stored: background requires store=true.",
                 param="background",
             )
-        history, items = await self._context(body, owner)
-        async with self.models.use(body.model, body.adapter_path, body.draft_model) as engine:
-            self.runs.check_capacity(engine)
-            return await self._accept(engine, body, owner, history + items, items)
+        in_conversation = conversation_id(body.conversation)
+        self._claim(in_conversation)
+        try:
+            history, items = await self.context(body, owner)
+            if items and items[-1]["type"] == COMPACTION_TRIGGER:
+                return await self.compactor.respond(body, history, items, owner)
+            # context_management: past its threshold, a compaction first (a generation)
+            prelude = await self.compactor.before(body, history, items, owner)
+            async with self.models.use(body.model, body.adapter_path, body.draft_model) as engine:
+                self.runs.check_capacity(engine)
+                return await self._accept(engine, body, owner, history + items, items, prelude)
+        finally:  # from here its run, until recorded, holds the conversation
+            self.turning.discard(in_conversation)
+
+    def _claim(self, conversation: str | None) -> None:
+        """One turn at a time in a conversation (OpenAI's conversation_locked): while another
+        response in it is being created, or runs, a create is a 400. A client that has read
+        a turn's end finds the conversation free, the turn in it."""
+        if conversation is None:
+            return
+        running = (  # its ending (and so its turn: one transaction) not yet written
+            (run.recorder.response.get("conversation") or {}).get("id")
+            for run in self.runs.live()
+            if isinstance(run.recorder, ResponseRecorder)
+            and not (run.recorder.done or run.recorded.is_set())
+        )
+        if conversation in self.turning or conversation in running:
+            raise InvalidRequest(
+                "Another process is currently operating on this conversation. Please retry "
+                "in a few seconds.",
+                param="conversation",
+                code="conversation_locked",
+            )
+        self.turning.add(conversation)
 
     async def warm_up(self, body: ResponseCreate, owner: str | None = None) -> dict[str, Any]:
         """A create with `generate: false` (the warm-up of OpenAI's WebSocket mode, which Codex
         sends first): the request checked as create() checks it, and a response that is
         complete at once with no output. Nothing runs and nothing is recorded."""
         self.check_model(body.model)
-        await self._context(body, owner)
+        await self.context(body, owner)
         model_id = self.models.find(body.model, "chat").id
         response = initial_response(new_id("resp"), body, body.tools, model_id, Sampling())
         response["status"] = "completed"
@@ -128,16 +154,30 @@ class ResponsesService:
 
     async def count_input_tokens(self, body: ResponseCreate, owner: str | None = None) -> int:
         """The input tokens a create with this body would prefill, without generating: the
-        same context (previous_response_id, conversation), the same prompt."""
+        same context (previous_response_id, conversation), the same prompt (before any
+        compaction that `context_management` would make)."""
         self.check_model(body.model)
-        history, items = await self._context(body, owner)
+        history, items = await self.context(body, owner)
         async with self.models.use(body.model, body.adapter_path, body.draft_model) as engine:
-            prompted = await build_prompt(
-                self.prompter, self.image_fetcher, engine, body, history + items, items
-            )
-        return len(prompted.prompt)
+            return len((await self.prompted(engine, body, history + items, items)).prompt)
 
-    async def _context(
+    async def prompted(
+        self,
+        engine: Engine,
+        body: ResponseCreate,
+        conversation: list[dict[str, Any]],
+        items: list[dict[str, Any]],
+    ) -> Prompted:
+        """The prompt of `conversation`, whose tail is the request's `items`."""
+        return await build_prompt(
+            self.prompter, self.image_fetcher, engine, body, conversation, items, self.open_window
+        )
+
+    def open_window(self, token: str) -> list[dict[str, Any]]:
+        """The window a compaction item seals (its token was checked when it came in)."""
+        return self.sealer.open(token, "input", FOR_WINDOW)
+
+    async def context(
         self, body: ResponseCreate, owner: str | None
     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """The items before the request's (its chain's, or its conversation's) and its own,
@@ -147,9 +187,11 @@ class ResponsesService:
         else:
             history = await self._history(body.previous_response_id, owner)
         items = normalize_input(body.input)
-        for i, item in enumerate(items):  # reasoning sent back sealed must be ours, unaltered
-            if item["type"] == "reasoning" and item.get("encrypted_content"):
-                self.sealer.open(item["encrypted_content"], f"input[{i}].encrypted_content")
+        for i, item in enumerate(items):  # what comes back sealed must be ours, unaltered
+            token = item.get("encrypted_content")
+            if item["type"] in ("reasoning", COMPACTION) and token:
+                purpose = FOR_WINDOW if item["type"] == COMPACTION else FOR_REASONING
+                self.sealer.open(token, f"input[{i}].encrypted_content", purpose)
         items = await references.resolve(
             items, self.store.item_holders, lambda rid: self.stored_items(rid, owner)
         )
@@ -164,11 +206,11 @@ class ResponsesService:
         owner: str | None,
         conversation: list[dict[str, Any]],
         items: list[dict[str, Any]],
+        prelude: list[dict[str, Any]],
     ) -> dict[str, Any]:
-        """create(), on the loaded model: the prompt, the plan, the opening events."""
-        prompted = await build_prompt(
-            self.prompter, self.image_fetcher, engine, body, conversation, items
-        )
+        """create(), on the loaded model: the prompt, the plan, the opening events. The
+        `prelude` items (a compaction) open the output, and the prompt reads them."""
+        prompted = await self.prompted(engine, body, conversation + prelude, items + prelude)
         prompt, shown = prompted.prompt, prompted.shown
         wants_logprobs = "message.output_text.logprobs" in (body.include or [])
         defaults, capabilities = self.defaults, engine.capabilities
@@ -220,7 +262,7 @@ class ResponsesService:
             request["prompt"] = prompt  # so a restart can run or continue it exactly
             if shown:  # and the images its image tokens stand for
                 request["images"] = [ref.url for ref in shown]
-        opening = [NewEvent(e["type"], dumps(e)) for e in recorder.opening()]
+        opening = [NewEvent(e["type"], dumps(e)) for e in recorder.opening(prelude)]
         job = plan.job(prompt, images=pictures(shown, prompted.loaded))
         run = Run(response_id, recorder, job, engine, body.store, body.background)
         run.ending = self.conversations.ending(response, items, recorder)
@@ -284,98 +326,3 @@ class ResponsesService:
     async def close(self) -> None:
         await self.runs.close()
         self.prompter.close()
-
-    # --- queries --------------------------------------------------------------
-
-    async def accepted(self, response_id: str) -> tuple[dict[str, Any], list[StoredEvent]]:
-        """The accepted request and the later facts of a response, else 404: for an id of
-        another kind too (a chat completion's stream is no response), before anything else."""
-        missing = NotFound(f"No response found with id '{response_id}'.")
-        if not response_id.startswith(ID_PREFIXES[RESPONSE]):
-            raise missing
-        rows = await self.store.read(request_stream(response_id))
-        if not rows or rows[0].type != ACCEPTED or any(r.type == DELETED for r in rows):
-            raise missing
-        request = json.loads(rows[0].data)
-        if not is_kind(response_id, request, RESPONSE):
-            raise missing
-        return request, rows[1:]
-
-    async def _accepted(self, response_id: str, owner: str | None) -> dict[str, Any]:
-        """The accepted request of a stored, undeleted response of `owner`'s, else 404."""
-        request, _ = await self.accepted(response_id)
-        if not kept(request) or not visible(request, owner):
-            raise NotFound(f"No response found with id '{response_id}'.")
-        return request
-
-    async def retrieve(self, response_id: str, owner: str | None = None) -> dict[str, Any]:
-        await self._accepted(response_id, owner)
-        return await self.snapshot(response_id)
-
-    async def snapshot(self, response_id: str) -> dict[str, Any]:
-        """The response as its log stands (a terminal event is read alone)."""
-        last = await self.store.last(response_id)
-        if last is not None and is_terminal(last):
-            return dict(json.loads(last.data)["response"])
-        rows = await self.store.read(response_id)
-        return fold_response([(r.type, r.data) for r in rows])
-
-    def events(self, response_id: str, after: int = -1) -> AsyncGenerator[StoredEvent | None, None]:
-        return follow(self.store, self.notifier, response_id, after, is_terminal, self.keepalive)
-
-    def pages(
-        self, response_id: str, after: int = -1
-    ) -> AsyncGenerator[list[StoredEvent] | None, None]:
-        """events(), a read at a time (a stream sends each in one write). At a stop, the
-        stream ends after what is committed: a background response goes on at the next
-        start, where its client resumes from the last event it got."""
-        return follow_pages(
-            self.store,
-            self.notifier,
-            response_id,
-            after,
-            is_terminal,
-            self.keepalive,
-            ends_at_stop=True,
-        )
-
-    async def wait(self, response_id: str) -> dict[str, Any]:
-        """Follow to the terminal event and return the final response."""
-        async for event in self.events(response_id):
-            if event is not None and is_terminal(event):
-                return dict(json.loads(event.data)["response"])
-        return await self.snapshot(response_id)  # it had ended before we looked
-
-    async def stored_items(self, response_id: str, owner: str | None) -> list[dict[str, Any]]:
-        """The input and output items of `owner`'s stored response, else 404."""
-        request = await self._accepted(response_id, owner)
-        output = (await self.snapshot(response_id)).get("output") or []
-        return [*request["input"], *output]
-
-    async def input_items(
-        self, response_id: str, after: str | None, limit: int, order: str, owner: str | None = None
-    ) -> dict[str, Any]:
-        request = await self._accepted(response_id, owner)
-        return page_items(request["input"], after, limit, order)  # type: ignore[arg-type]
-
-    async def _history(self, previous_id: str | None, owner: str | None) -> list[dict[str, Any]]:
-        """The chain's input and output items, oldest first (instructions are not carried)."""
-        if previous_id is None:
-            return []
-        try:
-            request = await self._accepted(previous_id, owner)
-        except NotFound:
-            raise InvalidRequest(
-                f"Previous response with id '{previous_id}' not found.",
-                param="previous_response_id",
-                code="previous_response_not_found",
-            ) from None
-        previous = await self.snapshot(previous_id)
-        if previous.get("status") not in FINAL_STATUSES:
-            raise InvalidRequest(
-                f"Previous response '{previous_id}' is still {previous.get('status')}.",
-                param="previous_response_id",
-            )
-        earlier = await self._history(request["body"].get("previous_response_id"), owner)
-        items: list[dict[str, Any]] = [*earlier, *request["input"], *previous["output"]]
-        return items

@@ -23,6 +23,7 @@ from omni.vocabulary import (
     COMPLETION_DELETED,
     COMPLETION_ERROR,
     COMPLETION_USAGE,
+    CONVERSATION_DELETED,
     DELETED,
     MESSAGE_CANCELLED,
     MESSAGE_ERROR,
@@ -48,6 +49,7 @@ VOCABULARY = Vocabulary(
     },
     deleted=frozenset({DELETED, COMPLETION_DELETED}),
     accepted=ACCEPTED,
+    closed=frozenset({CONVERSATION_DELETED}),
 )
 STATUSES = ("completed", "incomplete", "failed", "cancelled", "deleted")
 

@@ -48,6 +48,8 @@ class Run:
     # Writes the appends of its ending in the appender's stead: a response in a conversation
     # adds its turn to it in the same transaction (omni.service.conversations).
     ending: Callable[[list[Append]], Awaitable[None]] | None = None
+    # Its ending is in its opening, and its job never runs (a compaction's response).
+    settled: bool = False
 
     def __post_init__(self) -> None:
         self.next_seq = self.recorder.next_seq

@@ -76,9 +76,13 @@ class Runs:
         job is cancelled and the error raised."""
         await self.leasing.claim(run.stream_id)  # before anything of it is in the log
         run.job.behind = self.intake.handed()
-        run.engine.submit(run.job)
+        if not run.settled:
+            run.engine.submit(run.job)
         try:
-            await self.appender.append(*opening)
+            if run.settled and run.ending is not None:
+                await run.ending(list(opening))
+            else:
+                await self.appender.append(*opening)
         except BaseException:
             run.job.cancel()
             await self.leasing.release([run.stream_id, *run.leased])
@@ -129,6 +133,10 @@ class Runs:
 
     def get(self, response_id: str) -> Run | None:
         return self._runs.get(response_id)
+
+    def live(self) -> list[Run]:
+        """The runs being recorded, or whose unstored rows still wait for their readers."""
+        return list(self._runs.values())
 
     def cancel(self, response_id: str, unless_mirrored: bool = False) -> None:
         """Stop at the next token; a run the engine has not taken yet ends at once.

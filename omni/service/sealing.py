@@ -1,6 +1,7 @@
-"""Reasoning content sealed for stateless clients (`include: ["reasoning.encrypted_content"]`):
-AES-256-GCM with a key kept in OMNI_HOME (or given by OMNI_REASONING_KEY), so what one
-process sealed another opens after a restart; anything altered fails to open."""
+"""Content sealed for stateless clients: reasoning (`include: ["reasoning.encrypted_content"]`)
+and a compacted window (omni.service.compaction). AES-256-GCM with a key kept in OMNI_HOME (or
+given by OMNI_REASONING_KEY), so what one process sealed another opens after a restart;
+anything altered, or sealed for the other purpose, fails to open."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from omni.errors import InvalidRequest
 
 KEY_FILE = "reasoning.key"
-_AAD = b"omni reasoning v1"
+FOR_REASONING = b"omni reasoning v1"  # what a token was sealed for (its associated data)
+FOR_WINDOW = b"omni compaction v1"
 
 
 class Sealer:
@@ -38,16 +40,17 @@ class Sealer:
                 f.write(os.urandom(32))
         return cls(path.read_bytes())
 
-    def seal(self, content: list[dict[str, Any]]) -> str:
+    def seal(self, content: list[dict[str, Any]], purpose: bytes = FOR_REASONING) -> str:
         nonce = os.urandom(12)
-        sealed = self._aead.encrypt(nonce, json.dumps(content).encode(), _AAD)
+        sealed = self._aead.encrypt(nonce, json.dumps(content).encode(), purpose)
         return base64.b64encode(nonce + sealed).decode()
 
-    def open(self, token: str, param: str) -> list[dict[str, Any]]:
-        """The reasoning content; a 400 if the token was altered or sealed with another key."""
+    def open(self, token: str, param: str, purpose: bytes = FOR_REASONING) -> list[dict[str, Any]]:
+        """The content; a 400 if the token was altered, sealed with another key or for
+        another purpose."""
         try:
             raw = base64.b64decode(token, validate=True)
-            content = json.loads(self._aead.decrypt(raw[:12], raw[12:], _AAD))
+            content = json.loads(self._aead.decrypt(raw[:12], raw[12:], purpose))
         except (InvalidTag, ValueError):
             raise InvalidRequest(
                 "encrypted_content could not be decrypted: it was altered, or sealed by "

@@ -68,12 +68,18 @@ class Served:
     model_dir: Path
 
 
-@pytest.fixture(scope="module")
-def codex_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    model_dir = build_tiny_llama(tmp_path_factory.mktemp("models") / MODEL, layers=1)
+def codex_model(folder: Path) -> Path:
+    """The one-layer tiny model with CONTEXT positions, built under `folder`."""
+    model_dir = build_tiny_llama(folder / MODEL, layers=1)
     config = json.loads((model_dir / "config.json").read_text())
     config["max_position_embeddings"] = CONTEXT  # RoPE: no weights depend on it
     (model_dir / "config.json").write_text(json.dumps(config, indent=2))
+    return model_dir
+
+
+@pytest.fixture(scope="module")
+def codex_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    model_dir = codex_model(tmp_path_factory.mktemp("models"))
     engine = MLXEngine(ModelSource(str(model_dir), MODEL))
     engine.start()
     db_path = tmp_path_factory.mktemp("db") / "omni.db"

@@ -117,7 +117,8 @@ def test_the_anthropic_node_sdk_creates_streams_and_counts(node: str, server: An
 
 def test_the_node_sdk_holds_a_conversation(node: str, server: Any) -> None:
     """Every conversations call of the Node SDK, a response in the conversation (its turn
-    then listed, paged by the SDK's own iterator) and the count of its input."""
+    then listed, paged by the SDK's own iterator), the count of its input, and
+    `responses.compact` whose item goes back as the next input."""
     script = NODE_DIR / "conversations.mjs"
     done = subprocess.run(
         [node, str(script), f"{server.base_url}/v1", MODEL],
@@ -142,3 +143,7 @@ def test_the_node_sdk_holds_a_conversation(node: str, server: Any) -> None:
     assert seen["left"] == seen["paged"][1:]
     assert seen["deleted"] == {"id": cid, "object": "conversation.deleted", "deleted": True}
     assert seen["notFound"] == {"status": 404, "name": "NotFoundError"}
+    compacted, went_on = seen["compacted"], seen["wentOn"]
+    assert compacted["object"] == "response.compaction"
+    assert [i["type"] for i in compacted["output"]] == ["compaction"]
+    assert went_on["status"] == "incomplete" and went_on["output"][0]["type"] == "message"

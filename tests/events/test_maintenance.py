@@ -263,3 +263,28 @@ def test_durations_and_dates() -> None:
     assert parse_moment("2025-01-31") == int(datetime(2025, 1, 31).timestamp() * 1000)
     with pytest.raises(ValueError):
         parse_moment("last tuesday")
+
+
+def conversation(c: sqlite3.Connection, cid: str, deleted_at: int | None, at: int = OLD) -> None:
+    put(c, f"{cid}/request", ["omni.request.accepted"], at)
+    put(c, cid, ["omni.conversation.item.added"] * 2, at)
+    if deleted_at is not None:
+        put(c, f"{cid}/request", ["omni.conversation.deleted"], deleted_at, first=1)
+
+
+def test_a_deleted_conversation_ends_when_deleted_and_is_purged_whole(
+    conn: sqlite3.Connection,
+) -> None:
+    """A conversation has no ending of its own: its tombstone is one. Never purged while it is
+    kept, however old; purged whole once deleted longer ago than the cut."""
+    conversation(conn, "conv_gone", OLD)
+    conversation(conn, "conv_kept", None)
+    conversation(conn, "conv_new", NOW)  # deleted today
+    response(conn, "resp_done", "response.completed")
+    found = {f.id: f.status for f in maintenance.finished(conn, VOCABULARY, NOW - DAY)}
+    assert found == {"conv_gone": "deleted", "resp_done": "completed"}
+    assert maintenance.finished(conn, VOCABULARY, NOW - DAY, {"deleted"})[0].id == "conv_gone"
+    assert maintenance.purge(conn, ["conv_gone"]) == 4
+    left = {r[0] for r in conn.execute("SELECT DISTINCT stream_id FROM events")}
+    assert not {s for s in left if s.startswith("conv_gone")}
+    assert {"conv_kept", "conv_new/request"} <= left

@@ -12,7 +12,10 @@ from alembic.script import ScriptDirectory
 
 from omni.db import alembic_config, inspect, upgrade
 from omni.events import Append, NewEvent
+from omni.events.postgres import maintenance as pg_maintenance
 from omni.events.postgres.store import PostgresStore
+from omni.service.retention import VOCABULARY
+from omni.vocabulary import CONVERSATION_DELETED
 from tests.postgres import database, rows
 
 from ._helpers import ACCEPTED, USAGE, ev, finished_chat
@@ -130,3 +133,20 @@ def test_a_database_of_another_program_is_refused_untouched() -> None:
         with pytest.raises(UnusableDatabase, match="not an Omni log"):
             upgrade(url)
         assert rows(url, "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'") == [(1,)]
+
+
+def test_retention_finds_a_deleted_conversation_as_sqlite_does(pg_url: str) -> None:
+    """PostgreSQL's `finished`: a conversation deleted long ago is a deleted object; one kept
+    or deleted today is not; responses end as before."""
+    old, now = 1_000, 10_000_000
+    with psycopg.connect(pg_url) as conn:
+        for cid, deleted in (("conv_gone", old), ("conv_kept", None), ("conv_new", now)):
+            conn.execute(INSERT, (f"{cid}/request", 0, ACCEPTED, "{}", old))
+            conn.execute(INSERT, (cid, 0, "omni.conversation.item.added", "{}", old))
+            if deleted is not None:
+                conn.execute(INSERT, (f"{cid}/request", 1, CONVERSATION_DELETED, "{}", deleted))
+        conn.execute(INSERT, ("resp_a/request", 0, ACCEPTED, "{}", old))
+        conn.execute(INSERT, ("resp_a", 0, "response.completed", '{"response": {}}', old))
+    with pg_maintenance.opened(pg_url) as engine, engine.connect() as conn:
+        found = pg_maintenance.finished(conn, VOCABULARY, now - 1)
+    assert {f.id: f.status for f in found} == {"conv_gone": "deleted", "resp_a": "completed"}

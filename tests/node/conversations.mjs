@@ -1,5 +1,5 @@
-// Every Conversations call of the official OpenAI Node SDK, a response in the conversation
-// and the input-token count, against a real server: prints what it saw as one JSON object
+// Every Conversations call of the official OpenAI Node SDK, a response in the conversation,
+// the input-token count and a compaction sent back, against a real server: prints what it saw as one JSON object
 // that tests/api/test_node_sdk.py reads.
 // Usage: node conversations.mjs BASE_URL MODEL
 import OpenAI from "openai";
@@ -33,9 +33,20 @@ try {
 } catch (err) {
   notFound = { status: err.status, name: err.constructor.name };
 }
+// max_output_tokens caps the summary (Omni's extension): quick on a random model.
+const compacted = await client.responses.compact({
+  model,
+  input: [user("Remember: the code is 7391."), user("Noted?")],
+  max_output_tokens: 4,
+});
+const wentOn = await client.responses.create({
+  model,
+  input: [...compacted.output, user("Which code?")],
+  max_output_tokens: 2,
+});
 console.log(
   JSON.stringify({
     created, retrieved, updated, added, counted, response, paged, first, afterDelete, left,
-    deleted, notFound,
+    deleted, notFound, compacted, wentOn,
   }),
 );

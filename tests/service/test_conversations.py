@@ -200,6 +200,25 @@ async def test_a_turn_ending_after_its_conversation_was_deleted_adds_nothing(
     assert await services.store.read(cid) == []
 
 
+async def test_one_turn_at_a_time_in_a_conversation(services: Services) -> None:
+    """A response created while another runs in the same conversation is refused with
+    OpenAI's conversation_locked; another conversation is free; once the running turn has
+    joined, the next one reads it."""
+    conversations = services.responses.conversations
+    cid, other = [(await conversations.create(ConversationCreate()))["id"] for _ in range(2)]
+    services.engine.scripts.append([Delta("o", 5)])  # held until it is ended
+    rid = (await services.responses.create(ResponseCreate(input="a", conversation=cid)))["id"]
+    with pytest.raises(InvalidRequest) as locked:
+        await services.responses.create(ResponseCreate(input="b", conversation=cid))
+    assert (locked.value.code, locked.value.param) == ("conversation_locked", "conversation")
+    await turn(services, ResponseCreate(input="c", conversation=other))
+    services.engine.jobs[0].outputs.put_nowait(Finished("stop", 3, 1))
+    await services.responses.wait(rid)
+    await turn(services, ResponseCreate(input="b", conversation=cid))
+    listed = texts((await conversations.list_items(cid, None, 20, "asc"))["data"])
+    assert listed == [("user", "a"), ("assistant", "o"), ("user", "b"), ("assistant", "ok")]
+
+
 async def test_previous_response_id_and_conversation_together_are_refused(
     services: Services,
 ) -> None:

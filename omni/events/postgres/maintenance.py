@@ -109,6 +109,17 @@ def finished(
         args[f"t{i}"], args[f"p{i}"] = type_, json_path(path)
     said = f"max(CASE type{said} END)" if paths else "NULL"
     done = "greatest(e.at, coalesce(d.at, 0))"
+    args["closed"] = sorted(vocabulary.closed)
+    closing = (  # objects a tombstone ends: deleted when it was written
+        """
+            UNION ALL
+            SELECT substr(stream_id, 1, length(stream_id) - 8), NULL, NULL, TRUE, max(created_at)
+            FROM events WHERE type = ANY(:closed)
+              AND right(stream_id, 8) = '/request' GROUP BY stream_id
+            HAVING max(created_at) < :before"""
+        if vocabulary.closed
+        else ""
+    )
     rows = conn.execute(
         text(
             f"""WITH ended AS (
@@ -119,9 +130,10 @@ def finished(
                 SELECT substr(stream_id, 1, length(stream_id) - 8) AS id, max(created_at) AS at
                 FROM events WHERE type = ANY(:dels)
                   AND right(stream_id, 8) = '/request' GROUP BY stream_id)
-            SELECT e.id, e.type, e.said, d.at IS NOT NULL, {done} AS done
+            SELECT e.id AS id, e.type, e.said, d.at IS NOT NULL, {done} AS done
             FROM ended e LEFT JOIN deleted d ON d.id = e.id
-            WHERE {done} < :before ORDER BY done, e.id"""
+            WHERE {done} < :before{closing}
+            ORDER BY done, id"""
         ),
         args,
     ).all()

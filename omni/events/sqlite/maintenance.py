@@ -120,6 +120,17 @@ def finished(
     One still running is never among them, deleted or not: its recorder still appends."""
     ends = sorted(vocabulary.ends)
     dels = sorted(vocabulary.deleted)
+    closed = sorted(vocabulary.closed)
+    closes = [*closed, before_ms] if closed else []
+    closing = (  # objects a tombstone ends: deleted when it was written
+        f"""
+            UNION ALL
+            SELECT substr(stream_id, 1, length(stream_id) - 8), NULL, NULL, 1, max(created_at)
+            FROM events WHERE type IN ({",".join("?" * len(closed))})
+              AND stream_id LIKE '%/request' GROUP BY stream_id HAVING max(created_at) < ?"""
+        if closed
+        else ""
+    )
     paths = [(t, p) for t, p in sorted(vocabulary.ends.items()) if p.startswith("$.")]
     # The status out of the data only where it lives there (a completed response's data
     # holds the whole response: not parsed for nothing).
@@ -134,10 +145,11 @@ def finished(
                 SELECT substr(stream_id, 1, length(stream_id) - 8) AS id, max(created_at) AS at
                 FROM events WHERE type IN ({",".join("?" * len(dels))})
                   AND stream_id LIKE '%/request' GROUP BY stream_id)
-            SELECT e.id, e.type, e.said, d.at IS NOT NULL, max(e.at, coalesce(d.at, 0)) AS done
-            FROM ended e LEFT JOIN deleted d ON d.id = e.id
-            WHERE done < ? ORDER BY done, e.id""",
-        [*(v for pair in paths for v in pair), *ends, before_ms, *dels, before_ms],
+            SELECT e.id AS id, e.type, e.said, d.at IS NOT NULL, max(e.at, coalesce(d.at, 0))
+              AS done
+            FROM ended e LEFT JOIN deleted d ON d.id = e.id WHERE done < ?{closing}
+            ORDER BY done, id""",
+        [*(v for pair in paths for v in pair), *ends, before_ms, *dels, before_ms, *closes],
     ).fetchall()
     return finished_of(rows, vocabulary, statuses)
 
