@@ -2,22 +2,26 @@
 asks for the fact, its history whole, compacted (`POST /v1/responses/compact`) or cut to the
 compacted window's size (its oldest items dropped).
 
-    python bench/compaction.py [--model PATH_OR_ID] [--filler 24] [--facts 6]
+    python bench/compaction.py [--model PATH_OR_ID] [--filler 12] [--facts 6]
                                [--summary-tokens 256]
 
 Each trial plants one fact, either in a user message or in a tool's output (a `read_file` call
 the user asked for: only the summary can carry it), then --filler turns of canned question and
-answer (~90 tokens each), as stateless input. For each trial, interleaved: the question asked
+answer (~60 tokens each), as stateless input. For each trial, interleaved: the question asked
 after the whole history (`full`, the ceiling), after the compaction item (`compacted`), and after
 the history's latest items that fit the compacted prompt's size (`cut`, what dropping old turns
-keeps). A hit: the answer (greedy, at most 24 tokens) holds the fact's value. Prints hits per
-placement and condition, the question turn's input tokens, and the median per-trial ratio of
-compacted to full prompt tokens; writes bench/out/compaction.json. Default model: SmolLM2-135M.
+keeps). Two figures each: `carried`, the fact is in what the question's prompt reads (the
+compacted window opened with the server's key from OMNI_HOME: the kept user messages and the
+model's summary); `answered`, the answer (greedy, at most 24 tokens) holds the fact's value,
+which also measures the model. Prints both per placement and condition, and the median
+per-trial ratio of compacted to full prompt tokens; writes bench/out/compaction.json.
+Default model: SmolLM2-135M.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import tempfile
@@ -30,6 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _plot import write_results  # noqa: E402
 from _server import model_or_tiny, start_omni  # noqa: E402
+
+from omni.cli.options import omni_home  # noqa: E402
+from omni.service.sealing import FOR_WINDOW, Sealer  # noqa: E402
 
 FACTS = [  # (statement, question, value)
     ("The deploy code is 7391.", "What is the deploy code?", "7391"),
@@ -51,6 +58,7 @@ FILLER = [
 ]
 INSTRUCTIONS = "You are a helpful assistant. Answer briefly."
 ASK = "Answer from what was said above, with the value only."
+CONDITIONS = ("full", "compacted", "cut")
 TOOLS = [
     {
         "type": "function",
@@ -83,7 +91,7 @@ def session(statement: str, where: str, filler: int) -> list[dict[str, Any]]:
         ]
     for i in range(filler):
         question, answer = FILLER[i % len(FILLER)]
-        items += [user(f"{question} Explain in a few words."), said(f"{answer}. " * 3)]
+        items += [user(f"{question} Explain in a few words."), said(f"{answer}. " * 2)]
     return items
 
 
@@ -131,32 +139,39 @@ def cut(client: Client, items: list[dict[str, Any]], tokens: int) -> list[dict[s
     return items[starts[-1] :]
 
 
-def trial(client: Client, fact: tuple[str, str, str], where: str, args: Any) -> dict[str, Any]:
+def trial(
+    client: Client, sealer: Sealer, fact: tuple[str, str, str], where: str, args: Any
+) -> dict[str, Any]:
     statement, question, value = fact
     items = session(statement, where, args.filler)
     item, summary_tokens = client.compact(items, args.summary_tokens)
+    window = sealer.open(item["encrypted_content"], "input", FOR_WINDOW)
     compacted_tokens = client.count([item, user(f"{question} {ASK}")])
-    conditions = {
-        "full": items,
-        "compacted": [item],
-        "cut": cut(client, items, compacted_tokens),
-    }
+    short = cut(client, items, compacted_tokens)
+    read = {"full": items, "compacted": window, "cut": short}
+    sent = {"full": items, "compacted": [item], "cut": short}
     row: dict[str, Any] = {"fact": value, "where": where, "summary_tokens": summary_tokens}
-    for name, window in conditions.items():
-        answer, prompt = client.ask(window, question)
-        row[name] = {"hit": value.lower() in answer.lower(), "tokens": prompt, "answer": answer}
+    for name, window_items in sent.items():
+        answer, prompt = client.ask(window_items, question)
+        row[name] = {
+            "carried": value.lower() in json.dumps(read[name]).lower(),
+            "answered": value.lower() in answer.lower(),
+            "tokens": prompt,
+            "answer": answer,
+        }
     return row
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--model", default="smollm2-135m-instruct")
-    p.add_argument("--filler", type=int, default=24, help="filler turns after the fact")
+    p.add_argument("--filler", type=int, default=12, help="filler turns after the fact")
     p.add_argument("--facts", type=int, default=6, help=f"facts tried (at most {len(FACTS)})")
     p.add_argument("--summary-tokens", type=int, default=256, help="the summary's cap")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         model_path, model_id = model_or_tiny(args.model, Path(tmp))
+        sealer = Sealer.from_home(omni_home())  # the server's key: it serves from this home
         proc, base = start_omni(model_path, Path(tmp) / "omni.db", "--temp", "0")
         rows = []
         try:
@@ -164,11 +179,12 @@ def main() -> None:
                 client = Client(http, model_id)
                 for fact in FACTS[: args.facts]:
                     for where in ("user", "tool"):
-                        rows.append(trial(client, fact, where, args))
+                        rows.append(trial(client, sealer, fact, where, args))
                         r = rows[-1]
                         print(f"{r['fact']:>10} in {where:<4}  " + "  ".join(
-                            f"{c}: {'hit ' if r[c]['hit'] else 'miss'} {r[c]['tokens']:>5} tok"
-                            for c in ("full", "compacted", "cut")
+                            f"{c}: {'C' if r[c]['carried'] else '-'}"
+                            f"{'A' if r[c]['answered'] else '-'} {r[c]['tokens']:>5} tok"
+                            for c in CONDITIONS
                         ), flush=True)  # fmt: skip
         finally:
             proc.terminate()
@@ -178,16 +194,15 @@ def main() -> None:
 
 def report(rows: list[dict[str, Any]], model_id: str, args: argparse.Namespace) -> None:
     summary: dict[str, Any] = {"model": model_id, "filler": args.filler, "trials": rows}
-    print(f"\n{model_id}, {args.filler} filler turns; hits / trials")
-    print(f"{'planted in':<12}{'full':>10}{'compacted':>12}{'cut':>8}")
+    print(f"\n{model_id}, {args.filler} filler turns; trials where the fact was")
+    print(f"{'':<22}" + "".join(f"{c:>12}" for c in CONDITIONS))
     for where in ("user", "tool"):
         mine = [r for r in rows if r["where"] == where]
-        hits = {c: sum(r[c]["hit"] for r in mine) for c in ("full", "compacted", "cut")}
-        summary[where] = hits
-        n = len(mine)
-        print(
-            f"{where:<12}{hits['full']:>7}/{n:<2}{hits['compacted']:>9}/{n:<2}{hits['cut']:>5}/{n}"
-        )
+        for figure in ("carried", "answered"):
+            hits = {c: sum(r[c][figure] for r in mine) for c in CONDITIONS}
+            summary[f"{where}_{figure}"] = hits
+            cells = "".join(f"{hits[c]:>9}/{len(mine):<2}" for c in CONDITIONS)
+            print(f"{figure + ' (' + where + ')':<22}{cells}")
     ratio = statistics.median(r["compacted"]["tokens"] / r["full"]["tokens"] for r in rows)
     summary["compacted_to_full_tokens"] = ratio
     print(f"question turn's input tokens, compacted / full: median {ratio:.3f}")

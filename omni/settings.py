@@ -49,7 +49,7 @@ class ServerSettings:
 
 @dataclass(frozen=True)
 class EngineSettings:
-    prompt_cache_entries: int = 16
+    prompt_cache_entries: int = 0  # 0: the prefix cache's memory tier is bounded by bytes alone
     prompt_cache_bytes: int = 4 << 30
     max_batch: int = 32
     # Extra arguments for every chat-template render (`--chat-template-args`).

@@ -37,9 +37,9 @@ CACHES_AND_QUEUES = (
     Number("--max-queued", int, 1, BIG, shown_default(SERVER.max_queued),
            "requests allowed to wait for the model; beyond: 429 with retry-after"),
     Number("--prompt-cache-entries", int, 0, BIG, shown_default(ENGINE.prompt_cache_entries),
-           "KV caches of recent prompts kept for prefix reuse (0: none)"),
+           "most KV caches kept in memory for prefix reuse (0: what --prompt-cache-gb holds)"),
     Number("--prompt-cache-gb", float, 0, BIG, shown_default(ENGINE.prompt_cache_bytes / GB),
-           "memory bound of the prefix (KV) cache"),
+           "memory bound of the prefix (KV) cache (0: no prefix cache)"),
 )  # fmt: skip
 SHUTDOWN_GRACE = Number(
     "--shutdown-grace", float, 0, 1e6, shown_default(SERVER.shutdown_grace_s),

@@ -104,6 +104,9 @@ class Job:
     # The images (encoded files, in prompt order) that the prompt's image tokens stand for:
     # a vision model's engine turns them into its vision tower's input.
     images: tuple[bytes, ...] = ()
+    # Part of a multi-turn session (a chain, a conversation, a resent history): its prefix is
+    # likely asked for again, so its cache outlives one-off prompts' (omni.runtime.chat).
+    session: bool = False
     outputs: asyncio.Queue[Output] = field(default_factory=asyncio.Queue)
     stop: threading.Event = field(default_factory=threading.Event)
     _claimed: bool = False

@@ -184,6 +184,7 @@ class CompletionsService:
             thinking,
             constraint,
             cache_namespace(owner, body.prompt_cache_key),
+            session=any(m.role in ("assistant", "tool") for m in body.messages),
         )
         return prompt, plan, pictures(refs, loaded)
 

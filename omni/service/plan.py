@@ -29,6 +29,7 @@ class RunPlan:
     thinking: bool | None = None  # the template's thinking switch (None: its default)
     constraint: dict[str, Any] | None = None  # the grammar the output follows
     cache_namespace: str = ""
+    session: bool = False  # a multi-turn session's prompt: its prefix cache is kept longer
 
     def job(
         self,
@@ -43,6 +44,7 @@ class RunPlan:
             cache_namespace=self.cache_namespace,
             constraint=self.constraint,
             images=images,
+            session=self.session,
         )
 
     def splitter(self, engine: Engine) -> CallSplitter | None:
@@ -62,6 +64,7 @@ class RunPlan:
             "thinking": self.thinking,
             "constraint": self.constraint,
             "cache_namespace": self.cache_namespace,
+            "session": self.session,
         }
 
     @classmethod
@@ -79,6 +82,7 @@ class RunPlan:
             thinking=doc.get("thinking"),
             constraint=doc.get("constraint"),
             cache_namespace=str(doc.get("cache_namespace", "")),
+            session=bool(doc.get("session", False)),
         )
 
 

@@ -233,6 +233,7 @@ class ResponsesService(ResponseQueries):
             prompted.thinking,
             prompted.constraint,
             cache_namespace(owner, body.prompt_cache_key),
+            session=in_session(conversation, items),
         )
         response_id = new_id("resp")
         response = initial_response(response_id, body, prompted.tools, engine.model_id, sampling)
@@ -326,3 +327,11 @@ class ResponsesService(ResponseQueries):
     async def close(self) -> None:
         await self.runs.close()
         self.prompter.close()
+
+
+def in_session(conversation: list[dict[str, Any]], items: list[dict[str, Any]]) -> bool:
+    """A turn of a multi-turn session: after earlier items (a chain, a conversation), or a
+    history resent as input (an answer or a call in it)."""
+    return len(conversation) > len(items) or any(
+        item["type"] != "message" or item["role"] == "assistant" for item in items
+    )

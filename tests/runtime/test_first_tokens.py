@@ -141,7 +141,10 @@ def test_a_kept_cache_is_named_by_the_tokens_it_holds(
     monkeypatch.setattr(
         store,
         "insert",
-        lambda ns, tokens, cache: (named.append(list(tokens)), insert(ns, tokens, cache)),
+        lambda ns, tokens, cache, session: (
+            named.append(list(tokens)),
+            insert(ns, tokens, cache, session),
+        ),
     )
     run(loaded, [[spec(0, [1, 2, 3, 4], 1), spec(1, [5, 6, 7], 1)]], store)
     assert sorted(named) == [[1, 2, 3, 4], [5, 6, 7]]

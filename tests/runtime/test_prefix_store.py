@@ -129,9 +129,36 @@ def test_bounds_by_entries_and_bytes_oldest_out_first(model: Any) -> None:
     assert by_bytes.nearest("", [0, *PROMPT[:11]])[0][0].offset == 0
     assert by_bytes.nearest("", [1, *PROMPT[:11]])[0][0].offset == 11
 
-    off = PrefixCache(model, 0, 1 << 30)
+    off = PrefixCache(model, 0, 0)  # no bytes: nothing kept (no bound on entries: any)
     off.insert("", PROMPT[:10], caches[0])
     assert off.nearest("", PROMPT)[1] == PROMPT
+    unbounded = PrefixCache(model, 0, 1 << 30)
+    for i in range(4):
+        unbounded.insert("", [i, *PROMPT[:10]], caches[i])
+    assert len(unbounded) == 4
+
+
+def test_a_session_s_cache_outlives_a_reused_one_which_outlives_a_one_off(model: Any) -> None:
+    """Room for two: a one-off prompt's cache leaves before one used again since it was
+    kept, and that one before a multi-turn session's, however recently each was used (a
+    one-off with no older one-off to leave in its stead is not kept); a session's next turn,
+    which extends its entry, keeps that standing."""
+    caches = {i: filled(model, [i, *PROMPT[:10]]) for i in range(4)}
+    size = sum(c.nbytes for c in caches[0])
+    store = PrefixCache(model, 0, 2 * size + size // 2)
+    store.insert("", [0, *PROMPT[:10]], caches[0], session=True)
+    store.insert("", [1, *PROMPT[:10]], caches[1])
+    store.insert("", [2, *PROMPT[:10]], caches[2])  # one-off: 1, the older, leaves
+    assert store.nearest("", [1, *PROMPT[:11]])[0][0].offset == 0
+    assert store.nearest("", [2, *PROMPT[:11]])[0][0].offset == 11  # now reused
+    store.insert("", [3, *PROMPT[:10]], caches[3])  # the only one-off: not kept
+    assert store.nearest("", [3, *PROMPT[:11]])[0][0].offset == 0
+    assert store.nearest("", [2, *PROMPT[:11]])[0][0].offset == 11
+    assert store.nearest("", [0, *PROMPT[:11]])[0][0].offset == 11  # the session's stays
+    longer = [0, *PROMPT[:14]]
+    store.insert("", longer, filled(model, longer))  # its next turn: still a session's
+    store.insert("", [1, *PROMPT[:10]], caches[1])  # a one-off: leaves, not the session
+    assert store.nearest("", [*longer, 5])[0][0].offset == len(longer)
 
 
 def test_an_entry_that_a_longer_one_extends_is_dropped(model: Any) -> None:

@@ -32,6 +32,7 @@ def test_a_plan_survives_its_json() -> None:
         True,
         {"type": "json_object"},
         "alice:k",
+        session=True,
     )
     assert RunPlan.from_json(json.loads(json.dumps(plan.to_json()))) == plan
 
@@ -113,3 +114,25 @@ async def test_a_restart_continues_a_background_run_as_it_was_planned() -> None:
     assert after.constraint is not None and before.cache_namespace.endswith("k")
     assert final["status"] == "completed"
     assert final["output"][-1]["content"][0]["text"] == "Hello there"
+
+
+async def test_a_session_s_jobs_say_so_for_the_prefix_cache() -> None:
+    """A chain's next turn and a history resent with its answers are a session's (their
+    prefix cache is kept longer); a first turn is not."""
+    engine = ScriptedEngine()
+    async with serving(MemoryStore(), engine) as services:
+        responses = services.responses
+
+        async def turn(body: ResponseCreate) -> tuple[str, bool]:
+            engine.scripts.append([Delta("ok", 5), Finished("stop", 3, 1)])
+            rid = (await responses.create(body))["id"]
+            await responses.wait(rid)
+            return rid, engine.jobs[-1].session
+
+        first, alone = await turn(ResponseCreate(input="hi"))
+        _, chained = await turn(ResponseCreate(input="more", previous_response_id=first))
+        history = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}]
+        _, resent = await turn(
+            ResponseCreate(input=[*history, {"role": "user", "content": "more"}])
+        )
+        assert (alone, chained, resent) == (False, True, True)

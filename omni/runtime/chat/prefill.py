@@ -121,7 +121,8 @@ class Prefilling(Decoding):
         if (reason := self._emit(slot, token, fed.logprobs[i])) is None:
             return True
         # Named by what it holds (a cache with no offset, a recurrent state, is taken at its word).
-        self.cache.insert(spec.cache_namespace, held, [c.extract(i) for c in fed.cache])
+        kept = [c.extract(i) for c in fed.cache]
+        self.cache.insert(spec.cache_namespace, held, kept, spec.session)
         self.out.append(Finished(spec.id, reason, len(spec.prompt), slot.done, slot.cached))
         ended.add(spec.id)
         return False

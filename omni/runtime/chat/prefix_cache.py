@@ -25,8 +25,11 @@ _kv_cache: Callable[[], KVCache] = KVCache
 
 class PrefixCache:
     """KV caches of recent prompts and answers, found by the longest shared token prefix, in
-    namespaces (a request's prompt_cache_key); the least recently used leave first, bounded by
-    entries and bytes.
+    namespaces (a request's prompt_cache_key), bounded by bytes (and by entries, if given).
+    What leaves first, when room is needed: a one-off prompt's cache before a reused one's
+    (used again since it was kept), and both before a multi-turn session's (a chain, a
+    conversation, a resent history: its next turn will ask for it); the least recently used
+    first among equals.
 
     Not mlx-lm's LRUPromptCache: its trie search walks every cached path below the shared
     prefix, copying a list at each node, and it deep-copies a whole entry to use part of it.
@@ -80,22 +83,28 @@ class PrefixCache:
         if best is None:
             return make_prompt_cache(self.model), list(tokens)
         self._entries.move_to_end(best)
-        return _prefix_of(self._entries[best].cache, use, len(best[1])), list(tokens[use:])
+        found = self._entries[best]
+        found.hits += 1
+        return _prefix_of(found.cache, use, len(best[1])), list(tokens[use:])
 
-    def insert(self, namespace: str, tokens: list[int], cache: list[Any]) -> None:
+    def insert(
+        self, namespace: str, tokens: list[int], cache: list[Any], session: bool = False
+    ) -> None:
         """Keep `cache` for reuse, keyed by exactly the tokens it holds (a cache that holds
-        more than `tokens` is cut back to them, or not kept if it cannot be)."""
+        more than `tokens` is cut back to them, or not kept if it cannot be); `session`: a
+        multi-turn session's, kept longer. An entry it extends leaves, its standing passed on."""
         held = getattr(cache[0], "offset", len(tokens)) if cache else 0
         if held > len(tokens):
             if not can_trim_prompt_cache(cache):
                 return
             trim_prompt_cache(cache, held - len(tokens))
             held = len(tokens)
-        if held <= 0 or self.max_entries <= 0:
+        if held <= 0 or self.max_bytes <= 0:
             return
         key = (namespace, tuple(tokens[:held]))
         ids = np.asarray(key[1])
         cuttable = _plain(cache) or can_trim_prompt_cache(cache)
+        hits = 0
         if cuttable:  # entries this one extends are of no more use
             for other, entry in list(self._entries.items()):
                 shorter = entry.tokens
@@ -106,6 +115,7 @@ class PrefixCache:
                     and shorter[n - 1] == ids[n - 1]  # most entries differ here: a cheap test
                     and (shorter == ids[:n]).all()
                 ):
+                    session, hits = session or entry.session, max(hits, entry.hits)
                     self._drop(other)
         if key in self._entries:
             self._drop(key)
@@ -113,24 +123,33 @@ class PrefixCache:
         # until it is computed: compute it now (without waiting), so that only its own bytes,
         # the ones counted here, stay held.
         _async_eval([c.state for c in cache])
-        entry = _Entry(cache, sum(c.nbytes for c in cache), ids, cuttable)
+        entry = _Entry(cache, sum(c.nbytes for c in cache), ids, cuttable, session, hits)
         self._entries[key] = entry
         self._bytes += entry.nbytes
         while self._entries and (
-            len(self._entries) > self.max_entries or self._bytes > self.max_bytes
+            0 < self.max_entries < len(self._entries) or self._bytes > self.max_bytes
         ):
-            self._drop(next(iter(self._entries)))
+            self._drop(self._least_valued())
+
+    def _least_valued(self) -> tuple[str, tuple[int, ...]]:
+        """The entry to leave first: of the lowest standing (one-off, reused, a session's),
+        the least recently used (the dict runs from least to most recently used)."""
+        standing = {key: (e.session, e.hits > 0) for key, e in self._entries.items()}
+        lowest = min(standing.values())
+        return next(key for key, s in standing.items() if s == lowest)
 
     def _drop(self, key: tuple[str, tuple[int, ...]]) -> None:
         self._bytes -= self._entries.pop(key).nbytes
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Entry:
     cache: list[Any]
     nbytes: int
     tokens: Any  # numpy array of the tokens the cache holds
     cuttable: bool  # can be cut back to any prefix (else only used whole)
+    session: bool = False  # a multi-turn session's
+    hits: int = 0  # times it was used since it was kept
 
 
 def _plain(cache: list[Any]) -> bool:

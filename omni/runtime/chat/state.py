@@ -158,7 +158,7 @@ class SchedulerState:
         """Keep an ended job's cache for prefix reuse. It holds every token fed, and `eos`, the
         end token the job stopped on, if any: the model saw it before it was read."""
         held = slot.fed if eos is None else [*slot.fed, eos]
-        self.cache.insert(slot.spec.cache_namespace, held, cache)
+        self.cache.insert(slot.spec.cache_namespace, held, cache, slot.spec.session)
 
 
 def fed_at_most(spec: Spec) -> int:

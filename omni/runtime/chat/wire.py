@@ -28,6 +28,7 @@ class Spec:
     # way here): an idle engine waits a little for them rather than start this one alone.
     behind: int = 0
     images: tuple[bytes, ...] = ()  # what the prompt's image tokens stand for (vision models)
+    session: bool = False  # a multi-turn session's: its cache is kept longer
 
     @classmethod
     def of(cls, job_id: int, job: Job) -> Spec:
@@ -41,6 +42,7 @@ class Spec:
             job.constraint,
             job.behind,
             job.images,
+            job.session,
         )
 
     def __reduce__(self) -> tuple[Any, ...]:
