@@ -178,7 +178,7 @@ def test_two_models_at_once_and_a_kill_9_during_the_seconds_background_run(
     db = tmp_path / "omni.db"
     flags = ("--models-dir", str(shelf), "--alias", "gpt-5.5=tiny-b", "--no-hf-cache")
     body = {"model": "gpt-5.5", "input": "Tell me a long story.", "temperature": 0,
-            "max_output_tokens": 1500}  # fmt: skip
+            "max_output_tokens": 400}  # fmt: skip
     with serving(shelf / "tiny-a", db, "warning", None, *flags) as (base, proc):
         client = sdk(base)
         assert listed(client)["tiny-a"] and not listed(client)["tiny-b"]

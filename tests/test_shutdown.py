@@ -152,9 +152,10 @@ def test_sigterm_ends_a_followed_background_stream_on_a_frame_boundary(
     tmp_path: Path, tiny_model_dir: Path
 ) -> None:
     db = tmp_path / "omni.db"
-    # Greedy with its end token banned: only the context's end stops it, long after the
-    # SIGTERM; a grace of 0 leaves it running then, for the next start.
-    body = {**BODY, **UNENDING, "stream": True, "max_output_tokens": 100000}
+    # Greedy with its end token banned: only its 600 tokens stop it, long after the SIGTERM
+    # (sent once both clients saw 5 deltas); a grace of 0 leaves it running then, for the
+    # next start.
+    body = {**BODY, **UNENDING, "stream": True, "max_output_tokens": 600}
     posted: list[bytes] = []  # the client that created it, streaming
     followed: list[bytes] = []  # another, following it with GET ?stream=true
     failures: list[BaseException] = []

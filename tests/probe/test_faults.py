@@ -12,9 +12,9 @@ from tests.test_cli import serving
 def test_kill_9_rounds_lose_no_event_and_leave_no_stream_open(
     tiny_model_dir: Path, tmp_path: Path
 ) -> None:
-    probe = kill_rounds(tiny_model_dir, tmp_path / "omni.db", rounds=3)
+    probe = kill_rounds(tiny_model_dir, tmp_path / "omni.db", rounds=2)
     tally = probe.tally
-    assert tally["kill -9 rounds"] == 3
+    assert tally["kill -9 rounds"] == 2
     assert tally["events seen"] > 0
     assert tally["events lost"] == 0, tally
     assert tally["stream checks"] > 0
