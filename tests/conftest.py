@@ -18,6 +18,10 @@ from tests.server import ServerThread
 TINY_ID = "tiny-llama"
 HERE = Path(__file__).parent
 
+# The `omni serve` processes tests start keep no prefix cache on disk (it would be written under
+# the machine's OMNI_HOME, for models that live one test); tests of the disk tier say so in flags.
+os.environ.setdefault("OMNI_PROMPT_CACHE_DISK_GB", "0")
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The files of tests/ itself first: they run `omni` as real processes, the longest of
