@@ -1,11 +1,14 @@
 """The prefix cache's disk tier through a real `omni serve`: a 10-turn conversation, a
 `kill -9`, and the 11th turn reads the saved prefix from disk (usage says so) and answers as
-an uninterrupted server does, greedy; a damaged entry file is skipped, never loaded."""
+an uninterrupted server does, greedy; then, every entry file damaged, the 12th turn loads none
+(each skipped and removed, with a log line) and still answers as the uninterrupted server."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +44,32 @@ def session(base: str, turns: range, conversation: str | None = None) -> tuple[s
     return conversation, [turn(base, conversation, i) for i in turns]
 
 
+def written(kv: Path, response: dict[str, Any]) -> None:
+    """Wait until the disk tier holds the cache of `response` (its prompt and its answer):
+    the writer writes it moments after the turn, and a kill before then loses only that."""
+    usage = response["usage"]
+    held = usage["input_tokens"] + usage["output_tokens"] - 1  # its last token never fed
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        sidecars = [
+            json.loads(p.read_bytes()) for p in kv.glob("*/*.json") if p.name != "model.json"
+        ]
+        if any(len(side["tokens"]) >= held for side in sidecars):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"no entry of {held} tokens was written")
+
+
+def damage(kv: Path) -> list[Path]:
+    """Flip a byte in the middle of every entry's data file: the files."""
+    files = list(kv.glob("*/*.safetensors"))
+    for path in files:
+        data = bytearray(path.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        path.write_bytes(bytes(data))
+    return files
+
+
 def text(response: dict[str, Any]) -> str:
     return "".join(
         part["text"]
@@ -53,28 +82,38 @@ def text(response: dict[str, Any]) -> str:
 def test_the_eleventh_turn_after_kill_9_reads_its_prefix_from_disk(
     tiny_model_dir: Path, tmp_path: Path
 ) -> None:
-    kv, db = tmp_path / "kv", tmp_path / "omni.db"
+    kv, db, log = tmp_path / "kv", tmp_path / "omni.db", tmp_path / "serve.log"
     with serving(tiny_model_dir, db, "warning", None, *disk_flags(kv)) as (base, proc):
         cid, before = session(base, range(TURNS))
+        written(kv, before[-1])
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
     with serving(tiny_model_dir, db, "warning", None, *disk_flags(kv)) as (base, _):
         _, [eleventh] = session(base, range(TURNS, TURNS + 1), cid)
-    # An uninterrupted server with no disk tier: the same eleven turns.
+        written(kv, eleventh)
+    damaged = damage(kv)
+    assert damaged
+    with serving(tiny_model_dir, db, "warning", log, *disk_flags(kv)) as (base, _):
+        _, [twelfth] = session(base, range(TURNS + 1, TURNS + 2), cid)
+    # An uninterrupted server with no disk tier: the same twelve turns.
     with serving(tiny_model_dir, tmp_path / "other.db", "warning", None, "--temp", "0") as (
         base,
         _,
     ):
-        _, straight = session(base, range(TURNS + 1))
+        _, straight = session(base, range(TURNS + 2))
     details = eleventh["usage"]["input_tokens_details"]
     # As much as the uninterrupted server reused from memory: all but the turn's new message.
     in_memory = straight[TURNS]["usage"]["input_tokens_details"]
-    assert (
-        details["cached_tokens"]
-        == in_memory["cached_tokens"]
-        > eleventh["usage"]["input_tokens"] // 2
-    )
+    half = eleventh["usage"]["input_tokens"] // 2
+    assert details["cached_tokens"] == in_memory["cached_tokens"] > half
     assert details["omni_disk_cached_tokens"] == details["cached_tokens"]
     assert "omni_disk_cached_tokens" not in in_memory
     assert [text(r) for r in before] == [text(r) for r in straight[:TURNS]]
     assert text(eleventh) == text(straight[TURNS])
+    # Damaged: nothing loaded, each file removed with one line, the same answer.
+    assert twelfth["usage"]["input_tokens_details"]["cached_tokens"] == 0
+    assert text(twelfth) == text(straight[TURNS + 1])
+    assert "checksum" in log.read_text()
+    # The entry the turn would have read, damaged, is gone (one the restart never looked at
+    # may stay: it is checked when it is read).
+    assert not all(path.exists() for path in damaged)

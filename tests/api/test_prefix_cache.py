@@ -260,8 +260,9 @@ def test_messages_report_the_prefix_cache_as_cache_read_tokens(
         extra_headers=NO_CACHE,
     )  # fmt: skip
     assert first.usage.cache_read_input_tokens is not None
-    assert first.usage.cache_read_input_tokens < 10  # at most the template's opening
     prompt = first.usage.input_tokens + first.usage.cache_read_input_tokens
+    # At most what other tests' prompts share with it (the template's opening, the system).
+    assert first.usage.cache_read_input_tokens < prompt // 2
     answer = "".join(b.text for b in first.content if b.type == "text")
     assert "\ufffd" not in answer
     follow = sdk.messages.create(

@@ -1,0 +1,197 @@
+"""The prefix cache's disk tier: a conversation's 11th turn after a restart, read from disk,
+against a cold prefill of the same prompt; and a load from disk against a prefill, per 1k tokens.
+
+    python bench/prefix_disk.py [--model PATH_OR_ID] [--prefix-tokens 2000] [--rounds 5]
+
+A conversation (instructions of --prefix-tokens tokens, then 10 short turns, greedy, 8 output
+tokens each) is held once against `omni serve` with a disk tier. Then, per round, two fresh
+servers in turn (the order alternating): `disk`, on the same log and disk folder, where the 11th
+turn's prefix is on disk and memory is empty; `cold`, the same log with no disk tier, where the
+11th turn is prefilled whole. Each measures the 11th turn's time to first token (streamed,
+`previous_response_id` on the 10th); the ratio is the median of each round's disk/cold. The
+target: at most 0.2x where prefill is slow (a CPU), never above 1.0x on a GPU (where the tier
+loads nothing it measured slower than a prefill).
+
+In-process, the same model: the prefill of --prefix-tokens tokens against a load of their KV
+cache from a disk tier (checksum and all), each per 1k tokens, medians over --rounds.
+Writes bench/out/prefix_disk.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _plot import write_results  # noqa: E402
+from _server import model_or_tiny, start_omni  # noqa: E402
+
+WORDS = "the lighthouse keeper logs the weather and the ships that pass in the night".split()
+TURNS = 10
+
+
+def instructions(tokens: int) -> str:
+    """About `tokens` tokens of text (a word and its space is about 1.3 tokens)."""
+    return " ".join(WORDS[i % len(WORDS)] for i in range(int(tokens / 1.3)))
+
+
+def body(model: str, text: str, previous: str | None, prefix: str, stream: bool) -> dict[str, Any]:
+    fields: dict[str, Any] = {
+        "model": model,
+        "instructions": prefix,
+        "input": text,
+        "max_output_tokens": 8,
+        "temperature": 0,
+        "stream": stream,
+    }
+    if previous is not None:
+        fields["previous_response_id"] = previous
+    return fields
+
+
+def hold(base: str, model: str, prefix: str) -> str:
+    """The conversation's first 10 turns; the 10th response's id."""
+    previous = None
+    with httpx.Client(base_url=base, timeout=3600) as http:
+        for i in range(TURNS):
+            r = http.post(
+                "/v1/responses", json=body(model, f"Turn {i}: go on.", previous, prefix, False)
+            )
+            r.raise_for_status()
+            previous = r.json()["id"]
+    assert previous is not None
+    return previous
+
+
+def eleventh(base: str, model: str, previous: str, prefix: str) -> dict[str, float]:
+    """The 11th turn, streamed: its time to first token and what its usage says."""
+    request = body(model, f"Turn {TURNS}: go on.", previous, prefix, True)
+    started = time.perf_counter()
+    first = None
+    usage: dict[str, Any] = {}
+    with httpx.Client(base_url=base, timeout=3600) as http:
+        with http.stream("POST", "/v1/responses", json=request) as r:
+            r.raise_for_status()
+            for line in r.iter_lines():
+                if not line.startswith("data: "):
+                    continue
+                event = json.loads(line[6:])
+                if first is None and event["type"] == "response.output_text.delta":
+                    first = time.perf_counter() - started
+                if event["type"] in ("response.completed", "response.incomplete"):
+                    usage = event["response"]["usage"]
+    details = usage.get("input_tokens_details") or {}
+    return {
+        "ttft_s": first if first is not None else time.perf_counter() - started,
+        "input_tokens": usage.get("input_tokens", 0),
+        "cached": details.get("cached_tokens", 0),
+        "from_disk": details.get("omni_disk_cached_tokens", 0),
+    }
+
+
+def served(model_path: str, db: Path, kv: Path | None) -> tuple[Any, str]:
+    flags = ["--temp", "0"]
+    flags += ["--prompt-cache-dir", str(kv), "--prompt-cache-disk-gb", "8"] if kv else []
+    flags += [] if kv else ["--prompt-cache-disk-gb", "0"]
+    return start_omni(model_path, db, *flags)
+
+
+def restarts(model_path: str, model: str, tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
+    db, kv = tmp / "omni.db", tmp / "kv"
+    prefix = instructions(args.prefix_tokens)
+    proc, base = served(model_path, db, kv)
+    try:
+        previous = hold(base, model, prefix)
+    finally:
+        proc.terminate()
+        proc.wait()
+    rows: list[dict[str, Any]] = []
+    for i in range(args.rounds):
+        row: dict[str, Any] = {}
+        for kind in ("disk", "cold") if i % 2 == 0 else ("cold", "disk"):
+            copy = tmp / f"round-{i}-{kind}.db"  # the log as the conversation left it
+            shutil.copy(db, copy)
+            proc, base = served(model_path, copy, kv if kind == "disk" else None)
+            try:
+                row[kind] = eleventh(base, model, previous, prefix)
+            finally:
+                proc.terminate()
+                proc.wait()
+        row["ratio"] = row["disk"]["ttft_s"] / row["cold"]["ttft_s"]
+        rows.append(row)
+        print(
+            f"round {i}: disk {row['disk']['ttft_s']:.3f} s ({row['disk']['from_disk']} tokens"
+            f" from disk of {row['disk']['input_tokens']}), cold {row['cold']['ttft_s']:.3f} s,"
+            f" disk/cold {row['ratio']:.3f}",
+            flush=True,
+        )
+    return {"rounds": rows, "ratio": statistics.median(r["ratio"] for r in rows)}
+
+
+def per_1k(model_path: str, tmp: Path, args: argparse.Namespace) -> dict[str, float]:
+    """In-process: a prefill of --prefix-tokens against a load of its KV cache from disk."""
+    import mlx.core as mx
+    from mlx_lm import load
+    from mlx_lm.models.cache import make_prompt_cache
+
+    from omni.runtime.chat.kv_disk import DiskTier, model_key
+
+    model, tokenizer = load(model_path)[:2]
+    tokens = list(range(100, 100 + args.prefix_tokens))
+    tier = DiskTier(tmp / "kv-inproc", model_key(model_path, model, tokenizer), 8 << 30)
+    prefills, loads = [], []
+    for i in range(args.rounds):
+        cache = make_prompt_cache(model)
+        start = time.perf_counter()
+        for at in range(0, len(tokens), 512):
+            model(mx.array([tokens[at : at + 512]]), cache=cache)
+            mx.eval([c.state for c in cache])
+        prefills.append(time.perf_counter() - start)
+        if i == 0:
+            tier.put("", tokens, cache)
+            tier.flush()
+        found = tier.nearest("", [*tokens, 1])
+        assert found is not None
+        start = time.perf_counter()
+        assert tier.load(found[0], found[1]) is not None
+        loads.append(time.perf_counter() - start)
+    tier.close()
+    k = args.prefix_tokens / 1000
+    prefill, load_s = statistics.median(prefills) / k, statistics.median(loads) / k
+    print(f"per 1k tokens: prefill {prefill:.4f} s, load {load_s:.4f} s ({load_s / prefill:.4f}x)")
+    return {
+        "prefill_s_per_1k": prefill,
+        "load_s_per_1k": load_s,
+        "load_to_prefill": load_s / prefill,
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--model", default=None, help="a model path or id (default: a tiny llama)")
+    p.add_argument("--prefix-tokens", type=int, default=2000)
+    p.add_argument("--rounds", type=int, default=5)
+    args = p.parse_args()
+    with tempfile.TemporaryDirectory() as folder:
+        tmp = Path(folder)
+        model_path, model = model_or_tiny(args.model, tmp)
+        result = {"model": model, "prefix_tokens": args.prefix_tokens}
+        result["restart"] = restarts(model_path, model, tmp, args)
+        result["per_1k"] = per_1k(model_path, tmp, args)
+    ratio = result["restart"]["ratio"]
+    print(f"11th turn after a restart, disk/cold time to first token: {ratio:.3f}x")
+    write_results("prefix_disk", result)
+
+
+if __name__ == "__main__":
+    main()
