@@ -5,6 +5,7 @@ generation, never per token."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -38,9 +39,24 @@ class Metrics:
         )
         self.reused_tokens = count(
             "omni_prefix_cache_reused_tokens",
-            "Prompt tokens taken from the prefix (KV) cache instead of prefilled",
-            "api",
+            "Prompt tokens taken from the prefix (KV) cache instead of prefilled, by the tier"
+            " that gave them (memory, disk)",
+            "api", "tier",
+        )  # fmt: skip
+        self.prefix_lookups = count(
+            "omni_prefix_cache_lookups",
+            "Generations by what the prefix cache gave their prompt: a prefix from memory, one"
+            " from disk, or nothing (miss)",
+            "api", "result",
+        )  # fmt: skip
+        self.prefix_bytes = Gauge(
+            "omni_prefix_cache_bytes",
+            "What the prefix cache holds, by tier (memory: as the last generation of each model"
+            " ended; disk: its folder, at scrape time)",
+            ["tier"],
+            registry=self.registry,
         )
+        self.held: dict[str, int] = {}  # each model's memory tier, as its last job ended
         self.generations = count(
             "omni_generations", "Generations ended, by finish reason", "api", "reason"
         )
@@ -124,13 +140,34 @@ class Metrics:
     ) -> Histogram:
         return Histogram(name, doc, labels, buckets=buckets, registry=self.registry)
 
-    def watch(self, queued: Callable[[], float], running: Callable[[], float]) -> None:
+    def watch(
+        self,
+        queued: Callable[[], float],
+        running: Callable[[], float],
+        on_disk: Callable[[], float] = lambda: 0.0,
+    ) -> None:
         """Gauges read at scrape time."""
         self.queued.set_function(queued)
         self.running.set_function(running)
+        self.prefix_bytes.labels("memory").set_function(lambda: sum(self.held.values()))
+        self.prefix_bytes.labels("disk").set_function(on_disk)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def folder_bytes(root: str | None) -> int:
+    """What a prefix-cache disk tier's folder holds (omni.runtime.chat.kv_files: a folder per
+    model key, an entry's tensors in a .safetensors file), in bytes."""
+    if root is None:
+        return 0
+    total = 0
+    for path in Path(root).glob("*/*.safetensors"):
+        try:
+            total += path.stat().st_size
+        except OSError:  # removed meanwhile (an eviction, another server)
+            continue
+    return total
 
 
 # For writers built without a server (tests, tools): observations go nowhere anyone reads.

@@ -19,7 +19,7 @@ from omni.events.postgres.store import PostgresStore
 from omni.image_hosts import ImageHosts
 from omni.lifecycle import Lifecycle
 from omni.location import is_postgres
-from omni.metrics import Metrics
+from omni.metrics import Metrics, folder_bytes
 from omni.ports.chat import Engine
 from omni.service.completions import CompletionsService
 from omni.service.conversations import ConversationsService
@@ -146,7 +146,7 @@ async def build(
         responses.prompter, store_by_default=settings.store_by_default, metrics=figures,
         image_fetcher=fetcher,
     )  # fmt: skip
-    _watch(pool, figures)
+    _watch(pool, figures, settings.prompt_cache_dir)
     pool.start()
     server = Server(
         pool, store, notifier, appender, leasing, figures,
@@ -200,11 +200,13 @@ def _sealer(settings: ServerSettings) -> Sealer:
     return Sealer.from_home(Path(settings.home)) if settings.home else Sealer(os.urandom(32))
 
 
-def _watch(pool: Models, figures: Metrics) -> None:
-    """The pool's queue and running figures, and each decode step's batch of every chat model."""
+def _watch(pool: Models, figures: Metrics, disk_folder: str | None) -> None:
+    """The pool's queue and running figures, the prefix cache's disk tier, and each decode
+    step's batch of every chat model."""
     figures.watch(
         lambda: sum(e.queued for e in pool.engines()),
         lambda: sum(e.running for e in pool.engines()),
+        lambda: folder_bytes(disk_folder),
     )
 
     def observe(engine: Engine) -> None:

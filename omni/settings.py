@@ -45,6 +45,8 @@ class ServerSettings:
     shared: bool = False
     replica: str | None = None  # this server's name among them (None: host, pid, random)
     lease_s: float = 10.0  # how long a dead server's work waits before another takes it
+    # The engines' prefix-cache disk tier (EngineSettings.prompt_cache_dir): /metrics reports it.
+    prompt_cache_dir: str | None = None
 
 
 @dataclass(frozen=True)

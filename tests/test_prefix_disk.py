@@ -70,6 +70,12 @@ def damage(kv: Path) -> list[Path]:
     return files
 
 
+def sample(metrics: str, series: str) -> float:
+    """A series' value in /metrics' text."""
+    [line] = [ln for ln in metrics.splitlines() if ln.startswith(series + " ")]
+    return float(line.split()[-1])
+
+
 def text(response: dict[str, Any]) -> str:
     return "".join(
         part["text"]
@@ -91,6 +97,7 @@ def test_the_eleventh_turn_after_kill_9_reads_its_prefix_from_disk(
     with serving(tiny_model_dir, db, "warning", None, *disk_flags(kv)) as (base, _):
         _, [eleventh] = session(base, range(TURNS, TURNS + 1), cid)
         written(kv, eleventh)
+        metrics = httpx.get(f"{base}/metrics", timeout=30).text
     damaged = damage(kv)
     assert damaged
     with serving(tiny_model_dir, db, "warning", log, *disk_flags(kv)) as (base, _):
@@ -108,6 +115,10 @@ def test_the_eleventh_turn_after_kill_9_reads_its_prefix_from_disk(
     assert details["cached_tokens"] == in_memory["cached_tokens"] > half
     assert details["omni_disk_cached_tokens"] == details["cached_tokens"]
     assert "omni_disk_cached_tokens" not in in_memory
+    assert sample(metrics, 'omni_prefix_cache_lookups_total{api="responses",result="disk"}') == 1
+    reused = 'omni_prefix_cache_reused_tokens_total{api="responses",tier="disk"}'
+    assert sample(metrics, reused) == details["cached_tokens"]
+    assert sample(metrics, 'omni_prefix_cache_bytes{tier="disk"}') > 0
     assert [text(r) for r in before] == [text(r) for r in straight[:TURNS]]
     assert text(eleventh) == text(straight[TURNS])
     # Damaged: nothing loaded, each file removed with one line, the same answer.

@@ -175,6 +175,7 @@ def server_settings(
         store_by_default=not args.no_store_by_default,
         image_hosts=allowed_images,
         image_fetch_timeout_s=args.image_fetch_timeout,
+        prompt_cache_dir=disk_tier(args)[0],
     )
 
 

@@ -129,6 +129,17 @@ def transcript_text(events: Events) -> str:
     return "".join(deltas)
 
 
+def disk_cached(events: Events) -> int:
+    """Of a generation's cached prompt tokens, those its prefix cache read from disk: what its
+    last event's usage says (Omni's `omni_disk_cached_tokens`; 0 when it says nothing)."""
+    if not events:
+        return 0
+    ending = json_object(events[-1][1])
+    usage = ending.get("usage") or (ending.get("response") or {}).get("usage") or {}
+    details = usage.get("input_tokens_details") or usage.get("prompt_tokens_details") or {}
+    return int(details.get("omni_disk_cached_tokens") or 0)
+
+
 def json_object(data: str) -> dict[str, Any]:
     """A stored JSON text as an object ({} if it is none)."""
     try:

@@ -15,6 +15,7 @@ from sqlalchemy.engine import Connection, RowMapping
 from omni.inspect import pg_queries
 from omni.inspect.folding import (
     decode_rate,
+    disk_cached,
     json_object,
     object_output,
     preview,
@@ -73,6 +74,8 @@ class Inspector:
                 "input_tokens": row["input_tokens"],
                 "output_tokens": row["output_tokens"],
                 "cached_tokens": row["cached_tokens"],
+                # of those, what the prefix cache read from disk (the rest: from memory)
+                "disk_cached_tokens": disk_cached([(t, d) for _, t, d in events]),
                 "reasoning_tokens": row["reasoning_tokens"],
             },
             timings=_timings(row),

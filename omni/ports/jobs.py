@@ -77,6 +77,7 @@ class Finished:
     completion_tokens: int
     cached_tokens: int = 0
     disk_tokens: int = 0  # of the cached tokens, those read from the prefix cache's disk tier
+    cache_bytes: int = 0  # what the prefix cache's memory tier held as it ended (/metrics)
 
 
 @dataclass(frozen=True, slots=True)

@@ -344,7 +344,12 @@ class Runs:
         generated = end.completion_tokens - len(run.job.resume_tokens)
         m.input_tokens.labels(api).inc(end.prompt_tokens)
         m.output_tokens.labels(api).inc(max(0, generated))
-        m.reused_tokens.labels(api).inc(end.cached_tokens)
+        memory = end.cached_tokens - end.disk_tokens
+        m.reused_tokens.labels(api, "memory").inc(memory)
+        m.reused_tokens.labels(api, "disk").inc(end.disk_tokens)
+        found = "disk" if end.disk_tokens else "memory" if end.cached_tokens else "miss"
+        m.prefix_lookups.labels(api, found).inc()
+        m.held[run.engine.model_id] = end.cache_bytes
         first = run.first_token_at
         if first is None:
             return

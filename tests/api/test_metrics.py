@@ -144,7 +144,16 @@ def test_prefix_cache_reuse_counts_the_cached_tokens(server: ServerThread, clien
     reused = sum(r.usage.input_tokens_details.cached_tokens for r in made)
     assert reused > 0
     name = "omni_prefix_cache_reused_tokens_total"
-    assert value(after, name, api="responses") - value(before, name, api="responses") == reused
+    got = value(after, name, api="responses", tier="memory")
+    assert got - value(before, name, api="responses", tier="memory") == reused
+    lookups = "omni_prefix_cache_lookups_total"
+    for result, made_so in (
+        ("memory", [r for r in made if r.usage.input_tokens_details.cached_tokens]),
+        ("miss", [r for r in made if not r.usage.input_tokens_details.cached_tokens]),
+    ):
+        seen = value(after, lookups, api="responses", result=result)
+        assert seen - value(before, lookups, api="responses", result=result) == len(made_so)
+    assert value(after, "omni_prefix_cache_bytes", tier="memory") > 0
 
 
 def test_running_jobs_are_read_at_scrape_time(server: ServerThread) -> None:

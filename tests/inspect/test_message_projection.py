@@ -202,7 +202,8 @@ def test_the_inspector_reads_a_tool_use_conversation(tmp_path: Path) -> None:
         {"name": "get_weather", "arguments": '{"city": "Paris", "day": 2}', "call_id": "toolu_2"}
     ]
     assert detail.usage == {
-        "input_tokens": 30, "output_tokens": 9, "cached_tokens": 10, "reasoning_tokens": None
+        "input_tokens": 30, "output_tokens": 9, "cached_tokens": 10, "disk_cached_tokens": 0,
+        "reasoning_tokens": None,
     }  # fmt: skip
     assert detail.finish_reason == "tool_use" and detail.summary.status == "completed"
     assert detail.last_seq == 13 and detail.timings["ttft_ms"] == 1010

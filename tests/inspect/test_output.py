@@ -4,6 +4,7 @@ that fit its width without cutting an id or a number."""
 from __future__ import annotations
 
 import io
+import json
 import re
 
 import pytest
@@ -12,6 +13,7 @@ from rich.cells import cell_len
 from omni.cli.inspect.commands import ls_table
 from omni.cli.inspect.output import Out
 from omni.inspect import Summary
+from omni.inspect.folding import disk_cached
 
 
 def test_an_events_text_stays_on_its_line() -> None:
@@ -115,3 +117,18 @@ def test_a_terminal_narrower_than_the_ids_gets_them_whole_on_longer_lines() -> N
     tokens = stream.getvalue().split()
     assert all(row.id in tokens for row in ROWS)  # the terminal wraps the lines; no id is cut
     assert all(number in tokens for number in ("12345→678", "123.4", "55.0"))
+
+
+def test_the_tokens_a_prefix_cache_read_from_disk_are_read_from_the_last_event() -> None:
+    usage = {"input_tokens": 90, "input_tokens_details": {"cached_tokens": 80,
+             "omni_disk_cached_tokens": 64}}  # fmt: skip
+    response = [
+        ("response.created", "{}"),
+        ("response.completed", json.dumps({"response": {"usage": usage}})),
+    ]
+    chunk = {"usage": {"prompt_tokens_details": {"cached_tokens": 9, "omni_disk_cached_tokens": 5}}}
+    assert disk_cached(response) == 64
+    assert disk_cached([("chat.completion.chunk", json.dumps(chunk))]) == 5
+    plain = {"response": {"usage": {"input_tokens_details": {"cached_tokens": 80}}}}
+    assert disk_cached([("response.completed", json.dumps(plain))]) == 0
+    assert disk_cached([]) == 0

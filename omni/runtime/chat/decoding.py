@@ -9,7 +9,7 @@ from omni.ports.jobs import FinishReason
 from omni.runtime.chat import batch_generator
 from omni.runtime.chat.pipe import Pipe
 from omni.runtime.chat.state import Slot, Start
-from omni.runtime.chat.wire import Failed, Finished, Token
+from omni.runtime.chat.wire import Failed, Token
 
 
 class Decoding(Pipe):
@@ -75,10 +75,7 @@ class Decoding(Pipe):
         slot = self.slots.pop(uid)
         if cache is not None:
             self._keep(slot, cache, eos)
-        spec = slot.spec
-        self.out.append(
-            Finished(spec.id, reason, len(spec.prompt), slot.done, slot.cached, slot.from_disk)
-        )
+        self.out.append(self._finished(slot, reason))
 
     def _fail_all(self, message: str) -> None:
         for uid, slot in list(self.slots.items()):

@@ -58,6 +58,7 @@ def finished(pending: Pending, output: wire.Finished) -> list[Output]:
         output.completion_tokens,
         output.cached_tokens,
         output.disk_tokens,
+        output.cache_bytes,
     )
     if tail := pending.detokenizer.last_segment:
         return [Delta(tail, None), ended]

@@ -13,7 +13,7 @@ import mlx.core as mx
 from omni.runtime.chat import first_tokens
 from omni.runtime.chat.decoding import Decoding
 from omni.runtime.chat.state import FEED_AT_LEAST, GENERATION_FAILED, Start
-from omni.runtime.chat.wire import Failed, Finished
+from omni.runtime.chat.wire import Failed
 
 log = logging.getLogger(__name__)
 
@@ -127,8 +127,6 @@ class Prefilling(Decoding):
         # Named by what it holds (a cache with no offset, a recurrent state, is taken at its word).
         kept = [c.extract(i) for c in fed.cache]
         self.cache.insert(spec.cache_namespace, held, kept, spec.session)
-        self.out.append(
-            Finished(spec.id, reason, len(spec.prompt), slot.done, slot.cached, slot.from_disk)
-        )
+        self.out.append(self._finished(slot, reason))
         ended.add(spec.id)
         return False

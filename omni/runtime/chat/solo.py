@@ -15,7 +15,6 @@ from omni.runtime.chat.prefill import Prefilling
 from omni.runtime.chat.sampling import with_history
 from omni.runtime.chat.speculative import speculative_steps
 from omni.runtime.chat.state import FEED_AT_LEAST, Solo, Start, solo_ok
-from omni.runtime.chat.wire import Finished
 
 
 class SoloPath(Prefilling):
@@ -89,11 +88,7 @@ class SoloPath(Prefilling):
                 self.stopping.discard(slot.spec.id)
             if self.draft is None:  # (a draft's caches are not the prefix cache's kind)
                 self._keep(slot, cache, eos)  # generate_step fed the end token too
-            spec = slot.spec
-            ended = reason or "cancelled"
-            self.out.append(
-                Finished(spec.id, ended, len(spec.prompt), slot.done, slot.cached, slot.from_disk)
-            )
+            self.out.append(self._finished(slot, reason or "cancelled"))
             return
         # The batch must see a token to predict the next: hand it the last ones again (the
         # cache holds every token so far: generate_step feeds each one it yields). It is fed

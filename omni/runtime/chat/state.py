@@ -17,7 +17,7 @@ from omni.runtime.chat.logprobs import Scorer
 from omni.runtime.chat.observe import QUIET, Observer
 from omni.runtime.chat.prefix_cache import PrefixCache
 from omni.runtime.chat.sampling import Processors, Samplers
-from omni.runtime.chat.wire import Output, Spec, Started, Token
+from omni.runtime.chat.wire import Finished, Output, Spec, Started, Token
 from omni.settings import EngineSettings
 
 # A failed job's message, which clients read: the exception's text goes to the log only.
@@ -154,6 +154,19 @@ class SchedulerState:
         scored = None if k is None else self.scorer(token, logprobs, k)
         self.out.append(Token(slot.spec.id, token, scored))
         return "length" if slot.done >= slot.spec.sampling.max_tokens else None
+
+    def _finished(self, slot: Slot, reason: FinishReason) -> Finished:
+        """A job's end: its figures, and the prefix cache's memory as it ends."""
+        spec = slot.spec
+        return Finished(
+            spec.id,
+            reason,
+            len(spec.prompt),
+            slot.done,
+            slot.cached,
+            slot.from_disk,
+            self.cache.nbytes,
+        )
 
     def _keep(self, slot: Slot, cache: list[Any], eos: int | None) -> None:
         """Keep an ended job's cache for prefix reuse. It holds every token fed, and `eos`, the

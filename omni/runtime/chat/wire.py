@@ -140,6 +140,7 @@ class Finished:
     completion_tokens: int
     cached_tokens: int = 0
     disk_tokens: int = 0  # of the cached tokens, those the prefix cache's disk tier gave
+    cache_bytes: int = 0  # what the prefix cache's memory tier held as the job ended
 
 
 @dataclass(frozen=True, slots=True)
