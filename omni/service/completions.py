@@ -184,7 +184,8 @@ class CompletionsService:
             thinking,
             constraint,
             cache_namespace(owner, body.prompt_cache_key),
-            session=any(m.role in ("assistant", "tool") for m in body.messages),
+            session=body.prompt_cache_key is not None
+            or any(m.role in ("assistant", "tool") for m in body.messages),
         )
         return prompt, plan, pictures(refs, loaded)
 

@@ -233,7 +233,7 @@ class ResponsesService(ResponseQueries):
             prompted.thinking,
             prompted.constraint,
             cache_namespace(owner, body.prompt_cache_key),
-            session=in_session(conversation, items),
+            session=body.prompt_cache_key is not None or in_session(conversation, items),
         )
         response_id = new_id("resp")
         response = initial_response(response_id, body, prompted.tools, engine.model_id, sampling)

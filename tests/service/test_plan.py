@@ -117,8 +117,8 @@ async def test_a_restart_continues_a_background_run_as_it_was_planned() -> None:
 
 
 async def test_a_session_s_jobs_say_so_for_the_prefix_cache() -> None:
-    """A chain's next turn and a history resent with its answers are a session's (their
-    prefix cache is kept longer); a first turn is not."""
+    """A chain's next turn, a history resent with its answers and a prompt_cache_key are a
+    session's (their prefix cache is kept longer); a first turn alone is not."""
     engine = ScriptedEngine()
     async with serving(MemoryStore(), engine) as services:
         responses = services.responses
@@ -135,4 +135,5 @@ async def test_a_session_s_jobs_say_so_for_the_prefix_cache() -> None:
         _, resent = await turn(
             ResponseCreate(input=[*history, {"role": "user", "content": "more"}])
         )
-        assert (alone, chained, resent) == (False, True, True)
+        _, keyed = await turn(ResponseCreate(input="hi", prompt_cache_key="session-1"))
+        assert (alone, chained, resent, keyed) == (False, True, True, True)

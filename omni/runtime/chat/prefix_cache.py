@@ -34,9 +34,10 @@ class PrefixCache:
     """KV caches of recent prompts and answers, found by the longest shared token prefix, in
     namespaces (a request's prompt_cache_key), bounded by bytes (and by entries, if given).
     What leaves first, when room is needed: a one-off prompt's cache before a reused one's
-    (used again since it was kept), and both before a multi-turn session's (a chain, a
-    conversation, a resent history: its next turn will ask for it); the least recently used
-    first among equals.
+    (half of it or more read again since it was kept: a template's opening, or a few words
+    two prompts share, do not make one reused), and both before a session's (a chain, a
+    conversation, a resent history, a prompt_cache_key: its next turn will ask for it); the
+    least recently used first among equals.
 
     Not mlx-lm's LRUPromptCache: its trie search walks every cached path below the shared
     prefix, copying a list at each node, and it deep-copies a whole entry to use part of it.
@@ -105,7 +106,8 @@ class PrefixCache:
             return make_prompt_cache(self.model), list(tokens)
         self._entries.move_to_end(best)
         found = self._entries[best]
-        found.hits += 1
+        if 2 * use >= len(best[1]):  # most of it read again: not just a shared opening
+            found.hits += 1
         return _prefix_of(found.cache, use, len(best[1])), list(tokens[use:])
 
     def _from_disk(
