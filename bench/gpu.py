@@ -14,6 +14,8 @@ where matplotlib exists) to $OUT (a device call returns 8 files at most). Settin
     warm-up (GPU_LONGPROMPT_ARGS: more flags for it, a later flag wins).
   - messages: bench/messages.py, a Messages stream against a chat stream, 128 tokens,
     GPU_MESSAGES_ROUNDS interleaved rounds (default 31).
+  - prefix_disk: bench/prefix_disk.py, a 4,000-token prefix, 3 rounds (GPU_PREFIX_DISK_ARGS:
+    more flags for it).
   - groups: prints the engine's prefill group on this device, then runs concurrency.py at 64
     streams for each GPU_GROUP_ARMS entry OMNI/RAW, Omni's prefill group / raw's, in that order
     (default 16/8,8/8,16/8,8/8,16/16; 8 rounds each), copied as gpu_groups_<i>_<omni>_<raw>.json.
@@ -132,7 +134,11 @@ def main() -> None:
     if "messages" in runs:
         more = ["--tokens", "128", "--rounds", os.environ.get("GPU_MESSAGES_ROUNDS", "31")]
         run("messages.py", "--model", str(model), *more, timeout=420)
-    for name in ("chunks", "overhead", "concurrency", "longprompt", "messages"):
+    if "prefix_disk" in runs:
+        more = ["--prefix-tokens", "4000", "--rounds", "3", "--decode-tokens", "256"]
+        more += os.environ.get("GPU_PREFIX_DISK_ARGS", "").split()
+        run("prefix_disk.py", "--model", str(model), *more, timeout=440)
+    for name in ("chunks", "overhead", "concurrency", "longprompt", "messages", "prefix_disk"):
         for ext in ("json", "png"):
             src = HERE / "out" / f"{name}.{ext}"
             if src.exists():

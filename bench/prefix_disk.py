@@ -2,6 +2,7 @@
 against a cold prefill of the same prompt; and a load from disk against a prefill, per 1k tokens.
 
     python bench/prefix_disk.py [--model PATH_OR_ID] [--prefix-tokens 2000] [--rounds 5]
+                                [--decode-tokens 300] [--skip restart per_1k writes]
 
 A conversation (instructions of --prefix-tokens tokens, then 10 short turns, greedy, 8 output
 tokens each) is held once against `omni serve` with a disk tier. Then, per round, two fresh
@@ -14,7 +15,12 @@ loads nothing it measured slower than a prefill).
 
 In-process, the same model: the prefill of --prefix-tokens tokens against a load of their KV
 cache from a disk tier (checksum and all), each per 1k tokens, medians over --rounds.
-Writes bench/out/prefix_disk.json.
+
+What the writes cost running streams: one stream decodes --decode-tokens tokens while another
+client sends a new prompt of --prefix-tokens // 4 tokens after each of its answers (each a cache
+the tier writes, on a server with a disk tier; none without), rounds alternating the two
+servers; the stream's decode tokens/s (its tokens after the first over their time), the ratio
+the median of each round's with/without. Writes bench/out/prefix_disk.json.
 """
 
 from __future__ import annotations
@@ -176,20 +182,80 @@ def per_1k(model_path: str, tmp: Path, args: argparse.Namespace) -> dict[str, fl
     }
 
 
+def decode_rate(base: str, model: str, tokens: int, others: int) -> float:
+    """One stream's decode tokens/s while another client sends prompts of `others` tokens."""
+    import threading
+
+    stop = threading.Event()
+
+    def traffic() -> None:
+        with httpx.Client(base_url=base, timeout=3600) as http:
+            i = 0
+            while not stop.is_set():
+                text = f"{i} " + instructions(others)
+                http.post(
+                    "/v1/responses", json=body(model, text, None, "", False)
+                ).raise_for_status()
+                i += 1
+
+    other = threading.Thread(target=traffic)
+    other.start()
+    request = {"model": model, "input": "Tell a long story.", "max_output_tokens": tokens,
+               "temperature": 0, "stream": True, "logit_bias": {}}  # fmt: skip
+    stamps: list[float] = []
+    try:
+        with httpx.Client(base_url=base, timeout=3600) as http:
+            with http.stream("POST", "/v1/responses", json=request) as r:
+                for line in r.iter_lines():
+                    if line.startswith("data: ") and '"response.output_text.delta"' in line:
+                        stamps.append(time.perf_counter())
+    finally:
+        stop.set()
+        other.join()
+    return (len(stamps) - 1) / (stamps[-1] - stamps[0])
+
+
+def writes_cost(model_path: str, model: str, tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
+    rows = []
+    for i in range(args.rounds):
+        row: dict[str, float] = {}
+        for kind in ("disk", "none") if i % 2 == 0 else ("none", "disk"):
+            kv = tmp / f"kv-writes-{i}" if kind == "disk" else None
+            proc, base = served(model_path, tmp / f"writes-{i}-{kind}.db", kv)
+            try:
+                row[kind] = decode_rate(base, model, args.decode_tokens, args.prefix_tokens // 4)
+            finally:
+                proc.terminate()
+                proc.wait()
+        row["ratio"] = row["disk"] / row["none"]
+        rows.append(row)
+        print(f"writes round {i}: decode {row['disk']:.1f} tok/s with the disk tier,"
+              f" {row['none']:.1f} without: {row['ratio']:.3f}x", flush=True)  # fmt: skip
+    return {"rounds": rows, "ratio": statistics.median(r["ratio"] for r in rows)}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--model", default=None, help="a model path or id (default: a tiny llama)")
     p.add_argument("--prefix-tokens", type=int, default=2000)
     p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--decode-tokens", type=int, default=300)
+    p.add_argument("--skip", nargs="*", default=[], choices=["restart", "per_1k", "writes"])
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         tmp = Path(folder)
         model_path, model = model_or_tiny(args.model, tmp)
-        result = {"model": model, "prefix_tokens": args.prefix_tokens}
-        result["restart"] = restarts(model_path, model, tmp, args)
-        result["per_1k"] = per_1k(model_path, tmp, args)
-    ratio = result["restart"]["ratio"]
-    print(f"11th turn after a restart, disk/cold time to first token: {ratio:.3f}x")
+        result: dict[str, Any] = {"model": model, "prefix_tokens": args.prefix_tokens}
+        if "restart" not in args.skip:
+            result["restart"] = restarts(model_path, model, tmp, args)
+            ratio = result["restart"]["ratio"]
+            print(f"11th turn after a restart, disk/cold time to first token: {ratio:.3f}x")
+        if "per_1k" not in args.skip:
+            result["per_1k"] = per_1k(model_path, tmp, args)
+        if "writes" not in args.skip:
+            result["writes"] = writes_cost(model_path, model, tmp, args)
+            cost = result["writes"]["ratio"]
+            print(f"decode tokens/s with the disk tier's writes / without: {cost:.3f}x")
     write_results("prefix_disk", result)
 
 
