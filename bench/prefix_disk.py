@@ -13,9 +13,9 @@ turn's prefix is on disk and memory is empty; `cold`, the same log with no disk 
 target: at most 0.2x where prefill is slow (a CPU), never above 1.0x on a GPU (where the tier
 loads nothing it measured slower than a prefill).
 
-Per 1k tokens: a load of --prefix-tokens tokens' KV cache from a disk tier (checksum and all,
-in-process, median of --rounds) against the cold servers' prefill (their time to first token
-over the prompt's tokens).
+Per 1k tokens: a load of the largest entry those servers wrote (checksum and all, in-process,
+median of --rounds) against the cold servers' prefill (their time to first token over the
+prompt's tokens).
 
 What the writes cost running streams: one stream decodes --decode-tokens tokens while another
 client sends a new prompt of --prefix-tokens // 4 tokens after each of its answers (each a cache
@@ -41,7 +41,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _plot import write_results  # noqa: E402
-from _server import engine_form, model_or_tiny, start_omni  # noqa: E402
+from _server import model_or_tiny, start_omni  # noqa: E402
 
 WORDS = "the lighthouse keeper logs the weather and the ships that pass in the night".split()
 TURNS = 10
@@ -145,47 +145,32 @@ def restarts(model_path: str, model: str, tmp: Path, args: argparse.Namespace) -
     return {"rounds": rows, "ratio": statistics.median(r["ratio"] for r in rows)}
 
 
-def per_1k(
-    model_path: str, tmp: Path, args: argparse.Namespace, cold: list[dict[str, Any]]
-) -> dict[str, float]:
-    """A load of --prefix-tokens tokens' KV cache from a disk tier (checksum and all), timed
-    in-process, per 1k tokens; against the prefill per 1k tokens of the restart rounds' cold
-    servers (their 11th turn's time to first token over its prompt: the engine's own prefill,
-    its BLAS and all, which an in-process model without them would not show)."""
-    import mlx.core as mx
-    from mlx_lm import load
-    from mlx_lm.models.cache import make_prompt_cache
+def per_1k(kv: Path, args: argparse.Namespace, cold: list[dict[str, Any]]) -> dict[str, float]:
+    """A load of the largest entry the restart rounds' servers wrote to the disk tier
+    (checksum and all), timed in-process, per 1k tokens; against the cold servers' prefill
+    per 1k tokens (their 11th turn's time to first token over its prompt: the engine's own
+    prefill, with its BLAS)."""
+    from omni.runtime.chat.kv_disk import DiskTier
 
-    from omni.runtime.chat.kv_disk import DiskTier, model_key
-
-    model, tokenizer = load(model_path)[:2]
-    model = engine_form(model)  # as the engine runs it (float32 weights on a CPU)
-    tokens = list(range(100, 100 + args.prefix_tokens))
-    tier = DiskTier(tmp / "kv-inproc", model_key(model_path, model, tokenizer), 8 << 30)
-    cache = make_prompt_cache(model)
-    for at in range(0, len(tokens), 512):
-        model(mx.array([tokens[at : at + 512]]), cache=cache)
-        mx.eval([c.state for c in cache])
-    tier.put("", tokens, cache)
-    tier.flush()
+    [folder] = [d for d in kv.iterdir() if d.is_dir()]  # one model: one key
+    tier = DiskTier(kv, folder.name, 8 << 30)
+    tier.scan()
+    tier.rates.gpu = False
+    entry = max(tier.entries(), key=lambda e: len(e.tokens))
     loads = []
     for _ in range(args.rounds):
-        found = tier.nearest("", [*tokens, 1])
-        assert found is not None
         start = time.perf_counter()
-        assert tier.load(found[0], found[1]) is not None
+        assert tier.load(entry, len(entry.tokens)) is not None
         loads.append(time.perf_counter() - start)
     tier.close()
-    load_s = statistics.median(loads) / (args.prefix_tokens / 1000)
-    result = {"load_s_per_1k": load_s}
-    if cold:
-        prefill = statistics.median(c["ttft_s"] / c["input_tokens"] * 1000 for c in cold)
-        result.update(prefill_s_per_1k=prefill, load_to_prefill=load_s / prefill)
-        print(f"per 1k tokens: prefill {prefill:.4f} s, load {load_s:.4f} s"
-              f" ({load_s / prefill:.4f}x)")  # fmt: skip
-    else:
-        print(f"per 1k tokens: load {load_s:.4f} s (no restart rounds: no prefill figure)")
-    return result
+    load_s = statistics.median(loads) / (len(entry.tokens) / 1000)
+    prefill = statistics.median(c["ttft_s"] / c["input_tokens"] * 1000 for c in cold)
+    print(f"per 1k tokens: prefill {prefill:.4f} s, load {load_s:.4f} s ({load_s / prefill:.4f}x)")
+    return {
+        "prefill_s_per_1k": prefill,
+        "load_s_per_1k": load_s,
+        "load_to_prefill": load_s / prefill,
+    }
 
 
 def decode_rate(base: str, model: str, tokens: int, others: int) -> float:
@@ -256,9 +241,9 @@ def main() -> None:
             result["restart"] = restarts(model_path, model, tmp, args)
             ratio = result["restart"]["ratio"]
             print(f"11th turn after a restart, disk/cold time to first token: {ratio:.3f}x")
-        if "per_1k" not in args.skip:
-            rounds = result.get("restart", {}).get("rounds", [])
-            result["per_1k"] = per_1k(model_path, tmp, args, [r["cold"] for r in rounds])
+        if "restart" not in args.skip and "per_1k" not in args.skip:
+            cold = [r["cold"] for r in result["restart"]["rounds"]]
+            result["per_1k"] = per_1k(tmp / "kv", args, cold)
         if "writes" not in args.skip:
             result["writes"] = writes_cost(model_path, model, tmp, args)
             cost = result["writes"]["ratio"]

@@ -150,6 +150,11 @@ class DiskTier:
             self._remove(path, reason)
         return None
 
+    def entries(self) -> list[DiskEntry]:
+        """What the index holds now."""
+        with self._lock:
+            return list(self._index.values())
+
     def nearest(
         self, namespace: str, tokens: list[int], left: int = 1, least: int = 1
     ) -> tuple[DiskEntry, int] | None:
