@@ -19,6 +19,7 @@ from mlx_lm.models.cache import (
     trim_prompt_cache,
 )
 
+from omni.runtime.chat.kv_copies import cut
 from omni.runtime.chat.kv_disk import DiskTier
 
 # Shorter caches are not written to disk: prefilling them again costs little.
@@ -27,7 +28,6 @@ PREFILL_SAMPLE = 64  # the fewest tokens a prefill pass must take to measure the
 
 # MLX and mlx-lm leave these unannotated: typed here, where they are called.
 _async_eval: Callable[[list[Any]], None] = mx.async_eval
-_kv_cache: Callable[[], KVCache] = KVCache
 
 
 class PrefixCache:
@@ -230,13 +230,7 @@ def _prefix_of(cache: list[Any], keep: int, held: int) -> list[Any]:
     if _plain(cache):
         # Slices share the entry's memory; the first new token makes the cache grow into a
         # buffer of its own (KVCache concatenates), so the entry is never written to.
-        out = []
-        for c in cache:
-            part = _kv_cache()
-            part.keys, part.values = c.keys[..., :keep, :], c.values[..., :keep, :]
-            part.offset = keep
-            out.append(part)
-        return out
+        return cut(cache, keep)
     copied = copy.deepcopy(cache)
     if keep < held:
         trim_prompt_cache(copied, held - keep)
