@@ -25,23 +25,27 @@ def disk_flags(folder: Path) -> tuple[str, ...]:
     return ("--temp", "0", "--prompt-cache-dir", str(folder), "--prompt-cache-disk-gb", "1")
 
 
-def turn(base: str, conversation: str, i: int) -> dict[str, Any]:
+def turn(base: str, conversation: str, i: int, key: str | None = None) -> dict[str, Any]:
     body = {
         "model": TINY_ID,
         "input": f"Turn {i}. {QUESTION}",
         "conversation": conversation,
         "max_output_tokens": 8,
+        "prompt_cache_key": key,
     }
     r = httpx.post(f"{base}/v1/responses", json=body, timeout=120)
     r.raise_for_status()
     return dict(r.json())
 
 
-def session(base: str, turns: range, conversation: str | None = None) -> tuple[str, list[Any]]:
+def session(
+    base: str, turns: range, conversation: str | None = None, key: str | None = None
+) -> tuple[str, list[Any]]:
+    """Turns of a conversation (a new one unless given), in prefix-cache namespace `key`."""
     if conversation is None:
         r = httpx.post(f"{base}/v1/conversations", json={}, timeout=30)
         conversation = str(r.json()["id"])
-    return conversation, [turn(base, conversation, i) for i in turns]
+    return conversation, [turn(base, conversation, i, key) for i in turns]
 
 
 def written(kv: Path, response: dict[str, Any]) -> None:
@@ -91,6 +95,9 @@ def test_the_eleventh_turn_after_kill_9_reads_its_prefix_from_disk(
     kv, db, log = tmp_path / "kv", tmp_path / "omni.db", tmp_path / "serve.log"
     with serving(tiny_model_dir, db, "warning", None, *disk_flags(kv)) as (base, proc):
         cid, before = session(base, range(TURNS))
+        # The same twelve turns uninterrupted, in a prefix-cache namespace of their own (what
+        # they leave on disk is never the other conversation's to read).
+        _, straight = session(base, range(TURNS + 2), key="straight")
         written(kv, before[-1])
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
@@ -102,12 +109,6 @@ def test_the_eleventh_turn_after_kill_9_reads_its_prefix_from_disk(
     assert damaged
     with serving(tiny_model_dir, db, "warning", log, *disk_flags(kv)) as (base, _):
         _, [twelfth] = session(base, range(TURNS + 1, TURNS + 2), cid)
-    # An uninterrupted server with no disk tier: the same twelve turns.
-    with serving(tiny_model_dir, tmp_path / "other.db", "warning", None, "--temp", "0") as (
-        base,
-        _,
-    ):
-        _, straight = session(base, range(TURNS + 2))
     details = eleventh["usage"]["input_tokens_details"]
     # As much as the uninterrupted server reused from memory: all but the turn's new message.
     in_memory = straight[TURNS]["usage"]["input_tokens_details"]

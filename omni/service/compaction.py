@@ -28,7 +28,7 @@ SUMMARY_HEADER = (
     "Summary of the earlier conversation (its context was compacted; the user's latest "
     "messages follow as they were written):\n"
 )
-SUMMARY_TOKENS = 1024  # the most a summary may take
+SUMMARY_TOKENS = 512  # the most a summary may take
 
 
 Opener = Callable[[str], list[dict[str, Any]]]  # a compaction item's encrypted_content → items
