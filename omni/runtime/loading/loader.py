@@ -49,14 +49,18 @@ class Loader:
             return self.imager(entry)
         from omni.runtime.chat.engine import MLXEngine
         from omni.runtime.loading.catalogue import takes_images
-        from omni.runtime.vision.engine import VLMEngine
 
         source = self.source(entry)
-        vision = takes_images(Path(source.path))
-        if vision:  # a vision-language model runs on mlx-vlm
+        engine_class: type[MLXEngine] = MLXEngine
+        if takes_images(Path(source.path)):  # a vision-language model runs on mlx-vlm
             features.require("vision")
+            # Imported only for one: it brings mlx-lm and transformers into the server
+            # process (a second of every start).
+            from omni.runtime.vision.engine import VLMEngine
+
+            engine_class = VLMEngine
         self.progress(f"loading model {entry.id} from {source.path}")
-        engine = (VLMEngine if vision else MLXEngine)(source, self.settings)
+        engine = engine_class(source, self.settings)
         engine.begin()  # its weights load while requests are taken in (they wait for them)
         return engine
 
