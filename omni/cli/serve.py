@@ -175,7 +175,8 @@ def server_settings(
         store_by_default=not args.no_store_by_default,
         image_hosts=allowed_images,
         image_fetch_timeout_s=args.image_fetch_timeout,
-        prompt_cache_dir=disk_tier(args)[0],
+        # what /metrics reports (the engine's disk_tier measures the free space, once)
+        prompt_cache_dir=None if args.prompt_cache_disk_gb == 0 else str(disk_folder(args)),
     )
 
 
@@ -206,10 +207,15 @@ def engine_settings(args: argparse.Namespace) -> EngineSettings:
     )
 
 
+def disk_folder(args: argparse.Namespace) -> Path:
+    """The prefix cache's disk tier's folder: --prompt-cache-dir, else OMNI_HOME/kv."""
+    return Path(args.prompt_cache_dir or omni_home() / "kv").expanduser()
+
+
 def disk_tier(args: argparse.Namespace) -> tuple[str | None, int]:
     """The prefix cache's disk tier: its folder and size (None, 0: none). By default
-    OMNI_HOME/kv, a tenth of its disk's free space, at most DISK_CAP_GB."""
-    folder = Path(args.prompt_cache_dir or omni_home() / "kv").expanduser()
+    a tenth of its disk's free space, at most DISK_CAP_GB."""
+    folder = disk_folder(args)
     if args.prompt_cache_disk_gb is not None:
         size = int(args.prompt_cache_disk_gb * GB)
     else:

@@ -10,11 +10,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from omni.errors import InvalidRequest, OmniError
-from omni.events import Append, NewEvent
 from omni.ids import new_id
 from omni.ports.jobs import Finished, Job, Sampling
 from omni.protocol.recorder import ResponseRecorder
-from omni.schemas.conversations import conversation_id
 from omni.schemas.responses import ResponseCreate
 from omni.service.compaction import (
     COMPACTION,
@@ -25,11 +23,9 @@ from omni.service.compaction import (
     window,
 )
 from omni.service.plan import RunPlan
-from omni.service.requests import function_tools, initial_response
+from omni.service.requests import accepted_request, function_tools
 from omni.service.run import Run
 from omni.service.sealing import FOR_WINDOW
-from omni.service.streams import dumps, request_stream
-from omni.vocabulary import ACCEPTED, RESPONSE
 
 if TYPE_CHECKING:
     from omni.service.responses import ResponsesService
@@ -72,11 +68,9 @@ class Compactor:
         item, summary = await self.seal(body, [*history, *items[:-1]], owner)
         async with responses.models.use(body.model, body.adapter_path, body.draft_model) as engine:
             responses.runs.check_capacity()
-            response = initial_response(
-                new_id("resp"), body, function_tools(body), engine.model_id, Sampling()
+            response = responses.new_response(
+                body, function_tools(body), engine.model_id, Sampling()
             )
-            if (in_conversation := conversation_id(body.conversation)) is not None:
-                response["conversation"] = {"id": in_conversation}
             recorder = ResponseRecorder(response, 0)
             used = summary["usage"]
             ended = Finished(
@@ -86,25 +80,12 @@ class Compactor:
                 used["input_tokens_details"]["cached_tokens"],
             )
             events = [*recorder.opening([item]), *recorder.on_finished(ended)]
-            request = {
-                "kind": RESPONSE,
-                "body": body.model_dump(mode="json", exclude={"input"}),
-                "input": items,
-                "response": response,
-                "model_id": engine.model_id,
-                "prompt_tokens": 0,
-                "plan": RunPlan(Sampling()).to_json(),
-                "owner": owner,
-                "summary": summary["id"],  # the response that wrote its summary
-            }
+            plan = RunPlan(Sampling())
+            request = accepted_request(body, items, response, engine, 0, plan, owner)
+            request["summary"] = summary["id"]  # the response that wrote its summary
             run = Run(response["id"], recorder, Job([], Sampling()), engine, body.store)
             run.settled = True
-            run.ending = responses.conversations.ending(response, items, recorder)
-            await responses.runs.open(
-                run,
-                Append(request_stream(run.stream_id), 0, [NewEvent(ACCEPTED, dumps(request))]),
-                Append(run.stream_id, 0, [NewEvent(e["type"], dumps(e)) for e in events]),
-            )
+            await responses.open_run(run, request, events)
         return response
 
     async def before(

@@ -12,7 +12,9 @@ from omni.ports.chat import Engine
 from omni.ports.jobs import Sampling
 from omni.projections.template_messages import to_chat_messages
 from omni.schemas.responses import ResponseCreate
+from omni.service.plan import RunPlan
 from omni.tools.calls import plain_tools_prompt
+from omni.vocabulary import RESPONSE
 
 log = logging.getLogger(__name__)
 
@@ -113,4 +115,26 @@ def initial_response(
         "truncation": body.truncation or "disabled",
         "usage": None,
         "user": body.user,
+    }
+
+
+def accepted_request(
+    body: ResponseCreate,
+    items: list[dict[str, Any]],
+    response: dict[str, Any],
+    engine: Engine,
+    prompt_tokens: int,
+    plan: RunPlan,
+    owner: str | None,
+) -> dict[str, Any]:
+    """The accepted-request event's data: what a restart or a read needs of the request."""
+    return {
+        "kind": RESPONSE,
+        "body": body.model_dump(mode="json", exclude={"input"}),
+        "input": items,
+        "response": response,
+        "model_id": engine.model_id,
+        "prompt_tokens": prompt_tokens,
+        "plan": plan.to_json(),
+        "owner": owner,
     }

@@ -33,7 +33,7 @@ from omni.service.models import Models
 from omni.service.ownership import cache_namespace
 from omni.service.plan import RunPlan
 from omni.service.prompting import Prompter
-from omni.service.requests import initial_response
+from omni.service.requests import accepted_request, initial_response
 from omni.service.response_prompt import Prompted, build_prompt
 from omni.service.response_queries import ResponseQueries
 from omni.service.run import Run
@@ -235,10 +235,7 @@ class ResponsesService(ResponseQueries):
             cache_namespace(owner, body.prompt_cache_key),
             session=body.prompt_cache_key is not None or in_session(conversation, items),
         )
-        response_id = new_id("resp")
-        response = initial_response(response_id, body, prompted.tools, engine.model_id, sampling)
-        if (in_conversation := conversation_id(body.conversation)) is not None:
-            response["conversation"] = {"id": in_conversation}
+        response = self.new_response(body, prompted.tools, engine.model_id, sampling)
         sealed = "reasoning.encrypted_content" in (body.include or [])
         recorder = ResponseRecorder(
             response,
@@ -247,32 +244,41 @@ class ResponsesService(ResponseQueries):
             plan.thinker(engine, prompt),
             self.sealer.seal if sealed else None,
         )
-        request: dict[str, Any] = {
-            "kind": RESPONSE,
-            "body": body.model_dump(mode="json", exclude={"input"}),
-            "input": items,
-            "response": response,
-            "model_id": engine.model_id,
-            "prompt_tokens": len(prompt),
-            "plan": plan.to_json(),
-            "owner": owner,
-        }
+        request = accepted_request(body, items, response, engine, len(prompt), plan, owner)
         if variant := self.models.variant(self.models.find(engine.model_id)):
             request["variant"] = variant  # adapters, a draft: loaded again by a restart
         if body.background:
             request["prompt"] = prompt  # so a restart can run or continue it exactly
             if shown:  # and the images its image tokens stand for
                 request["images"] = [ref.url for ref in shown]
-        opening = [NewEvent(e["type"], dumps(e)) for e in recorder.opening(prelude)]
+        opening = recorder.opening(prelude)  # before the run: it goes on from their seq
         job = plan.job(prompt, images=pictures(shown, prompted.loaded))
-        run = Run(response_id, recorder, job, engine, body.store, body.background)
-        run.ending = self.conversations.ending(response, items, recorder)
+        run = Run(response["id"], recorder, job, engine, body.store, body.background)
+        await self.open_run(run, request, opening)
+        return response  # as response.created carries it (status queued or in_progress)
+
+    def new_response(
+        self, body: ResponseCreate, tools: list[dict[str, Any]], model_id: str, sampling: Sampling
+    ) -> dict[str, Any]:
+        """A new response as `response.created` carries it, in its conversation if any."""
+        response = initial_response(new_id("resp"), body, tools, model_id, sampling)
+        if (in_conversation := conversation_id(body.conversation)) is not None:
+            response["conversation"] = {"id": in_conversation}
+        return response
+
+    async def open_run(
+        self, run: Run, request: dict[str, Any], opening: list[dict[str, Any]]
+    ) -> None:
+        """Commit the accepted `request` and the `opening` events and start `run`, whose
+        ending adds its turn to its conversation, if it is in one."""
+        recorder = run.recorder
+        assert isinstance(recorder, ResponseRecorder)
+        run.ending = self.conversations.ending(recorder.response, request["input"], recorder)
         await self.runs.open(
             run,
-            Append(request_stream(response_id), 0, [NewEvent(ACCEPTED, dumps(request))]),
-            Append(response_id, 0, opening),
+            Append(request_stream(run.stream_id), 0, [NewEvent(ACCEPTED, dumps(request))]),
+            Append(run.stream_id, 0, [NewEvent(e["type"], dumps(e)) for e in opening]),
         )
-        return response  # as response.created carries it (status queued or in_progress)
 
     async def cancel(self, response_id: str, owner: str | None = None) -> dict[str, Any]:
         """Cancel a background response; a finished one is returned unchanged."""
