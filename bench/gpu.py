@@ -135,7 +135,7 @@ def main() -> None:
         more = ["--tokens", "128", "--rounds", os.environ.get("GPU_MESSAGES_ROUNDS", "31")]
         run("messages.py", "--model", str(model), *more, timeout=420)
     if "prefix_disk" in runs:
-        more = ["--prefix-tokens", "4000", "--rounds", "3", "--decode-tokens", "256"]
+        more = ["--prefix-tokens", "4000", "--rounds", "3", "--write-rounds", "31"]
         more += os.environ.get("GPU_PREFIX_DISK_ARGS", "").split()
         run("prefix_disk.py", "--model", str(model), *more, timeout=440)
     for name in ("chunks", "overhead", "concurrency", "longprompt", "messages", "prefix_disk"):

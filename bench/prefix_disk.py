@@ -2,7 +2,8 @@
 against a cold prefill of the same prompt; and a load from disk against a prefill, per 1k tokens.
 
     python bench/prefix_disk.py [--model PATH_OR_ID] [--prefix-tokens 2000] [--rounds 5]
-                                [--decode-tokens 300] [--skip restart per_1k writes]
+                                [--block-tokens 48] [--write-rounds 21]
+                                [--skip restart per_1k writes]
 
 A conversation (instructions of --prefix-tokens tokens, then 10 short turns, greedy, 8 output
 tokens each) is held once against `omni serve` with a disk tier. Then, per round, two fresh
@@ -17,11 +18,11 @@ Per 1k tokens: a load of the largest entry those servers wrote (checksum and all
 median of --rounds) against the cold servers' prefill (their time to first token over the
 prompt's tokens).
 
-What the writes cost running streams: one stream decodes --decode-tokens tokens while another
-client sends a new prompt of --prefix-tokens // 4 tokens after each of its answers (each a cache
-the tier writes, on a server with a disk tier; none without), rounds alternating the two
-servers; the stream's decode tokens/s (its tokens after the first over their time), the ratio
-the median of each round's with/without. Writes bench/out/prefix_disk.json.
+What the writes cost running streams, in-process on the engine's thread: a greedy decode in
+blocks of --block-tokens, alternating blocks with and without a write of a --prefix-tokens // 4
+token cache handed to the tier at their start; the median of each pair's decode tokens/s ratio
+(--write-rounds pairs). The last entry written is loaded back and must give the next token the
+same logits. Writes bench/out/prefix_disk.json.
 """
 
 from __future__ import annotations
@@ -145,84 +146,120 @@ def restarts(model_path: str, model: str, tmp: Path, args: argparse.Namespace) -
     return {"rounds": rows, "ratio": statistics.median(r["ratio"] for r in rows)}
 
 
-def per_1k(kv: Path, args: argparse.Namespace, cold: list[dict[str, Any]]) -> dict[str, float]:
-    """A load of the largest entry the restart rounds' servers wrote to the disk tier
-    (checksum and all), timed in-process, per 1k tokens; against the cold servers' prefill
-    per 1k tokens (their 11th turn's time to first token over its prompt: the engine's own
-    prefill, with its BLAS)."""
-    from omni.runtime.chat.kv_disk import DiskTier
-
-    [folder] = [d for d in kv.iterdir() if d.is_dir()]  # one model: one key
-    tier = DiskTier(kv, folder.name, 8 << 30)
-    tier.scan()
-    tier.rates.gpu = False
-    entry = max(tier.entries(), key=lambda e: len(e.tokens))
+def per_1k(tier: Any, written: Any, cold: list[dict[str, Any]], rounds: int) -> dict[str, float]:
+    """A load of `written` (a DiskEntry) from the tier (checksum and all), timed in-process,
+    per 1k tokens; against the cold servers' prefill per 1k tokens (their 11th turn's time to
+    first token over its prompt: the engine's own prefill, with its BLAS)."""
     loads = []
-    for _ in range(args.rounds):
+    for _ in range(rounds):
         start = time.perf_counter()
-        assert tier.load(entry, len(entry.tokens)) is not None
+        assert tier.load(written, len(written.tokens)) is not None
         loads.append(time.perf_counter() - start)
-    tier.close()
-    load_s = statistics.median(loads) / (len(entry.tokens) / 1000)
+    load_s = statistics.median(loads) / (len(written.tokens) / 1000)
     prefill = statistics.median(c["ttft_s"] / c["input_tokens"] * 1000 for c in cold)
     print(f"per 1k tokens: prefill {prefill:.4f} s, load {load_s:.4f} s ({load_s / prefill:.4f}x)")
     return {
         "prefill_s_per_1k": prefill,
         "load_s_per_1k": load_s,
         "load_to_prefill": load_s / prefill,
+        "entry_tokens": len(written.tokens),
     }
 
 
-def decode_rate(base: str, model: str, tokens: int, others: int) -> float:
-    """One stream's decode tokens/s while another client sends prompts of `others` tokens."""
-    import threading
+def in_process(
+    model_path: str, tmp: Path, args: argparse.Namespace, cold: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """In-process, on one thread as the engine runs: a greedy decode in blocks of
+    --block-tokens, alternating blocks with and without a disk write handed over at their start
+    (the prefix cache's `put`: a copy into host memory here, the file by the tier's thread);
+    the ratio of each pair's decode tokens/s, its median. Then the last entry is loaded back
+    and its next-token logits compared with the cache it was written from."""
+    import mlx.core as mx
+    from mlx_lm import load
+    from mlx_lm.models.cache import make_prompt_cache
 
-    stop = threading.Event()
+    from omni.runtime.chat.kv_disk import DiskTier
 
-    def traffic() -> None:
-        with httpx.Client(base_url=base, timeout=3600) as http:
-            i = 0
-            while not stop.is_set():
-                text = f"{i} " + instructions(others)
-                http.post(
-                    "/v1/responses", json=body(model, text, None, "", False)
-                ).raise_for_status()
-                i += 1
+    model, tokenizer = load(model_path)[:2]
+    stream = mx.new_stream(mx.default_device())  # the engine's own, as in its worker
+    size = args.prefix_tokens // 4
+    ids = tokenizer.encode(instructions(size))[:size]
 
-    other = threading.Thread(target=traffic)
-    other.start()
-    request = {"model": model, "input": "Tell a long story.", "max_output_tokens": tokens,
-               "temperature": 0, "stream": True, "logit_bias": {}}  # fmt: skip
-    stamps: list[float] = []
-    try:
-        with httpx.Client(base_url=base, timeout=3600) as http:
-            with http.stream("POST", "/v1/responses", json=request) as r:
-                for line in r.iter_lines():
-                    if line.startswith("data: ") and '"response.output_text.delta"' in line:
-                        stamps.append(time.perf_counter())
-    finally:
-        stop.set()
-        other.join()
-    return (len(stamps) - 1) / (stamps[-1] - stamps[0])
+    def prefilled(tokens: list[int]) -> list[Any]:
+        cache = make_prompt_cache(model)
+        with mx.stream(stream):
+            mx.eval(model(mx.array(tokens)[None], cache=cache))
+        return cache
 
+    written = prefilled(ids)  # what each write hands over
+    tier = DiskTier(tmp / "kv-writes", "bench", 64 << 30)
+    tier.rates.gpu = False
+    result: dict[str, Any] = {}
+    if cold:  # a prompt's cache of the 11th turn's size, written, then loaded
+        whole = tokenizer.encode(instructions(args.prefix_tokens))
+        assert tier.put("per-1k", whole, prefilled(whole))
+        tier.flush()
+        [entry] = tier.entries()
+        result["per_1k"] = per_1k(tier, entry, cold, args.rounds)
+    if "writes" in args.skip:
+        tier.close()
+        return result
 
-def writes_cost(model_path: str, model: str, tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
+    def block(write: int | None) -> tuple[float, float]:
+        cache = prefilled(ids[:16])
+        y = mx.array([[ids[16]]])
+        start = time.perf_counter()
+        if write is not None:
+            assert tier.put(f"w{write}", ids, written)
+        handed = time.perf_counter() - start
+        with mx.stream(stream):
+            for _ in range(args.block_tokens):
+                y = mx.argmax(model(y, cache=cache)[:, -1:], axis=-1)
+                mx.eval(y)
+        return args.block_tokens / (time.perf_counter() - start), handed
+
+    block(None)  # warm-up
     rows = []
-    for i in range(args.rounds):
+    for i in range(args.write_rounds):
         row: dict[str, float] = {}
         for kind in ("disk", "none") if i % 2 == 0 else ("none", "disk"):
-            kv = tmp / f"kv-writes-{i}" if kind == "disk" else None
-            proc, base = served(model_path, tmp / f"writes-{i}-{kind}.db", kv)
-            try:
-                row[kind] = decode_rate(base, model, args.decode_tokens, args.prefix_tokens // 4)
-            finally:
-                proc.terminate()
-                proc.wait()
+            row[kind], handed = block(i if kind == "disk" else None)
+            if kind == "disk":
+                row["put_s"] = handed
+                tier.flush()  # the next block starts with no write going on
         row["ratio"] = row["disk"] / row["none"]
         rows.append(row)
-        print(f"writes round {i}: decode {row['disk']:.1f} tok/s with the disk tier,"
-              f" {row['none']:.1f} without: {row['ratio']:.3f}x", flush=True)  # fmt: skip
-    return {"rounds": rows, "ratio": statistics.median(r["ratio"] for r in rows)}
+    same = logits_match(model, stream, tier, ids, written)
+    tier.close()
+    ratio = statistics.median(r["ratio"] for r in rows)
+    put_ms = statistics.median(r["put_s"] for r in rows) * 1000
+    print(f"writes: {len(rows)} pairs of {args.block_tokens}-token blocks, a {len(ids)}-token"
+          f" cache written per block: decode {ratio:.4f}x; put {put_ms:.2f} ms on the engine's"
+          f" thread; loaded back, next-token logits identical: {same}", flush=True)  # fmt: skip
+    result["writes"] = {
+        "rounds": rows,
+        "ratio": ratio,
+        "put_ms": put_ms,
+        "cache_tokens": len(ids),
+        "block_tokens": args.block_tokens,
+        "loaded_logits_identical": same,
+    }
+    return result
+
+
+def logits_match(model: Any, stream: Any, tier: Any, ids: list[int], cache: list[Any]) -> bool:
+    """Whether a written entry, loaded back, gives the next token the logits its source does."""
+    import mlx.core as mx
+
+    writes = [e for e in tier.entries() if e.namespace != "per-1k"]
+    entry = max(writes, key=lambda e: e.side.created)
+    loaded = tier.load(entry, len(ids))
+    assert loaded is not None
+    step = mx.array([[ids[-1]]])
+    with mx.stream(stream):
+        a = model(step, cache=loaded)
+        b = model(step, cache=cache)
+        return bool(mx.array_equal(a, b).item())
 
 
 def main() -> None:
@@ -230,7 +267,8 @@ def main() -> None:
     p.add_argument("--model", default=None, help="a model path or id (default: a tiny llama)")
     p.add_argument("--prefix-tokens", type=int, default=2000)
     p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--decode-tokens", type=int, default=300)
+    p.add_argument("--block-tokens", type=int, default=48, help="decode tokens per block")
+    p.add_argument("--write-rounds", type=int, default=21, help="pairs of blocks")
     p.add_argument("--skip", nargs="*", default=[], choices=["restart", "per_1k", "writes"])
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as folder:
@@ -241,11 +279,12 @@ def main() -> None:
             result["restart"] = restarts(model_path, model, tmp, args)
             ratio = result["restart"]["ratio"]
             print(f"11th turn after a restart, disk/cold time to first token: {ratio:.3f}x")
+        cold = []
         if "restart" not in args.skip and "per_1k" not in args.skip:
             cold = [r["cold"] for r in result["restart"]["rounds"]]
-            result["per_1k"] = per_1k(tmp / "kv", args, cold)
-        if "writes" not in args.skip:
-            result["writes"] = writes_cost(model_path, model, tmp, args)
+        if cold or "writes" not in args.skip:
+            result.update(in_process(model_path, tmp, args, cold))
+        if "writes" in result:
             cost = result["writes"]["ratio"]
             print(f"decode tokens/s with the disk tier's writes / without: {cost:.3f}x")
     write_results("prefix_disk", result)

@@ -272,13 +272,13 @@ def test_the_model_key_changes_with_a_model_file(
 def test_put_returns_before_the_write_and_flush_waits_for_it(
     model: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    gate, save = threading.Event(), kv_disk._save
+    gate, write = threading.Event(), kv_disk.write_cache
 
-    def held_back(file: Any, cache: list[Any], meta: dict[str, str]) -> None:
+    def held_back(file: Any, cache: Any, meta: dict[str, str]) -> None:
         assert gate.wait(30)
-        save(file, cache, meta)
+        write(file, cache, meta)
 
-    monkeypatch.setattr(kv_disk, "_save", held_back)
+    monkeypatch.setattr(kv_disk, "write_cache", held_back)
     t = tier(tmp_path)
     cache = filled(model, PROMPT)
     assert t.put("", PROMPT, cache)

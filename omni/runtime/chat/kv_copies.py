@@ -1,11 +1,14 @@
 """The copies of KV caches that the disk tier writes and hands back: cut to a prefix, with
-arrays of their own, computed in the caller's thread."""
+arrays of their own, computed in the caller's thread; and in host memory, for the writer's
+thread, which makes no MLX call (kv_format)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import mlx.core as mx
+import numpy as np
 from mlx.utils import tree_map
 from mlx_lm.models.cache import KVCache
 
@@ -55,3 +58,32 @@ def cut(cache: list[Any], keep: int) -> list[Any]:
         part.offset = keep
         out.append(part)
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class Bits:
+    """A bfloat16 array's bits (numpy has no bfloat16)."""
+
+    array: np.ndarray[Any, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class HostCache:
+    """A KV cache in host memory: each layer's class and state, its arrays numpy's. It holds
+    no MLX array: any thread may write it (kv_format)."""
+
+    classes: tuple[Any, ...]  # each layer's cache class
+    states: tuple[Any, ...]
+
+
+def to_host(cache: list[Any]) -> HostCache:
+    """Copy an evaluated cache into host memory (in the thread that computed it)."""
+
+    def host(x: Any) -> Any:
+        if not isinstance(x, mx.array):
+            return x
+        if x.dtype == mx.bfloat16:
+            return Bits(np.array(x.view(mx.uint16)))
+        return np.array(x)
+
+    return HostCache(tuple(type(c) for c in cache), tuple(tree_map(host, c.state) for c in cache))

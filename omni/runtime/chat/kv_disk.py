@@ -29,9 +29,9 @@ from typing import Any
 
 import mlx.core as mx
 import numpy as np
-from mlx_lm.models.cache import load_prompt_cache, save_prompt_cache
+from mlx_lm.models.cache import load_prompt_cache
 
-from omni.runtime.chat.kv_copies import cut, held, snapshot
+from omni.runtime.chat.kv_copies import HostCache, cut, held, snapshot, to_host
 from omni.runtime.chat.kv_entries import DiskEntry, extended, usable
 from omni.runtime.chat.kv_files import (
     DATA,
@@ -45,6 +45,7 @@ from omni.runtime.chat.kv_files import (
     write_atomic,
     write_model,
 )
+from omni.runtime.chat.kv_format import write_cache
 from omni.runtime.chat.kv_keys import model_key
 from omni.runtime.chat.kv_rates import Rates, on_gpu
 
@@ -56,7 +57,6 @@ YOUNG = 60.0  # seconds: a temporary file younger than this may be another proce
 QUEUED = 8  # writes waiting at most; more are dropped (the memory tier still holds them)
 
 # mlx-lm leaves these unannotated: typed here, where they are called.
-_save: Callable[[Any, list[Any], dict[str, str]], None] = save_prompt_cache
 _load: Callable[..., tuple[list[Any], dict[str, str]]] = load_prompt_cache
 
 
@@ -69,7 +69,7 @@ class _Touch:
 class _Write:
     namespace: str
     tokens: tuple[int, ...]
-    cache: list[Any]  # evaluated arrays of its own, cut to `tokens`
+    cache: HostCache  # cut to `tokens`
     keep_hint: bool
 
 
@@ -243,7 +243,7 @@ class DiskTier:
         if copy is None:
             return False
         ids = tuple(tokens[: held(copy, len(tokens))])
-        self._hand(_Write(namespace, ids, copy, keep_hint))
+        self._hand(_Write(namespace, ids, to_host(copy), keep_hint))
         return True
 
     def _hand(self, job: _Write | _Touch) -> None:
@@ -291,9 +291,8 @@ class DiskTier:
         meta = {"model_key": self.key, "namespace": job.namespace,
                 "tokens": json.dumps(list(job.tokens))}  # fmt: skip
         try:
-            # On the CPU: what save computes (contiguous copies) stays off the model's stream.
-            with open(tmp, "wb") as f, mx.stream(mx.cpu):
-                _save(f, job.cache, meta)
+            with open(tmp, "wb") as f:  # from host memory: no MLX call in this thread
+                write_cache(f, job.cache, meta)
                 f.flush()
                 os.fsync(f.fileno())
             size = tmp.stat().st_size
@@ -303,7 +302,7 @@ class DiskTier:
             os.replace(tmp, data)
         finally:
             tmp.unlink(missing_ok=True)
-        classes = tuple(type(c).__name__ for c in job.cache)
+        classes = tuple(c.__name__ for c in job.cache.classes)
         ids = np.asarray(job.tokens, dtype=np.int64)
         keep, hits = self._standing(job.namespace, ids, job.keep_hint, classes)
         side = Sidecar(self.key, job.namespace, job.tokens, size, digest, time.time(), classes,

@@ -217,9 +217,6 @@ def disk_tier(
     folder = settings.prompt_cache_dir
     if folder is None or settings.prompt_cache_bytes <= 0:
         return None
-    if on_gpu():  # its prefill outruns a disk read; and MLX's CUDA streams are per thread
-        log.info("the prefix cache's disk tier is off on a GPU")
-        return None
     key = model_key(path, model, tokenizer, adapter)
     try:
         tier = DiskTier(Path(folder), key, settings.prompt_cache_disk_bytes, model_path=path)
