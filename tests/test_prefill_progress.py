@@ -43,7 +43,7 @@ def positions(db: Path, stream: str) -> list[tuple[int, str, dict[str, Any]]]:
 def test_each_chunk_is_recorded_before_the_first_token(served: Any) -> None:
     srv, db = served
     client = OpenAI(base_url=f"{srv.base_url}/v1", api_key="x", max_retries=0)
-    made = client.responses.create(model=TINY_ID, input=LONG, max_output_tokens=3)
+    made = client.responses.create(model=TINY_ID, input="Chunks. " + LONG, max_output_tokens=3)
     assert made.usage is not None
     progress = positions(db, f"{made.id}/progress")
     said = [d for _, t, d in progress if t == "omni.prefill.progress"]
@@ -94,3 +94,22 @@ def test_metrics_sum_the_prompts_being_prefilled() -> None:
     assert shown() == {("m", "fed"): 256, ("m", "total"): 500}
     metrics.prefilling("resp_b", "m", None)
     assert shown() == {("m", "fed"): 0, ("m", "total"): 0}
+
+
+def test_tail_summary_says_a_line_a_stream_not_an_event(served: Any) -> None:
+    srv, db = served
+    client = OpenAI(base_url=f"{srv.base_url}/v1", api_key="x", max_retries=0)
+    # Its own text: a prompt the prefix cache holds would not be prefilled in chunks.
+    made = client.responses.create(model=TINY_ID, input="Summary. " + LONG, max_output_tokens=6)
+    tailed = omni("tail", made.id, "--summary", "--db", str(db))
+    assert tailed.returncode == 0
+    lines = tailed.stdout.splitlines()
+    by_stream = {line.split()[1]: line for line in lines}
+    assert len(lines) == len(by_stream) == 3, lines  # the response, its request, its progress
+    events = positions(db, made.id)
+    deltas = sum(t == "response.output_text.delta" for _, t, _ in events)
+    said = by_stream[made.id]
+    assert f"{len(events)} events, {deltas} deltas" in said
+    assert said.endswith(f"last {events[-1][1]}")
+    fed = positions(db, f"{made.id}/progress")[-1][2]
+    assert f"prefill {fed['fed']}/{fed['total']} tokens fed" in by_stream[f"{made.id}/progress"]
