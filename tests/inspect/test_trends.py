@@ -57,7 +57,7 @@ def conn(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Connection]
         return
     with database("omni_trends") as url:
         upgrade(url)
-        with psycopg.connect(url) as db, db.cursor() as cur:
+        with psycopg.connect(url) as pg, pg.cursor() as cur:
             cur.executemany(
                 f"INSERT INTO summaries ({COLUMNS}) VALUES ({marks.replace('?', '%s')})", ROWS
             )
