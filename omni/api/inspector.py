@@ -4,8 +4,9 @@ pages that read the JSON under /inspect/api/.
 
 The pages and their scripts carry no data, so they are served open (a browser navigating
 cannot send a bearer header); the JSON is behind the API key like every other read, and
-shows a key only what it created. The page asks for the key on a 401 and sends it as
-`Authorization: Bearer` on every fetch (omni/api/static/inspect/common.js).
+shows a key only what it created (an admin key, `admin` in the key file: every key's). The
+page asks for the key on a 401 and sends it as `Authorization: Bearer` on every fetch
+(omni/api/static/inspect/common.js).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 from quart import Blueprint, Response, jsonify, request
 
 from omni.api.current import current_server
-from omni.api.gate import owner
+from omni.api.gate import is_admin, owner, viewer
 from omni.api.query import int_arg
 from omni.errors import InvalidRequest, NotFound
 from omni.events.backends import LogStore
@@ -92,9 +93,15 @@ async def static_file(name: str) -> Response:
     return _static(name)
 
 
+@bp.get("/inspect/api/whoami")
+async def whoami() -> Response:
+    """The key the page sends: its name, and whether it sees every key's rows."""
+    return _fresh({"owner": owner(), "admin": is_admin()})
+
+
 @bp.get("/inspect/api/recent")
 async def recent() -> Response:
-    who = owner()
+    who = viewer()
     limit = int_arg("limit", 50, low=1, high=500)
     status = request.args.get("status") or None
     model = request.args.get("model") or None
@@ -149,7 +156,7 @@ def _span(now_ms: int) -> Span:
 
 @bp.get("/inspect/api/<object_id>")
 async def detail(object_id: str) -> Response:
-    who = owner()
+    who = viewer()
     found = await _store().run_read(lambda c: Inspector(c).detail(object_id, owner=who))
     if found is None:
         raise NotFound(f"No response or completion with id '{object_id}' found.")
@@ -158,7 +165,7 @@ async def detail(object_id: str) -> Response:
 
 @bp.get("/inspect/api/<object_id>/timeline")
 async def timeline(object_id: str) -> Response:
-    who = owner()
+    who = viewer()
     after = int_arg("after_seq", -1, low=-1)
 
     def read(conn: Any) -> list[dict[str, Any]] | None:
