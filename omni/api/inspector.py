@@ -114,12 +114,15 @@ async def recent() -> Response:
 @bp.get("/inspect/api/trends")
 async def trends() -> Response:
     """The dashboard's figures over `window` in buckets of `step` seconds, of one `model`
-    and (for a key that sees every key's) one `owner`; with the server's own samples."""
-    who = owner()
+    and (for a key that sees every key's: an admin's, or none) one `owner`; with the
+    server's own samples."""
+    who = viewer()
     span = _span(int(time.time() * 1000))
     model = request.args.get("model") or None
-    chosen = who if who is not None else request.args.get("owner") or None
-    found = await _store().run_read(lambda c: Trends(c).read(span, model=model, owner=chosen))
+    chosen = request.args.get("owner") or None  # within what `who` sees
+    found = await _store().run_read(
+        lambda c: Trends(c).read(span, model=model, owner=chosen, scope=who)
+    )
     sampler = current_server().sampler
     last = sampler.samples[-1].models if sampler.samples else ()
     runtime = {

@@ -54,7 +54,7 @@ class Trend:
     span: Span
     series: dict[str, list[float | None]]  # each of SERIES, a value per bucket
     models: list[str]  # the models of the window's rows, for the filter
-    owners: list[str]  # the keys of the window's rows (only for a read of every key's)
+    owners: list[str]  # the keys of the window's rows
 
     def to_json(self) -> dict[str, Any]:
         span = self.span
@@ -93,10 +93,16 @@ class Trends:
     def __init__(self, conn: Connection):
         self.conn = conn
 
-    def read(self, span: Span, model: str | None = None, owner: str | None = None) -> Trend:
-        """The window's figures of `model`'s rows (None: every model's), keeping to `owner`'s
-        (None: every key's)."""
-        where, args = _filters(model=model, owner=owner)
+    def read(
+        self,
+        span: Span,
+        model: str | None = None,
+        owner: str | None = None,
+        scope: str | None = None,
+    ) -> Trend:
+        """The window's figures of `model`'s rows (None: every model's) and `owner`'s (None:
+        every key's), among those `scope` may see (its own; None: every key's)."""
+        where, args = _filters(model=model, owner=owner if scope is None else scope)
         args |= {"start": span.start_ms, "end": span.end_ms, "step": span.step_ms}
         n = span.buckets
         series: dict[str, list[float | None]] = {  # a count of none is 0, its median none
@@ -131,10 +137,9 @@ class Trends:
             series["ttft_ms_p50"][b], series["ttft_ms_p95"][b] = _spread(ttft)
             found = _spread(rate)
             series["decode_tokens_per_s_p50"][b], series["decode_tokens_per_s_p95"][b] = found
-        return Trend(span, series, self._distinct("model", span, owner), self._owners(span, owner))
-
-    def _owners(self, span: Span, owner: str | None) -> list[str]:
-        return self._distinct("owner", span, None) if owner is None else [owner]
+        # What the filters may offer: whatever the scope sees, whichever is chosen.
+        models, owners = (self._distinct(column, span, scope) for column in ("model", "owner"))
+        return Trend(span, series, models, owners)
 
     def _distinct(self, column: str, span: Span, owner: str | None) -> list[str]:
         where, args = _filters(owner=owner)

@@ -19,12 +19,13 @@ from tests.server import ServerThread
 
 KEY_A = "sk-alice-" + "a" * 24
 KEY_B = "sk-bob-" + "b" * 24
+KEY_OPS = "sk-ops-" + "o" * 24
 
 
 @pytest.fixture(scope="module")
 def keyed(tiny_engine: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
     db = tmp_path_factory.mktemp("trends-keyed") / "omni.db"
-    srv = keyed_server(tiny_engine, db, {"alice": KEY_A, "bob": KEY_B})
+    srv = keyed_server(tiny_engine, db, {"alice": KEY_A, "bob": KEY_B, "ops": KEY_OPS}, ("ops",))
     yield srv
     srv.stop()
 
@@ -87,5 +88,13 @@ def test_a_key_sees_only_its_own_figures(keyed: ServerThread) -> None:
         as_alice = {"authorization": f"Bearer {KEY_A}"}
         params = {"window": "1h", "step": "3600", "owner": "bob"}  # not hers to choose
         alice = raw.get("/inspect/api/trends", params=params, headers=as_alice).json()
+        as_ops = {"authorization": f"Bearer {KEY_OPS}"}
+        ops = raw.get("/inspect/api/trends", params=params, headers=as_ops).json()
+        del params["owner"]
+        every = raw.get("/inspect/api/trends", params=params, headers=as_ops).json()
     assert alice["scoped_to"] == "alice" and alice["owners"] == ["alice"]
     assert sum(alice["requests_per_min"]) == 1 * 60 / 3600  # hers alone, not bob's two
+    # An admin key sees every key's, and may choose one.
+    assert ops["scoped_to"] is None and ops["owners"] == ["alice", "bob"]
+    assert sum(ops["requests_per_min"]) == 2 * 60 / 3600
+    assert sum(every["requests_per_min"]) == 3 * 60 / 3600

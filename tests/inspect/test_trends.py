@@ -94,10 +94,13 @@ def test_rows_fall_in_their_buckets(conn: Connection) -> None:
 
 def test_filters_keep_to_a_model_and_a_key(conn: Connection) -> None:
     span = Span.ending(NOW, 900, 60)
-    alice = Trends(conn).read(span, owner="alice")
+    alice = Trends(conn).read(span, scope="alice")
     assert alice.series["requests_per_min"][:2] == [1.0, 1.0]
     assert sum(alice.series["errors_per_min"]) == 0.0  # bob's failure is not hers
-    assert (alice.models, alice.owners) == (["a"], ["alice"])
+    assert (alice.models, alice.owners) == (["a"], ["alice"])  # nor his model, nor his name
+    assert Trends(conn).read(span, owner="bob", scope="alice").series == alice.series
+    chosen = Trends(conn).read(span, owner="alice")  # one key chosen among all
+    assert chosen.series == alice.series and chosen.owners == ["alice", "bob"]
     model_b = Trends(conn).read(span, model="b")
     assert model_b.series["requests_per_min"][:2] == [1.0, 0.0]
     assert model_b.series["input_tokens_per_s"][0] == 50 / 60
