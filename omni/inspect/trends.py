@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import text
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, CursorResult
 
 from omni.inspect.stats import percentile
 
@@ -104,22 +104,41 @@ class Trends:
         every key's), among those `scope` may see (its own; None: every key's)."""
         where, args = _filters(model=model, owner=owner if scope is None else scope)
         args |= {"start": span.start_ms, "end": span.end_ms, "step": span.step_ms}
-        n = span.buckets
         series: dict[str, list[float | None]] = {  # a count of none is 0, its median none
-            name: [None if name[-4:-2] == "_p" else 0.0] * n for name in SERIES
+            name: [None if name[-4:-2] == "_p" else 0.0] * span.buckets for name in SERIES
         }
-        arrivals = self.conn.execute(
+        for b, count in self._arrivals(where, args):
+            series["requests_per_min"][b] = count * 60 / span.seconds
+        for b, failed, tokens_in, tokens_out, ttfts, rates in self._ends(where, args, span):
+            series["errors_per_min"][b] = int(failed) * 60 / span.seconds
+            series["input_tokens_per_s"][b] = int(tokens_in or 0) / span.seconds  # PG: Decimal
+            series["output_tokens_per_s"][b] = int(tokens_out or 0) / span.seconds
+            for name, values in (("ttft_ms", ttfts), ("decode_tokens_per_s", rates)):
+                numbers = _numbers(values)
+                series[f"{name}_p50"][b] = percentile(numbers, 50)
+                series[f"{name}_p95"][b] = percentile(numbers, 95)
+        # What the filters may offer: whatever the scope sees, whichever is chosen.
+        models, owners = (self._distinct(column, span, scope) for column in ("model", "owner"))
+        return Trend(span, series, models, owners)
+
+    def _arrivals(self, where: str, args: dict[str, Any]) -> CursorResult[int, int]:
+        """Each bucket's requests, by when they were created."""
+        return self.conn.execute(
             text(
                 f"{_ARRIVALS} WHERE s.created_at >= :start AND s.created_at < :end{where}"
                 " AND s.kind != 'conversation' GROUP BY 1"
             ),
             args,
         )
-        for b, count in arrivals:
-            series["requests_per_min"][b] = count * 60 / span.seconds
-        ends = self.conn.execute(
+
+    def _ends(
+        self, where: str, args: dict[str, Any], span: Span
+    ) -> CursorResult[int, int, Any, Any, str | None, str | None]:
+        """Each bucket's failures, tokens in and out, and lists of time to first token and
+        decode rate, by when the requests ended."""
+        return self.conn.execute(
             text(
-                f"SELECT {_BUCKET.format(at='finished_at')}, count(*),"
+                f"SELECT {_BUCKET.format(at='finished_at')},"
                 " sum(CASE WHEN s.status = 'failed' THEN 1 ELSE 0 END), sum(s.input_tokens),"
                 f" sum(s.output_tokens), {_ENDS[self.conn.dialect.name]} FROM summaries s"
                 " WHERE s.created_at >= :reach AND s.created_at < :end"
@@ -128,18 +147,6 @@ class Trends:
             ),
             {**args, "reach": span.start_ms - LONGEST_MS},
         )
-        for b, _, failed, tokens_in, tokens_out, ttfts, rates in ends:
-            seconds = span.seconds
-            series["errors_per_min"][b] = int(failed) * 60 / seconds
-            series["input_tokens_per_s"][b] = int(tokens_in or 0) / seconds  # PG: a Decimal
-            series["output_tokens_per_s"][b] = int(tokens_out or 0) / seconds
-            ttft, rate = _numbers(ttfts), _numbers(rates)
-            series["ttft_ms_p50"][b], series["ttft_ms_p95"][b] = _spread(ttft)
-            found = _spread(rate)
-            series["decode_tokens_per_s_p50"][b], series["decode_tokens_per_s_p95"][b] = found
-        # What the filters may offer: whatever the scope sees, whichever is chosen.
-        models, owners = (self._distinct(column, span, scope) for column in ("model", "owner"))
-        return Trend(span, series, models, owners)
 
     def _distinct(self, column: str, span: Span, owner: str | None) -> list[str]:
         where, args = _filters(owner=owner)
@@ -157,10 +164,6 @@ def _filters(**given: str | None) -> tuple[str, dict[str, Any]]:
     """` AND …` for each filter given (None: none)."""
     args = {k: v for k, v in given.items() if v is not None}
     return "".join(f" AND s.{k} = :{k}" for k in args), args
-
-
-def _spread(values: list[float]) -> tuple[float | None, float | None]:
-    return percentile(values, 50), percentile(values, 95)
 
 
 def _numbers(joined: str | None) -> list[float]:
