@@ -77,3 +77,6 @@ def test_the_dashboard_draws_a_loaded_server_live(
     shot = tmp_path / "dashboard.png"
     page.screenshot(path=str(shot), full_page=True)
     assert shot.stat().st_size > 10_000
+    page.select_option("select[name=window]", "24h")  # a wider window: coarser buckets
+    expect(page.locator("#step")).to_have_text("15 min")
+    shows_points(page, "requests")
