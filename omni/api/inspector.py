@@ -166,6 +166,23 @@ async def detail(object_id: str) -> Response:
     return _fresh(found.to_json())
 
 
+@bp.get("/inspect/api/<object_id>/progress")
+async def progress(object_id: str) -> Response:
+    """A long prefill's progress: {fed, total} tokens of its latest chunk, or nulls."""
+    who = viewer()
+
+    def read(conn: Any) -> dict[str, Any] | None:
+        ins = Inspector(conn)
+        if ins.kind(object_id, owner=who) is None:
+            return None
+        return ins.progress(object_id, owner=who) or {"fed": None, "total": None}
+
+    found = await _store().run_read(read)
+    if found is None:
+        raise NotFound(f"No response or completion with id '{object_id}' found.")
+    return _fresh(found)
+
+
 @bp.get("/inspect/api/<object_id>/timeline")
 async def timeline(object_id: str) -> Response:
     who = viewer()

@@ -7,6 +7,7 @@ or PostgreSQL (omni/inspect/pg_queries.py holds the few queries that differ).
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from sqlalchemy import text
@@ -173,7 +174,7 @@ class Inspector:
         """Events committed after `position` (of one object's streams, or all), in order."""
         where = "position > :p"
         if object_id is not None:
-            where += " AND stream_id IN (:id, :id || '/request')"
+            where += " AND stream_id IN (:id, :id || '/request', :id || '/progress')"
         query = f"SELECT position, {_TIMELINE_COLUMNS} FROM timeline WHERE {where}"
         query += " ORDER BY position LIMIT :n"
         rows = self.conn.execute(text(query), {"p": position, "id": object_id, "n": limit})
@@ -181,6 +182,17 @@ class Inspector:
             (int(r["position"]), TimelineRow(**{k: r[k] for k in r.keys() if k != "position"}))
             for r in rows.mappings()
         ]
+
+    def progress(self, object_id: str, owner: str | None = None) -> dict[str, int] | None:
+        """A long prefill's latest progress, {fed, total} tokens (None: none recorded)."""
+        if self._row(object_id, owner) is None:
+            return None
+        query = "SELECT data FROM events WHERE stream_id = :s ORDER BY seq DESC LIMIT 1"
+        data = self.conn.execute(text(query), {"s": f"{object_id}/progress"}).scalar()
+        if data is None:
+            return None
+        said = json.loads(data)
+        return {"fed": int(said["fed"]), "total": int(said["total"])}
 
     def last_position(self) -> int:
         return int(
