@@ -21,6 +21,7 @@ from omni.api.query import int_arg
 from omni.errors import NotFound
 from omni.events.backends import LogStore
 from omni.inspect import Inspector
+from omni.inspect.turns import turns as read_turns
 
 bp = Blueprint("inspector", __name__)
 
@@ -121,3 +122,13 @@ async def timeline(object_id: str) -> Response:
     if rows is None:
         raise NotFound(f"No response or completion with id '{object_id}' found.")
     return _fresh({"object": "list", "data": rows})
+
+
+@bp.get("/inspect/api/<object_id>/turns")
+async def turns(object_id: str) -> Response:
+    """The object's chain or conversation, every turn whole, in order (those of its key)."""
+    who = owner()
+    found = await _store().run_read(lambda c: read_turns(Inspector(c), object_id, owner=who))
+    if found is None:
+        raise NotFound(f"No response or completion with id '{object_id}' found.")
+    return _fresh(found.to_json())
