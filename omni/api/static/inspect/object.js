@@ -89,6 +89,8 @@ function renderRequest(detail, summary) {
 
 function renderOutput(detail) {
   $("#output-text").textContent = detail.output_text ?? "";
+  // Only calls: no empty box for a text there is none of.
+  $("#output-text").hidden = !detail.output_text && (detail.tool_calls ?? []).length > 0;
   const reasoning = detail.reasoning ?? "";
   $("#reasoning").hidden = !reasoning;
   $("#reasoning pre").textContent = reasoning;
