@@ -72,7 +72,7 @@ def _embedding(body: dict[str, Any], doc: dict[str, Any]) -> RequestSummary:
     """Its inputs' text is not kept: how many, and their tokens."""
     n, tokens = doc.get("inputs"), doc.get("prompt_tokens")
     told = f"{n} input{'' if n == 1 else 's'}, {tokens} token{'' if tokens == 1 else 's'}"
-    return _summary(body, items=inputs.told("embedding_input", f"[{told}; their text is not kept]"))
+    return _summary(body, items=inputs.told("embedding_input", told))
 
 
 def _speech(body: dict[str, Any], doc: dict[str, Any]) -> RequestSummary:
@@ -102,7 +102,7 @@ def _image(body: dict[str, Any], doc: dict[str, Any]) -> RequestSummary:
 def _transcription(body: dict[str, Any], doc: dict[str, Any]) -> RequestSummary:
     """The audio is not kept: what it was."""
     audio = doc.get("audio") or {}
-    told = f"[{audio.get('filename')}: {audio.get('seconds')} s of audio ({doc.get('task')})]"
+    told = f"{audio.get('filename')}: {audio.get('seconds')} s of audio ({doc.get('task')})"
     return _summary(
         body,
         sampling={k: body[k] for k in ("language", "temperature") if body.get(k)},
