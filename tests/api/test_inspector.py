@@ -114,6 +114,10 @@ def test_the_turns_of_a_chain_per_key(keyed: ServerThread) -> None:
         assert raw.get(f"/inspect/api/{first.id}/turns").status_code == 401
         for path in [f"/inspect/api/{theirs.id}/turns", "/inspect/api/resp_missing/turns"]:
             assert raw.get(path, headers=as_alice).status_code == 404, path
+        as_ops = {"authorization": f"Bearer {KEY_OPS}"}  # an admin key sees every key's
+        for made, n in ((second, 2), (theirs, 1)):
+            seen = raw.get(f"/inspect/api/{made.id}/turns", headers=as_ops).json()["data"]
+            assert len(seen) == n
 
 
 def test_an_admin_key_sees_every_keys_rows_with_their_owner(keyed: ServerThread) -> None:

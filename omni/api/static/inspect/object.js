@@ -78,7 +78,7 @@ function renderRequest(detail, summary) {
   ]);
   $("#instructions").hidden = empty(instructions);
   $("#instructions pre").textContent = instructions ?? "";
-  $("#input-count").textContent = `${items.length} item${items.length === 1 ? "" : "s"}`;
+  $("#input-count").textContent = items.length ? `${items.length} item${items.length === 1 ? "" : "s"}` : "none";
   $("#input-items").replaceChildren(...items.map(itemNode));
   $("#tools").hidden = !tools.length;
   $("#tools .muted").textContent = String(tools.length);
