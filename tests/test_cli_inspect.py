@@ -22,6 +22,9 @@ from alembic import command
 from omni.db import alembic_config
 from omni.vocabulary import RESPONSE_ENDS
 from tests.api._helpers import UNENDING
+from tests.api.test_tool_calls_scripted import WEATHER, ScriptedEngine
+from tests.inspect._chain import LONG, make_chain
+from tests.server import running
 from tests.test_cli import assert_one_line_error, kill_mid_stream, omni, serving
 
 MODEL = "tiny-llama"
@@ -111,6 +114,26 @@ def test_show_json_has_the_apis_usage_and_output(served: Served) -> None:
     assert shown["events"][-1]["type"] == "response.incomplete"
     text = omni("show", rid, "--db", str(served.db)).stdout
     assert "status\tincomplete" in text and "time to first token\t" in text
+
+
+def test_show_json_has_every_input_whole(tiny_engine: object, tmp_path: Path) -> None:
+    db = tmp_path / "omni.db"
+    engine = ScriptedEngine(tiny_engine)
+    with running(engine, db) as (_, client):
+        chain = make_chain(engine, client)
+    shown = json.loads(omni("show", chain.ids[2], "--db", str(db), "--json").stdout)
+    assert shown["request"]["input"][0]["text"] == LONG  # not cut
+    assert shown["request"]["input"][0]["parts"] == [{"type": "text", "text": LONG}]
+    first = json.loads(omni("show", chain.ids[0], "--db", str(db), "--json").stdout)
+    assert first["request"]["tools"][0]["parameters"] == WEATHER["parameters"]
+    assert first["request"]["tool_choice"] == "auto"
+    assert first["request"]["metadata"] == {"case": "chain"}
+    assert first["tool_calls"][0]["call_id"] == chain.call_id
+    second = json.loads(omni("show", chain.ids[1], "--db", str(db), "--json").stdout)
+    assert second["request"]["input"][0]["parts"][0]["call_id"] == chain.call_id
+    text = omni("show", chain.ids[2], "--db", str(db)).stdout
+    assert LONG not in text and "`omni show --json` has them whole" in text
+    assert "tools\tget_weather" in omni("show", chain.ids[0], "--db", str(db)).stdout
 
 
 def test_replay_prints_the_bytes_the_client_got(served: Served) -> None:

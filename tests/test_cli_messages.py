@@ -123,13 +123,14 @@ def test_show_reads_a_tool_use_conversation(served: Served) -> None:
     assert shown["summary"]["status"] == "completed"
     request = shown["request"]
     assert request["instructions"] == SYSTEM
-    assert request["sampling"]["tools"] == "get_weather"
+    assert [t["name"] for t in request["tools"]] == ["get_weather"]  # whole, schema too
     assert [(i["type"], i["role"], i["text"]) for i in request["input"]] == [
-        ("text", "user", "Weather in Paris?"),
-        ("text", "assistant", "Let me look."),
-        ("tool_use", "assistant", 'get_weather({"city": "Paris"})'),
-        ("tool_result", "user", "22°C, sunny"),
+        ("message", "user", "Weather in Paris?"),
+        ("message", "assistant", 'Let me look. get_weather({"city": "Paris"})'),
+        ("message", "user", "22°C, sunny"),
     ]
+    assert [p["type"] for p in request["input"][1]["parts"]] == ["text", "tool_call"]
+    assert [p["type"] for p in request["input"][2]["parts"]] == ["tool_result"]
     text = "".join(b.text for b in message.content if b.type == "text")
     calls = [(b.name, b.input, b.id) for b in message.content if b.type == "tool_use"]
     assert shown["output_text"] == text
@@ -142,7 +143,7 @@ def test_show_reads_a_tool_use_conversation(served: Served) -> None:
     assert shown["usage"]["output_tokens"] == usage.output_tokens
     assert shown["finish_reason"] == message.stop_reason
     table = omni("show", message.id, "--db", str(served.db)).stdout
-    assert "message " + message.id in table and "tool_result\tuser\t22°C, sunny" in table
+    assert "message " + message.id in table and "message\tuser\t22°C, sunny" in table
 
 
 def test_ls_stats_and_the_web_inspector_list_messages(served: Served) -> None:

@@ -25,6 +25,7 @@ from omni.errors import InvalidRequest, NotFound
 from omni.events.backends import LogStore
 from omni.inspect import Inspector
 from omni.inspect.trends import MAX_BUCKETS, STEPS, WINDOWS, Span, Trends
+from omni.inspect.turns import turns as read_turns
 
 bp = Blueprint("inspector", __name__)
 
@@ -199,3 +200,13 @@ async def timeline(object_id: str) -> Response:
     if rows is None:
         raise NotFound(f"No response or completion with id '{object_id}' found.")
     return _fresh({"object": "list", "data": rows})
+
+
+@bp.get("/inspect/api/<object_id>/turns")
+async def turns(object_id: str) -> Response:
+    """The object's chain or conversation, every turn whole, in order (those its key sees)."""
+    who = viewer()
+    found = await _store().run_read(lambda c: read_turns(Inspector(c), object_id, owner=who))
+    if found is None:
+        raise NotFound(f"No response or completion with id '{object_id}' found.")
+    return _fresh(found.to_json())

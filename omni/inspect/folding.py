@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any, TypedDict
+from typing import Any, NamedTuple, TypedDict
 
 from omni.projections.completions import fold_chat, fold_text
 from omni.projections.conversation import fold_items
@@ -23,8 +23,15 @@ class ShownCall(TypedDict):
     call_id: Any
 
 
-# An object's output: (its text, its tool calls, its reasoning).
-Output = tuple[str, list[ShownCall], str]
+class Output(NamedTuple):
+    """An object's output: its text, its tool calls, its reasoning, what it refused."""
+
+    text: str
+    tool_calls: list[ShownCall]
+    reasoning: str
+    refusal: str = ""
+
+
 Events = list[tuple[str, str]]  # a public stream's (type, data), in order
 
 
@@ -63,13 +70,16 @@ def images_output(request: dict[str, Any], ending: dict[str, Any]) -> str:
 
 
 def response_output(response: dict[str, Any]) -> Output:
-    """A response's (output text, tool calls, reasoning text)."""
+    """A response's output text, tool calls, reasoning text and refusal."""
     text: list[str] = []
     calls: list[ShownCall] = []
     reasoning: list[str] = []
+    refused: list[str] = []
     for item in response.get("output") or []:
         if item.get("type") == "message":
-            text += [p.get("text") or "" for p in item.get("content") or []]
+            parts = item.get("content") or []
+            text += [p.get("text") or "" for p in parts if p.get("type") != "refusal"]
+            refused += [p.get("refusal") or "" for p in parts if p.get("type") == "refusal"]
         elif item.get("type") == "function_call":
             calls.append(
                 {
@@ -80,14 +90,14 @@ def response_output(response: dict[str, Any]) -> Output:
             )
         elif item.get("type") == "reasoning":
             reasoning += [p.get("text") or "" for p in item.get("content") or []]
-    return "".join(text), calls, "".join(reasoning)
+    return Output("".join(text), calls, "".join(reasoning), "".join(refused))
 
 
 def completion_output(kind: str, folded: dict[str, Any]) -> Output:
-    """A folded chat or text completion's (output text, tool calls, reasoning text)."""
+    """A folded chat or text completion's output text, tool calls, reasoning and refusal."""
     choice = (folded.get("choices") or [{}])[0]
     if kind != "chat.completion":
-        return str(choice.get("text") or ""), [], ""
+        return Output(str(choice.get("text") or ""), [], "")
     message = choice.get("message") or {}
     calls: list[ShownCall] = [
         {
@@ -97,11 +107,16 @@ def completion_output(kind: str, folded: dict[str, Any]) -> Output:
         }
         for c in message.get("tool_calls") or []
     ]
-    return str(message.get("content") or ""), calls, str(message.get("reasoning_content") or "")
+    return Output(
+        str(message.get("content") or ""),
+        calls,
+        str(message.get("reasoning_content") or ""),
+        str(message.get("refusal") or ""),
+    )
 
 
 def message_output(message: dict[str, Any]) -> Output:
-    """A folded message's (text, tool calls, thinking): its blocks of each type, in order."""
+    """A folded message's text, tool calls and thinking: its blocks of each type, in order."""
     text: list[str] = []
     calls: list[ShownCall] = []
     thinking: list[str] = []
@@ -115,7 +130,7 @@ def message_output(message: dict[str, Any]) -> Output:
             )
         elif block.get("type") == "thinking":
             thinking.append(str(block.get("thinking") or ""))
-    return "".join(text), calls, "".join(thinking)
+    return Output("".join(text), calls, "".join(thinking))
 
 
 def transcript_text(events: Events) -> str:
@@ -160,21 +175,21 @@ def _response(kind: str, events: Events, request: dict[str, Any]) -> Output:
 
 def _nothing(kind: str, events: Events, request: dict[str, Any]) -> Output:
     """Vectors are never kept: no output to show."""
-    return "", [], ""
+    return Output("", [], "")
 
 
 def _speech(kind: str, events: Events, request: dict[str, Any]) -> Output:
     """Nor audio: how long it was."""
-    return speech_output(_ending(events, SPEECH_COMPLETED)), [], ""
+    return Output(speech_output(_ending(events, SPEECH_COMPLETED)), [], "")
 
 
 def _images(kind: str, events: Events, request: dict[str, Any]) -> Output:
     """Nor pictures: how many, how big."""
-    return images_output(request, _ending(events, IMAGES_COMPLETED)), [], ""
+    return Output(images_output(request, _ending(events, IMAGES_COMPLETED)), [], "")
 
 
 def _transcript(kind: str, events: Events, request: dict[str, Any]) -> Output:
-    return transcript_text(events), [], ""
+    return Output(transcript_text(events), [], "")
 
 
 def _message(kind: str, events: Events, request: dict[str, Any]) -> Output:
@@ -186,7 +201,7 @@ def _conversation(kind: str, events: Events, request: dict[str, Any]) -> Output:
     items = fold_items(events)
     lines = [f"{i.get('role')}: {response_output({'output': [i]})[0]}"
              for i in items if i.get("type") == "message"]  # fmt: skip
-    return "\n".join(lines), response_output({"output": items})[1], ""
+    return Output("\n".join(lines), response_output({"output": items}).tool_calls, "")
 
 
 def _completion(kind: str, events: Events, request: dict[str, Any]) -> Output:

@@ -24,7 +24,7 @@ from omni.inspect.folding import (
     response_output,
 )
 from omni.inspect.records import Detail, Stats, Summary, TimelineRow, Timings
-from omni.inspect.requests import request_summary
+from omni.inspect.requests import conversation_of, request_summary
 from omni.inspect.stats import percentile
 from omni.vocabulary import PREFILL_PROGRESS
 
@@ -66,12 +66,12 @@ class Inspector:
         kind = row["kind"]
         events = self.events(object_id)
         request = self.request(object_id) or {}
-        output, calls, reasoning = object_output(kind, [(t, d) for _, t, d in events], request)
+        output = object_output(kind, [(t, d) for _, t, d in events], request)
         error = None
         if row["error_code"] is not None or row["error_message"] is not None:
             error = {"code": row["error_code"], "message": row["error_message"]}
         return Detail(
-            summary=self._summary(row, output),
+            summary=self._summary(row, output.text),
             request=request_summary(kind, request),
             usage={
                 "input_tokens": row["input_tokens"],
@@ -82,15 +82,17 @@ class Inspector:
                 "reasoning_tokens": row["reasoning_tokens"],
             },
             timings=_timings(row),
-            output_text=output,
-            tool_calls=calls,
-            reasoning=reasoning,
+            output_text=output.text,
+            tool_calls=output.tool_calls,
+            reasoning=output.reasoning,
+            refusal=output.refusal,
             error=error,
             last_seq=events[-1][0] if events else -1,
             finish_reason=row["finish_reason"] or row["incomplete_reason"],
             previous_response_id=row["previous_response_id"],
             store=bool(row["store"]),
             replay_of=row["mirror_of"],
+            conversation=conversation_of(request),
         )
 
     def timeline(

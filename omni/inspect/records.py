@@ -80,7 +80,7 @@ class Detail:
     """One object whole: its request, usage, timings, output."""
 
     summary: Summary
-    request: RequestSummary  # {model, sampling, instructions, input: [{type, role, text}]}
+    request: RequestSummary  # whole: every input item, tools, tool choice, format, metadata
     usage: dict[str, Any]  # input/output/cached/reasoning tokens
     timings: Timings
     output_text: str
@@ -92,6 +92,8 @@ class Detail:
     previous_response_id: str | None = None
     store: bool = True
     replay_of: str | None = None  # a chat completion served from the replay cache: whose
+    refusal: str = ""
+    conversation: str | None = None  # the conversation a response's turn belongs to
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "summary": self.summary.to_json()}

@@ -20,7 +20,7 @@ KEY_B = "sk-bob-" + "b" * 24
 KEY_OPS = "sk-ops-" + "o" * 24
 PAGES = ["/inspect", "/inspect/", "/inspect/resp_anything"]
 STATIC = ["index.html", "object.html", "common.js", "list.js", "object.js", "follow.js"]
-STATIC += ["chart.js", "inspect.css"]
+STATIC += ["chart.js", "render.js", "turns.js", "inspect.css"]
 
 
 @pytest.fixture(scope="module")
@@ -91,6 +91,33 @@ def test_a_key_sees_only_its_own(keyed: ServerThread) -> None:
         assert raw.get(f"/inspect/api/{mine.id}", headers=as_alice).status_code == 200
         for path in [f"/inspect/api/{theirs.id}", f"/inspect/api/{theirs.id}/timeline"]:
             assert raw.get(path, headers=as_alice).status_code == 404, path
+
+
+def test_the_turns_of_a_chain_per_key(keyed: ServerThread) -> None:
+    with sdk(keyed, KEY_A) as alice, sdk(keyed, KEY_B) as bob:
+        first = alice.responses.create(model=MODEL, input="one", max_output_tokens=3)
+        second = alice.responses.create(
+            model=MODEL, input="two", previous_response_id=first.id, max_output_tokens=3
+        )
+        theirs = bob.responses.create(model=MODEL, input="theirs", max_output_tokens=3)
+    as_alice = {"authorization": f"Bearer {KEY_A}"}
+    with httpx.Client(base_url=keyed.base_url, timeout=30) as raw:
+        got = raw.get(f"/inspect/api/{first.id}/turns", headers=as_alice)
+        assert got.status_code == 200 and got.headers["cache-control"] == "no-store"
+        body = got.json()
+        assert body["object"] == "list" and body["chain"] == "previous_response_id"
+        assert [t["id"] for t in body["data"]] == [first.id, second.id]
+        assert [t["next"] for t in body["data"]] == [[second.id], []]
+        assert [t["previous"] for t in body["data"]] == [None, first.id]
+        assert body["data"][1]["input"][0]["text"] == "two"
+        assert body["data"][1]["output_text"] == second.output_text
+        assert raw.get(f"/inspect/api/{first.id}/turns").status_code == 401
+        for path in [f"/inspect/api/{theirs.id}/turns", "/inspect/api/resp_missing/turns"]:
+            assert raw.get(path, headers=as_alice).status_code == 404, path
+        as_ops = {"authorization": f"Bearer {KEY_OPS}"}  # an admin key sees every key's
+        for made, n in ((second, 2), (theirs, 1)):
+            seen = raw.get(f"/inspect/api/{made.id}/turns", headers=as_ops).json()["data"]
+            assert len(seen) == n
 
 
 def test_an_admin_key_sees_every_keys_rows_with_their_owner(keyed: ServerThread) -> None:

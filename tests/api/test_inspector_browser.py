@@ -1,12 +1,16 @@
 """The web inspector end to end in real headless Chromium: a response generated while the
 browser watches appears in the list, grows on its page (through the SSE stream, resumed
 after a dropped connection), and ends with the API's text and every event of the log in
-order; a keyed server asks for the key and shows it only its own; a chat completion's page."""
+order; a keyed server asks for the key and shows it only its own; a chat completion's page;
+a four-turn chain with a tool call, every turn whole and linked; an unknown id; an embedding."""
 
 from __future__ import annotations
 
+import json
 import re
+import sqlite3
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
@@ -16,7 +20,9 @@ from playwright.sync_api import Page, Route, expect
 
 from tests.api._browser import WAIT_MS, chromium, keyed_server, logged, paced, shown
 from tests.api._helpers import GREEDY, MODEL, read_log, wait_for
-from tests.server import ServerThread
+from tests.api.test_tool_calls_scripted import ScriptedEngine
+from tests.inspect._chain import LONG, make_chain
+from tests.server import ServerThread, running
 
 KEY_A = "sk-alice-" + "a" * 24
 KEY_B = "sk-bob-" + "b" * 24
@@ -186,3 +192,79 @@ def test_a_chat_completions_page(
     for stream_id in {s for s, _, _ in shown(page)}:
         assert [r for r in shown(page) if r[0] == stream_id] == logged(db, stream_id)
     assert cid in {s for s, _, _ in shown(page)}
+
+
+def test_a_chains_page_shows_every_turn_whole_and_linked(
+    tiny_engine: Any, tmp_path: Path, page: Page
+) -> None:
+    engine = ScriptedEngine(tiny_engine)
+    with running(engine, tmp_path / "omni.db") as (srv, client):
+        chain = make_chain(engine, client)
+        ids = chain.ids
+        page.set_viewport_size({"width": 1200, "height": 900})
+        page.goto(f"{srv.base_url}/inspect/{ids[1]}")
+        expect(page.locator("body")).to_have_attribute("data-state", "final")
+        turns = page.locator("#turns li.turn")
+        expect(turns).to_have_count(4)
+        assert [turns.nth(i).get_attribute("data-turn") for i in range(4)] == ids
+        expect(page.locator("#turns li.turn.current")).to_have_attribute("data-turn", ids[1])
+        expect(page.locator("#turn-of")).to_have_text("turn 2 of 4")
+        # The tool call, and its result in the next turn's input, both here and in the turns.
+        call = turns.nth(0).locator(".call")
+        expect(call.locator(".name")).to_have_text("get_weather")
+        assert json.loads(call.locator("pre").inner_text()) == {"city": "Paris"}
+        expect(page.locator("#input-items .result")).to_contain_text("sunny, 21 C")
+        expect(page.locator("#input-items .result")).to_contain_text(chain.call_id)
+        expect(turns.nth(1).locator(".result")).to_be_visible()
+        expect(page.locator("#tools li.tool .name")).to_have_text("get_weather")
+        # The long input whole, visible, and nothing wider than the page.
+        long = turns.nth(2).locator(".items pre.text")
+        assert long.inner_text() == LONG
+        expect(long).to_be_visible()
+        assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+        page.screenshot(path=str(tmp_path / "chain.png"), full_page=True)
+        assert (tmp_path / "chain.png").stat().st_size > 10_000
+        # Linked both ways: in the list, and from this page to its neighbours' pages.
+        for i in (1, 2):
+            links = turns.nth(i).locator(".turn-links")
+            expect(links.locator("a.previous")).to_have_attribute("href", f"#turn-{ids[i - 1]}")
+            expect(links.locator("a.next")).to_have_attribute("href", f"#turn-{ids[i + 1]}")
+        expect(page.locator("#previous-link a")).to_have_attribute("href", f"/inspect/{ids[0]}")
+        page.locator("#next-links a").click()
+        expect(page).to_have_url(f"{srv.base_url}/inspect/{ids[2]}")
+        expect(page.locator("#turns li.turn.current")).to_have_attribute("data-turn", ids[2])
+        assert page.locator("#input-items pre.text").inner_text() == LONG
+        page.locator(f'#turns li[data-turn="{ids[3]}"] .turn-head a.id').click()
+        expect(page).to_have_url(f"{srv.base_url}/inspect/{ids[3]}")
+        expect(page.locator("#response-format pre")).to_contain_text('"verdict"')
+        expect(page.locator("#turns li.turn")).to_have_count(4)
+
+
+def test_an_unknown_id_says_so_and_an_embedding_has_no_token_chart(
+    server: ServerThread, page: Page
+) -> None:
+    page.goto(f"{server.base_url}/inspect/resp_nowhere")
+    expect(page.locator("body")).to_have_attribute("data-state", "missing")
+    expect(page.locator("#live")).to_have_text("not found")
+    expect(page.locator("#error")).to_contain_text("Not found")
+    expect(page.locator("#error")).to_contain_text("resp_nowhere")
+    with sqlite3.connect(server.state.store.path) as conn:  # as the embeddings service writes
+        request = {"kind": "embedding", "model": "m", "body": {"model": "m"}, "inputs": 2,
+                   "prompt_tokens": 9}  # fmt: skip
+        ended = {"model": "m", "usage": {"prompt_tokens": 9, "total_tokens": 9}}
+        for stream, type_, data in [
+            ("embd-page/request", "omni.request.accepted", request),
+            ("embd-page", "embedding.in_progress", {"id": "embd-page"}),
+            ("embd-page", "embedding.completed", ended),
+        ]:
+            seq = 1 if type_ == "embedding.completed" else 0
+            conn.execute(
+                "INSERT INTO events (stream_id, seq, type, data, created_at)"
+                " VALUES (?, ?, ?, ?, 1000)",
+                (stream, seq, type_, json.dumps(data)),
+            )
+    page.goto(f"{server.base_url}/inspect/embd-page")
+    expect(page.locator("body")).to_have_attribute("data-state", "final")
+    expect(page.locator("#kind")).to_have_text("embedding")
+    expect(page.locator("#tokens")).to_be_hidden()
+    expect(page.locator("#input-items .note")).to_contain_text("2 inputs, 9 tokens")

@@ -116,9 +116,8 @@ def test_the_inspector_lists_and_shows_a_conversation(tmp_path: Path) -> None:
             assert detail.output_text.splitlines() == [
                 "user: said 0", "user: said 2", "user: said 3", "user: said 4"
             ]  # fmt: skip
-            assert detail.request["input"] == [
-                {"type": "metadata", "role": None, "text": "topic=conv_kept"}
-            ]
+            assert detail.request["input"] == []  # it asks nothing of a model
+            assert detail.request["metadata"] == {"topic": "conv_kept"}
             assert inspector.recent(kind="conversation", owner="bob") == []
     finally:
         engine.dispose()

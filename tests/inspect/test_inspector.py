@@ -70,7 +70,10 @@ def test_detail_of_a_response(log: Log, ins: Inspector) -> None:
     assert d.summary.id == api.id and d.output_text == api.output_text
     assert d.request["instructions"] == "Be brief."
     assert d.request["sampling"]["temperature"] == 0.5
-    assert d.request["input"] == [{"type": "message", "role": "user", "text": "And then?"}]
+    said = {"type": "text", "text": "And then?"}
+    assert d.request["input"] == [
+        {"type": "message", "role": "user", "text": "And then?", "parts": [said]}
+    ]
     assert d.usage["input_tokens"] == api.usage.input_tokens
     assert d.usage["cached_tokens"] == api.usage.input_tokens_details.cached_tokens
     assert d.previous_response_id == log.responses["plain"].id
@@ -89,7 +92,10 @@ def test_detail_of_a_completion_served_from_the_cache(log: Log, ins: Inspector) 
     d = ins.detail(hit.id)
     assert d is not None
     assert d.replay_of == stored.id and d.output_text == hit.choices[0].message.content
-    assert d.request["input"] == [{"type": "message", "role": "user", "text": "same"}]
+    said = {"type": "text", "text": "same"}
+    assert d.request["input"] == [
+        {"type": "message", "role": "user", "text": "same", "parts": [said]}
+    ]
     assert d.request["sampling"]["temperature"] == 0
     assert d.finish_reason == hit.choices[0].finish_reason
 

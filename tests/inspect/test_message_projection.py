@@ -186,16 +186,20 @@ def test_the_inspector_reads_a_tool_use_conversation(tmp_path: Path) -> None:
     assert detail is not None
     request = detail.request
     assert request["instructions"] == "You answer with tools."
-    assert request["sampling"] == {
-        "max_tokens": 64, "temperature": 0, "tools": "get_weather"
-    }  # fmt: skip
+    assert request["sampling"] == {"max_tokens": 64, "temperature": 0}
+    assert request["tools"] == BODY["tools"]  # whole, with its schema
     assert [(i["type"], i["role"], i["text"]) for i in request["input"]] == [
-        ("text", "user", "Weather in Paris?"),
-        ("text", "assistant", "Let me look."),
-        ("tool_use", "assistant", 'get_weather({"city": "Paris"})'),
-        ("tool_result", "user", "22°C, sunny"),
-        ("text", "user", "And tomorrow?"),
+        ("message", "user", "Weather in Paris?"),
+        ("message", "assistant", 'Let me look. get_weather({"city": "Paris"})'),
+        ("message", "user", "22°C, sunny And tomorrow?"),
     ]
+    assert request["input"][1]["parts"][1] == {
+        "type": "tool_call", "name": "get_weather", "arguments": '{"city": "Paris"}',
+        "call_id": "toolu_1",
+    }  # fmt: skip
+    assert request["input"][2]["parts"][0] == {
+        "type": "tool_result", "text": "22°C, sunny", "call_id": "toolu_1", "is_error": False
+    }  # fmt: skip
     assert detail.output_text == "Checking."
     assert detail.reasoning == "Hm"
     assert detail.tool_calls == [

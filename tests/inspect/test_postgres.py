@@ -15,6 +15,7 @@ import pytest
 
 from omni.db import upgrade
 from omni.inspect import Inspector, open_log
+from omni.inspect.turns import turns
 from tests.inspect.conftest import Log
 from tests.inspect.test_embeddings_projection import _log as embeddings_log
 from tests.postgres import database
@@ -98,6 +99,10 @@ def test_the_inspector_reads_the_same_from_both(log: Log, copied: str) -> None:
             for summary in recent:
                 assert on_postgres.detail(summary.id) == on_sqlite.detail(summary.id)
                 assert on_postgres.timeline(summary.id, 2) == on_sqlite.timeline(summary.id, 2)
+                for who in (None, "alice"):
+                    assert turns(on_postgres, summary.id, who) == turns(on_sqlite, summary.id, who)
+            chained = turns(on_postgres, log.responses["chained"].id, "alice")
+            assert chained is not None and len(chained.turns) == 2
             assert on_postgres.stats() == on_sqlite.stats()
             assert on_postgres.since(0, limit=10_000) == on_sqlite.since(0, limit=10_000)
             assert on_postgres.last_position() == on_sqlite.last_position()

@@ -7,6 +7,7 @@ import json
 import sys
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from omni.api.sse import DONE_FRAME, chunk_frames, frame
 from omni.cli.inspect.layout import Column
@@ -110,10 +111,15 @@ def _show_detail(out: Out, d: Detail) -> None:
     )
     sampling = ", ".join(f"{k}={v}" for k, v in r["sampling"].items() if v not in (None, []))
     asked = [("model", r["model"]), ("sampling", sampling), ("instructions", r["instructions"])]
-    out.pairs("request", [*asked, ("stream", r["stream"])])
-    out.table(
-        "input", ("TYPE", "ROLE", "TEXT"), [(i["type"], i["role"], i["text"]) for i in r["input"]]
-    )
+    tools = ", ".join(str(_tool_name(t)) for t in r["tools"]) or None
+    settings = [("tools", tools), ("tool choice", _compact(r["tool_choice"]))]
+    settings += [("response format", _compact(r["response_format"]))]
+    settings += [("metadata", _compact(r["metadata"] or None))]
+    out.pairs("request", [*asked, *settings, ("stream", r["stream"])])
+    lines = [(i["type"], i["role"], _short(i["text"])) for i in r["input"]]
+    out.table("input", ("TYPE", "ROLE", "TEXT"), lines)
+    if any(len(i["text"]) > SHORT for i in r["input"]):
+        out.line(f"(inputs cut to {SHORT} characters: `omni show --json` has them whole)")
     out.pairs("usage", list(d.usage.items()))
     t = d.timings
     out.pairs(
@@ -134,6 +140,28 @@ def _show_detail(out: Out, d: Detail) -> None:
             [(c["name"], c["arguments"], c["call_id"]) for c in d.tool_calls],
         )
     out.block("output", d.output_text)
+
+
+SHORT = 80  # characters of an input's text on `omni show`'s line (--json: whole)
+
+
+def _short(value: str) -> str:
+    """A text on one line, cut to SHORT characters."""
+    flat = " ".join(value.split())
+    return flat[:SHORT] + ("…" if len(flat) > SHORT else "")
+
+
+def _tool_name(tool: Any) -> Any:
+    """A tool's name, in each API's shape (Chat's under `function`)."""
+    if not isinstance(tool, dict):
+        return tool
+    return tool.get("name") or (tool.get("function") or {}).get("name") or tool.get("type")
+
+
+def _compact(value: Any) -> str | None:
+    if value is None:
+        return None
+    return _short(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
 
 
 def stats(args: argparse.Namespace) -> int:

@@ -4,6 +4,8 @@
 import { HttpError, RUNNING, api, el, ms, num, rate, showError, statusBadge, when } from "./common.js";
 import { drawChart } from "./chart.js";
 import { follow } from "./follow.js";
+import { callNode, itemNode, objectLink, pretty, toolNode } from "./render.js";
+import { renderTurns } from "./turns.js";
 
 const id = decodeURIComponent(location.pathname.replace(/\/+$/, "").split("/").pop());
 const path = `/inspect/api/${encodeURIComponent(id)}`;
@@ -12,15 +14,24 @@ const timeline = $("#timeline tbody");
 const rows = [];  // the timeline as shown, in order
 
 const summaryOf = (detail) => detail.summary ?? detail;
+// The kinds whose stream is tokens, one delta about each: the others get no token chart.
+const TOKEN_KINDS = new Set(["response", "chat.completion", "text_completion", "message", "transcription"]);
 
+const empty = (value) => value === null || value === undefined || value === ""
+  || (Array.isArray(value) && !value.length);
+
+// name → value pairs; a value may be an element (a link), else it is shown as text.
 function fill(dl, pairs) {
   dl.replaceChildren();
   for (const [name, value] of pairs) {
-    if (value === null || value === undefined || value === "") continue;
-    const text = typeof value === "object" ? JSON.stringify(value) : String(value);
-    dl.append(el("dt", { text: name }), el("dd", { "data-name": name, text }));
+    if (empty(value)) continue;
+    const shown = value instanceof Node ? value
+      : typeof value === "object" ? JSON.stringify(value) : String(value);
+    dl.append(el("dt", { text: name }), el("dd", { "data-name": name }, shown));
   }
 }
+
+const link = (id) => (id ? objectLink(id) : null);
 
 function flat(object, prefix = "") {
   const pairs = [];
@@ -50,30 +61,51 @@ function renderDetail(detail) {
     ["decode", rate(t.decode_tokens_per_s)], ["total", ms(t.total_ms)],
   ]);
   fill($("#usage"), flat(detail.usage));
+  $("#tokens").hidden = !TOKEN_KINDS.has(summary.kind);
+  renderRequest(detail, summary);
+  renderOutput(detail);
+}
+
+function renderRequest(detail, summary) {
   const request = detail.request ?? {};
-  const { input: items, ...settings } = request;
+  const { input: items = [], tools = [], tool_choice, response_format, metadata, instructions, ...settings } = request;
   fill($("#request"), [
-    ...flat(settings), ["finish reason", detail.finish_reason],
-    ["previous response", detail.previous_response_id], ["replay of", detail.replay_of],
+    ...flat(settings), ["tool choice", tool_choice], ...flat(metadata, "metadata."),
+    ["finish reason", detail.finish_reason], ["previous response", link(detail.previous_response_id)],
+    ["conversation", link(detail.conversation)], ["replay of", link(detail.replay_of)],
     ["stored", detail.store === false ? "no" : null], ["background", summary.background ? "yes" : null],
     ["key", summary.owner], ["deleted", summary.deleted ? "yes" : null],
   ]);
-  $("#input-items").replaceChildren(...(items ?? []).map((item) => el(
-    "li", {}, el("span", { class: "kind", text: [item.type, item.role].filter(Boolean).join(" · ") }),
-    " ", el("span", { class: "text", text: item.text ?? "" }),
-  )));
+  $("#instructions").hidden = empty(instructions);
+  $("#instructions pre").textContent = instructions ?? "";
+  $("#input-count").textContent = items.length ? `${items.length} item${items.length === 1 ? "" : "s"}` : "none";
+  $("#input-items").replaceChildren(...items.map(itemNode));
+  $("#tools").hidden = !tools.length;
+  $("#tools .muted").textContent = String(tools.length);
+  $("#tools ol").replaceChildren(...tools.map(toolNode));
+  $("#response-format").hidden = empty(response_format);
+  $("#response-format pre").textContent = empty(response_format) ? "" : pretty(response_format);
+}
+
+function renderOutput(detail) {
   $("#output-text").textContent = detail.output_text ?? "";
+  // Only calls: no empty box for a text there is none of.
+  $("#output-text").hidden = !detail.output_text && (detail.tool_calls ?? []).length > 0;
   const reasoning = detail.reasoning ?? "";
   $("#reasoning").hidden = !reasoning;
   $("#reasoning pre").textContent = reasoning;
   const calls = detail.tool_calls ?? [];
   $("#tool-calls").hidden = !calls.length;
-  $("#tool-calls ol").replaceChildren(...calls.map((call) => el(
-    "li", {}, el("code", { text: `${call.name}(${call.arguments})` }), ` ${call.call_id ?? ""}`,
-  )));
+  $("#tool-calls .calls").replaceChildren(...calls.map(callNode));
+  $("#refusal").hidden = !detail.refusal;
+  $("#refusal").textContent = detail.refusal ? `refusal: ${detail.refusal}` : "";
   const failure = detail.error;
   $("#failure").hidden = !failure;
   $("#failure").textContent = failure ? `${failure.code ?? "error"}: ${failure.message}` : "";
+}
+
+async function loadTurns() {
+  renderTurns(await api(`${path}/turns`), id);
 }
 
 function rowElement(row, start) {
@@ -132,7 +164,9 @@ async function load() {
 
 function liveState(state) {
   const live = $("#live");
-  live.textContent = { live: "live", reconnecting: "reconnecting…", ended: "ended", gone: "gone" }[state] ?? state;
+  live.textContent = {
+    live: "live", reconnecting: "reconnecting…", ended: "ended", gone: "gone", missing: "not found",
+  }[state] ?? state;
   live.className = `live ${state === "live" ? "on" : "off"}`;
   document.body.dataset.live = state;
 }
@@ -158,12 +192,15 @@ async function main() {
   try {
     detail = await loadUntilDone();
   } catch (error) {
-    showError(error);
+    showError(error instanceof HttpError && error.status === 404 ? new Error(`Not found: ${error.message}`) : error);
     $("#object").hidden = true;
     document.body.dataset.state = "missing";
+    liveState("missing");
+    document.title = `${id}: not found · Omni inspector`;
     return;
   }
   try {
+    await loadTurns();
     await followUntilDone(detail);
   } catch (error) {
     showError(error);  // deleted meanwhile: what was shown stays
@@ -171,6 +208,7 @@ async function main() {
 }
 
 async function followUntilDone(detail) {
+  const ran = RUNNING.has(summaryOf(detail).status);
   while (RUNNING.has(summaryOf(detail).status)) {
     if (summaryOf(detail).kind === "response") {
       const own = rows.filter((row) => row.stream_id === id);
@@ -186,6 +224,7 @@ async function followUntilDone(detail) {
     detail = await loadUntilDone();
   }
   liveState("ended");
+  if (ran) await loadTurns();  // its own turn's output, now whole
   document.body.dataset.state = "final";
 }
 
