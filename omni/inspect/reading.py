@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, RowMapping
 
-from omni.inspect import pg_queries
+from omni.inspect import pg_queries, search
 from omni.inspect.folding import (
     decode_rate,
     disk_cached,
@@ -23,6 +23,7 @@ from omni.inspect.folding import (
 )
 from omni.inspect.records import Detail, Stats, Summary, TimelineRow, Timings
 from omni.inspect.requests import request_summary
+from omni.inspect.search import Cursor, Filters, Page
 from omni.inspect.stats import percentile
 
 _SUMMARY = (
@@ -49,12 +50,30 @@ class Inspector:
         before_position: int | None = None,
         kind: str | None = None,
     ) -> list[Summary]:
-        """Newest first: responses and completions, `limit` of them."""
-        asked = {"status": status, "model": model, "owner": owner, "kind": kind}
-        where, args = _filters(**asked, since_ms=since_ms, before_position=before_position)
-        query = f"{_SUMMARY} {where} ORDER BY s.position DESC LIMIT :limit"
-        rows = self.conn.execute(text(query), {**args, "limit": limit}).mappings().all()
-        return [self._summary(row) for row in rows]
+        """Newest first, `limit` of them: `page()` with the filters most readers need."""
+        filters = Filters(kind=kind, status=status, model=model, since_ms=since_ms)
+        after = None if before_position is None else Cursor(0, before_position)
+        return self.page(filters, limit, scope=owner, after=after).rows
+
+    def page(
+        self,
+        filters: Filters,
+        limit: int = 50,
+        scope: str | None = None,
+        after: Cursor | None = None,
+    ) -> Page:
+        """`limit` objects that match `filters`, in its sort, after `after`; of `scope`'s
+        objects only when one is given (an API key's)."""
+        where, order, args = search.where(filters, self._postgres, scope, after)
+        query = f"{_SUMMARY.replace('SELECT s.*', f'SELECT s.*, {search.sort_key(filters)}')}"
+        query += f" {where} {order} LIMIT :limit"
+        rows = self.conn.execute(text(query), {**args, "limit": limit + 1}).mappings().all()
+        more = len(rows) > limit
+        last = rows[limit - 1] if more else None
+        return Page(
+            rows=[self._summary(row) for row in rows[:limit]],
+            next_cursor=None if last is None else Cursor(int(last["sort_key"]), last["position"]),
+        )
 
     def detail(self, object_id: str, owner: str | None = None) -> Detail | None:
         row = self._row(object_id, owner)
@@ -287,12 +306,8 @@ _LISTS = (
 def _filters(**given: Any) -> tuple[str, dict[str, Any]]:
     """A WHERE clause over `summaries s` for the filters given (None: no filter)."""
     clauses = {
-        "status": "s.status = :status",
-        "model": "s.model = :model",
         "owner": "s.owner = :owner",
-        "kind": "s.kind = :kind",
         "since_ms": "s.created_at >= :since_ms",
-        "before_position": "s.position < :before_position",
     }
     args = {k: v for k, v in given.items() if v is not None}
     where = " AND ".join(clauses[k] for k in args)
