@@ -65,8 +65,10 @@ class Inspector:
         """`limit` objects that match `filters`, in its sort, after `after`; of `scope`'s
         objects only when one is given (an API key's)."""
         where, order, args = search.where(filters, self._postgres, scope, after)
-        query = f"{_SUMMARY.replace('SELECT s.*', f'SELECT s.*, {search.sort_key(filters)}')}"
-        query += f" {where} {order} LIMIT :limit"
+        # The page first, then its ends joined: not every row's end read to sort them.
+        page = f"SELECT s.*, {search.sort_key(filters)} FROM summaries s {where} {order}"
+        query = f"SELECT s.*, t.data AS end_data FROM ({page} LIMIT :limit) s"
+        query += f" LEFT JOIN events t ON t.position = s.end_position {order}"
         rows = self.conn.execute(text(query), {**args, "limit": limit + 1}).mappings().all()
         more = len(rows) > limit
         last = rows[limit - 1] if more else None

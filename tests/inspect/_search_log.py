@@ -17,26 +17,18 @@ Event = tuple[str, int, str, dict[str, Any]]
 
 
 def _response(rid: str, asked: str, said: str, status: str = "completed") -> list[Event]:
-    body = {
-        "model": "m-large",
-        "instructions": "Answer in verse.",
-        "input": [
-            {
-                "role": "user",
-                "content": [
-                    {"type": "input_text", "text": asked},
-                    {"type": "input_image", "image_url": "data:image/png;base64,c2VjcmV0aW1hZ2U="},
-                ],
-            }
-        ],
-    }
+    body = {"model": "m-large", "instructions": "Answer in verse."}  # its input kept beside
+    image = "data:image/png;base64,c2VjcmV0aW1hZ2U="
+    content = [{"type": "input_text", "text": asked}, {"type": "input_image", "image_url": image}]
+    items = [{"type": "message", "role": "user", "content": content}]
     response = {"id": rid, "status": "in_progress", "model": "m-large", "store": True}
     output = [{"type": "message", "content": [{"type": "output_text", "text": said}]}]
     usage = {"input_tokens": 10, "output_tokens": 40}
     ended = {**response, "status": status, "output": output, "usage": usage}
     return [
         (f"{rid}/request", 0, "omni.request.accepted",
-         {"kind": "response", "body": body, "response": response, "owner": "alice"}),
+         {"kind": "response", "body": body, "input": items, "response": response,
+          "owner": "alice", "plan": {"instructions": "a plan's words, not the request's"}}),
         (rid, 0, "response.in_progress", {"response": response}),
         (rid, 1, f"response.{status}", {"response": ended}),
     ]  # fmt: skip

@@ -58,6 +58,7 @@ def _found(ins: Inspector, **asked: object) -> list[str]:
         ("her", ["resp_last", "resp_first"]),  # each word a prefix
         ("heron otter", []),  # every word
         ("base64 c2VjcmV0aW1hZ2U", []),  # an image's data is not text
+        ("plan", []),  # nor what the server made of the request
         ("", IDS[::-1]),  # no words: no text filter
     ],
 )

@@ -36,8 +36,10 @@ _KEYS = "(" + ", ".join(f"'{k}'" for k in TEXT_KEYS) + ")"
 _UNDER = " OR ".join(f"t.path LIKE '%.{k}'" for k in TEXT_KEYS)
 
 # `{s}`: the summaries row (NEW in a trigger, `s` in the backfill).
-_INPUT = f"""(SELECT group_concat(t.value, ' ') FROM events r, json_tree(r.data, '$.body') t
+# A request's text is in its body, and a response's in its input items (kept beside it).
+_INPUT = f"""(SELECT group_concat(t.value, ' ') FROM events r, json_tree(r.data) t
     WHERE r.position = {{s}}.position AND json_valid(r.data) AND t.type = 'text'
+      AND (t.fullkey LIKE '$.body.%' OR t.fullkey LIKE '$.input[%')
       AND (t.key IN {_KEYS} OR (typeof(t.key) = 'integer' AND ({_UNDER})))
       AND t.value NOT LIKE 'data:%')"""
 _DELTAS = """(SELECT group_concat({text}, '') FROM events d
@@ -96,8 +98,9 @@ WITH RECURSIVE node(key, value) AS (
 SELECT string_agg(value #>> '{{}}', ' ') FROM node
 WHERE jsonb_typeof(value) = 'string' AND key IN {_KEYS} AND left(value #>> '{{}}', 5) <> 'data:'
 $$"""
-_PG_INPUT = """(SELECT omni_search_input(omni_json(r.data) -> 'body') FROM events r
-    WHERE r.position = {s}.position)"""
+_PG_INPUT = """(SELECT concat_ws(' ', omni_search_input(r.doc -> 'body'),
+        omni_search_input(r.doc -> 'input'))
+    FROM (SELECT omni_json(data) AS doc FROM events WHERE position = {s}.position) AS r)"""
 _PG_DELTAS = """(SELECT string_agg({text}, '' ORDER BY d.seq) FROM
     (SELECT seq, omni_json(data) AS doc FROM events WHERE stream_id = {{s}}.id
      AND type = '{type_}') AS d)"""
