@@ -57,11 +57,15 @@ def check_inspector(base: str, response_id: str) -> None:
         (f"/inspect/{response_id}", "text/html"),
         ("/inspect/static/object.js", "text/javascript"),
         ("/inspect/static/inspect.css", "text/css"),
+        ("/inspect/dashboard", "text/html"),
+        ("/inspect/static/uPlot.iife.min.js", "text/javascript"),  # the charts' library
     ]:
         content_type, body = get(base + path)
         assert content_type.startswith(kind) and body, (path, content_type)
     _, body = get(f"{base}/inspect/api/recent")
     assert json.loads(body)["data"][0]["id"] == response_id, body[:300]
+    _, body = get(f"{base}/inspect/api/trends?window=15m")
+    assert sum(json.loads(body)["requests_per_min"]) > 0, body[:300]
 
 
 def main() -> None:

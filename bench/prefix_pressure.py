@@ -53,6 +53,14 @@ def long_context(folder: Path) -> None:
     path.write_text(json.dumps(config, indent=2))
 
 
+def text_of(http: httpx.Client, model: str, tokens: int) -> str:
+    """About `tokens` tokens of text for this model's tokenizer (counted by the server)."""
+    sample = instructions(1000)
+    r = http.post("/v1/responses/input_tokens", json={"model": model, "input": sample})
+    r.raise_for_status()
+    return instructions(int(1000 * tokens / r.json()["input_tokens"]))
+
+
 def ask(http: httpx.Client, model: str, **fields: Any) -> dict[str, Any]:
     """A streamed greedy response of one token: its usage and time to first token."""
     request = {"model": model, "max_output_tokens": 1, "temperature": 0, "stream": True, **fields}
@@ -98,12 +106,12 @@ def main() -> None:
         proc, base = start_omni(model_path, tmp / "omni.db", *flags)
         try:
             with httpx.Client(base_url=base, timeout=3600) as http:
-                session = {"instructions": instructions(args.session_tokens),
+                session = {"instructions": text_of(http, model, args.session_tokens),
                            "prompt_cache_key": "codex-session"}  # fmt: skip
                 first = ask(http, model, **session, input="Read the log.")
-                one_offs = []
+                one_offs, filler = [], text_of(http, model, args.one_off_tokens)
                 for i in range(args.one_offs):
-                    text = f"One-off {i}: " + instructions(args.one_off_tokens)
+                    text = f"One-off {i}: " + filler
                     one_offs.append(ask(http, model, input=text))
                 again = ask(http, model, input="And?", previous_response_id=one_offs[0]["id"])
                 then = ask(http, model, **session, input="Next step.",

@@ -129,8 +129,31 @@ class Metrics:
         self.running = Gauge(
             "omni_jobs_running", "Jobs the model is working on", registry=self.registry
         )
+        self.prefill = Gauge(
+            "omni_prefill_tokens",
+            "Long prompts being prefilled now, by model: their tokens fed so far (fed) and in"
+            " all (total)",
+            ["model", "state"],
+            registry=self.registry,
+        )
+        self._prefilling: dict[str, tuple[str, int, int]] = {}
         for outcome in ("hit", "miss"):  # both series exist from the start, at 0
             self.replay_cache.labels(outcome)
+
+    def prefilling(self, run: str, model: str, fed: int | None, total: int = 0) -> None:
+        """A long prompt's progress (`fed` of `total`); None: its prefill is over."""
+        if fed is None:
+            if self._prefilling.pop(run, None) is None:
+                return
+        else:
+            self._prefilling[run] = (model, fed, total)
+        sums: dict[str, list[int]] = {model: [0, 0]}
+        for m, f, t in self._prefilling.values():
+            at = sums.setdefault(m, [0, 0])
+            at[0], at[1] = at[0] + f, at[1] + t
+        for m, (f, t) in sums.items():
+            self.prefill.labels(m, "fed").set(f)
+            self.prefill.labels(m, "total").set(t)
 
     def _counter(self, name: str, doc: str, *labels: str) -> Counter:
         return Counter(name, doc, labels, registry=self.registry)

@@ -34,6 +34,7 @@ from omni.service.modality import Modality
 from omni.service.models import Models
 from omni.service.responses import ResponsesService
 from omni.service.retention import Retention
+from omni.service.sampler import Loaded, Sampler
 from omni.service.sealing import Sealer
 from omni.service.speech import SpeechService
 from omni.service.stored import StoredCompletions
@@ -60,6 +61,7 @@ class Server:
     transcriptions: TranscriptionsService
     stored: StoredCompletions
     started_at: int
+    sampler: Sampler  # the loaded models and their queues over time (the dashboard's)
     retention: Retention | None = None  # None: everything is kept
 
     @property
@@ -98,6 +100,7 @@ class Server:
             await self.lifecycle.stopped()  # begun by a signal: let it end
             if self.retention is not None:
                 await self.retention.close()
+            await self.sampler.close()
             await self.leasing.close()
             for modality in reversed(self.modalities):
                 await modality.close()
@@ -162,9 +165,11 @@ async def build(
                               keepalive=settings.keepalive, metrics=figures),
         StoredCompletions(store, appender),
         int(time.time()),
+        _sampler(pool),
     )  # fmt: skip
     await server.recover()
     leasing.start(server.take_over)
+    server.sampler.start()
     if cache and await store.cache.size() == 0:
         await store.cache.rebuild()  # the index is a projection of the log: lost, made again
     if settings.retention_s is not None:  # after recovery: it ends what a crash left open
@@ -198,6 +203,10 @@ def _fetcher(settings: ServerSettings) -> Fetcher | None:
 def _sealer(settings: ServerSettings) -> Sealer:
     """The reasoning key: OMNI_HOME's, else one of this process's own."""
     return Sealer.from_home(Path(settings.home)) if settings.home else Sealer(os.urandom(32))
+
+
+def _sampler(pool: Models) -> Sampler:
+    return Sampler(lambda: tuple(Loaded(m.model_id, m.queued, m.running) for m in pool.loaded()))
 
 
 def _watch(pool: Models, figures: Metrics, disk_folder: str | None) -> None:

@@ -75,6 +75,7 @@ ACCEPTED = "omni.request.accepted"
 CANCEL_REQUESTED = "omni.response.cancel_requested"
 DELETED = "omni.response.deleted"
 TOKENS = "omni.tokens"
+PREFILL_PROGRESS = "omni.prefill.progress"  # {fed, total}: a long prompt's chunk was fed
 METADATA_UPDATED = "omni.completion.metadata_updated"
 COMPLETION_DELETED = "omni.completion.deleted"
 

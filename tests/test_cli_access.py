@@ -22,14 +22,22 @@ def test_keys_from_flags_environment_and_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     keys = tmp_path / "keys"
-    keys.write_text("# team keys\nci:sk-ci-1\n\nsk-bare-2\nk3y=:with-colon\n")
+    keys.write_text("# team keys\nci:sk-ci-1\n\nsk-bare-2\nk3y=:with-colon\nops:sk-ops  admin\n")
     monkeypatch.setenv("OMNI_API_KEY", "sk-env-1, sk-env-2")
     gate = access(args_of("--api-key", "sk-flag", "--api-key-file", str(keys)))  # type: ignore[arg-type]
     for secret in ("sk-env-1", "sk-env-2", "sk-flag", "sk-ci-1", "sk-bare-2", "k3y=:with-colon"):
         assert gate.keys.owner(f"Bearer {secret}")
     assert gate.keys.owner("Bearer sk-ci-1") == "ci"
     assert gate.keys.owner("Bearer sk-bare-2").startswith("key-")
-    assert len(gate.keys.keys) == 6
+    assert gate.keys.owner("Bearer sk-ops") == "ops" and gate.keys.admins == {"ops"}
+    assert len(gate.keys.keys) == 7
+
+
+def test_an_unknown_key_flag_is_one_line(tmp_path: Path) -> None:
+    keys = tmp_path / "keys"
+    keys.write_text("ci:sk-ci-1\nops:sk-ops root\n")
+    result = omni("serve", "--api-key-file", str(keys), "--db", str(tmp_path / "x.db"))
+    assert_one_line_error(result, "line 2: unknown flag 'root' (known: admin)")
 
 
 def test_empty_key_in_a_file_is_one_line(tmp_path: Path) -> None:

@@ -31,6 +31,12 @@ def open_path(path: str) -> bool:
     return path.startswith(INSPECTOR_PAGES + "/") and not path.startswith(INSPECTOR_DATA)
 
 
+def quiet(path: str) -> bool:
+    """Logged at debug: probes, scrapes and the inspector (its pages poll every second or
+    few, and load their files): what an operator's open tab does is not news."""
+    return path in OPEN_PATHS or path == INSPECTOR_PAGES or path.startswith(INSPECTOR_PAGES + "/")
+
+
 FIELDS = "omni.access"  # the ASGI scope's key for this request's fields
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 ORDER = ("id", "input_tokens", "output_tokens", "cache", "request_id")  # then any other
@@ -107,7 +113,7 @@ def install(app: Quart, metrics: Metrics) -> None:
             line["ms"] = round(ms, 1)
             known = [k for k in ORDER if k in fields] + [k for k in fields if k not in ORDER]
             line.update((k, fields[k]) for k in known if fields[k] is not None)
-            level = logging.DEBUG if scope["path"] in OPEN_PATHS else logging.INFO
+            level = logging.DEBUG if quiet(scope["path"]) else logging.INFO
             log.log(level, format_line(line), extra={"access": line})
 
     app.asgi_app = asgi_app  # type: ignore[method-assign]

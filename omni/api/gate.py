@@ -80,10 +80,11 @@ def install(app: Quart, access: Access) -> None:
         check_origin(request.headers, access)
         if request.method == "OPTIONS" and "access-control-request-method" in request.headers:
             return _preflight()
-        g.owner = None
+        g.owner, g.admin = None, False
         if open_path(request.path):
             return None
         g.owner = owner = access.keys.owner(credential(request.headers))
+        g.admin = owner in access.keys.admins
         if owner is not None:
             note(key=owner)
         _check_body(access)
@@ -232,3 +233,14 @@ def owner() -> str | None:
     """Who is asking: the name of the request's API key (None: a server without keys). An
     AttributeError, not everyone's view, where the gate did not run."""
     return g.owner  # type: ignore[no-any-return]
+
+
+def viewer() -> str | None:
+    """Whose rows the inspector's reads may show: the request's key's own, or every key's
+    (None) for an admin key or a server without keys."""
+    return None if g.admin else owner()
+
+
+def is_admin() -> bool:
+    """Whether the request's key may see every key's rows (a server without keys: yes)."""
+    return bool(g.admin) or g.owner is None

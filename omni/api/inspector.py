@@ -1,14 +1,17 @@
-"""The web inspector: `GET /inspect` (recent responses and chat completions, live) and
-`GET /inspect/<id>` (one of them), static pages that read the JSON under /inspect/api/.
+"""The web inspector: `GET /inspect` (recent responses and chat completions, live),
+`GET /inspect/<id>` (one of them) and `GET /inspect/dashboard` (trends over a window), static
+pages that read the JSON under /inspect/api/.
 
 The pages and their scripts carry no data, so they are served open (a browser navigating
 cannot send a bearer header); the JSON is behind the API key like every other read, and
-shows a key only what it created. The page asks for the key on a 401 and sends it as
-`Authorization: Bearer` on every fetch (omni/api/static/inspect/common.js).
+shows a key only what it created (an admin key, `admin` in the key file: every key's). The
+page asks for the key on a 401 and sends it as `Authorization: Bearer` on every fetch
+(omni/api/static/inspect/common.js).
 """
 
 from __future__ import annotations
 
+import time
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -16,12 +19,13 @@ from typing import Any
 from quart import Blueprint, Response, jsonify, request
 
 from omni.api.current import current_server
-from omni.api.gate import owner
+from omni.api.gate import is_admin, owner, viewer
 from omni.api.query import int_arg
 from omni.errors import InvalidRequest, NotFound
 from omni.events.backends import LogStore
 from omni.inspect import KINDS, STATUSES, Inspector
 from omni.inspect.search import SORTS, Cursor, Filters, moment
+from omni.inspect.trends import MAX_BUCKETS, STEPS, WINDOWS, Span, Trends
 
 bp = Blueprint("inspector", __name__)
 
@@ -75,6 +79,11 @@ async def list_page() -> Response:
     return _static("index.html")
 
 
+@bp.get("/inspect/dashboard")
+async def dashboard_page() -> Response:
+    return _static("dashboard.html")
+
+
 @bp.get("/inspect/<object_id>")
 async def object_page(object_id: str) -> Response:
     return _static("object.html")
@@ -85,11 +94,17 @@ async def static_file(name: str) -> Response:
     return _static(name)
 
 
+@bp.get("/inspect/api/whoami")
+async def whoami() -> Response:
+    """The key the page sends: its name, and whether it sees every key's rows."""
+    return _fresh({"owner": owner(), "admin": is_admin()})
+
+
 @bp.get("/inspect/api/recent")
 async def recent() -> Response:
     """A page of the log's objects: filtered (kind, status, model, owner, since, until, q:
     words of the input or output), sorted, and paged by `cursor` (each page's next_cursor)."""
-    who = owner()
+    who = viewer()
     limit = int_arg("limit", 50, low=1, high=500)
     filters = _list_filters()
     cursor = request.args.get("cursor") or None
@@ -122,18 +137,81 @@ def _list_filters() -> Filters:
 _LIST_ARGS = ("kind", "status", "model", "owner", "since", "until", "q", "sort")
 
 
+@bp.get("/inspect/api/trends")
+async def trends() -> Response:
+    """The dashboard's figures over `window` in buckets of `step` seconds, of one `model`
+    and (for a key that sees every key's: an admin's, or none) one `owner`; with the
+    server's own samples."""
+    who = viewer()
+    span = _span(int(time.time() * 1000))
+    model = request.args.get("model") or None
+    chosen = request.args.get("owner") or None  # within what `who` sees
+    found = await _store().run_read(
+        lambda c: Trends(c).read(span, model=model, owner=chosen, scope=who)
+    )
+    sampler = current_server().sampler
+    last = sampler.samples[-1].models if sampler.samples else ()
+    runtime = {
+        "since_ms": sampler.started_ms,
+        "every_s": sampler.every_s,
+        **sampler.series(span.start_ms, span.step_ms, span.buckets, model),
+        "loaded_now": [m.model for m in last],
+    }
+    return _fresh(
+        {
+            **found.to_json(),
+            "window": request.args.get("window", "1h"),
+            "scoped_to": who,  # None: this key sees every key's rows, and may choose one
+            "runtime": runtime,
+        }
+    )
+
+
+def _span(now_ms: int) -> Span:
+    """The window and step asked for, as buckets up to now (400s for what has no meaning)."""
+    window = request.args.get("window", "1h")
+    if window not in WINDOWS:
+        raise InvalidRequest(f"'window' must be one of {', '.join(WINDOWS)}.", param="window")
+    step = int_arg("step", STEPS[window], low=5)
+    if WINDOWS[window] // step > MAX_BUCKETS:
+        least = -(-WINDOWS[window] // MAX_BUCKETS)
+        raise InvalidRequest(
+            f"'step' must be at least {least} seconds for a {window} window.", param="step"
+        )
+    if step > WINDOWS[window]:
+        raise InvalidRequest(f"'step' must be at most the window, {WINDOWS[window]}.", param="step")
+    return Span.ending(now_ms, WINDOWS[window], step)
+
+
 @bp.get("/inspect/api/<object_id>")
 async def detail(object_id: str) -> Response:
-    who = owner()
+    who = viewer()
     found = await _store().run_read(lambda c: Inspector(c).detail(object_id, owner=who))
     if found is None:
         raise NotFound(f"No response or completion with id '{object_id}' found.")
     return _fresh(found.to_json())
 
 
+@bp.get("/inspect/api/<object_id>/progress")
+async def progress(object_id: str) -> Response:
+    """A long prefill's progress: {fed, total} tokens of its latest chunk, or nulls."""
+    who = viewer()
+
+    def read(conn: Any) -> dict[str, Any] | None:
+        ins = Inspector(conn)
+        if ins.kind(object_id, owner=who) is None:
+            return None
+        return ins.progress(object_id, owner=who) or {"fed": None, "total": None}
+
+    found = await _store().run_read(read)
+    if found is None:
+        raise NotFound(f"No response or completion with id '{object_id}' found.")
+    return _fresh(found)
+
+
 @bp.get("/inspect/api/<object_id>/timeline")
 async def timeline(object_id: str) -> Response:
-    who = owner()
+    who = viewer()
     after = int_arg("after_seq", -1, low=-1)
 
     def read(conn: Any) -> list[dict[str, Any]] | None:

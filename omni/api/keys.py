@@ -1,7 +1,8 @@
 """API keys: where they come from, and which one a request carries.
 
 A key is known by its name (`name:key` in a key file) or by a short hash of it; that owner
-name is what the log records, never the key itself.
+name is what the log records, never the key itself. A key file's line may end with `admin`:
+that key's reads in the inspector show every key's rows (an operator's view).
 """
 
 from __future__ import annotations
@@ -22,16 +23,20 @@ NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 class ApiKey:
     owner: str  # the key's name, or "key-" and the start of its SHA-256
     digest: bytes  # SHA-256 of the key: compared in constant time, whatever its length
+    admin: bool = False  # sees every key's rows in the inspector
 
 
-def api_key(secret: str, name: str | None = None) -> ApiKey:
+FLAGS = ("admin",)
+
+
+def api_key(secret: str, name: str | None = None, admin: bool = False) -> ApiKey:
     digest = hashlib.sha256(secret.encode()).digest()
-    return ApiKey(name or f"key-{digest.hex()[:12]}", digest)
+    return ApiKey(name or f"key-{digest.hex()[:12]}", digest, admin)
 
 
 def read_key_file(path: str) -> list[ApiKey]:
-    """One key a line, optionally `name:key` (a name of letters, digits, `_.-`, up to 64);
-    blank lines and lines starting with # are skipped."""
+    """One key a line, optionally `name:key` (a name of letters, digits, `_.-`, up to 64),
+    then flags after a space (`admin`); blank lines and lines starting with # are skipped."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -41,12 +46,15 @@ def read_key_file(path: str) -> list[ApiKey]:
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
+        line, *flags = line.split()  # a key has no spaces: a bearer header could not send one
+        if unknown := [f for f in flags if f not in FLAGS]:
+            raise OmniError(f"{path}, line {number}: unknown flag {unknown[0]!r} (known: admin)")
         name, sep, secret = line.partition(":")
         if not sep or not NAME.fullmatch(name.strip()):  # a colon inside a bare key
             name, secret = "", line
         if not secret.strip():
             raise OmniError(f"{path}, line {number}: the key is empty")
-        keys.append(api_key(secret.strip(), name.strip() or None))
+        keys.append(api_key(secret.strip(), name.strip() or None, "admin" in flags))
     return keys
 
 
@@ -58,6 +66,7 @@ class KeyRing:
         owners = [k.owner for k in self.keys]
         if len(set(owners)) != len(owners):
             raise OmniError("two API keys have the same name")
+        self.admins = frozenset(k.owner for k in self.keys if k.admin)
 
     @classmethod
     def from_secrets(cls, *secrets: str) -> KeyRing:

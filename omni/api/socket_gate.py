@@ -21,3 +21,4 @@ def install(app: Quart, access: Access) -> None:
         hosts.check(headers.get("host", ""))
         check_origin(headers, access)
         g.owner = access.keys.owner(credential(headers))
+        g.admin = g.owner in access.keys.admins

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-SUFFIXES = ("/request", "/tokens")  # the internal streams an object owns besides its own
+# The internal streams an object owns besides its own.
+SUFFIXES = ("/request", "/tokens", "/progress")
 # Objects one purge transaction removes (the CLI's and retention's): appends wait for one at most.
 PER_TRANSACTION = 256
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}

@@ -7,6 +7,8 @@ or PostgreSQL (omni/inspect/pg_queries.py holds the few queries that differ).
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
 from typing import Any
 
 from sqlalchemy import text
@@ -25,6 +27,7 @@ from omni.inspect.records import Detail, Stats, Summary, TimelineRow, Timings
 from omni.inspect.requests import request_summary
 from omni.inspect.search import Cursor, Filters, Page
 from omni.inspect.stats import percentile
+from omni.vocabulary import PREFILL_PROGRESS
 
 _SUMMARY = (
     "SELECT s.*, t.data AS end_data FROM summaries s"
@@ -194,14 +197,36 @@ class Inspector:
         """Events committed after `position` (of one object's streams, or all), in order."""
         where = "position > :p"
         if object_id is not None:
-            where += " AND stream_id IN (:id, :id || '/request')"
+            where += " AND stream_id IN (:id, :id || '/request', :id || '/progress')"
         query = f"SELECT position, {_TIMELINE_COLUMNS} FROM timeline WHERE {where}"
         query += " ORDER BY position LIMIT :n"
         rows = self.conn.execute(text(query), {"p": position, "id": object_id, "n": limit})
-        return [
+        found = [
             (int(r["position"]), TimelineRow(**{k: r[k] for k in r.keys() if k != "position"}))
             for r in rows.mappings()
         ]
+        return [(at, self._said(row)) for at, row in found]
+
+    def _said(self, row: TimelineRow) -> TimelineRow:
+        """A prefill's progress with its figures as its text ("384/1500 tokens fed")."""
+        if row.type != PREFILL_PROGRESS:
+            return row
+        query = "SELECT data FROM events WHERE stream_id = :s AND seq = :q"
+        said = json.loads(
+            self.conn.execute(text(query), {"s": row.stream_id, "q": row.seq}).scalar_one()
+        )
+        return replace(row, text=f"{said['fed']}/{said['total']} tokens fed")
+
+    def progress(self, object_id: str, owner: str | None = None) -> dict[str, int] | None:
+        """A long prefill's latest progress, {fed, total} tokens (None: none recorded)."""
+        if self._row(object_id, owner) is None:
+            return None
+        query = "SELECT data FROM events WHERE stream_id = :s ORDER BY seq DESC LIMIT 1"
+        data = self.conn.execute(text(query), {"s": f"{object_id}/progress"}).scalar()
+        if data is None:
+            return None
+        said = json.loads(data)
+        return {"fed": int(said["fed"]), "total": int(said["total"])}
 
     def last_position(self) -> int:
         return int(

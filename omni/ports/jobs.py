@@ -61,6 +61,15 @@ class Started:
 
 
 @dataclass(frozen=True, slots=True)
+class Prefilled:
+    """A long prompt's progress: `fed` of its `total` tokens are in the model's cache (a
+    reused prefix counted). Said after each chunk of a prompt longer than one."""
+
+    fed: int
+    total: int
+
+
+@dataclass(frozen=True, slots=True)
 class Delta:
     """One generated token and the text it completed (often "", e.g. half a character).
     `token` is None for text flushed at the end that belongs to no new token."""
@@ -85,7 +94,7 @@ class Failed:
     message: str
 
 
-Output = Started | Delta | Finished | Failed
+Output = Started | Prefilled | Delta | Finished | Failed
 
 
 @dataclass(eq=False)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from omni.ids import new_id
-from omni.ports.jobs import Delta, Failed, Finished, Logprobs, Output, Started
+from omni.ports.jobs import Delta, Failed, Finished, Logprobs, Output, Prefilled, Started
 from omni.protocol.stops import StopMatcher
 from omni.protocol.thinking import ThinkSplitter
 from omni.tools.calls import Call, CallSplitter, Segment, routed
@@ -81,7 +81,7 @@ class ChunkRecorder:
         return [self._chunk(self.prefix)] if self.prefix else []
 
     def on_output(self, out: Output) -> list[ChunkEvent]:
-        if self.done or isinstance(out, Started):
+        if self.done or isinstance(out, Started | Prefilled):  # progress: its own stream
             return []
         if isinstance(out, Delta):
             if self.stops.stopped:

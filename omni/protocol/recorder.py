@@ -12,7 +12,16 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from omni.ids import new_id
-from omni.ports.jobs import Delta, Failed, Finished, Logprobs, Output, Started, TokenLogprob
+from omni.ports.jobs import (
+    Delta,
+    Failed,
+    Finished,
+    Logprobs,
+    Output,
+    Prefilled,
+    Started,
+    TokenLogprob,
+)
 from omni.protocol.thinking import ThinkSplitter
 from omni.tools.calls import Call, CallSplitter, Segment, routed
 from omni.vocabulary import RESPONSE_ENDS
@@ -142,6 +151,8 @@ class ResponseRecorder:
     def on_output(self, out: Output) -> list[Event]:
         if isinstance(out, Started):
             return self.on_started()
+        if isinstance(out, Prefilled):  # progress is recorded on a stream of its own
+            return []
         if isinstance(out, Delta):
             return self.on_delta(out.text, out.logprobs, token=out.token is not None)
         if isinstance(out, Finished):

@@ -34,7 +34,7 @@ from omni.service.defaults import Defaults
 from omni.service.flights import Flights, cache_key, is_end
 from omni.service.image_urls import PUBLIC_IMAGES, Fetcher
 from omni.service.modality import LeftOpen
-from omni.service.models import Models
+from omni.service.models import LOAD_MS, Models
 from omni.service.ownership import cache_namespace
 from omni.service.plan import RunPlan
 from omni.service.prompting import Prompter, refuse_unfittable, text_bytes
@@ -263,6 +263,7 @@ class CompletionsService:
             "body": body.model_dump(mode="json"),
             "key": key,
             "owner": owner,
+            "load_ms": LOAD_MS.get(),  # its model's load, if it waited for one
             "prompt_tokens": len(prompt),
             "created": recorder.base["created"],
             "plan": plan.to_json(),

@@ -19,6 +19,7 @@ from omni.ids import new_id
 from omni.ports.embeddings import Embedder
 from omni.schemas.embeddings import EmbeddingCreate
 from omni.service.modality import LeftOpen, ModelRequests, error_body, now_ms, submit_end
+from omni.service.models import LOAD_MS
 from omni.service.streams import dumps, request_stream
 from omni.vocabulary import (
     ACCEPTED,
@@ -221,6 +222,7 @@ class EmbeddingsService(ModelRequests[EmbedderSource]):
             "prompt_tokens": sum(counts),
             "input_tokens": counts,
             "owner": owner,
+            "load_ms": LOAD_MS.get(),  # its model's load, if it waited for one
             "created": queued_at // 1000,
         }
         opening = {"id": eid, "model": model_id, "inputs": len(counts)}

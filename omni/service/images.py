@@ -20,6 +20,7 @@ from omni.ids import new_id
 from omni.ports.images import Drawn, ImageOrder, Imager, PartialPicture, Picture
 from omni.schemas.images import ImageGenerate
 from omni.service.modality import LeftOpen, ModelRequests, error_body, now_ms, submit_end
+from omni.service.models import LOAD_MS
 from omni.service.streams import dumps, request_stream
 from omni.vocabulary import (
     ACCEPTED,
@@ -180,6 +181,7 @@ class ImagesService(ModelRequests[ImagerSource]):
             "seed": order.seed,
             "prompt_chars": len(body.prompt),
             "owner": owner,
+            "load_ms": LOAD_MS.get(),  # its model's load, if it waited for one
             "created": queued_at // 1000,
         }
         opening = {"id": gid, "model": model_id, "n": order.n, "size": size,

@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -28,6 +29,10 @@ from omni.service.budget import Budget, footprint, on_disk
 from omni.service.variants import adapted, drafted
 
 log = logging.getLogger(__name__)
+
+# How long the request in this task waited for its model to load (0: it was loaded), set as it
+# gets the model; its service records it beside the request (`load_ms`).
+LOAD_MS: ContextVar[int] = ContextVar("load_ms", default=0)
 
 Loader = Callable[[ModelEntry], Model]  # blocking: run in a thread
 Using = AbstractAsyncContextManager  # a model held for one request (async with)
@@ -254,7 +259,10 @@ class Models:
         slot = self._slots[entry.id]
         slot.users += 1
         try:
+            began, ready = time.perf_counter(), slot.model is not None
             model = await self._ready(slot)
+            # The request's own record says how long it waited for its model's load.
+            LOAD_MS.set(0 if ready else round((time.perf_counter() - began) * 1000))
             slot.used_at = time.monotonic()
             yield model
         finally:

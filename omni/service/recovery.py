@@ -29,7 +29,7 @@ from omni.service.plan import stored_plan
 from omni.service.reasoning import reasoning_tokens
 from omni.service.run import Run
 from omni.service.runs import Runs
-from omni.service.streams import dumps, kept, request_stream, tokens_stream
+from omni.service.streams import dumps, kept, progress_stream, request_stream, tokens_stream
 from omni.service.vision_inputs import ImageRef, load_images, pictures
 from omni.vocabulary import CANCEL_REQUESTED, RESPONSE_ENDS
 
@@ -153,6 +153,7 @@ async def _continue(
         return
     job = plan.job(prompt, tokens, pictures(refs, loaded))
     run = Run(response_id, recorder, job, engine, True, True, tokens_seq=len(token_rows))
+    run.progress_seq = len(await service.store.read(progress_stream(response_id)))
     run.ending = service.conversations.ending(folded, request["input"], recorder)
     service.runs.start(run)
     log.info("continuing %s after %d recorded tokens", response_id, len(tokens))

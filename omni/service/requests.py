@@ -12,6 +12,7 @@ from omni.ports.chat import Engine
 from omni.ports.jobs import Sampling
 from omni.projections.template_messages import to_chat_messages
 from omni.schemas.responses import ResponseCreate
+from omni.service.models import LOAD_MS
 from omni.service.plan import RunPlan
 from omni.tools.calls import plain_tools_prompt
 from omni.vocabulary import RESPONSE
@@ -137,4 +138,5 @@ def accepted_request(
         "prompt_tokens": prompt_tokens,
         "plan": plan.to_json(),
         "owner": owner,
+        "load_ms": LOAD_MS.get(),  # its model's load, if it waited for one
     }

@@ -30,6 +30,7 @@ class Run:
     # Leases it holds beside its stream's, let go with it (a replay-cache flight's key).
     leased: tuple[str, ...] = ()
     tokens_seq: int = 0  # next seq of <stream>/tokens (background runs record their tokens)
+    progress_seq: int = 0  # next seq of <stream>/progress (a long prefill's chunks)
     # Single-flight followers copying this stream: while any, a disconnect does not cancel,
     # and an unstored stream is not purged.
     mirrors: int = 0

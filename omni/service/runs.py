@@ -15,15 +15,15 @@ from omni.errors import Overloaded, ShuttingDown, StoreError
 from omni.events import Append, Appender, EventLog, NewEvent, Notifier, StoredEvent
 from omni.metrics import UNREAD, Metrics
 from omni.ports.chat import Engine
-from omni.ports.jobs import Delta, Failed, Finished, Output
+from omni.ports.jobs import Delta, Failed, Finished, Output, Prefilled
 from omni.protocol.recorder import ResponseRecorder
 from omni.service.intake import Intake
 from omni.service.leasing import Leasing
 from omni.service.run import Run
-from omni.service.streams import dumps, request_stream, tokens_stream
+from omni.service.streams import dumps, progress_stream, request_stream, tokens_stream
 from omni.service.unwritten import end_unwritten
 from omni.settings import ServerSettings
-from omni.vocabulary import CANCEL_REQUESTED, DELETED, TOKENS
+from omni.vocabulary import CANCEL_REQUESTED, DELETED, PREFILL_PROGRESS, TOKENS
 
 log = logging.getLogger(__name__)
 
@@ -265,7 +265,9 @@ class Runs:
         await run.released.wait()
         await self.notifier.wait_idle(run.stream_id)
         try:
-            await self.store.purge([run.stream_id, request_stream(run.stream_id)])
+            await self.store.purge(
+                [run.stream_id, request_stream(run.stream_id), progress_stream(run.stream_id)]
+            )
         except StoreError as exc:  # start-up recovery purges what is left
             log.debug("purge of %s failed: %s", run.stream_id, exc)
 
@@ -300,9 +302,13 @@ class Runs:
     def _appends(self, run: Run, outputs: list[Output]) -> list[Append]:
         events: list[Any] = []
         tokens: list[int] = []
+        progress: list[NewEvent] = []
         for out in outputs:
             if run.recorder.done or run.detached:
                 break  # e.g. the engine's own end after a cancel already recorded
+            if isinstance(out, Prefilled):
+                progress.append(self._progress(run, out))
+                continue
             if out is run.interruption and run.background:
                 run.detached = True  # no ending: the next start continues it
                 break
@@ -314,6 +320,7 @@ class Runs:
             events += run.recorder.on_output(out)
         if tokens and run.first_token_at is None:
             run.first_token_at = time.perf_counter()
+            self.metrics.prefilling(run.stream_id, run.engine.model_id, None)
         rows = [
             NewEvent(e[0], dumps(e[1])) if isinstance(e, tuple) else NewEvent(e["type"], dumps(e))
             for e in events
@@ -322,8 +329,21 @@ class Runs:
         if rows:
             appends.append(Append(run.stream_id, run.next_seq, rows))
             run.next_seq += len(rows)
+        return appends + self._sides(run, tokens, progress)
+
+    def _progress(self, run: Run, out: Prefilled) -> NewEvent:
+        self.metrics.prefilling(run.stream_id, run.engine.model_id, out.fed, out.total)
+        return NewEvent(PREFILL_PROGRESS, dumps({"fed": out.fed, "total": out.total}))
+
+    def _sides(self, run: Run, tokens: list[int], progress: list[NewEvent]) -> list[Append]:
+        """The run's internal streams' appends: a long prefill's progress, and a background
+        run's tokens (in the same transaction as its deltas: recorded tokens and recorded
+        text never disagree)."""
+        appends = []
+        if progress:
+            appends.append(Append(progress_stream(run.stream_id), run.progress_seq, progress))
+            run.progress_seq += len(progress)
         if run.background and tokens:
-            # Same transaction as the deltas: recorded tokens and recorded text never disagree.
             token_rows = [NewEvent(TOKENS, dumps(tokens))]
             appends.append(Append(tokens_stream(run.stream_id), run.tokens_seq, token_rows))
             run.tokens_seq += 1
@@ -332,6 +352,7 @@ class Runs:
     def _observe(self, run: Run, outputs: list[Output]) -> None:
         """A generation's figures for /metrics, once, at its end."""
         end = next((o for o in reversed(outputs) if isinstance(o, Finished | Failed)), None)
+        self.metrics.prefilling(run.stream_id, run.engine.model_id, None)
         recorder = run.recorder
         api = run.api
         m = self.metrics

@@ -23,6 +23,7 @@ from omni.ports.speech import Speaker, SpeechOrder, Spoken
 from omni.schemas.speech import MEDIA_TYPES, SpeechCreate
 from omni.service.leasing import Leasing
 from omni.service.modality import LeftOpen, ModelRequests, error_body, now_ms, submit_end
+from omni.service.models import LOAD_MS
 from omni.service.streams import dumps, request_stream
 from omni.vocabulary import (
     ACCEPTED,
@@ -220,6 +221,7 @@ class SpeechService(ModelRequests[SpeakerSource]):
             "voice": voice,
             "input_chars": len(body.input),
             "owner": owner,
+            "load_ms": LOAD_MS.get(),  # its model's load, if it waited for one
             "created": queued_at // 1000,
         }
         opening = {"id": sid, "model": model_id, "voice": voice,

@@ -27,6 +27,11 @@ def tokens_stream(response_id: str) -> str:
     return f"{response_id}/tokens"
 
 
+def progress_stream(response_id: str) -> str:
+    """A long prefill's progress (omni.prefill.progress), for people watching it."""
+    return f"{response_id}/progress"
+
+
 def is_kind(object_id: str, request: dict[str, Any], kind: str) -> bool:
     """Whether `object_id`, whose accepted request is `request`, is an object of `kind`: its
     id's prefix and its recorded kind must both say so."""

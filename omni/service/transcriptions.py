@@ -27,6 +27,7 @@ from omni.protocol import transcripts
 from omni.schemas.audio import TranscriptionCreate
 from omni.service.leasing import Leasing
 from omni.service.modality import LeftOpen, ModelRequests, now_ms
+from omni.service.models import LOAD_MS
 from omni.service.ownership import visible
 from omni.service.streams import dumps, request_stream
 from omni.settings import ServerSettings
@@ -164,6 +165,7 @@ class TranscriptionsService(ModelRequests[TranscriberSource]):
             "body": body.model_dump(mode="json"),
             "audio": audio,
             "owner": owner,
+            "load_ms": LOAD_MS.get(),  # its model's load, if it waited for one
             "created": queued_at // 1000,
         }
         opening = {"id": tid, "model": model_id, "task": upload.task, "seconds": audio["seconds"]}

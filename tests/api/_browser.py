@@ -104,9 +104,12 @@ def paced(server: Any) -> Iterator[Pace]:
         pace.open()
 
 
-def keyed_server(engine: Any, db: Path, keys: dict[str, str]) -> ServerThread:
-    """A server that takes only these keys ({name: key})."""
-    ring = KeyRing([api_key(key, name) for name, key in keys.items()])
+def keyed_server(
+    engine: Any, db: Path, keys: dict[str, str], admins: tuple[str, ...] = ()
+) -> ServerThread:
+    """A server that takes only these keys ({name: key}); `admins` name those that see every
+    key's rows in the inspector."""
+    ring = KeyRing([api_key(key, name, name in admins) for name, key in keys.items()])
     settings = Settings(db_path=str(db), keepalive=1.0, access=Access(keys=ring))
     return ServerThread(settings, engine).start()
 

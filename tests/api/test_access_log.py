@@ -104,3 +104,19 @@ def test_a_stream_left_early_is_logged_once(
     rid = line["id"]
     assert wait_for(lambda: server.state.responses.runs.get(rid) is None, timeout=30)
     assert len(lines(access, "/v1/responses")) == 1
+
+
+def test_probes_scrapes_and_the_inspector_are_logged_at_debug(
+    server: ServerThread, client: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="omni.access")
+    made = client.responses.create(model=MODEL, input="hi", max_output_tokens=2)
+    quiet = ["/health", "/metrics", "/inspect", "/inspect/static/list.js", "/inspect/api/recent",
+             f"/inspect/api/{made.id}"]  # fmt: skip
+    with httpx.Client(base_url=server.base_url, timeout=30) as http:
+        for path in quiet:
+            assert http.get(path).status_code == 200, path
+    assert wait_for(lambda: all(lines(caplog, p) for p in quiet))
+    levels = {r.access["path"]: r.levelno for r in caplog.records if r.name == "omni.access"}  # type: ignore[attr-defined]
+    assert {p: levels[p] for p in quiet} == dict.fromkeys(quiet, logging.DEBUG)
+    assert levels["/v1/responses"] == logging.INFO

@@ -17,6 +17,7 @@ from tests.server import ServerThread
 
 KEY_A = "sk-alice-" + "a" * 24
 KEY_B = "sk-bob-" + "b" * 24
+KEY_OPS = "sk-ops-" + "o" * 24
 PAGES = ["/inspect", "/inspect/", "/inspect/resp_anything"]
 STATIC = ["index.html", "object.html", "common.js", "list.js", "object.js", "follow.js"]
 STATIC += ["chart.js", "inspect.css"]
@@ -25,7 +26,7 @@ STATIC += ["chart.js", "inspect.css"]
 @pytest.fixture(scope="module")
 def keyed(tiny_engine: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
     db = tmp_path_factory.mktemp("inspect-keyed") / "omni.db"
-    srv = keyed_server(tiny_engine, db, {"alice": KEY_A, "bob": KEY_B})
+    srv = keyed_server(tiny_engine, db, {"alice": KEY_A, "bob": KEY_B, "ops": KEY_OPS}, ("ops",))
     yield srv
     srv.stop()
 
@@ -155,6 +156,32 @@ def test_a_key_filters_by_owner_within_its_own(keyed: ServerThread) -> None:
         for owner in ("bob", "nobody"):  # another key's objects stay hidden, asked for or not
             got = raw.get("/inspect/api/recent", params={"owner": owner}).json()
             assert got["data"] == [] and got["has_more"] is False
+        as_ops = {"authorization": f"Bearer {KEY_OPS}"}  # who sees every key's: chooses one
+        chosen = raw.get("/inspect/api/recent", params={"owner": "alice"}, headers=as_ops)
+        assert {r["owner"] for r in chosen.json()["data"]} == {"alice"}
+
+
+def test_an_admin_key_sees_every_keys_rows_with_their_owner(keyed: ServerThread) -> None:
+    with sdk(keyed, KEY_A) as alice, sdk(keyed, KEY_B) as bob:
+        mine = alice.responses.create(model=MODEL, input="alice's", max_output_tokens=4)
+        theirs = bob.responses.create(model=MODEL, input="bob's", max_output_tokens=4)
+    with httpx.Client(base_url=keyed.base_url, timeout=30) as raw:
+        as_ops = {"authorization": f"Bearer {KEY_OPS}"}
+        as_bob = {"authorization": f"Bearer {KEY_B}"}
+        assert raw.get("/inspect/api/whoami", headers=as_ops).json() == {
+            "owner": "ops", "admin": True}  # fmt: skip
+        assert raw.get("/inspect/api/whoami", headers=as_bob).json() == {
+            "owner": "bob", "admin": False}  # fmt: skip
+        rows = raw.get("/inspect/api/recent", headers=as_ops).json()["data"]
+        owners = {r["id"]: r["owner"] for r in rows}
+        assert owners[mine.id] == "alice" and owners[theirs.id] == "bob"
+        for made in (mine, theirs):
+            assert raw.get(f"/inspect/api/{made.id}", headers=as_ops).status_code == 200
+            assert raw.get(f"/inspect/api/{made.id}/timeline", headers=as_ops).status_code == 200
+        # Bob still sees only his own.
+        bobs = [r["id"] for r in raw.get("/inspect/api/recent", headers=as_bob).json()["data"]]
+        assert theirs.id in bobs and mine.id not in bobs
+        assert raw.get(f"/inspect/api/{mine.id}", headers=as_bob).status_code == 404
 
 
 def test_the_host_check_guards_the_pages_too(http: httpx.Client) -> None:

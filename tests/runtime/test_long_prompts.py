@@ -16,7 +16,17 @@ from omni.ports.jobs import Sampling
 from omni.runtime.chat import watchdog
 from omni.runtime.chat.prefix_cache import PrefixCache
 from omni.runtime.chat.scheduler import BatchScheduler
-from omni.runtime.chat.wire import Cancel, Close, Finished, Output, Request, Spec, Started, Token
+from omni.runtime.chat.wire import (
+    Cancel,
+    Close,
+    Finished,
+    Output,
+    Prefilled,
+    Request,
+    Spec,
+    Started,
+    Token,
+)
 from tests.runtime.test_gather import Script, counting_passes
 
 CHUNK = 16
@@ -122,8 +132,10 @@ def test_a_cancel_ends_a_long_prompt_within_a_chunk(loaded: tuple[Any, Any]) -> 
 def test_a_close_is_heard_between_chunks(loaded: tuple[Any, Any]) -> None:
     # The close comes once the job has started: the engine stops with the prompt half fed.
     script, scheduler = run(loaded, [[job(0, long_prompt(5))], [Close()]])
-    assert [type(o) for out in script.sent for o in out] == [Started]
+    sent = [o for out in script.sent for o in out]
+    assert [type(o) for o in sent] == [Started, Prefilled]  # one chunk, said as it was fed
     assert len(scheduler.prefills[0].rest) > LONG - 3 * CHUNK
+    assert sent[1].fed == LONG - len(scheduler.prefills[0].rest) and sent[1].total == LONG
 
 
 def test_a_slow_step_is_logged_with_what_it_was_doing(

@@ -215,6 +215,7 @@ async def test_the_log_records_the_request_not_the_vectors(setup) -> None:
         "prompt_tokens": 8,
         "input_tokens": [5, 3],
         "owner": "alice",
+        "load_ms": 0,  # the model was loaded
         "created": request["created"],
     }
     end = json.loads(logged(store)[2].data)

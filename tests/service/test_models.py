@@ -5,6 +5,7 @@ load that fails."""
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 from typing import cast
 
@@ -13,7 +14,7 @@ import pytest
 from omni.catalogue import GB, ModelEntry
 from omni.errors import InvalidRequest, ModelLoadError, ModelNotFound
 from omni.ports.chat import Capabilities
-from omni.service.models import Models
+from omni.service.models import LOAD_MS, Models
 
 
 class Loaded:
@@ -206,3 +207,21 @@ async def test_an_idle_model_is_unloaded_after_its_ttl() -> None:
 def test_an_alias_must_name_a_model_of_the_catalogue() -> None:
     with pytest.raises(Exception, match="no model 'zz'"):
         pool([], aliases={"x": "zz"})
+
+
+async def test_a_request_knows_how_long_it_waited_for_its_models_load() -> None:
+    log: list[str] = []
+    models = pool(log)
+    took = Loaded.__init__
+
+    def slow(self: Loaded, model_id: str, log: list[str], path: str) -> None:
+        time.sleep(0.05)  # what loading weights takes
+        took(self, model_id, log, path)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Loaded, "__init__", slow)
+        async with models.use("a"):
+            assert LOAD_MS.get() >= 50
+        async with models.use("a"):  # loaded now: nothing to wait for
+            assert LOAD_MS.get() == 0
+    await models.close()

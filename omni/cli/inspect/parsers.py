@@ -55,6 +55,11 @@ def add_parsers(sub: Any, default_db: str) -> None:
     p.add_argument(
         "--interval", type=_seconds, default=0.2, help="seconds between looks at the log"
     )
+    p.add_argument(
+        "--summary",
+        action="store_true",
+        help="a line a second for each busy stream, not each event",
+    )
 
     p = command("replay", "print the exact SSE bytes a streaming client got")
     p.add_argument("id")

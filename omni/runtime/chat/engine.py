@@ -26,7 +26,7 @@ from typing import Any
 
 from omni.errors import ModelLoadError
 from omni.ports.chat import Capabilities, Messages, RecommendedSampling, ToolFormat, Tools
-from omni.ports.jobs import Failed, Finished, Job, Output, Started
+from omni.ports.jobs import Failed, Finished, Job, Output, Prefilled, Started
 from omni.runtime.chat import delivery, tokenizer, wire, worker
 from omni.runtime.chat.delivery import HOLD_MIN, HOLD_S, Pending
 from omni.runtime.chat.generation_config import recommended_sampling
@@ -373,6 +373,8 @@ class MLXEngine:
                 pending.started = True
                 self._generations += reached
                 return [Started()]
+            case wire.Prefilled(_, fed, total):
+                return [Prefilled(fed, total)]
             case wire.Finished(job_id):
                 del self._pending[job_id]
                 return delivery.finished(pending, output)

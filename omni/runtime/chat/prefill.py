@@ -13,7 +13,7 @@ import mlx.core as mx
 from omni.runtime.chat import first_tokens
 from omni.runtime.chat.decoding import Decoding
 from omni.runtime.chat.state import FEED_AT_LEAST, GENERATION_FAILED, Start
-from omni.runtime.chat.wire import Failed
+from omni.runtime.chat.wire import Failed, Prefilled
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +44,7 @@ class Prefilling(Decoding):
         self.cache.prefilled(n, seconds)
         fed = len(start.slot.fed) - len(start.rest)
         self._chunked = (start.id, n, fed, len(start.slot.fed))
+        self.out.append(Prefilled(start.id, fed + n, len(start.slot.fed)))
         start.rest = start.rest[n:]
         if len(start.rest) <= FEED_AT_LEAST:
             self.ready.append(self.prefills.popleft())

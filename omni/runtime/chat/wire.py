@@ -120,6 +120,16 @@ class Started:
 
 
 @dataclass(frozen=True, slots=True)
+class Prefilled:
+    """A long prompt's chunk was fed: `fed` of its `total` tokens are in its cache (the
+    cached prefix counted)."""
+
+    id: int
+    fed: int
+    total: int
+
+
+@dataclass(frozen=True, slots=True)
 class Token:
     id: int
     token: int
@@ -149,4 +159,4 @@ class Failed:
     message: str
 
 
-Output = Started | Token | Finished | Failed
+Output = Started | Prefilled | Token | Finished | Failed

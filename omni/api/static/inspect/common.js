@@ -105,3 +105,27 @@ export function showError(error) {
   bar.hidden = !error;
   bar.textContent = error ? String(error.message ?? error) : "";
 }
+
+// Every page's header says which key it reads as (an admin's: every key's rows) and offers
+// another one; a server without keys shows neither.
+function keySwitch() {
+  const header = document.querySelector("header");
+  if (!header) return;
+  const who = el("span", { class: "whoami" });
+  const change = el("button", { type: "button", class: "key-switch", text: "Switch key", hidden: true });
+  change.addEventListener("click", async () => {
+    sessionStorage.removeItem(KEY);
+    await askKey("The API key this tab reads with:");
+    location.reload();
+  });
+  header.append(who, change);
+  api("/inspect/api/whoami")
+    .then((me) => {
+      if (!me.owner) return;
+      who.textContent = `key: ${me.owner}${me.admin ? " (admin: every key's rows)" : ""}`;
+      change.hidden = false;
+    })
+    .catch(() => {});
+}
+
+keySwitch();
