@@ -14,7 +14,7 @@ from sqlalchemy.engine import make_url
 
 ADMIN = os.environ.get("OMNI_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres")
 # What a test starts from: every table of the log empty, positions from 1 again.
-TABLES = ("events", "items", "chat_cache", "summaries", "leases")
+TABLES = ("events", "items", "chat_cache", "summaries", "search", "leases")
 
 
 def url_of(name: str) -> str:

@@ -78,8 +78,8 @@ def test_ls_lists_what_was_made_newest_first(served: Served) -> None:
     assert result.returncode == 0, result.stderr
     assert "\x1b[" not in result.stdout  # piped: plain text, no colours
     header, *lines = result.stdout.splitlines()
-    assert header.split("\t") == ["ID", "CREATED", "STATUS", "MODEL", "TOKENS", "TTFT", "TOK/S",
-                                  "PREVIEW"]  # fmt: skip
+    assert header.split("\t") == ["ID", "CREATED", "STATUS", "OWNER", "MODEL", "TOKENS", "TTFT",
+                                  "TOK/S", "PREVIEW"]  # fmt: skip
     ids = [line.split("\t")[0] for line in lines]
     made = [first_id(served.response), first_id(served.chat), first_id(served.chat_plain)]
     assert ids == [served.plain["id"], *reversed(made)]
@@ -87,7 +87,7 @@ def test_ls_lists_what_was_made_newest_first(served: Served) -> None:
     usage = served.plain["usage"]
     assert isinstance(usage, dict)
     assert plain[2] == served.plain["status"] == "incomplete"
-    assert plain[4] == f"{usage['input_tokens']}→{usage['output_tokens']}"
+    assert plain[5] == f"{usage['input_tokens']}→{usage['output_tokens']}"
     one = omni("ls", "--db", str(served.db), "--limit", "1", "--status", "completed")
     assert [line.split("\t")[2] for line in one.stdout.splitlines()[1:]] == ["completed"]
     assert omni("ls", "--db", str(served.db), "--since", "1h").stdout == result.stdout
@@ -95,6 +95,22 @@ def test_ls_lists_what_was_made_newest_first(served: Served) -> None:
     assert bad.returncode == 2 and "expected a duration" in bad.stderr
     typo = omni("ls", "--db", str(served.db), "--status", "complete")
     assert typo.returncode == 2 and "choose from 'queued'" in typo.stderr
+
+
+def test_ls_filters_searches_and_sorts(served: Served) -> None:
+    def ids(*asked: str) -> list[str]:
+        result = omni("ls", "--db", str(served.db), *asked)
+        assert result.returncode == 0, result.stderr
+        return [line.split("\t")[0] for line in result.stdout.splitlines()[1:]]
+
+    newest = ids()
+    assert ids("-q", "plain") == [served.plain["id"]]  # a word of its input
+    assert ids("--search", "say HI", "--kind", "chat.completion") == newest[1:3]
+    assert ids("--sort", "oldest") == newest[::-1]
+    assert ids("--owner", "nobody") == []
+    assert ids("--until", "2000-01-01") == [] and ids("--since", "2000-01-01") == newest
+    bad = omni("ls", "--db", str(served.db), "--until", "later")
+    assert bad.returncode == 2 and "or an ISO time" in bad.stderr
 
 
 def test_show_json_has_the_apis_usage_and_output(served: Served) -> None:
@@ -246,7 +262,7 @@ def test_a_terminal_gets_tables_and_colours(served: Served) -> None:
     made = [served.plain["id"], *(first_id(r) for r in (served.response, served.chat))]
     assert all(rid in shown.split() for rid in made)
     header = shown.splitlines()[0].split()
-    assert header[0] == "ID" and {"STATUS", "TOKENS", "TTFT", "TOK/S"} <= set(header)
+    assert header[0] == "ID" and {"STATUS", "OWNER", "TOKENS", "TTFT"} <= set(header)
 
 
 def _digest(db: Path) -> dict[str, str]:
@@ -291,7 +307,7 @@ def _running_tokens(db: Path, rid: str) -> int | None:
     assert listed.returncode == 0, listed.stderr
     rows = [line.split("\t") for line in listed.stdout.splitlines()[1:]]
     mine = [row for row in rows if row[0] == rid]
-    return int(mine[0][4].split("→")[1]) if mine else None  # None: it has ended
+    return int(mine[0][5].split("→")[1]) if mine else None  # None: it has ended
 
 
 def test_ls_counts_a_running_responses_tokens_as_they_come(
@@ -334,9 +350,9 @@ def test_ls_says_why_a_response_failed(tiny_model_dir: Path, tmp_path: Path) -> 
         listed = omni("ls", "--db", str(db), "--status", "failed", "--since", "1h")
     assert listed.returncode == 0, listed.stderr
     (row,) = [line.split("\t") for line in listed.stdout.splitlines()[1:]]
-    prompt, sent = row[4].split("→")
+    prompt, sent = row[5].split("→")
     assert int(prompt) > 0 and int(sent) >= 5  # no usage on a failure: counted from the log
-    assert row[7].startswith("server_error: The server restarted")
+    assert row[8].startswith("server_error: The server restarted")
 
 
 def test_a_stopped_servers_log_is_read_without_leaving_files(

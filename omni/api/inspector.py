@@ -23,7 +23,8 @@ from omni.api.gate import is_admin, owner, viewer
 from omni.api.query import int_arg
 from omni.errors import InvalidRequest, NotFound
 from omni.events.backends import LogStore
-from omni.inspect import Inspector
+from omni.inspect import KINDS, STATUSES, Inspector
+from omni.inspect.search import SORTS, Cursor, Filters, moment
 from omni.inspect.trends import MAX_BUCKETS, STEPS, WINDOWS, Span, Trends
 from omni.inspect.turns import turns as read_turns
 
@@ -102,14 +103,39 @@ async def whoami() -> Response:
 
 @bp.get("/inspect/api/recent")
 async def recent() -> Response:
+    """A page of the log's objects: filtered (kind, status, model, owner, since, until, q:
+    words of the input or output), sorted, and paged by `cursor` (each page's next_cursor)."""
     who = viewer()
     limit = int_arg("limit", 50, low=1, high=500)
-    status = request.args.get("status") or None
-    model = request.args.get("model") or None
-    rows = await _store().run_read(
-        lambda c: Inspector(c).recent(status=status, model=model, limit=limit, owner=who)
+    filters = _list_filters()
+    cursor = request.args.get("cursor") or None
+    after = None if cursor is None else Cursor.decode(cursor)
+    page = await _store().run_read(
+        lambda c: Inspector(c).page(filters, limit, scope=who, after=after)
     )
-    return _fresh({"object": "list", "data": [row.to_json() for row in rows]})
+    return _fresh(page.to_json())
+
+
+def _list_filters() -> Filters:
+    """The list's filters from the query string (empty: none), a 400 for a value it can't be."""
+    given = {k: request.args.get(k) or None for k in _LIST_ARGS}
+    for name, allowed in (("kind", KINDS), ("status", STATUSES), ("sort", tuple(SORTS))):
+        if given[name] is not None and given[name] not in allowed:
+            raise InvalidRequest(f"'{name}' must be one of {', '.join(allowed)}.", param=name)
+    since, until = given["since"], given["until"]
+    return Filters(
+        kind=given["kind"],
+        status=given["status"],
+        model=given["model"],
+        owner=given["owner"],
+        since_ms=None if since is None else moment(since, "since"),
+        until_ms=None if until is None else moment(until, "until"),
+        text=given["q"],
+        sort=given["sort"] or "newest",
+    )
+
+
+_LIST_ARGS = ("kind", "status", "model", "owner", "since", "until", "q", "sort")
 
 
 @bp.get("/inspect/api/trends")

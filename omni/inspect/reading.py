@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, RowMapping
 
-from omni.inspect import pg_queries
+from omni.inspect import pg_queries, search
 from omni.inspect.folding import (
     decode_rate,
     disk_cached,
@@ -25,6 +25,7 @@ from omni.inspect.folding import (
 )
 from omni.inspect.records import Detail, Stats, Summary, TimelineRow, Timings
 from omni.inspect.requests import conversation_of, request_summary
+from omni.inspect.search import Cursor, Filters, Page
 from omni.inspect.stats import percentile
 from omni.vocabulary import PREFILL_PROGRESS
 
@@ -52,12 +53,32 @@ class Inspector:
         before_position: int | None = None,
         kind: str | None = None,
     ) -> list[Summary]:
-        """Newest first: responses and completions, `limit` of them."""
-        asked = {"status": status, "model": model, "owner": owner, "kind": kind}
-        where, args = _filters(**asked, since_ms=since_ms, before_position=before_position)
-        query = f"{_SUMMARY} {where} ORDER BY s.position DESC LIMIT :limit"
-        rows = self.conn.execute(text(query), {**args, "limit": limit}).mappings().all()
-        return [self._summary(row) for row in rows]
+        """Newest first, `limit` of them: `page()` with the filters most readers need."""
+        filters = Filters(kind=kind, status=status, model=model, since_ms=since_ms)
+        after = None if before_position is None else Cursor(0, before_position)
+        return self.page(filters, limit, scope=owner, after=after).rows
+
+    def page(
+        self,
+        filters: Filters,
+        limit: int = 50,
+        scope: str | None = None,
+        after: Cursor | None = None,
+    ) -> Page:
+        """`limit` objects that match `filters`, in its sort, after `after`; of `scope`'s
+        objects only when one is given (an API key's)."""
+        where, order, args = search.where(filters, self._postgres, scope, after)
+        # The page first, then its ends joined: not every row's end read to sort them.
+        page = f"SELECT s.*, {search.sort_key(filters)} FROM summaries s {where} {order}"
+        query = f"SELECT s.*, t.data AS end_data FROM ({page} LIMIT :limit) s"
+        query += f" LEFT JOIN events t ON t.position = s.end_position {order}"
+        rows = self.conn.execute(text(query), {**args, "limit": limit + 1}).mappings().all()
+        more = len(rows) > limit
+        last = rows[limit - 1] if more else None
+        return Page(
+            rows=[self._summary(row) for row in rows[:limit]],
+            next_cursor=None if last is None else Cursor(int(last["sort_key"]), last["position"]),
+        )
 
     def detail(self, object_id: str, owner: str | None = None) -> Detail | None:
         row = self._row(object_id, owner)
@@ -314,12 +335,8 @@ _LISTS = (
 def _filters(**given: Any) -> tuple[str, dict[str, Any]]:
     """A WHERE clause over `summaries s` for the filters given (None: no filter)."""
     clauses = {
-        "status": "s.status = :status",
-        "model": "s.model = :model",
         "owner": "s.owner = :owner",
-        "kind": "s.kind = :kind",
         "since_ms": "s.created_at >= :since_ms",
-        "before_position": "s.position < :before_position",
     }
     args = {k: v for k, v in given.items() if v is not None}
     where = " AND ".join(clauses[k] for k in args)

@@ -120,6 +120,74 @@ def test_the_turns_of_a_chain_per_key(keyed: ServerThread) -> None:
             assert len(seen) == n
 
 
+def test_the_list_is_filtered_searched_and_paged(
+    server: ServerThread, client: OpenAI, http: httpx.Client
+) -> None:
+    made = [
+        client.responses.create(model=MODEL, input=f"zebrafinch {n}", max_output_tokens=4)
+        for n in range(3)
+    ]
+
+    def listed(**params: Any) -> dict[str, Any]:
+        got = http.get("/inspect/api/recent", params=params)
+        assert got.status_code == 200, got.text
+        return dict(got.json())
+
+    def ids(**params: Any) -> list[str]:
+        return [r["id"] for r in listed(**params)["data"]]
+
+    newest = [m.id for m in reversed(made)]
+    assert ids(q="ZEBRAFINCH") == newest  # a word of their input
+    assert ids(q="zebrafinch", sort="oldest") == newest[::-1]
+    assert ids(q="zebrafinch 1") == [made[1].id]
+    assert ids(q="zebrafinch", kind="chat.completion") == []
+    assert ids(q="zebrafinch", status=made[0].status, model=MODEL) == newest
+    created = {r["id"]: r["created_ms"] for r in listed(q="zebrafinch")["data"]}
+    assert ids(q="zebrafinch", since=created[made[2].id]) == [made[2].id]
+    assert ids(q="zebrafinch", until="2000-01-01T00:00:00Z") == []
+    first = listed(q="zebrafinch", limit=2)
+    assert [r["id"] for r in first["data"]] == newest[:2] and first["has_more"]
+    rest = listed(q="zebrafinch", limit=2, cursor=first["next_cursor"])
+    assert [r["id"] for r in rest["data"]] == newest[2:] and not rest["has_more"]
+    assert rest["next_cursor"] is None
+
+
+@pytest.mark.parametrize(
+    ("param", "value", "says"),
+    [
+        ("kind", "chat", "'kind' must be one of response, chat.completion"),
+        ("status", "done", "'status' must be one of queued"),
+        ("sort", "random", "'sort' must be one of newest, oldest, duration, tokens"),
+        ("since", "yesterday", "'since' must be an ISO 8601 time"),
+        ("until", "2026-13-45", "'until' must be an ISO 8601 time"),
+        ("cursor", "bm90IGEgY3Vyc29y", "'cursor' is not a cursor this list gave"),
+    ],
+)
+def test_a_value_the_list_cannot_take_is_a_400(
+    http: httpx.Client, param: str, value: str, says: str
+) -> None:
+    refused = http.get("/inspect/api/recent", params={param: value})
+    assert refused.status_code == 400
+    error = refused.json()["error"]
+    assert error["type"] == "invalid_request_error" and error["param"] == param
+    assert error["message"].startswith(says)
+
+
+def test_a_key_filters_by_owner_within_its_own(keyed: ServerThread) -> None:
+    with sdk(keyed, KEY_A) as alice:
+        mine = alice.responses.create(model=MODEL, input="kingfisher", max_output_tokens=4)
+    as_alice = {"authorization": f"Bearer {KEY_A}"}
+    with httpx.Client(base_url=keyed.base_url, timeout=30, headers=as_alice) as raw:
+        found = raw.get("/inspect/api/recent", params={"q": "kingfisher", "owner": "alice"})
+        assert [(r["id"], r["owner"]) for r in found.json()["data"]] == [(mine.id, "alice")]
+        for owner in ("bob", "nobody"):  # another key's objects stay hidden, asked for or not
+            got = raw.get("/inspect/api/recent", params={"owner": owner}).json()
+            assert got["data"] == [] and got["has_more"] is False
+        as_ops = {"authorization": f"Bearer {KEY_OPS}"}  # who sees every key's: chooses one
+        chosen = raw.get("/inspect/api/recent", params={"owner": "alice"}, headers=as_ops)
+        assert {r["owner"] for r in chosen.json()["data"]} == {"alice"}
+
+
 def test_an_admin_key_sees_every_keys_rows_with_their_owner(keyed: ServerThread) -> None:
     with sdk(keyed, KEY_A) as alice, sdk(keyed, KEY_B) as bob:
         mine = alice.responses.create(model=MODEL, input="alice's", max_output_tokens=4)

@@ -268,3 +268,39 @@ def test_an_unknown_id_says_so_and_an_embedding_has_no_token_chart(
     expect(page.locator("#kind")).to_have_text("embedding")
     expect(page.locator("#tokens")).to_be_hidden()
     expect(page.locator("#input-items .note")).to_contain_text("2 inputs, 9 tokens")
+
+
+def test_a_search_finds_one_response_and_the_url_keeps_the_view(
+    server: ServerThread, client: OpenAI, page: Page, tmp_path: Any
+) -> None:
+    made = {
+        bird: client.responses.create(model=MODEL, input=f"a {bird} flew by", max_output_tokens=24)
+        for bird in ("albatross", "pelican", "cormorant")
+    }
+    page.set_viewport_size({"width": 1400, "height": 900})
+    page.goto(f"{server.base_url}/inspect")
+    rows = page.locator("#recent tbody tr")
+    expect(page.locator(f'tr[data-id="{made["cormorant"].id}"]')).to_be_visible()
+    # The list, whatever its ids and previews, fits the window: no sideways scroll.
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1400
+    page.screenshot(path=str(tmp_path / "list.png"))
+
+    page.locator('input[name="q"]').fill("PELICAN")
+    expect(rows).to_have_count(1)
+    expect(rows.first).to_have_attribute("data-id", made["pelican"].id)
+    page.locator('select[name="kind"]').select_option("response")
+    expect(page).to_have_url(re.compile(r"\?q=PELICAN&kind=response$"))
+    page.screenshot(path=str(tmp_path / "search.png"))
+
+    page.reload()  # the same view from its URL
+    expect(page.locator('input[name="q"]')).to_have_value("PELICAN")
+    expect(page.locator('select[name="kind"]')).to_have_value("response")
+    expect(rows).to_have_count(1)
+    expect(rows.first).to_have_attribute("data-id", made["pelican"].id)
+
+    page.goto(f"{server.base_url}/inspect?q=pelican+albatross")
+    expect(page.locator("#empty")).to_have_text("No match for these filters.")
+    expect(page.locator("#empty")).to_be_visible()
+    page.goto(f"{server.base_url}/inspect?q=flew&sort=oldest&kind=response")
+    expect(rows).to_have_count(3)
+    assert [rows.nth(i).get_attribute("data-id") for i in range(3)] == [m.id for m in made.values()]

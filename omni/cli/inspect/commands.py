@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,35 +13,38 @@ from omni.cli.inspect.layout import Column
 from omni.cli.inspect.output import Out, ms, rate, text
 from omni.cli.inspect.reading import inspector, unknown
 from omni.inspect import STATUSES, Detail, Inspector, Stats, Summary, iso
+from omni.inspect.search import Filters
 from omni.vocabulary import COMPLETION_ENDS, MESSAGE, MESSAGE_CANCELLED
 
 # Ids and numbers are never folded; where the rest, folded, is still too wide for the
-# terminal, PREVIEW goes first, then CREATED, then MODEL.
+# terminal, PREVIEW goes first, then CREATED, TOK/S, MODEL, TTFT and OWNER (80 columns keep
+# a chat completion's id, its status, owner, tokens and TTFT).
 LS_COLUMNS = (
     Column("ID", fold=None),
     Column("CREATED", fold=len("2026-12-02"), drop=2),  # the time under the date
     Column("STATUS", fold=max(map(len, STATUSES))),  # "(deleted)" under the status
-    Column("MODEL", fold=16, drop=3),
+    Column("OWNER", fold=8, drop=6),
+    Column("MODEL", fold=16, drop=4),
     Column("TOKENS", fold=None),
-    Column("TTFT", fold=None),
-    Column("TOK/S", fold=None),
+    Column("TTFT", fold=None, drop=5),
+    Column("TOK/S", fold=None, drop=3),
     Column("PREVIEW", fold=20, drop=1),
 )
 
 
-def _since(args: argparse.Namespace) -> int | None:
-    return None if args.since is None else int((time.time() - args.since) * 1000)
-
-
 def ls(args: argparse.Namespace) -> int:
+    filters = Filters(
+        kind=args.kind,
+        status=args.status,
+        model=args.model,
+        owner=args.owner,
+        since_ms=args.since,
+        until_ms=args.until,
+        text=args.search,
+        sort=args.sort,
+    )
     with inspector(args.db) as ins:
-        rows = ins.recent(
-            status=args.status,
-            model=args.model,
-            since_ms=_since(args),
-            limit=args.limit,
-            kind=args.kind,
-        )
+        rows = ins.page(filters, limit=args.limit).rows
     ls_table(Out(), rows)
     return 0
 
@@ -59,6 +61,7 @@ def _ls_row(s: Summary) -> tuple[str, ...]:
         s.id,
         when,
         status,
+        text(s.owner),
         text(s.model),
         tokens,
         ms(s.ttft_ms),
@@ -166,7 +169,7 @@ def _compact(value: Any) -> str | None:
 
 def stats(args: argparse.Namespace) -> int:
     with inspector(args.db) as ins:
-        st = ins.stats(since_ms=_since(args))
+        st = ins.stats(since_ms=args.since)
     if args.json:
         print(json.dumps(st.to_json(), indent=2))
         return 0

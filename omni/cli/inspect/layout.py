@@ -36,7 +36,8 @@ class Layout:
 
 def fit(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int) -> Layout:
     """The columns shown and their widths within `width`: each text column folds down to its
-    `fold` first, then columns are dropped in their order, then the gutter narrows. If even
+    `fold` first, then the gutter narrows, then columns are dropped in their order (and one
+    dropped early comes back if a wider one's going made room for it). If even
     the columns that stay do not fit, the layout is wider than `width` (the terminal wraps
     the lines; nothing is cut)."""
     natural = [
@@ -46,10 +47,16 @@ def fit(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int) ->
         n if c.fold is None else min(n, c.fold) for c, n in zip(columns, natural, strict=True)
     ]
     shown = list(range(len(columns)))
+    dropped: list[int] = []
     for _, i in sorted((c.drop, i) for i, c in enumerate(columns) if c.drop):
-        if _needs(narrowest, shown, GUTTERS[0]) <= width:
+        if _needs(narrowest, shown, GUTTERS[-1]) <= width:  # a narrower gutter, first
             break
         shown.remove(i)
+        dropped.append(i)
+    # A column dropped before a wider one went may fit where that one was.
+    for i in reversed(dropped):
+        if _needs(narrowest, [*shown, i], GUTTERS[-1]) <= width:
+            shown = sorted([*shown, i])
     gutter = next((g for g in GUTTERS if _needs(narrowest, shown, g) <= width), GUTTERS[-1])
     spare = width - _needs(narrowest, shown, gutter)
     widths = {i: narrowest[i] for i in shown}

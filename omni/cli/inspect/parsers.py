@@ -5,13 +5,16 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from typing import Any
 
 from omni.cli.inspect.commands import ls, replay, show, stats
 from omni.cli.inspect.tail import tail
 from omni.cli.options import DB_HELP, parsed
+from omni.errors import InvalidRequest
 from omni.events.maintenance import parse_duration
 from omni.inspect import KINDS, STATUSES
+from omni.inspect.search import SORTS, moment
 
 COMMANDS = {"ls": ls, "show": show, "tail": tail, "replay": replay, "stats": stats}
 
@@ -28,11 +31,17 @@ def add_parsers(sub: Any, default_db: str) -> None:
     p.add_argument("--status", choices=STATUSES, help="only this status")
     p.add_argument("--kind", choices=KINDS, help="only this kind of object")
     p.add_argument("--model", help="only this model")
+    p.add_argument("--owner", help="only what this API key (by its name) made")
+    p.add_argument("--since", type=parsed(when), metavar="WHEN", help=f"created since: {_WHEN}")
+    p.add_argument("--until", type=parsed(when), metavar="WHEN", help=f"created before: {_WHEN}")
     p.add_argument(
-        "--since",
-        type=parsed(parse_duration),
-        metavar="DURATION",
-        help="created within: 30m, 2h, 1d",
+        "-q", "--search", metavar="WORDS", help="whose input or output holds these words"
+    )
+    p.add_argument(
+        "--sort",
+        choices=tuple(SORTS),
+        default="newest",
+        help="newest or oldest first; longest or most tokens first",
     )
     p.add_argument("--limit", type=_positive, default=20, help="at most this many")
 
@@ -56,12 +65,7 @@ def add_parsers(sub: Any, default_db: str) -> None:
     p.add_argument("id")
 
     p = command("stats", "counts by status and model, tokens, TTFT and tokens/s percentiles")
-    p.add_argument(
-        "--since",
-        type=parsed(parse_duration),
-        metavar="DURATION",
-        help="created within: 30m, 2h, 1d",
-    )
+    p.add_argument("--since", type=parsed(when), metavar="WHEN", help=f"created since: {_WHEN}")
     p.add_argument("--json", action="store_true", help="as JSON, for machines")
 
 
@@ -74,6 +78,23 @@ def run(args: argparse.Namespace) -> int:
         # Python would report the unflushed stdout at exit: point it at nothing first.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141  # 128 + SIGPIPE, as the shell reports a command killed by it
+
+
+_WHEN = "a duration ago (30m, 2h, 1d) or an ISO time (2026-12-05T14:30Z; UTC unless it says)"
+
+
+def when(text: str) -> int:
+    """A time as unix ms: a duration before now, or an ISO 8601 time."""
+    try:
+        return int((time.time() - parse_duration(text)) * 1000)
+    except ValueError:
+        pass
+    try:
+        return moment(text, "when")
+    except InvalidRequest:
+        raise ValueError(
+            f"{text!r}: expected a duration such as 30m, 2h or 1d, or an ISO time"
+        ) from None
 
 
 def _positive(text: str) -> int:
