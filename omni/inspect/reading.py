@@ -102,7 +102,7 @@ class Inspector:
                 "disk_cached_tokens": disk_cached([(t, d) for _, t, d in events]),
                 "reasoning_tokens": row["reasoning_tokens"],
             },
-            timings=_timings(row),
+            timings=_timings(row, request.get("load_ms")),
             output_text=output.text,
             tool_calls=output.tool_calls,
             reasoning=output.reasoning,
@@ -343,10 +343,11 @@ def _filters(**given: Any) -> tuple[str, dict[str, Any]]:
     return (f"WHERE {where}" if where else ""), args
 
 
-def _timings(row: RowMapping) -> Timings:
+def _timings(row: RowMapping, load_ms: int | None = None) -> Timings:
     created, started = row["created_at"], row["started_at"]
     first, end = row["first_token_at"], row["finished_at"]
     return {
+        "load_ms": load_ms or None,
         "queued_ms": None if started is None else started - created,
         "ttft_ms": None if first is None else first - created,
         "decode_tokens_per_s": decode_rate(row["output_tokens"], first, end),

@@ -69,6 +69,7 @@ class TimelineRow:
 class Timings(TypedDict):
     """An object's times in ms from its creation, and its decode rate (None: not yet)."""
 
+    load_ms: int | None  # its model's load, which it waited for before it was accepted
     queued_ms: int | None
     ttft_ms: int | None
     decode_tokens_per_s: float | None

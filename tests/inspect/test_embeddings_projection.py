@@ -80,3 +80,20 @@ def test_omni_ls_and_stats_by_kind(tmp_path: Path) -> None:
     assert "3 inputs, 21 tokens" in listed.stdout
     stats = omni("stats", "--json", "--db", str(path))
     assert json.loads(stats.stdout)["by_kind"] == {"embedding": 4, "chat.completion": 1}
+
+
+def test_a_models_load_is_its_own_phase_in_the_timings(tmp_path: Path) -> None:
+    path = tmp_path / "omni.db"
+    _log(path)
+    with sqlite3.connect(path) as conn:  # as the service writes one that waited for its model
+        request = {"kind": "embedding", "model": "m", "body": {"model": "m"}, "inputs": 1,
+                   "prompt_tokens": 4, "owner": None, "load_ms": 8100}  # fmt: skip
+        _append(conn, "embd-loaded/request", 0, "omni.request.accepted", request, 9000)
+        _append(conn, "embd-loaded", 0, "embedding.in_progress", {"id": "embd-loaded"}, 9000)
+        _append(conn, "embd-loaded", 1, "embedding.completed",
+                {"model": "m", "usage": {"prompt_tokens": 4, "total_tokens": 4},
+                 "timings": {"queued_at": 900, "started_at": 9000}}, 9152)  # fmt: skip
+    shown = json.loads(omni("show", "embd-loaded", "--json", "--db", str(path)).stdout)
+    assert shown["timings"]["load_ms"] == 8100 and shown["timings"]["total_ms"] == 152
+    done = json.loads(omni("show", "embd-done", "--json", "--db", str(path)).stdout)
+    assert done["timings"]["load_ms"] is None  # its model was loaded

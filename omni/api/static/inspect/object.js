@@ -57,6 +57,7 @@ function renderDetail(detail) {
   setStatus(summary.status);
   const t = detail.timings ?? {};
   fill($("#timings"), [
+    ["model load", t.load_ms ? ms(t.load_ms) : null],
     ["queued", ms(t.queued_ms)], ["time to first token", ms(t.ttft_ms)],
     ["decode", rate(t.decode_tokens_per_s)], ["total", ms(t.total_ms)],
   ]);
@@ -201,10 +202,28 @@ async function main() {
   }
   try {
     await loadTurns();
+    watchProgress();
     await followUntilDone(detail);
   } catch (error) {
     showError(error);  // deleted meanwhile: what was shown stays
   }
+}
+
+// A long prefill's progress is not in the object's stream: asked for each second until its
+// first token, or its end.
+async function watchProgress() {
+  const spoke = () => rows.some((row) => row.stream_id === id && row.type.endsWith(".delta"));
+  const shown = $("#progress");
+  while (RUNNING.has(document.body.dataset.status) && !spoke()) {
+    const said = await api(`${path}/progress`).catch(() => null);
+    if (said?.fed != null && !spoke()) {
+      const share = Math.floor((100 * said.fed) / said.total);
+      shown.textContent = `prefill: ${said.fed.toLocaleString()} of ${said.total.toLocaleString()} prompt tokens (${share}%)`;
+      shown.hidden = false;
+    }
+    await sleep(1000);
+  }
+  shown.hidden = true;
 }
 
 async function followUntilDone(detail) {
