@@ -15,6 +15,7 @@ import pytest
 from openai import NotFoundError
 
 from omni import cli
+from omni.events.maintenance import SUFFIXES
 from omni.events.sqlite import maintenance
 from omni.service.retention import VOCABULARY
 from tests.api._helpers import LONG_RUN, MODEL, TERMINAL, wait_for
@@ -111,7 +112,7 @@ def test_purge_removes_what_the_dry_run_lists(
     listed = {line.split("\t")[0]: line.split("\t")[1] for line in out if "\t" in line}
     assert listed == {old.id: old.status, gone.id: "deleted", chat.id: "completed"}
     assert rows(db) == before  # a dry run removes nothing
-    doomed = {i for i in listed} | {f"{i}{s}" for i in listed for s in ("/request", "/tokens")}
+    doomed = {i for i in listed} | {f"{i}{s}" for i in listed for s in SUFFIXES}
     expected = [r for r in before if r[1] not in doomed]
     assert (
         out[-1]
