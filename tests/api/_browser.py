@@ -37,6 +37,31 @@ def chromium() -> Iterator[Any]:
             browser.close()
 
 
+@contextmanager
+def watched_page(
+    browser: Any, width: int = 1280, height: int = 900, console: bool = True
+) -> Iterator[Any]:
+    """A page in a context of its own (its own sessionStorage: no key carried over) that waits
+    up to WAIT_MS for each expectation; on leaving, no script may have thrown and (`console`)
+    the console may hold no error (a refusal by the page's policy is one; so is a 401 a keyed
+    server answers before the page has its key)."""
+    from playwright.sync_api import expect
+
+    context = browser.new_context(viewport={"width": width, "height": height})
+    context.set_default_timeout(WAIT_MS)
+    expect.set_options(timeout=WAIT_MS)
+    problems: list[str] = []
+    context.on("weberror", lambda e: problems.append(str(e.error)))
+    page = context.new_page()
+    if console:
+        page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+    try:
+        yield page
+    finally:
+        context.close()
+    assert not problems, problems
+
+
 class Pace:
     """Tokens reach the recorder only as the test allows them: a response stays in progress,
     part written, for as long as the test looks at it (the engine itself runs at speed; what

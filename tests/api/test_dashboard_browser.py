@@ -14,7 +14,7 @@ import pytest
 from openai import OpenAI
 from playwright.sync_api import Page, expect
 
-from tests.api._browser import WAIT_MS, chromium
+from tests.api._browser import chromium, watched_page
 from tests.api._helpers import MODEL, UNENDING
 from tests.server import ServerThread
 
@@ -23,17 +23,8 @@ CHARTS = ["requests", "tokens", "ttft", "decode", "queue", "loaded"]
 
 @pytest.fixture
 def page() -> Iterator[Page]:
-    with chromium() as browser:
-        context = browser.new_context(viewport={"width": 1280, "height": 900})
-        context.set_default_timeout(WAIT_MS)
-        expect.set_options(timeout=WAIT_MS)
-        problems: list[str] = []
-        context.on("weberror", lambda e: problems.append(str(e.error)))
-        opened = context.new_page()
-        opened.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+    with chromium() as browser, watched_page(browser, 1280, 900) as opened:
         yield opened
-        context.close()
-        assert not problems, problems  # no script threw; the policy refused nothing
 
 
 def shows_points(page: Page, chart: str) -> None:

@@ -12,7 +12,7 @@ import pytest
 from openai import OpenAI
 from playwright.sync_api import Page, expect
 
-from tests.api._browser import WAIT_MS, chromium, keyed_server
+from tests.api._browser import chromium, keyed_server, watched_page
 from tests.api._helpers import MODEL
 
 KEYS = {"alice": "sk-alice-" + "a" * 24, "bob": "sk-bob-" + "b" * 24, "ops": "sk-ops-" + "o" * 24}
@@ -20,15 +20,8 @@ KEYS = {"alice": "sk-alice-" + "a" * 24, "bob": "sk-bob-" + "b" * 24, "ops": "sk
 
 @pytest.fixture
 def page() -> Iterator[Page]:
-    with chromium() as browser:
-        context = browser.new_context(viewport={"width": 1400, "height": 700})
-        context.set_default_timeout(WAIT_MS)
-        expect.set_options(timeout=WAIT_MS)
-        errors: list[str] = []
-        context.on("weberror", lambda e: errors.append(str(e.error)))
-        yield context.new_page()
-        context.close()
-        assert not errors, errors
+    with chromium() as browser, watched_page(browser, 1400, 700, console=False) as opened:
+        yield opened
 
 
 def sign_in(page: Page, key: str) -> None:

@@ -16,7 +16,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from omni.ports.jobs import Delta, Finished, Prefilled, Started
-from tests.api._browser import WAIT_MS, chromium
+from tests.api._browser import WAIT_MS, chromium, watched_page
 from tests.api._helpers import MODEL, wait_for
 from tests.api.test_tool_calls_scripted import ScriptedEngine
 from tests.server import running
@@ -46,15 +46,8 @@ class HeldPrefill(ScriptedEngine):
 
 @pytest.fixture
 def page() -> Iterator[Page]:
-    with chromium() as browser:
-        context = browser.new_context(viewport={"width": 1200, "height": 800})
-        context.set_default_timeout(WAIT_MS)
-        expect.set_options(timeout=WAIT_MS)
-        errors: list[str] = []
-        context.on("weberror", lambda e: errors.append(str(e.error)))
-        yield context.new_page()
-        context.close()
-        assert not errors, errors
+    with chromium() as browser, watched_page(browser, 1200, 800) as opened:
+        yield opened
 
 
 def test_a_held_prefill_shows_its_progress_then_its_answer(
