@@ -57,6 +57,7 @@ class EngineSettings:
     # the most it may hold.
     prompt_cache_dir: str | None = None
     prompt_cache_disk_bytes: int = 0
+    model_id: str = ""  # the engine's model, as the server names it (set as its process starts)
     max_batch: int = 32
     # Extra arguments for every chat-template render (`--chat-template-args`).
     template_args: dict[str, Any] = field(default_factory=dict)

@@ -105,6 +105,9 @@ def test_the_eleventh_turn_after_kill_9_reads_its_prefix_from_disk(
         _, [eleventh] = session(base, range(TURNS, TURNS + 1), cid)
         written(kv, eleventh)
         metrics = httpx.get(f"{base}/metrics", timeout=30).text
+    # `omni cache ls` names the entries' model as the server does.
+    [model] = [json.loads(p.read_bytes()) for p in kv.glob("*/model.json")]
+    assert model["id"] == TINY_ID
     damaged = damage(kv)
     assert damaged
     with serving(tiny_model_dir, db, "warning", log, *disk_flags(kv)) as (base, _):

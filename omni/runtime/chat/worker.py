@@ -6,6 +6,7 @@ holds the interpreter lock a decode step is waiting for.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import multiprocessing
@@ -128,6 +129,7 @@ def spawn(
     of its pipe, and the preloaded forwarder's file, to remove once the model is loaded."""
     ctx = multiprocessing.get_context("spawn")  # never fork a process that holds threads
     conn, child = ctx.Pipe()
+    settings = dataclasses.replace(settings, model_id=source.model_id)
     process = ctx.Process(
         target=target,
         args=(child, source.path, settings, source.adapter, source.draft),
@@ -219,7 +221,10 @@ def disk_tier(
         return None
     key = model_key(path, model, tokenizer, adapter)
     try:
-        tier = DiskTier(Path(folder), key, settings.prompt_cache_disk_bytes, model_path=path)
+        tier = DiskTier(
+            Path(folder), key, settings.prompt_cache_disk_bytes,
+            model_id=settings.model_id, model_path=path,
+        )  # fmt: skip
         tier.scan()
         tier.rates.probe(tier.dir)
     except OSError as exc:  # a folder it cannot use: the memory tier alone, said once
