@@ -58,6 +58,13 @@ class EngineSettings:
     prompt_cache_dir: str | None = None
     prompt_cache_disk_bytes: int = 0
     model_id: str = ""  # the engine's model, as the server names it (set as its process starts)
+    # A model sharded over ranks that MLX's launcher starts (omni.runtime.chat.ranks): how
+    # many on this machine, or a host file of MLX's (several machines); the backend
+    # (mlx.launch's: ring, jaccl, mpi, nccl); tensor or pipeline parallel.
+    ranks: int = 1
+    hostfile: str | None = None
+    backend: str = "ring"
+    sharding: str = "tensor"
     max_batch: int = 32
     # Extra arguments for every chat-template render (`--chat-template-args`).
     template_args: dict[str, Any] = field(default_factory=dict)

@@ -203,6 +203,10 @@ def engine_settings(args: argparse.Namespace) -> EngineSettings:
         blas=args.blas,
         weights=args.weights,
         num_draft_tokens=args.num_draft_tokens,
+        ranks=args.ranks,
+        hostfile=args.hostfile,
+        backend=args.distributed_backend,
+        sharding=args.sharding,
         **knobs,
     )
 

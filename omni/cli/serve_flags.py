@@ -172,6 +172,36 @@ def _add_runtime(serve: argparse.ArgumentParser) -> None:
         serve.add_argument(
             flag, type=parse, default=env(name, default), metavar=metavar, help=help_
         )
+    _add_ranks(serve)
+
+
+def _add_ranks(serve: argparse.ArgumentParser) -> None:
+    """A model sharded over ranks that MLX's launcher starts (docs/distributed.md)."""
+    add_number(serve, Number(
+        "--ranks", int, 1, 1024, str(ENGINE.ranks),
+        "shard the chat model over this many ranks on this machine (MLX's launcher starts"
+        " them; 1: none)"))  # fmt: skip
+    serve.add_argument(
+        "--hostfile",
+        default=env("HOSTFILE", None),
+        metavar="PATH",
+        help="shard it over the hosts of this MLX host file (mlx.launch's; its first host is"
+        " this machine: rank 0 runs beside the server)",
+    )
+    serve.add_argument(
+        "--distributed-backend",
+        choices=("ring", "jaccl", "mpi", "nccl"),
+        default=env("DISTRIBUTED_BACKEND", ENGINE.backend),
+        help="MLX's backend between the ranks: ring (TCP), jaccl (Thunderbolt RDMA between"
+        " Macs), mpi, nccl (NVIDIA GPUs) (default: %(default)s)",
+    )
+    serve.add_argument(
+        "--sharding",
+        choices=("tensor", "pipeline"),
+        default=env("SHARDING", ENGINE.sharding),
+        help="how the ranks split the model: each layer's weights (tensor) or the layers"
+        " (pipeline), as mlx-lm's model supports it (default: %(default)s)",
+    )
 
 
 def _add_access(serve: argparse.ArgumentParser) -> None:

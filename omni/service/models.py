@@ -274,7 +274,7 @@ class Models:
             if self._closed:
                 raise ModelLoadError("the server is shutting down")
             if slot.model is not None and slot.model.load_error is not None:
-                await self._unload(slot, "its weights failed to load: loading again")
+                await self._unload(slot, f"{slot.model.load_error}: loading it again")
             if slot.model is not None:
                 return slot.model
             if slot.loading is None:

@@ -78,6 +78,7 @@ class MLXEngine:
         self._generations = 0
         self._gone: str | None = None  # why the engine process is no longer there (for jobs)
         self._load_error: str | None = None  # why its weights did not load (for the log)
+        self._crashed = False  # its process (or a rank of it) died: the pool loads it again
         self._reader = threading.Thread(target=self._read, name="omni-engine-reader", daemon=True)
         self._loading = threading.Thread()  # set by begin()
         self._loaded = threading.Event()  # the weights are loaded, or failed to
@@ -137,8 +138,9 @@ class MLXEngine:
 
     @property
     def load_error(self) -> str | None:
-        """Why the weights could not be loaded, once that is known."""
-        failed = self._loaded.is_set() and self._conn is None
+        """Why the weights could not be loaded, once that is known, or why its process (a
+        rank of a sharded model's) died: the pool loads it again for the next request."""
+        failed = self._loaded.is_set() and (self._conn is None or self._crashed)
         return (self._load_error or self._gone) if failed else None
 
     def _await_weights(self, conn: Connection, forwarder: Path | None) -> None:
@@ -348,6 +350,7 @@ class MLXEngine:
         exit_code = self._process.exitcode if self._process is not None else None
         if self._gone is None:
             self._gone = f"the engine process exited unexpectedly (exit code {exit_code})"
+            self._crashed = True
             log.error("%s", self._gone)
         self._deliver([wire.Failed(job_id, self._gone) for job_id in list(self._pending)])
 

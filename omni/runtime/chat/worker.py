@@ -127,9 +127,13 @@ def spawn(
     """Start the engine process running `target` (main, or a vision model's) for `source`,
     with the engine's BLAS preloaded (omni.runtime.platform.gemv): the process, the server's end
     of its pipe, and the preloaded forwarder's file, to remove once the model is loaded."""
+    settings = dataclasses.replace(settings, model_id=source.model_id)
+    if settings.ranks > 1 or settings.hostfile:
+        from omni.runtime.chat.ranks import launch
+
+        return launch(source, settings)
     ctx = multiprocessing.get_context("spawn")  # never fork a process that holds threads
     conn, child = ctx.Pipe()
-    settings = dataclasses.replace(settings, model_id=source.model_id)
     process = ctx.Process(
         target=target,
         args=(child, source.path, settings, source.adapter, source.draft),
@@ -147,12 +151,18 @@ def main(
     settings: EngineSettings,
     adapter: str | None = None,
     draft_path: str | None = None,
+    group: Any = None,
 ) -> None:
     """Load the model (with LoRA `adapter`s; `draft_path`: a draft model for speculative
-    decoding, of the same vocabulary) and serve jobs from `conn` until Close."""
+    decoding, of the same vocabulary) and serve jobs from `conn` until Close. `group`: the
+    ranks this one shares the model with (omni.runtime.chat.rank), whose `conn` is a
+    Lockstep."""
     observer = watching(settings)
 
     def serve(scheduler: BatchScheduler) -> None:
+        if group is not None:  # every rank decides by rank 0's time (omni.runtime.chat.lockstep)
+            scheduler.clock = conn.clock  # type: ignore[attr-defined]
+            conn.stream = scheduler.batch.stream  # type: ignore[attr-defined]
         try:
             scheduler.run(conn)
         except (EOFError, OSError):  # the server is gone: nobody is left to decode for
@@ -164,7 +174,7 @@ def main(
     # It begins as every model process does (omni.runtime.model_worker: what the server
     # preloaded, omni.runtime.platform's BLAS, is not looked for again by a process it starts),
     # with the engine's MLX settings (use_mlx_settings).
-    load = partial(load_engine, path, settings, observer, adapter, draft_path)
+    load = partial(load_engine, path, settings, observer, adapter, draft_path, group)
     serve_model(conn, None, load, serve, **MLX_SETTINGS)
 
 
@@ -174,15 +184,21 @@ def load_engine(
     observer: Observer,
     adapter: str | None = None,
     draft_path: str | None = None,
+    group: Any = None,
 ) -> tuple[BatchScheduler, Loaded]:
     """The model at `path` as the engine runs it, in its scheduler, and what the server is told
-    of it once loaded."""
+    of it once loaded (`group`: its shard of it, omni.runtime.chat.rank)."""
     from mlx_lm import load
 
     from omni.runtime.chat.prefix_cache import PrefixCache
     from omni.runtime.chat.scheduler import BatchScheduler
 
-    model, tokenizer = load(path, adapter_path=adapter)[:2]
+    if group is not None:
+        from omni.runtime.chat.rank import sharded
+
+        model, tokenizer = sharded(path, group, settings.sharding)
+    else:
+        model, tokenizer = load(path, adapter_path=adapter)[:2]
     library = None if on_gpu() else blas.in_use()
     model = as_run(model, settings.weights, library)
     draft = None if draft_path is None else load_draft(draft_path, tokenizer, settings, library)
@@ -190,7 +206,8 @@ def load_engine(
     taken = weights.nbytes(model) + (0 if draft is None else weights.nbytes(draft))
     runtime = Runtime(library, weights.describe(model), settings.weights, forwarded, taken)
     limits = (settings.prompt_cache_entries, settings.prompt_cache_bytes)
-    disk = disk_tier(path, model, tokenizer, settings, adapter)
+    # A shard's rates and files are its own: ranks could not agree on what to load.
+    disk = None if group is not None else disk_tier(path, model, tokenizer, settings, adapter)
     cache = PrefixCache(model, *limits, min_reuse(), disk)
     scheduler = BatchScheduler(
         model,

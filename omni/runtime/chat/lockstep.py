@@ -1,0 +1,93 @@
+"""The engine's ranks in lockstep: every rank of a sharded model runs the same scheduler, and
+rank 0 alone reads the server's pipe. What it read (the messages, whether any came, and the
+time it read them at) is shared with the others in one collective, so that each rank takes the
+same decisions at the same points and makes the same model calls (a sharded model's layers
+wait for each other's in every forward pass). The time is the scheduler's clock on every rank:
+within one look at the pipe it stands still, which is all its decisions need."""
+
+from __future__ import annotations
+
+import pickle
+import time
+from collections import deque
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+import mlx.core as mx
+import numpy as np
+
+
+class Gone:
+    """Shared by rank 0 when the server's pipe is gone: every rank stops."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Look:
+    at: float  # rank 0's clock as it looked
+    messages: tuple[Any, ...]
+
+
+def share(group: Any, value: Any, stream: Any = None) -> Any:
+    """`value` as rank 0 has it, on every rank (the others pass anything): pickled, its size
+    then its bytes summed over the group, where only rank 0's are not zeros. On `stream`, the
+    model's: collectives on two streams could pair up in another order on each rank."""
+    lead = group.rank() == 0
+    on = mx.cpu if stream is None else stream
+    data = np.frombuffer(pickle.dumps(value), dtype=np.uint8) if lead else None
+    size = mx.array([0 if data is None else data.size], dtype=mx.int64)
+    n = int(np.array(mx.distributed.all_sum(size, group=group, stream=on))[0])
+    raw = mx.array(data) if data is not None else mx.zeros((n,), dtype=mx.uint8)
+    summed = mx.distributed.all_sum(raw, group=group, stream=on)
+    mx.eval(summed)
+    return value if lead else pickle.loads(np.array(summed).tobytes())
+
+
+class Lockstep:
+    """The server's pipe as every rank's scheduler reads it (poll, recv, send), and its clock.
+    `conn`: rank 0's end of the pipe (None on the others, whose sends go nowhere)."""
+
+    def __init__(self, group: Any, conn: Connection | None) -> None:
+        self.group, self.conn = group, conn
+        self.stream: Any = None  # the model's, once it is loaded (share)
+        self._read: deque[Any] = deque()
+        self._at = time.perf_counter()
+
+    def clock(self) -> float:
+        """Rank 0's time at its latest look at the pipe."""
+        return self._at
+
+    def poll(self, timeout: float | None = None) -> bool:
+        if not self._read:
+            self._look(timeout)
+        return bool(self._read)
+
+    def recv(self) -> Any:
+        if not self._read:
+            self._look(None)
+        message = self._read.popleft()
+        if isinstance(message, Gone):
+            raise EOFError("the server's pipe is gone")
+        return message
+
+    def send(self, value: Any) -> None:
+        if self.conn is not None:
+            self.conn.send(value)
+
+    def _look(self, timeout: float | None) -> None:
+        """One look at the pipe for every rank: rank 0 waits up to `timeout` for a message,
+        takes all that came, and shares them with the time."""
+        look = None
+        if self.conn is not None:
+            messages: list[Any] = []
+            try:
+                if self.conn.poll(timeout):
+                    messages.append(self.conn.recv())
+                    while self.conn.poll(0):
+                        messages.append(self.conn.recv())
+            except (EOFError, OSError):
+                messages.append(Gone())
+            look = _Look(time.perf_counter(), tuple(messages))
+        shared: _Look = share(self.group, look, self.stream)
+        self._at = shared.at
+        self._read.extend(shared.messages)

@@ -1,0 +1,142 @@
+"""A sharded model's engine: its ranks started by MLX's own launcher (`mlx.launch`, with the
+backend the settings name: ring over TCP, JACCL over Thunderbolt, MPI, NCCL), rank 0 on this
+machine connecting back to the server. The server talks to rank 0 as to any engine process,
+over a connection with the pipe's own interface (multiprocessing's, authenticated by a key
+made for this start); the launcher's process stands for the engine's process."""
+
+from __future__ import annotations
+
+import os
+import random
+import socket
+import subprocess
+import sys
+import threading
+from multiprocessing.connection import Connection, Listener
+from pathlib import Path
+
+from omni.runtime.loading.source import ModelSource
+from omni.runtime.platform import gemv
+from omni.settings import EngineSettings
+
+ADDRESS = "OMNI_RANK_SERVER"  # host:port of the server's listener, for rank 0
+KEY = "OMNI_RANK_KEY"  # its authentication key, hex
+# mlx.launch, as its own script runs it (its module has no __main__), by this interpreter.
+LAUNCHER = "import sys; from mlx._distributed_utils.launch import main; sys.exit(main())"
+ACCEPT_S = 600.0  # the longest the ranks may take to start and rank 0 to call back
+
+
+class Launched:
+    """The launcher's process, as the engine handles its process (is_alive, join, terminate,
+    exitcode); what the ranks wrote to stderr, the last lines kept for a failed start."""
+
+    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+        self.popen = popen
+        self.pid = popen.pid
+        self._tail: list[str] = []
+        self._reader = threading.Thread(target=self._read, name="omni-ranks-log", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.popen.stderr is not None
+        for raw in self.popen.stderr:
+            line = raw.decode(errors="replace").rstrip()
+            print(line, file=sys.stderr, flush=True)  # the ranks' own lines, in the server's
+            self._tail = [*self._tail[-19:], line]
+
+    def tail(self) -> str:
+        return "\n".join(self._tail)
+
+    def is_alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def join(self, timeout: float | None = None) -> None:
+        try:
+            self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def terminate(self) -> None:
+        if self.is_alive():
+            self.popen.terminate()
+
+    def kill(self) -> None:
+        if self.is_alive():
+            self.popen.kill()
+
+    @property
+    def exitcode(self) -> int | None:
+        return self.popen.poll()
+
+
+def command(settings: EngineSettings, address: str, key: bytes, port: int) -> list[str]:
+    """mlx.launch's command line for the ranks (`port`: the first of the ring's ports)."""
+    where = ["--hostfile", settings.hostfile] if settings.hostfile else ["-n", str(settings.ranks)]
+    return [
+        sys.executable, "-c", LAUNCHER,
+        "--backend", settings.backend, *where, "--starting-port", str(port),
+        "--env", f"{ADDRESS}={address}", "--env", f"{KEY}={key.hex()}",
+        "--", sys.executable, "-m", "omni.runtime.chat.rank",
+    ]  # fmt: skip
+
+
+def free_ports(n: int) -> int:
+    """The first of `n` consecutive ports free on this machine (the ring's, a rank each)."""
+    for _ in range(100):
+        first = random.randrange(20_000, 60_000 - n)
+        try:
+            for port in range(first, first + n):
+                with socket.socket() as s:
+                    s.bind(("", port))
+        except OSError:
+            continue
+        return first
+    raise OSError(f"no {n} consecutive free ports")
+
+
+def launch(
+    source: ModelSource, settings: EngineSettings
+) -> tuple[Launched, Connection, Path | None]:
+    """Start the ranks and wait for rank 0 to call back; send it the model's order. The
+    launcher's process, and the server's end of rank 0's connection."""
+    key = os.urandom(32)
+    listener = Listener(("127.0.0.1", 0), authkey=key)
+    host, port = listener.address
+    ranks = settings.ranks if settings.hostfile is None else _hosts(settings.hostfile)
+    cmd = command(settings, f"{host}:{port}", key, free_ports(ranks))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([_root(), os.environ.get("PYTHONPATH", "")])}
+    # The ranks on this machine preload the BLAS an engine process does (the same kernels as
+    # the model served whole).
+    with gemv.engine_libraries(settings.blas) as forwarder:
+        popen = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    launched = Launched(popen)
+    conn = _accept(listener, launched)
+    conn.send((source.path, settings, source.adapter, source.draft))
+    return launched, conn, forwarder
+
+
+def _accept(listener: Listener, launched: Launched) -> Connection:
+    """Rank 0's connection, or OSError with what the ranks said if they end before it."""
+    done: list[Connection] = []
+    taker = threading.Thread(target=lambda: done.append(listener.accept()), daemon=True)
+    taker.start()
+    waited = 0.0
+    while not done and launched.is_alive() and waited < ACCEPT_S:
+        taker.join(0.2)
+        waited += 0.2
+    listener.close()
+    if not done:
+        launched.terminate()
+        raise OSError(f"the ranks did not start:\n{launched.tail()}")
+    return done[0]
+
+
+def _hosts(hostfile: str) -> int:
+    import json
+
+    return len(json.loads(Path(hostfile).read_text()))
+
+
+def _root() -> str:
+    """The folder this package is imported from (the ranks import the same Omni)."""
+    return str(Path(__file__).resolve().parents[3])

@@ -1,0 +1,116 @@
+"""A chat model sharded over two ranks on this machine's CPU (MLX's launcher, the ring backend
+over loopback, tensor parallel), as a user runs it (`omni serve --ranks 2`): its greedy answers
+are token for token those of the same model served whole, through chat and Responses, one at a
+time and eight at once; a rank killed mid-generation ends that response failed (recorded), the
+server goes on answering, and the next request loads the model's ranks again."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from omni.testing.llama import build_tiny_llama
+from tests.test_cli import serving
+
+PROMPTS = ["hello there", "The quick brown fox", "Numbers like 12345", "The capital of France",
+           "Omni records every event", "How are you today?", "lighthouse keeper",
+           "one two three"]  # fmt: skip
+FLAGS = ("--temp", "0", "--prompt-cache-disk-gb", "0")
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # Four heads and two KV heads: each rank takes half of each layer's.
+    return build_tiny_llama(tmp_path_factory.mktemp("ranks") / "tiny", layers=4, hidden=64)
+
+
+def chat(base: str, text: str) -> str:
+    body = {"model": "tiny", "messages": [{"role": "user", "content": text}], "max_tokens": 12}
+    got = httpx.post(f"{base}/v1/chat/completions", json=body, timeout=300)
+    assert got.status_code == 200, got.text
+    return str(got.json()["choices"][0]["message"]["content"])
+
+
+def respond(base: str, text: str) -> str:
+    body = {"model": "tiny", "input": text, "max_output_tokens": 12}
+    got = httpx.post(f"{base}/v1/responses", json=body, timeout=300)
+    assert got.status_code == 200, got.text
+    return str(got.json()["output"][0]["content"][0]["text"])
+
+
+def answers(base: str) -> tuple[list[str], list[str]]:
+    """Greedy answers one at a time (chat, then Responses), then eight chats at once."""
+    alone = [chat(base, t) for t in PROMPTS[:3]] + [respond(base, t) for t in PROMPTS[:3]]
+    with ThreadPoolExecutor(len(PROMPTS)) as pool:
+        together = list(pool.map(lambda t: chat(base, t), PROMPTS))
+    return alone, together
+
+
+def test_two_ranks_answer_as_the_model_served_whole(model: Path, tmp_path: Path) -> None:
+    with serving(model, tmp_path / "whole.db", "warning", None, *FLAGS) as (base, _):
+        whole = answers(base)
+    sharded = tmp_path / "sharded.db"
+    with serving(model, sharded, "warning", None, *FLAGS, "--ranks", "2") as (base, proc):
+        assert ranks_of(proc.pid) and len(ranks_of(proc.pid)) == 2
+        assert answers(base) == whole
+    assert not ranks_of(proc.pid)  # the ranks ended with the server
+
+
+def test_a_rank_killed_mid_generation(model: Path, tmp_path: Path) -> None:
+    log = tmp_path / "serve.log"
+    with serving(model, tmp_path / "omni.db", "info", log, *FLAGS, "--ranks", "2") as (base, proc):
+        body = {"model": "tiny", "input": "go", "max_output_tokens": 1800, "stream": True}
+        events: list[dict[str, Any]] = []
+        with httpx.stream("POST", f"{base}/v1/responses", json=body, timeout=300) as stream:
+            for line in stream.iter_lines():
+                if line.startswith("data: "):
+                    events.append(json.loads(line[6:]))
+                    if len(events) == 20:  # well into its generation
+                        os.kill(ranks_of(proc.pid)[-1], signal.SIGKILL)
+        assert events[-1]["type"] == "response.failed", events[-1]
+        assert httpx.get(f"{base}/health", timeout=30).status_code == 200
+        stored = httpx.get(f"{base}/v1/responses/{events[0]['response']['id']}", timeout=30)
+        assert stored.json()["status"] == "failed"
+        assert chat(base, "again")  # the model's ranks loaded again
+    said = log.read_text()
+    assert "the engine process exited unexpectedly" in said and "loading it again" in said
+
+
+def ranks_of(pid: int) -> list[int]:
+    """The rank processes under `pid` (the server), rank 0 first."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            todo.append(child)
+            if _is_rank(child):
+                found.append(child)
+    return sorted(found, key=_rank_number)
+
+
+def _is_rank(pid: int) -> bool:
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    # A rank runs the module itself; the launcher names it among its arguments.
+    return argv[1:3] == [b"-m", b"omni.runtime.chat.rank"]
+
+
+def _rank_number(pid: int) -> int:
+    env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return next(int(e.split(b"=", 1)[1]) for e in env if e.startswith(b"MLX_RANK="))
