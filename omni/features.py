@@ -158,4 +158,29 @@ def require(name: str) -> None:
 
 
 def every() -> list[dict[str, object]]:
-    return [f.facts() for f in FEATURES.values()]
+    return [*(f.facts() for f in FEATURES.values()), distributed()]
+
+
+def distributed() -> dict[str, object]:
+    """A model sharded over ranks (`omni serve --ranks N`): MLX's backends found here. The
+    ring (TCP) comes with MLX; MPI wants its mpirun; NCCL, MLX's CUDA build; JACCL, macOS
+    with RDMA over Thunderbolt."""
+    import shutil
+    from importlib import metadata
+
+    found = ["ring"]
+    if shutil.which("mpirun"):
+        found.append("mpi")
+    if sys.platform == "darwin":
+        found.append("jaccl")
+    elif any(d.name.startswith("mlx-cuda") for d in metadata.distributions()):  # not imported
+        found.append("nccl")
+    return {
+        "name": "distributed",
+        "extra": None,
+        "serves": f"--ranks N, --hostfile (MLX's backends here: {', '.join(found)})",
+        "available": True,
+        "install": None,
+        "reason": None,
+        "backends": found,
+    }

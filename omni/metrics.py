@@ -137,6 +137,13 @@ class Metrics:
             registry=self.registry,
         )
         self._prefilling: dict[str, tuple[str, int, int]] = {}
+        self.ranks = Gauge(
+            "omni_engine_ranks",
+            "The ranks each chat model is sharded over (omni serve --ranks), by MLX's backend"
+            " and the sharding",
+            ["backend", "sharding"],
+            registry=self.registry,
+        )
         for outcome in ("hit", "miss"):  # both series exist from the start, at 0
             self.replay_cache.labels(outcome)
 

@@ -39,7 +39,7 @@ from omni.service.sealing import Sealer
 from omni.service.speech import SpeechService
 from omni.service.stored import StoredCompletions
 from omni.service.transcriptions import TranscriptionsService
-from omni.settings import ServerSettings
+from omni.settings import Ranks, ServerSettings
 
 
 @dataclass(eq=False)
@@ -63,6 +63,7 @@ class Server:
     started_at: int
     sampler: Sampler  # the loaded models and their queues over time (the dashboard's)
     retention: Retention | None = None  # None: everything is kept
+    ranks: Ranks | None = None  # the chat models' ranks, where they are sharded
 
     @property
     def modalities(self) -> tuple[Modality, ...]:
@@ -150,6 +151,8 @@ async def build(
         image_fetcher=fetcher,
     )  # fmt: skip
     _watch(pool, figures, settings.prompt_cache_dir)
+    if (ranks := settings.ranks) is not None:
+        figures.ranks.labels(ranks.backend, ranks.sharding).set(ranks.count)
     pool.start()
     server = Server(
         pool, store, notifier, appender, leasing, figures,
@@ -166,6 +169,7 @@ async def build(
         StoredCompletions(store, appender),
         int(time.time()),
         _sampler(pool),
+        ranks=settings.ranks,
     )  # fmt: skip
     await server.recover()
     leasing.start(server.take_over)

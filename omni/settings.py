@@ -47,6 +47,20 @@ class ServerSettings:
     lease_s: float = 10.0  # how long a dead server's work waits before another takes it
     # The engines' prefix-cache disk tier (EngineSettings.prompt_cache_dir): /metrics reports it.
     prompt_cache_dir: str | None = None
+    ranks: Ranks | None = None  # the chat models' ranks, where they are sharded
+
+
+@dataclass(frozen=True)
+class Ranks:
+    """A chat model sharded over ranks (omni.runtime.chat.ranks), as /health, /metrics and the
+    inspector's dashboard show it."""
+
+    count: int
+    backend: str  # MLX's: ring, jaccl, mpi, nccl
+    sharding: str  # tensor or pipeline
+
+    def to_json(self) -> dict[str, object]:
+        return {"count": self.count, "backend": self.backend, "sharding": self.sharding}
 
 
 @dataclass(frozen=True)

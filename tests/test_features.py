@@ -99,3 +99,9 @@ def test_each_features_extra_names_the_distributions_of_what_its_worker_imports(
             where = f"{feature.name}: {module} comes from {given}"
             assert given & named, f"{where}, which [{feature.extra}] does not name"
             assert given & everything, f"{where}, which [all] does not name"
+
+
+def test_the_distributed_backends_found_here_are_listed() -> None:
+    [facts] = [f for f in features.every() if f["name"] == "distributed"]
+    assert facts["available"] and "ring" in facts["backends"]  # type: ignore[operator]
+    assert "--ranks N" in str(facts["serves"])

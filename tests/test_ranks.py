@@ -60,6 +60,13 @@ def test_two_ranks_answer_as_the_model_served_whole(model: Path, tmp_path: Path)
     with serving(model, sharded, "warning", None, *FLAGS, "--ranks", "2") as (base, proc):
         assert ranks_of(proc.pid) and len(ranks_of(proc.pid)) == 2
         assert answers(base) == whole
+        # Shown: /health, /metrics and the inspector's dashboard say what the model runs on.
+        said = {"count": 2, "backend": "ring", "sharding": "tensor"}
+        assert httpx.get(f"{base}/health", timeout=30).json() == {"status": "ok", "ranks": said}
+        metrics = httpx.get(f"{base}/metrics", timeout=30).text
+        assert 'omni_engine_ranks{backend="ring",sharding="tensor"} 2.0' in metrics
+        trends = httpx.get(f"{base}/inspect/api/trends", timeout=30).json()
+        assert trends["runtime"]["ranks"] == said
     assert not ranks_of(proc.pid)  # the ranks ended with the server
 
 

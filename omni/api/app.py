@@ -86,6 +86,8 @@ def create_app(settings: Settings, served: Models | Engine) -> Quart:
             running.store.check_file()  # a 503 once the log's file is deleted or replaced
         if running is not None and running.lifecycle.closing:  # so balancers look elsewhere
             return {"status": "shutting_down"}, 503
+        if settings.ranks is not None:  # the chat model's ranks: all up, or it is reloading
+            return {"status": "ok", "ranks": settings.ranks.to_json()}
         return {"status": "ok"}
 
     @app.before_serving

@@ -150,13 +150,14 @@ async def trends() -> Response:
     found = await _store().run_read(
         lambda c: Trends(c).read(span, model=model, owner=chosen, scope=who)
     )
-    sampler = current_server().sampler
+    sampler, ranks = current_server().sampler, current_server().ranks
     last = sampler.samples[-1].models if sampler.samples else ()
     runtime = {
         "since_ms": sampler.started_ms,
         "every_s": sampler.every_s,
         **sampler.series(span.start_ms, span.step_ms, span.buckets, model),
         "loaded_now": [m.model for m in last],
+        "ranks": None if ranks is None else ranks.to_json(),
     }
     return _fresh(
         {

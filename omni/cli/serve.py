@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import os
 import shutil
@@ -23,7 +24,7 @@ from omni.errors import OmniError
 from omni.heap import set_aside
 from omni.location import is_postgres, shown
 from omni.service.defaults import Defaults
-from omni.settings import EngineSettings, ServerSettings, engine_knobs
+from omni.settings import EngineSettings, Ranks, ServerSettings, engine_knobs
 
 if TYPE_CHECKING:
     from hypercorn.config import Config
@@ -177,7 +178,19 @@ def server_settings(
         image_fetch_timeout_s=args.image_fetch_timeout,
         # what /metrics reports (the engine's disk_tier measures the free space, once)
         prompt_cache_dir=None if args.prompt_cache_disk_gb == 0 else str(disk_folder(args)),
+        ranks=ranks(args),
     )
+
+
+def ranks(args: argparse.Namespace) -> Ranks | None:
+    """The chat models' ranks where --ranks or --hostfile shards them."""
+    if args.hostfile:
+        count = len(json.loads(Path(args.hostfile).read_text()))
+    elif args.ranks > 1:
+        count = args.ranks
+    else:
+        return None
+    return Ranks(count, args.distributed_backend, args.sharding)
 
 
 def sampling_defaults(args: argparse.Namespace) -> Defaults:

@@ -196,6 +196,9 @@ def load_engine(
     if group is not None:
         from omni.runtime.chat.rank import sharded
 
+        if adapter or draft_path:  # every rank stops here alike; rank 0 tells the server
+            raise ValueError("a sharded model takes no LoRA adapter and no draft model")
+
         model, tokenizer = sharded(path, group, settings.sharding)
     else:
         model, tokenizer = load(path, adapter_path=adapter)[:2]

@@ -79,7 +79,10 @@ function describe(body) {
   document.getElementById("step").textContent = step % 60 ? `${step} s` : `${step / 60} min`;
   document.getElementById("since").textContent = `since ${new Date(body.runtime.since_ms).toLocaleString()}`;
   const now = body.runtime.loaded_now;
-  document.getElementById("loaded-now").textContent = now.length ? `· now: ${now.join(", ")}` : "· none now";
+  // A sharded chat model says over how many ranks it runs (omni serve --ranks).
+  const ranks = body.runtime.ranks;
+  const sharded = ranks ? ` (chat models on ${ranks.count} ranks: ${ranks.sharding} parallel, ${ranks.backend})` : "";
+  document.getElementById("loaded-now").textContent = now.length ? `· now: ${now.join(", ")}${sharded}` : "· none now";
   choices(filters.elements.model, body.models, "every model");
   // A key sees its own rows alone; a server without keys has no owners to choose from.
   const owners = filters.elements.owner;
