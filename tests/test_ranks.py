@@ -1,5 +1,6 @@
 """A chat model sharded over two ranks on this machine's CPU (MLX's launcher, the ring backend
-over loopback, tensor parallel), as a user runs it (`omni serve --ranks 2`): its greedy answers
+over loopback), as a user runs it (`omni serve --ranks 2`), tensor parallel (a tiny llama) and
+pipeline parallel (a tiny Ministral 3: mlx-lm's llama does not pipeline): its greedy answers
 are token for token those of the same model served whole, through chat and Responses, one at a
 time and eight at once; a rank killed mid-generation ends that response failed (recorded), the
 server goes on answering, and the next request loads the model's ranks again."""
@@ -16,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from omni.testing.llama import build_tiny_llama
+from omni.testing.llama import build_tiny_llama, build_tiny_ministral3
 from tests.test_cli import serving
 
 PROMPTS = ["hello there", "The quick brown fox", "Numbers like 12345", "The capital of France",
@@ -29,6 +30,11 @@ FLAGS = ("--temp", "0", "--prompt-cache-disk-gb", "0")
 def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # Four heads and two KV heads: each rank takes half of each layer's.
     return build_tiny_llama(tmp_path_factory.mktemp("ranks") / "tiny", layers=4, hidden=64)
+
+
+@pytest.fixture(scope="module")
+def pipelined(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_ministral3(tmp_path_factory.mktemp("ranks") / "tiny")
 
 
 def chat(base: str, text: str) -> str:
@@ -53,18 +59,24 @@ def answers(base: str) -> tuple[list[str], list[str]]:
     return alone, together
 
 
-def test_two_ranks_answer_as_the_model_served_whole(model: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("sharding", ["tensor", "pipeline"])
+def test_two_ranks_answer_as_the_model_served_whole(
+    model: Path, pipelined: Path, tmp_path: Path, sharding: str
+) -> None:
+    if sharding == "pipeline":
+        model = pipelined
     with serving(model, tmp_path / "whole.db", "warning", None, *FLAGS) as (base, _):
         whole = answers(base)
     sharded = tmp_path / "sharded.db"
-    with serving(model, sharded, "warning", None, *FLAGS, "--ranks", "2") as (base, proc):
+    flags = (*FLAGS, "--ranks", "2", "--sharding", sharding)
+    with serving(model, sharded, "warning", None, *flags) as (base, proc):
         assert ranks_of(proc.pid) and len(ranks_of(proc.pid)) == 2
         assert answers(base) == whole
         # Shown: /health, /metrics and the inspector's dashboard say what the model runs on.
-        said = {"count": 2, "backend": "ring", "sharding": "tensor"}
+        said = {"count": 2, "backend": "ring", "sharding": sharding}
         assert httpx.get(f"{base}/health", timeout=30).json() == {"status": "ok", "ranks": said}
         metrics = httpx.get(f"{base}/metrics", timeout=30).text
-        assert 'omni_engine_ranks{backend="ring",sharding="tensor"} 2.0' in metrics
+        assert f'omni_engine_ranks{{backend="ring",sharding="{sharding}"}} 2.0' in metrics
         trends = httpx.get(f"{base}/inspect/api/trends", timeout=30).json()
         assert trends["runtime"]["ranks"] == said
     assert not ranks_of(proc.pid)  # the ranks ended with the server

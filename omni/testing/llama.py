@@ -88,6 +88,31 @@ def build_tiny_llama(
     return out
 
 
+def build_tiny_ministral3(out: Path, *, layers: int = 4, hidden: int = 64, seed: int = 0) -> Path:
+    """A tiny random-weight Ministral 3 (a llama with rope scaling): of mlx-lm's models one
+    that both shards (tensor parallel) and pipelines; its weight index as sharded_load asks."""
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+    from mlx_lm.models import ministral3
+
+    out.mkdir(parents=True, exist_ok=True)
+    build_tokenizer(out)
+    vocab = len(json.loads((out / "tokenizer.json").read_text())["model"]["vocab"]) + 3
+    rope = {"rope_theta": 10000.0, "rope_type": "default", "llama_4_scaling_beta": 0.1,
+            "original_max_position_embeddings": 2048}  # fmt: skip
+    config = {**llama_config(hidden, layers, vocab), "model_type": "ministral3",
+              "tie_word_embeddings": False, "rope_parameters": rope}  # fmt: skip
+    mx.random.seed(seed)
+    model = ministral3.Model(ministral3.ModelArgs(**config))
+    flat: list[tuple[str, mx.array]] = tree_flatten(model.parameters())  # type: ignore[assignment]
+    params = {k: v * 8 if k.startswith("lm_head") else v for k, v in flat}
+    mx.save_safetensors(str(out / "model.safetensors"), params)
+    (out / "config.json").write_text(json.dumps(config, indent=2))
+    index = {"metadata": {}, "weight_map": dict.fromkeys(params, "model.safetensors")}
+    (out / "model.safetensors.index.json").write_text(json.dumps(index))
+    return out
+
+
 def llama_config(hidden: int, layers: int, vocab: int) -> dict[str, Any]:
     """A tiny llama's config.json (4 heads, 2 of keys and values)."""
     return {
