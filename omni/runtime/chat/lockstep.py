@@ -17,6 +17,8 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
+FIRST = 512  # bytes of the first collective of a share: a look with a few messages fits
+
 
 class Gone:
     """Shared by rank 0 when the server's pipe is gone: every rank stops."""
@@ -29,18 +31,31 @@ class _Look:
 
 
 def share(group: Any, value: Any, stream: Any = None) -> Any:
-    """`value` as rank 0 has it, on every rank (the others pass anything): pickled, its size
-    then its bytes summed over the group, where only rank 0's are not zeros. On `stream`, the
-    model's: collectives on two streams could pair up in another order on each rank."""
+    """`value` as rank 0 has it, on every rank (the others pass anything): pickled, summed over
+    the group where only rank 0's bytes are not zeros; in one collective of FIRST bytes (its
+    length, then the start of the pickle), a second for any rest. On `stream`, the model's:
+    collectives on two streams could pair up in another order on each rank."""
     lead = group.rank() == 0
     on = mx.cpu if stream is None else stream
-    data = np.frombuffer(pickle.dumps(value), dtype=np.uint8) if lead else None
-    size = mx.array([0 if data is None else data.size], dtype=mx.int64)
-    n = int(np.array(mx.distributed.all_sum(size, group=group, stream=on))[0])
-    raw = mx.array(data) if data is not None else mx.zeros((n,), dtype=mx.uint8)
-    summed = mx.distributed.all_sum(raw, group=group, stream=on)
+    data = pickle.dumps(value) if lead else b""
+    first = np.zeros(FIRST, dtype=np.uint8)
+    if lead:
+        head = len(data).to_bytes(8, "little") + data[: FIRST - 8]
+        first[: len(head)] = np.frombuffer(head, dtype=np.uint8)
+    got = np.array(_summed(first, group, on))
+    n = int.from_bytes(got[:8].tobytes(), "little")
+    body = got[8 : 8 + n].tobytes()
+    if n > FIRST - 8:  # the rest, in a second collective
+        rest = np.frombuffer(data[FIRST - 8 :], dtype=np.uint8) if lead else None
+        zeros = np.zeros(n - (FIRST - 8), dtype=np.uint8)
+        body += np.array(_summed(zeros if rest is None else rest, group, on)).tobytes()
+    return value if lead else pickle.loads(body)
+
+
+def _summed(data: np.ndarray[Any, Any], group: Any, stream: Any) -> Any:
+    summed = mx.distributed.all_sum(mx.array(data), group=group, stream=stream)
     mx.eval(summed)
-    return value if lead else pickle.loads(np.array(summed).tobytes())
+    return summed
 
 
 class Lockstep:
@@ -51,6 +66,7 @@ class Lockstep:
         self.group, self.conn = group, conn
         self.stream: Any = None  # the model's, once it is loaded (share)
         self._read: deque[Any] = deque()
+        self._fresh = False  # the last look brought messages (poll)
         self._at = time.perf_counter()
 
     def clock(self) -> float:
@@ -59,6 +75,9 @@ class Lockstep:
 
     def poll(self, timeout: float | None = None) -> bool:
         if not self._read:
+            if self._fresh and timeout == 0:  # what came with the last look is all there is,
+                self._fresh = False  # for now: on every rank alike, with no collective
+                return False
             self._look(timeout)
         return bool(self._read)
 
@@ -91,3 +110,4 @@ class Lockstep:
         shared: _Look = share(self.group, look, self.stream)
         self._at = shared.at
         self._read.extend(shared.messages)
+        self._fresh = bool(shared.messages)

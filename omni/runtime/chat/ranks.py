@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 import socket
 import subprocess
 import sys
@@ -57,12 +58,17 @@ class Launched:
             pass
 
     def terminate(self) -> None:
-        if self.is_alive():
-            self.popen.terminate()
+        self._signal(signal.SIGTERM)
 
     def kill(self) -> None:
-        if self.is_alive():
-            self.popen.kill()
+        self._signal(signal.SIGKILL)
+
+    def _signal(self, sig: int) -> None:
+        """To the launcher and every rank it started on this machine (its process group)."""
+        try:
+            os.killpg(self.popen.pid, sig)
+        except ProcessLookupError:  # all gone already
+            pass
 
     @property
     def exitcode(self) -> int | None:
@@ -108,7 +114,10 @@ def launch(
     # The ranks on this machine preload the BLAS an engine process does (the same kernels as
     # the model served whole).
     with gemv.engine_libraries(settings.blas) as forwarder:
-        popen = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+        popen = subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
+            start_new_session=True,  # its group: stopping it stops every rank it started
+        )  # fmt: skip
     launched = Launched(popen)
     conn = _accept(listener, launched)
     conn.send((source.path, settings, source.adapter, source.draft))
