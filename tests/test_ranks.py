@@ -17,7 +17,10 @@ from typing import Any
 import httpx
 import pytest
 
+from omni.runtime.chat.engine import MLXEngine
+from omni.runtime.loading.source import ModelSource
 from omni.testing.llama import build_tiny_llama, build_tiny_ministral3
+from tests.server import running
 from tests.test_cli import serving
 
 PROMPTS = ["hello there", "The quick brown fox", "Numbers like 12345", "The capital of France",
@@ -38,14 +41,15 @@ def pipelined(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def chat(base: str, text: str) -> str:
-    body = {"model": "tiny", "messages": [{"role": "user", "content": text}], "max_tokens": 12}
+    body = {"model": "tiny", "messages": [{"role": "user", "content": text}], "max_tokens": 12,
+            "temperature": 0}  # fmt: skip
     got = httpx.post(f"{base}/v1/chat/completions", json=body, timeout=300)
     assert got.status_code == 200, got.text
     return str(got.json()["choices"][0]["message"]["content"])
 
 
 def respond(base: str, text: str) -> str:
-    body = {"model": "tiny", "input": text, "max_output_tokens": 12}
+    body = {"model": "tiny", "input": text, "max_output_tokens": 12, "temperature": 0}
     got = httpx.post(f"{base}/v1/responses", json=body, timeout=300)
     assert got.status_code == 200, got.text
     return str(got.json()["output"][0]["content"][0]["text"])
@@ -65,8 +69,14 @@ def test_two_ranks_answer_as_the_model_served_whole(
 ) -> None:
     if sharding == "pipeline":
         model = pipelined
-    with serving(model, tmp_path / "whole.db", "warning", None, *FLAGS) as (base, _):
-        whole = answers(base)
+    # The model whole, in this process (its engine in a process of its own, as always).
+    engine = MLXEngine(ModelSource(str(model), "tiny"))
+    engine.start()
+    try:
+        with running(engine, tmp_path / "whole.db") as (srv, _):
+            whole = answers(srv.base_url)
+    finally:
+        engine.close()
     sharded = tmp_path / "sharded.db"
     flags = (*FLAGS, "--ranks", "2", "--sharding", sharding)
     with serving(model, sharded, "warning", None, *flags) as (base, proc):
