@@ -70,7 +70,6 @@ def build_tiny_llama(
     <think> and </think> tokens and a template that opens the block; `extra_tokens`: more
     added tokens, such as a family's call markers)."""
     import mlx.core as mx
-    from mlx.utils import tree_flatten
     from mlx_lm.models import llama
 
     out.mkdir(parents=True, exist_ok=True)
@@ -79,20 +78,27 @@ def build_tiny_llama(
     config = {**llama_config(hidden, layers, vocab), "rope_theta": 10000.0,
               "tie_word_embeddings": False}  # fmt: skip
     mx.random.seed(seed)
-    model = llama.Model(llama.ModelArgs(**config))
+    _save(out, llama.Model(llama.ModelArgs(**config)), config)
+    return out
+
+
+def _save(out: Path, model: Any, config: dict[str, Any]) -> list[str]:
+    """A random model's weights and config into `out`; the weights' names."""
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+
     # A wide random head gives varied greedy text rather than one repeated token.
     flat: list[tuple[str, mx.array]] = tree_flatten(model.parameters())  # type: ignore[assignment]
     params = {k: v * 8 if k.startswith("lm_head") else v for k, v in flat}
     mx.save_safetensors(str(out / "model.safetensors"), params)
     (out / "config.json").write_text(json.dumps(config, indent=2))
-    return out
+    return list(params)
 
 
 def build_tiny_ministral3(out: Path, *, layers: int = 4, hidden: int = 64, seed: int = 0) -> Path:
     """A tiny random-weight Ministral 3 (a llama with rope scaling): of mlx-lm's models one
     that both shards (tensor parallel) and pipelines; its weight index as sharded_load asks."""
     import mlx.core as mx
-    from mlx.utils import tree_flatten
     from mlx_lm.models import ministral3
 
     out.mkdir(parents=True, exist_ok=True)
@@ -103,12 +109,8 @@ def build_tiny_ministral3(out: Path, *, layers: int = 4, hidden: int = 64, seed:
     config = {**llama_config(hidden, layers, vocab), "model_type": "ministral3",
               "tie_word_embeddings": False, "rope_parameters": rope}  # fmt: skip
     mx.random.seed(seed)
-    model = ministral3.Model(ministral3.ModelArgs(**config))
-    flat: list[tuple[str, mx.array]] = tree_flatten(model.parameters())  # type: ignore[assignment]
-    params = {k: v * 8 if k.startswith("lm_head") else v for k, v in flat}
-    mx.save_safetensors(str(out / "model.safetensors"), params)
-    (out / "config.json").write_text(json.dumps(config, indent=2))
-    index = {"metadata": {}, "weight_map": dict.fromkeys(params, "model.safetensors")}
+    names = _save(out, ministral3.Model(ministral3.ModelArgs(**config)), config)
+    index = {"metadata": {}, "weight_map": dict.fromkeys(names, "model.safetensors")}
     (out / "model.safetensors.index.json").write_text(json.dumps(index))
     return out
 
