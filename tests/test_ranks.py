@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from omni.runtime.chat.engine import MLXEngine
+from omni.runtime.chat.ranks import named
 from omni.runtime.loading.source import ModelSource
 from omni.testing.llama import build_tiny_llama, build_tiny_ministral3
 from tests.server import running
@@ -143,3 +144,16 @@ def _is_rank(pid: int) -> bool:
 def _rank_number(pid: int) -> int:
     env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     return next(int(e.split(b"=", 1)[1]) for e in env if e.startswith(b"MLX_RANK="))
+
+
+def test_the_launchers_word_of_a_rank_that_exited_names_its_host() -> None:
+    said = [
+        "[WARN] Node with rank 1 exited with code 1",
+        "Traceback ...",
+        "rank 0 exited with code -15",
+    ]
+    assert named(said, ["mac1", "mac2"]) == (
+        "rank 1 (on mac2) exited with code 1; rank 0 (on mac1) exited with code -15"
+    )
+    assert named(said[:1], None) == "rank 1 (on this machine) exited with code 1"
+    assert named(["nothing of ranks"], None) == ""

@@ -30,6 +30,7 @@ from omni.ports.jobs import Failed, Finished, Job, Output, Prefilled, Started
 from omni.runtime.chat import delivery, tokenizer, wire, worker
 from omni.runtime.chat.delivery import HOLD_MIN, HOLD_S, Pending
 from omni.runtime.chat.generation_config import recommended_sampling
+from omni.runtime.chat.ranks import Launched
 from omni.runtime.chat.worker import config_context_length
 from omni.runtime.loading.source import ModelSource
 from omni.runtime.model_process import stop_process
@@ -150,7 +151,8 @@ class MLXEngine:
             message = conn.recv()
         except (EOFError, OSError):
             process.join()
-            message = wire.LoadFailed(f"the engine process exited ({process.exitcode})")
+            why = process.why() if isinstance(process, Launched) else process.exitcode
+            message = wire.LoadFailed(f"the engine process exited ({why})")
         finally:  # loaded (or gone) by now: its mapping outlives the file
             if forwarder is not None:
                 shutil.rmtree(forwarder.parent, ignore_errors=True)

@@ -6,8 +6,10 @@ made for this start); the launcher's process stands for the engine's process."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -25,14 +27,15 @@ KEY = "OMNI_RANK_KEY"  # its authentication key, hex
 # mlx.launch, as its own script runs it (its module has no __main__), by this interpreter.
 LAUNCHER = "import sys; from mlx._distributed_utils.launch import main; sys.exit(main())"
 ACCEPT_S = 600.0  # the longest the ranks may take to start and rank 0 to call back
+EXITED = re.compile(r"rank (\d+) exited with code (-?\d+)")  # the launcher's own words
 
 
 class Launched:
     """The launcher's process, as the engine handles its process (is_alive, join, terminate,
     exitcode); what the ranks wrote to stderr, the last lines kept for a failed start."""
 
-    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
-        self.popen = popen
+    def __init__(self, popen: subprocess.Popen[bytes], hosts: list[str] | None = None) -> None:
+        self.popen, self.hosts = popen, hosts
         self.pid = popen.pid
         self._tail: list[str] = []
         self._reader = threading.Thread(target=self._read, name="omni-ranks-log", daemon=True)
@@ -47,6 +50,10 @@ class Launched:
 
     def tail(self) -> str:
         return "\n".join(self._tail)
+
+    def why(self) -> str:
+        """Which ranks exited, on which hosts, as the launcher said; else its last lines."""
+        return named(self._tail, self.hosts) or self.tail()
 
     def is_alive(self) -> bool:
         return self.popen.poll() is None
@@ -118,7 +125,7 @@ def launch(
             cmd, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
             start_new_session=True,  # its group: stopping it stops every rank it started
         )  # fmt: skip
-    launched = Launched(popen)
+    launched = Launched(popen, _host_names(settings.hostfile) if settings.hostfile else None)
     conn = _accept(listener, launched)
     conn.send((source.path, settings, source.adapter, source.draft))
     return launched, conn, forwarder
@@ -136,14 +143,29 @@ def _accept(listener: Listener, launched: Launched) -> Connection:
     listener.close()
     if not done:
         launched.terminate()
-        raise OSError(f"the ranks did not start:\n{launched.tail()}")
+        raise OSError(f"the ranks did not start: {launched.why()}")
     return done[0]
 
 
 def _hosts(hostfile: str) -> int:
-    import json
+    return len(_host_names(hostfile))
 
-    return len(json.loads(Path(hostfile).read_text()))
+
+def _host_names(hostfile: str) -> list[str]:
+    """The hosts of an MLX host file, rank by rank (its `ssh` names)."""
+    return [str(h.get("ssh", "?")) for h in json.loads(Path(hostfile).read_text())]
+
+
+def named(lines: list[str], hosts: list[str] | None) -> str:
+    """The launcher's word of each rank that exited, with its host ("this machine" for local
+    ranks): "rank 1 (on mac2) exited with code 1"."""
+    said = []
+    for line in lines:
+        if (found := EXITED.search(line)) is not None:
+            rank, code = int(found[1]), found[2]
+            host = "this machine" if hosts is None else hosts[rank % len(hosts)]
+            said.append(f"rank {rank} (on {host}) exited with code {code}")
+    return "; ".join(said)
 
 
 def _root() -> str:
