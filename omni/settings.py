@@ -52,12 +52,15 @@ class ServerSettings:
 
 @dataclass(frozen=True)
 class Ranks:
-    """A chat model sharded over ranks (omni.runtime.chat.ranks), as /health, /metrics and the
-    inspector's dashboard show it."""
+    """A chat model sharded over ranks that MLX's launcher starts (omni.runtime.chat.ranks):
+    how many, where, over which backend, split how; /health, /metrics and the dashboard say
+    it too."""
 
     count: int
-    backend: str  # MLX's: ring, jaccl, mpi, nccl
-    sharding: str  # tensor or pipeline
+    backend: str = "ring"  # MLX's: ring, jaccl, mpi, nccl
+    sharding: str = "tensor"  # or pipeline
+    hostfile: str | None = None  # an MLX host file (several machines); None: this machine
+    hosts: tuple[str, ...] = ()  # its hosts, rank by rank
 
     def to_json(self) -> dict[str, object]:
         return {"count": self.count, "backend": self.backend, "sharding": self.sharding}
@@ -72,13 +75,7 @@ class EngineSettings:
     prompt_cache_dir: str | None = None
     prompt_cache_disk_bytes: int = 0
     model_id: str = ""  # the engine's model, as the server names it (set as its process starts)
-    # A model sharded over ranks that MLX's launcher starts (omni.runtime.chat.ranks): how
-    # many on this machine, or a host file of MLX's (several machines); the backend
-    # (mlx.launch's: ring, jaccl, mpi, nccl); tensor or pipeline parallel.
-    ranks: int = 1
-    hostfile: str | None = None
-    backend: str = "ring"
-    sharding: str = "tensor"
+    ranks: Ranks | None = None  # the chat model sharded over ranks (None: whole)
     max_batch: int = 32
     # Extra arguments for every chat-template render (`--chat-template-args`).
     template_args: dict[str, Any] = field(default_factory=dict)

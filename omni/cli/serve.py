@@ -85,8 +85,9 @@ def _serve(args: argparse.Namespace) -> None:
     db.inspect(args.db)
     entries, default, aliases = _catalogue_and_default(args)
     db.upgrade(args.db, verify=False)  # inspect() has read every page
-    models = _models(args, entries, default, aliases)
-    settings = server_settings(args, gate, allowed_images)
+    sharded = ranks(args)
+    models = _models(args, entries, default, aliases, sharded)
+    settings = server_settings(args, gate, allowed_images, sharded)
     app = create_app(settings, models)
     # Runs after the app's own start-up hooks (Quart runs them in order), recovery included.
     # Here, not in create_app: tests build many apps in one process. Runs that recovery
@@ -119,7 +120,11 @@ def _catalogue_and_default(
 
 
 def _models(
-    args: argparse.Namespace, entries: list[ModelEntry], default: str, aliases: dict[str, str]
+    args: argparse.Namespace,
+    entries: list[ModelEntry],
+    default: str,
+    aliases: dict[str, str],
+    sharded: Ranks | None = None,
 ) -> Models:
     """The model pool, its default loaded (a start that cannot serve it fails here)."""
     from omni.runtime.embeddings.default import DEFAULT_EMBEDDING_ID
@@ -127,7 +132,7 @@ def _models(
     from omni.runtime.transcription.default import DEFAULT_TRANSCRIPTION_ID
     from omni.service.models import Models
 
-    loader = Loader(omni_home(), engine_settings(args), _progress)
+    loader = Loader(omni_home(), engine_settings(args, sharded), _progress)
     models = Models(
         entries,
         loader,
@@ -155,7 +160,7 @@ def _models(
 
 
 def server_settings(
-    args: argparse.Namespace, gate: Access, allowed_images: ImageHosts
+    args: argparse.Namespace, gate: Access, allowed_images: ImageHosts, sharded: Ranks | None
 ) -> ServerSettings:
     """The server's settings: its flags, and who may reach it."""
     return ServerSettings(
@@ -178,19 +183,20 @@ def server_settings(
         image_fetch_timeout_s=args.image_fetch_timeout,
         # what /metrics reports (the engine's disk_tier measures the free space, once)
         prompt_cache_dir=None if args.prompt_cache_disk_gb == 0 else str(disk_folder(args)),
-        ranks=ranks(args),
+        ranks=sharded,
     )
 
 
 def ranks(args: argparse.Namespace) -> Ranks | None:
-    """The chat models' ranks where --ranks or --hostfile shards them."""
+    """The chat models' ranks where --ranks or --hostfile shards them (a host file's hosts
+    are its `ssh` names, rank by rank)."""
+    hosts: tuple[str, ...] = ()
     if args.hostfile:
-        count = len(json.loads(Path(args.hostfile).read_text()))
-    elif args.ranks > 1:
-        count = args.ranks
-    else:
+        hosts = tuple(str(h.get("ssh", "?")) for h in json.loads(Path(args.hostfile).read_text()))
+    elif args.ranks <= 1:
         return None
-    return Ranks(count, args.distributed_backend, args.sharding)
+    return Ranks(len(hosts) or args.ranks, args.distributed_backend, args.sharding,
+                 args.hostfile, hosts)  # fmt: skip
 
 
 def sampling_defaults(args: argparse.Namespace) -> Defaults:
@@ -198,7 +204,7 @@ def sampling_defaults(args: argparse.Namespace) -> Defaults:
     return Defaults(args.temp, args.top_p, args.max_tokens)
 
 
-def engine_settings(args: argparse.Namespace) -> EngineSettings:
+def engine_settings(args: argparse.Namespace, sharded: Ranks | None = None) -> EngineSettings:
     """The engine's settings: its flags, and the knobs tests and benchmarks set in the
     environment (a knob set wrong: one line, as a flag's would be)."""
     try:
@@ -216,10 +222,7 @@ def engine_settings(args: argparse.Namespace) -> EngineSettings:
         blas=args.blas,
         weights=args.weights,
         num_draft_tokens=args.num_draft_tokens,
-        ranks=args.ranks,
-        hostfile=args.hostfile,
-        backend=args.distributed_backend,
-        sharding=args.sharding,
+        ranks=sharded,
         **knobs,
     )
 

@@ -21,7 +21,7 @@ from omni.cli.options import (
     parsed,
     shown_default,
 )
-from omni.settings import EngineSettings, ServerSettings
+from omni.settings import EngineSettings, Ranks, ServerSettings
 
 SERVER, ENGINE = ServerSettings, EngineSettings  # the defaults
 DISK_CAP_GB = 50  # the disk tier's default size: a tenth of the free space, at most this
@@ -178,7 +178,7 @@ def _add_runtime(serve: argparse.ArgumentParser) -> None:
 def _add_ranks(serve: argparse.ArgumentParser) -> None:
     """A model sharded over ranks that MLX's launcher starts (docs/distributed.md)."""
     add_number(serve, Number(
-        "--ranks", int, 1, 1024, str(ENGINE.ranks),
+        "--ranks", int, 1, 1024, "1",
         "shard the chat model over this many ranks on this machine (MLX's launcher starts"
         " them; 1: none)"))  # fmt: skip
     serve.add_argument(
@@ -191,14 +191,14 @@ def _add_ranks(serve: argparse.ArgumentParser) -> None:
     serve.add_argument(
         "--distributed-backend",
         choices=("ring", "jaccl", "mpi", "nccl"),
-        default=env("DISTRIBUTED_BACKEND", ENGINE.backend),
+        default=env("DISTRIBUTED_BACKEND", Ranks.backend),
         help="MLX's backend between the ranks: ring (TCP), jaccl (Thunderbolt RDMA between"
         " Macs), mpi, nccl (NVIDIA GPUs) (default: %(default)s)",
     )
     serve.add_argument(
         "--sharding",
         choices=("tensor", "pipeline"),
-        default=env("SHARDING", ENGINE.sharding),
+        default=env("SHARDING", Ranks.sharding),
         help="how the ranks split the model: each layer's weights (tensor) or the layers"
         " (pipeline), as mlx-lm's model supports it (default: %(default)s)",
     )

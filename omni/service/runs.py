@@ -13,6 +13,7 @@ from typing import Any
 
 from omni.errors import Overloaded, ShuttingDown, StoreError
 from omni.events import Append, Appender, EventLog, NewEvent, Notifier, StoredEvent
+from omni.events.maintenance import streams_of
 from omni.metrics import UNREAD, Metrics
 from omni.ports.chat import Engine
 from omni.ports.jobs import Delta, Failed, Finished, Output, Prefilled
@@ -265,9 +266,7 @@ class Runs:
         await run.released.wait()
         await self.notifier.wait_idle(run.stream_id)
         try:
-            await self.store.purge(
-                [run.stream_id, request_stream(run.stream_id), progress_stream(run.stream_id)]
-            )
+            await self.store.purge(streams_of([run.stream_id]))
         except StoreError as exc:  # start-up recovery purges what is left
             log.debug("purge of %s failed: %s", run.stream_id, exc)
 

@@ -16,16 +16,17 @@ import mlx.core as mx
 
 from omni.runtime.chat.lockstep import Lockstep, share
 from omni.runtime.chat.ranks import ADDRESS, KEY
+from omni.settings import Ranks
 
 log = logging.getLogger(__name__)
 
 
-def sharded(path: str, group: Any, how: str) -> tuple[Any, Any]:
-    """This rank's shard of the model at `path` and its tokenizer (`how`: tensor or
-    pipeline parallel, as mlx-lm's model supports it)."""
+def sharded(path: str, group: Any, ranks: Ranks | None) -> tuple[Any, Any]:
+    """This rank's shard of the model at `path` and its tokenizer (tensor or pipeline
+    parallel, as `ranks` says and mlx-lm's model supports)."""
     from mlx_lm.utils import sharded_load
 
-    if how == "pipeline":
+    if ranks is not None and ranks.sharding == "pipeline":
         model, tokenizer = sharded_load(path, pipeline_group=group)[:2]
     else:
         model, tokenizer = sharded_load(path, tensor_group=group)[:2]

@@ -6,7 +6,6 @@ made for this start); the launcher's process stands for the engine's process."""
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import re
@@ -20,7 +19,7 @@ from pathlib import Path
 
 from omni.runtime.loading.source import ModelSource
 from omni.runtime.platform import gemv
-from omni.settings import EngineSettings
+from omni.settings import EngineSettings, Ranks
 
 ADDRESS = "OMNI_RANK_SERVER"  # host:port of the server's listener, for rank 0
 KEY = "OMNI_RANK_KEY"  # its authentication key, hex
@@ -82,12 +81,12 @@ class Launched:
         return self.popen.poll()
 
 
-def command(settings: EngineSettings, address: str, key: bytes, port: int) -> list[str]:
+def command(ranks: Ranks, address: str, key: bytes, port: int) -> list[str]:
     """mlx.launch's command line for the ranks (`port`: the first of the ring's ports)."""
-    where = ["--hostfile", settings.hostfile] if settings.hostfile else ["-n", str(settings.ranks)]
+    where = ["--hostfile", ranks.hostfile] if ranks.hostfile else ["-n", str(ranks.count)]
     return [
         sys.executable, "-c", LAUNCHER,
-        "--backend", settings.backend, *where, "--starting-port", str(port),
+        "--backend", ranks.backend, *where, "--starting-port", str(port),
         "--env", f"{ADDRESS}={address}", "--env", f"{KEY}={key.hex()}",
         "--", sys.executable, "-m", "omni.runtime.chat.rank",
     ]  # fmt: skip
@@ -108,15 +107,14 @@ def free_ports(n: int) -> int:
 
 
 def launch(
-    source: ModelSource, settings: EngineSettings
+    source: ModelSource, settings: EngineSettings, ranks: Ranks
 ) -> tuple[Launched, Connection, Path | None]:
-    """Start the ranks and wait for rank 0 to call back; send it the model's order. The
-    launcher's process, and the server's end of rank 0's connection."""
+    """Start `ranks` (settings.ranks) and wait for rank 0 to call back; send it the model's
+    order. The launcher's process, and the server's end of rank 0's connection."""
     key = os.urandom(32)
     listener = Listener(("127.0.0.1", 0), authkey=key)
     host, port = listener.address
-    ranks = settings.ranks if settings.hostfile is None else _hosts(settings.hostfile)
-    cmd = command(settings, f"{host}:{port}", key, free_ports(ranks))
+    cmd = command(ranks, f"{host}:{port}", key, free_ports(ranks.count))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([_root(), os.environ.get("PYTHONPATH", "")])}
     # The ranks on this machine preload the BLAS an engine process does (the same kernels as
     # the model served whole).
@@ -125,7 +123,7 @@ def launch(
             cmd, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
             start_new_session=True,  # its group: stopping it stops every rank it started
         )  # fmt: skip
-    launched = Launched(popen, _host_names(settings.hostfile) if settings.hostfile else None)
+    launched = Launched(popen, list(ranks.hosts) or None)
     conn = _accept(listener, launched)
     conn.send((source.path, settings, source.adapter, source.draft))
     return launched, conn, forwarder
@@ -145,15 +143,6 @@ def _accept(listener: Listener, launched: Launched) -> Connection:
         launched.terminate()
         raise OSError(f"the ranks did not start: {launched.why()}")
     return done[0]
-
-
-def _hosts(hostfile: str) -> int:
-    return len(_host_names(hostfile))
-
-
-def _host_names(hostfile: str) -> list[str]:
-    """The hosts of an MLX host file, rank by rank (its `ssh` names)."""
-    return [str(h.get("ssh", "?")) for h in json.loads(Path(hostfile).read_text())]
 
 
 def named(lines: list[str], hosts: list[str] | None) -> str:

@@ -128,10 +128,10 @@ def spawn(
     with the engine's BLAS preloaded (omni.runtime.platform.gemv): the process, the server's end
     of its pipe, and the preloaded forwarder's file, to remove once the model is loaded."""
     settings = dataclasses.replace(settings, model_id=source.model_id)
-    if settings.ranks > 1 or settings.hostfile:
+    if (ranks := settings.ranks) is not None:
         from omni.runtime.chat.ranks import launch
 
-        return launch(source, settings)
+        return launch(source, settings, ranks)
     ctx = multiprocessing.get_context("spawn")  # never fork a process that holds threads
     conn, child = ctx.Pipe()
     process = ctx.Process(
@@ -199,7 +199,7 @@ def load_engine(
         if adapter or draft_path:  # every rank stops here alike; rank 0 tells the server
             raise ValueError("a sharded model takes no LoRA adapter and no draft model")
 
-        model, tokenizer = sharded(path, group, settings.sharding)
+        model, tokenizer = sharded(path, group, settings.ranks)
     else:
         model, tokenizer = load(path, adapter_path=adapter)[:2]
     library = None if on_gpu() else blas.in_use()
