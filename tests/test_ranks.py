@@ -2,14 +2,17 @@
 over loopback), as a user runs it (`omni serve --ranks 2`), tensor parallel (a tiny llama) and
 pipeline parallel (a tiny Ministral 3: mlx-lm's llama does not pipeline): its greedy answers
 are token for token those of the same model served whole, through chat and Responses, one at a
-time and eight at once; a rank killed mid-generation ends that response failed (recorded), the
-server goes on answering, and the next request loads the model's ranks again."""
+time and eight at once. A rank killed under a background response: the response goes on once
+the ranks are loaded again; a rank stopped under a foreground one (a dropped link, for the
+others): it ends failed (recorded) after --rank-timeout, the server answering meanwhile, and the
+next request loads the ranks again."""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -93,24 +96,51 @@ def test_two_ranks_answer_as_the_model_served_whole(
     assert not ranks_of(proc.pid)  # the ranks ended with the server
 
 
-def test_a_rank_killed_mid_generation(model: Path, tmp_path: Path) -> None:
+def test_a_rank_that_dies_or_stops(model: Path, tmp_path: Path) -> None:
     log = tmp_path / "serve.log"
-    with serving(model, tmp_path / "omni.db", "info", log, *FLAGS, "--ranks", "2") as (base, proc):
+    flags = (*FLAGS, "--ranks", "2", "--rank-timeout", "3")
+    with serving(model, tmp_path / "omni.db", "info", log, *flags) as (base, proc):
+        # A rank killed under a background response: it goes on once the ranks are back, from
+        # its recorded tokens, in the same stream.
+        body = {"model": "tiny", "input": "go", "max_output_tokens": 500, "stream": True,
+                "background": True, "temperature": 0}  # fmt: skip
+        events = streamed(base, body, lambda: os.kill(ranks_of(proc.pid)[-1], signal.SIGKILL))
+        ended = events[-1]["response"]
+        assert ended["incomplete_details"] == {"reason": "max_output_tokens"}, ended["error"]
+        assert ended["usage"]["output_tokens"] == 500
+        assert [e["sequence_number"] for e in events] == list(range(len(events)))
+        text = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
+        assert events[-1]["response"]["output"][0]["content"][0]["text"] == text
+        # A rank stopped (a link down, for the others) under a foreground one: it ends failed
+        # once the ranks have gone --rank-timeout without a step, and the server answers
+        # meanwhile.
         body = {"model": "tiny", "input": "go", "max_output_tokens": 1800, "stream": True}
-        events: list[dict[str, Any]] = []
-        with httpx.stream("POST", f"{base}/v1/responses", json=body, timeout=300) as stream:
-            for line in stream.iter_lines():
-                if line.startswith("data: "):
-                    events.append(json.loads(line[6:]))
-                    if len(events) == 20:  # well into its generation
-                        os.kill(ranks_of(proc.pid)[-1], signal.SIGKILL)
+
+        def stop() -> None:
+            os.kill(ranks_of(proc.pid)[-1], signal.SIGSTOP)
+            assert httpx.get(f"{base}/health", timeout=30).status_code == 200
+
+        events = streamed(base, body, stop)
         assert events[-1]["type"] == "response.failed", events[-1]
-        assert httpx.get(f"{base}/health", timeout=30).status_code == 200
+        assert "stopped answering" in events[-1]["response"]["error"]["message"]
         stored = httpx.get(f"{base}/v1/responses/{events[0]['response']['id']}", timeout=30)
         assert stored.json()["status"] == "failed"
         assert chat(base, "again")  # the model's ranks loaded again
     said = log.read_text()
     assert "the engine process exited unexpectedly" in said and "loading it again" in said
+    assert "continuing resp_" in said
+
+
+def streamed(base: str, body: dict[str, Any], fault: Callable[[], None]) -> list[dict[str, Any]]:
+    """The events of a streamed response, `fault` done well into its generation."""
+    events: list[dict[str, Any]] = []
+    with httpx.stream("POST", f"{base}/v1/responses", json=body, timeout=300) as stream:
+        for line in stream.iter_lines():
+            if line.startswith("data: "):
+                events.append(json.loads(line[6:]))
+                if len(events) == 20:
+                    fault()
+    return events
 
 
 def ranks_of(pid: int) -> list[int]:

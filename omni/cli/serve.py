@@ -196,7 +196,7 @@ def ranks(args: argparse.Namespace) -> Ranks | None:
     elif args.ranks <= 1:
         return None
     return Ranks(len(hosts) or args.ranks, args.distributed_backend, args.sharding,
-                 args.hostfile, hosts)  # fmt: skip
+                 args.hostfile, hosts, args.rank_timeout)  # fmt: skip
 
 
 def sampling_defaults(args: argparse.Namespace) -> Defaults:

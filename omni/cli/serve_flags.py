@@ -195,6 +195,10 @@ def _add_ranks(serve: argparse.ArgumentParser) -> None:
         help="MLX's backend between the ranks: ring (TCP), jaccl (Thunderbolt RDMA between"
         " Macs), mpi, nccl (NVIDIA GPUs) (default: %(default)s)",
     )
+    add_number(serve, Number(
+        "--rank-timeout", float, 1, 86_400, str(Ranks.stall_s),
+        "seconds the ranks may go without a step's output while work runs; past it a rank"
+        " or a link is taken for stopped, and the ranks start again (default: 120)"))  # fmt: skip
     serve.add_argument(
         "--sharding",
         choices=("tensor", "pipeline"),

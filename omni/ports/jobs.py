@@ -92,6 +92,7 @@ class Finished:
 @dataclass(frozen=True, slots=True)
 class Failed:
     message: str
+    crashed: bool = False  # the engine's process (or a rank of it) died under the job
 
 
 Output = Started | Prefilled | Delta | Finished | Failed

@@ -80,6 +80,7 @@ class ResponsesService(ResponseQueries):
         self.appender = appender
         self.models = models if isinstance(models, Models) else Models.single(models)
         self.runs = Runs(store, appender, notifier, max_queued, leasing=leasing, metrics=metrics)
+        self.runs.on_crash = lambda response_id: self.recover([response_id])
         self.prompter = Prompter()  # shared with chat: one request's prompt built at a time
         # How http(s) image URLs are fetched (None: --no-image-urls, they are refused).
         self.image_fetcher = image_fetcher

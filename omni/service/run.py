@@ -45,6 +45,7 @@ class Run:
     # A stop of the server: the output that wakes the recorder to end (or leave) the run.
     interruption: Failed | None = None
     detached: bool = False  # a background run left unfinished, for the next start
+    crashed: bool = False  # ... its engine having died: it goes on once the model is back
     recorded: asyncio.Event = field(default_factory=asyncio.Event)  # its recording is over
     # Writes the appends of its ending in the appender's stead: a response in a conversation
     # adds its turn to it in the same transaction (omni.service.conversations).

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from omni.errors import Overloaded, ShuttingDown, StoreError
@@ -29,6 +30,9 @@ from omni.vocabulary import CANCEL_REQUESTED, DELETED, PREFILL_PROGRESS, TOKENS
 log = logging.getLogger(__name__)
 
 SHUT_DOWN = "The server shut down before this {} finished."
+# How many times one background run goes on after its engine died under it: a run that kills
+# its engine each time (memory, say) ends failed, not in a loop of reloads.
+CRASHES_SURVIVED = 2
 
 
 class Runs:
@@ -57,6 +61,10 @@ class Runs:
         self._interrupted = False  # ... and what runs now is ended or left at once
         self.intake = Intake()  # requests on their way to open a run
         self.leasing = leasing or Leasing()  # the server's, where servers share the log
+        # Continues a background run whose engine died, as a restart would (the Responses
+        # service's recovery); None: such a run ends failed.
+        self.on_crash: Callable[[str], Awaitable[Any]] | None = None
+        self._crashes: dict[str, int] = {}  # background runs continued after a crash
 
     def check_capacity(self, engine: Engine | None = None) -> None:
         """Refuse new work: all of it (503) once the server is stopping, else (429) while too
@@ -243,6 +251,16 @@ class Runs:
         self._runs.pop(run.stream_id, None)
         # Done with, or left for the next start (a stop): another server may take it now.
         await self.leasing.release([run.stream_id, *run.leased])
+        await self._after_crash(run)
+
+    async def _after_crash(self, run: Run) -> None:
+        """A background run whose engine died goes on (on_crash) once what was queued of it
+        is in the log."""
+        if not run.crashed:
+            self._crashes.pop(run.stream_id, None)
+        elif self.on_crash is not None:
+            await self.appender.append()  # after all it queued: committed in order
+            self._spawn(self.on_crash(run.stream_id), f"continue-{run.stream_id}")
 
     async def _write(self, run: Run, outputs: list[Output]) -> None:
         """Record `outputs`: the ending committed before the recorder goes on, the rest queued."""
@@ -269,6 +287,22 @@ class Runs:
             await self.store.purge(streams_of([run.stream_id]))
         except StoreError as exc:  # start-up recovery purges what is left
             log.debug("purge of %s failed: %s", run.stream_id, exc)
+
+    def _survives(self, run: Run) -> bool:
+        """Whether `run` goes on after its engine died under it: a background run, continued
+        once the model is loaded again, a few times at most."""
+        if not run.background or self.on_crash is None or self.closing:
+            return False
+        crashes = self._crashes.get(run.stream_id, 0) + 1
+        if crashes > CRASHES_SURVIVED:
+            return False
+        self._crashes[run.stream_id] = crashes
+        log.warning(
+            "the engine died under background response %s: it goes on once the model is "
+            "loaded again",
+            run.stream_id,
+        )
+        return True
 
     def _ended(self, run: Run) -> None:
         on_done, run.on_done = run.on_done, None
@@ -310,6 +344,9 @@ class Runs:
                 continue
             if out is run.interruption and run.background:
                 run.detached = True  # no ending: the next start continues it
+                break
+            if isinstance(out, Failed) and out.crashed and self._survives(run):
+                run.detached = run.crashed = True  # no ending: it goes on once the model is back
                 break
             if out is run.interruption and isinstance(run.recorder, ResponseRecorder):
                 events += run.recorder.on_abandoned(out.message)  # incomplete, what it said kept

@@ -11,7 +11,7 @@ from mlx_lm import load
 
 from omni.runtime.chat.prefix_cache import PrefixCache
 from omni.runtime.chat.scheduler import BatchScheduler
-from omni.runtime.chat.state import GENERATION_FAILED
+from omni.runtime.chat.state import GENERATION_FAILED, RanksOutOfStep
 from omni.runtime.chat.wire import Close, Failed
 from tests.runtime.test_gather import Script, job
 
@@ -81,3 +81,19 @@ def test_a_failed_group_pass_fails_its_jobs_without_the_exception(
     assert all(o.message == GENERATION_FAILED for o in sent if isinstance(o, Failed))
     assert {o.id for o in sent if isinstance(o, Token)} >= {2, 3}
     assert SECRET in caplog.text
+
+
+@pytest.mark.parametrize("where", ["_start_solo", "_solo_step", "_step"])
+def test_a_sharded_models_failed_step_ends_its_ranks(loaded: tuple[Any, Any], where: str) -> None:
+    """On a rank of a sharded model, a step that fails (a lost link fails one rank's
+    collective, not the others') cannot fail its jobs and go on: the ranks would be out of
+    step. The scheduler stops with RanksOutOfStep (the rank's process then exits)."""
+    model, tokenizer = loaded
+    scheduler = BatchScheduler(model, tokenizer, PrefixCache(model, 0, 0), 4, 0.0)
+    scheduler.sharded = True
+    setattr(scheduler, where, boom)
+    jobs = 2 if where == "_step" else 1
+    script = Script([[job(i, tokens=4) for i in range(jobs)], *([[]] * 5), [Close()]])
+    with pytest.raises(RanksOutOfStep):
+        scheduler.run(script)  # type: ignore[arg-type]
+    assert not any(isinstance(o, Failed) for out in script.sent for o in out)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from omni.ports.jobs import Delta, Finished, Output
+from omni.ports.jobs import Delta, Failed, Finished, Output
 from omni.schemas.responses import ResponseCreate
 from tests.api.test_background import check_background_rows, token_ids
 
@@ -66,3 +66,43 @@ async def test_background_tokens_match_usage(services: Services) -> None:
         final = await services.responses.wait(rid)
         assert len(await recorded_tokens(services, rid)) == final["usage"]["output_tokens"]
         await check_background_log(services, rid, n)
+
+
+def crash(message: str = "the engine process exited unexpectedly") -> Failed:
+    return Failed(message, crashed=True)
+
+
+async def test_a_background_response_goes_on_after_its_engine_dies(services: Services) -> None:
+    """The engine dies under it (a rank of a sharded model, say): not failed, it goes on
+    from its recorded tokens once the model is back, as after a restart, one stream."""
+    first = run_of(12, 300)[:12]
+    services.engine.scripts += [[*first, crash()], run_of(20, 300)[12:]]
+    rid = await background(services, "crash", 300)
+    final = await services.responses.wait(rid)
+    assert final["status"] == "completed"
+    logged = await check_background_log(services, rid, 300)
+    assert logged["usage"]["output_tokens"] == 20
+    went_on = services.engine.jobs[-1]
+    assert list(went_on.resume_tokens) == [100 + i for i in range(12)]
+    assert await recorded_tokens(services, rid) == [100 + i for i in range(20)]
+
+
+async def test_an_engine_that_dies_each_time_ends_the_response_failed(
+    services: Services,
+) -> None:
+    """Two continuations at most: a run that kills its engine every time ends failed."""
+    services.engine.scripts += [[*run_of(3, 300)[:3], crash(f"died {i}")] for i in range(3)]
+    rid = await background(services, "again and again", 300)
+    final = await services.responses.wait(rid)
+    assert final["status"] == "failed"
+    assert final["error"]["message"] == "died 2"
+    assert len(services.engine.jobs) == 3
+
+
+async def test_a_foreground_response_whose_engine_dies_fails(services: Services) -> None:
+    """Its client is there to be told: it ends failed at once, as before."""
+    services.engine.scripts.append([*run_of(3, 300)[:3], crash()])
+    body = ResponseCreate(input="fore", max_output_tokens=300)
+    final = await services.responses.wait(str((await services.responses.create(body))["id"]))
+    assert final["status"] == "failed"
+    assert len(services.engine.jobs) == 1

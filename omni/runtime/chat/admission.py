@@ -4,7 +4,6 @@ while they wait. Jobs beyond the batch size stay queued, cancellable as such."""
 
 from __future__ import annotations
 
-import logging
 from collections import deque
 from collections.abc import Callable
 
@@ -20,8 +19,6 @@ from omni.runtime.chat.state import (
     solo_ok,
 )
 from omni.runtime.chat.wire import Failed, Finished, Spec, Started
-
-log = logging.getLogger(__name__)
 
 
 class Admission(Gathering):
@@ -117,7 +114,7 @@ class Admission(Gathering):
         try:
             begin(start)
         except Exception:  # one bad request must not stop the engine
-            log.exception("could not start a generation")
+            self._step_failed("could not start a generation")
             self.out.append(Failed(start.id, GENERATION_FAILED))
 
     def _begin_spec(self, begin: Callable[[Start], None], spec: Spec) -> None:
@@ -131,7 +128,7 @@ class Admission(Gathering):
         try:
             return self._slot(spec)
         except Exception:  # one bad request must not stop the engine
-            log.exception("could not start a generation")
+            self._step_failed("could not start a generation")
             self.out.append(Failed(spec.id, GENERATION_FAILED))
             return None
 

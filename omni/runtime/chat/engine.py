@@ -39,6 +39,9 @@ from omni.settings import EngineSettings, engine_knobs
 log = logging.getLogger(__name__)
 
 
+STALL_LOOK_S = 0.5  # how often a sharded model's reader looks whether its ranks stalled
+
+
 class MLXEngine:
     """Runs the model in an engine process (omni.runtime.chat.worker); jobs are decoded together
     by continuous batching (omni.runtime.chat.scheduler)."""
@@ -80,6 +83,7 @@ class MLXEngine:
         self._gone: str | None = None  # why the engine process is no longer there (for jobs)
         self._load_error: str | None = None  # why its weights did not load (for the log)
         self._crashed = False  # its process (or a rank of it) died: the pool loads it again
+        self._stall_s: float | None = None  # a sharded model's ranks: Ranks.stall_s
         self._reader = threading.Thread(target=self._read, name="omni-engine-reader", daemon=True)
         self._loading = threading.Thread()  # set by begin()
         self._loaded = threading.Event()  # the weights are loaded, or failed to
@@ -98,6 +102,7 @@ class MLXEngine:
         settings = self._settings or self._from_environment()
         settings = dataclasses.replace(settings, max_batch=self._max_batch)
         self._process, conn, forwarder = worker.spawn(self.worker_main, self.source, settings)
+        self._stall_s = settings.ranks.stall_s if settings.ranks is not None else None
         self._loading = threading.Thread(
             target=self._await_weights, args=(conn, forwarder), name="omni-engine-load",
             daemon=True,
@@ -280,7 +285,7 @@ class MLXEngine:
             job.outputs.put_nowait(Finished("cancelled", len(job.prompt), len(job.resume_tokens)))
             return
         if self._gone is not None:
-            job.outputs.put_nowait(Failed(self._gone))
+            job.outputs.put_nowait(Failed(self._gone, self._crashed))
             return
         job_id = next(self._ids)
         self._pending[job_id] = delivery.pending(job, loop, self._tokenizer)
@@ -331,6 +336,8 @@ class MLXEngine:
                     self._deliver(held)
                     held = []
                     continue
+                if not held and not self._answering(conn):
+                    break
                 outputs = conn.recv()
             except (EOFError, OSError):
                 break
@@ -355,6 +362,27 @@ class MLXEngine:
             self._crashed = True
             log.error("%s", self._gone)
         self._deliver([wire.Failed(job_id, self._gone) for job_id in list(self._pending)])
+
+    def _answering(self, conn: Connection) -> bool:
+        """Until the engine has something to read, or its ranks are taken for stalled: work
+        runs, and no step's output came for Ranks.stall_s (a stopped rank or a dropped link
+        leaves the others waiting in a collective). Stalled, they are stopped as if one had
+        died. An engine process of its own is not timed: its steps' lengths are the model's."""
+        limit, waited = self._stall_s, 0.0
+        if limit is None:
+            return True
+        while not conn.poll(STALL_LOOK_S):
+            waited = waited + STALL_LOOK_S if self._pending and self._loaded.is_set() else 0.0
+            if waited >= limit and self._gone is None:
+                self._gone = (
+                    f"the model's ranks stopped answering: no step ended in {limit:g} s while "
+                    "work ran (a rank or a link between them is down)"
+                )
+                self._crashed = True
+                log.error("%s; stopping them", self._gone)
+                self._process.kill()
+                return False
+        return True
 
     def _deliver(self, outputs: list[wire.Output]) -> None:
         """One hand-off per event loop for `outputs` (a step's, or several held steps'),
@@ -385,5 +413,5 @@ class MLXEngine:
                 return delivery.finished(pending, output)
             case wire.Failed(job_id, message):
                 del self._pending[job_id]
-                return [Failed(message)]
+                return [Failed(message, self._crashed)]
         return []

@@ -18,6 +18,11 @@ import mlx.core as mx
 import numpy as np
 
 FIRST = 512  # bytes of the first collective of a share: a look with a few messages fits
+# While work runs, the ranks look at the pipe about this often, not at every step: a look is a
+# collective, and on the model's stream it waits for the step queued before it (a step that
+# takes longer than this looks every time). What the server sends waits that long at most.
+LOOK_EVERY_S = 0.02
+MOST_SKIPPED = 64  # steps between two looks at most
 
 
 class Gone:
@@ -68,15 +73,25 @@ class Lockstep:
         self._read: deque[Any] = deque()
         self._fresh = False  # the last look brought messages (poll)
         self._at = time.perf_counter()
+        self._skip = 0  # polls still to answer "nothing" without a look (LOOK_EVERY_S)
+        self._skipped = 0  # polls answered so since the last look
 
     def clock(self) -> float:
         """Rank 0's time at its latest look at the pipe."""
         return self._at
 
     def poll(self, timeout: float | None = None) -> bool:
+        """Whether a message is there. A poll that does not wait (one a step) looks at the
+        pipe about every LOOK_EVERY_S by rank 0's clock, and answers "nothing" in between: on
+        every rank alike (each counts the same polls, and knows the same clock), with no
+        collective."""
         if not self._read:
             if self._fresh and timeout == 0:  # what came with the last look is all there is,
-                self._fresh = False  # for now: on every rank alike, with no collective
+                self._fresh = False  # for now
+                return False
+            if self._skip and timeout == 0:
+                self._skip -= 1
+                self._skipped += 1
                 return False
             self._look(timeout)
         return bool(self._read)
@@ -108,6 +123,12 @@ class Lockstep:
                 messages.append(Gone())
             look = _Look(time.perf_counter(), tuple(messages))
         shared: _Look = share(self.group, look, self.stream)
+        self._skip = 0
+        if timeout == 0:  # polls since the last look came this far apart: how many to skip
+            apart = (shared.at - self._at) / (self._skipped + 1)
+            if apart > 0:
+                self._skip = max(0, min(MOST_SKIPPED, int(LOOK_EVERY_S / apart) - 1))
+        self._skipped = 0
         self._at = shared.at
         self._read.extend(shared.messages)
         self._fresh = bool(shared.messages)

@@ -6,16 +6,12 @@ pass that gives each its first token (omni.runtime.chat.first_tokens), then join
 
 from __future__ import annotations
 
-import logging
-
 import mlx.core as mx
 
 from omni.runtime.chat import first_tokens
 from omni.runtime.chat.decoding import Decoding
 from omni.runtime.chat.state import FEED_AT_LEAST, GENERATION_FAILED, Start
 from omni.runtime.chat.wire import Failed, Prefilled
-
-log = logging.getLogger(__name__)
 
 
 class Prefilling(Decoding):
@@ -35,7 +31,7 @@ class Prefilling(Decoding):
                 mx.eval([c.state for c in start.cache])
             mx.clear_cache()  # as BatchGenerator does after each chunk: memory stays flat
         except Exception:  # errors travel as values (their text: the log)
-            log.exception("prefill step failed")
+            self._step_failed("prefill step failed")
             self.prefills.popleft()
             self.out.append(Failed(start.id, GENERATION_FAILED))
             return
@@ -72,7 +68,7 @@ class Prefilling(Decoding):
             with mx.stream(self.batch.stream):
                 fed = first_tokens.feed(self.model, rows)
         except Exception:  # errors travel as values (their text: the log)
-            log.exception("prefill step failed")
+            self._step_failed("prefill step failed")
             self.out.extend(Failed(s.id, GENERATION_FAILED) for s in group)
             return
         finally:
@@ -84,7 +80,7 @@ class Prefilling(Decoding):
         try:
             keep = [i for i, start in enumerate(group) if self._first(start, fed, i, ended)]
         except Exception:  # errors travel as values (their text: the log)
-            log.exception("generation step failed")
+            self._step_failed("generation step failed")
             self.out.extend(Failed(s.id, GENERATION_FAILED) for s in group if s.id not in ended)
             return
         if keep:
@@ -111,7 +107,7 @@ class Prefilling(Decoding):
                     [slot.spec.sampling.max_tokens - slot.done for slot in left],
                 )
         except Exception:  # errors travel as values (their text: the log)
-            log.exception("generation step failed")
+            self._step_failed("generation step failed")
             self.out.extend(Failed(slot.spec.id, GENERATION_FAILED) for slot in left)
             return
         self.slots.update(zip(uids, left, strict=True))

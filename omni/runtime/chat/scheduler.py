@@ -15,7 +15,6 @@ a time.
 
 from __future__ import annotations
 
-import logging
 import threading
 from multiprocessing.connection import Connection
 
@@ -23,8 +22,6 @@ from omni.runtime.chat.admission import Admission
 from omni.runtime.chat.state import GENERATION_FAILED, Solo
 from omni.runtime.chat.watchdog import Watchdog
 from omni.runtime.chat.wire import Failed
-
-log = logging.getLogger(__name__)
 
 
 class BatchScheduler(Admission):
@@ -108,7 +105,7 @@ class BatchScheduler(Admission):
         try:
             self._solo_step(solo)
         except Exception:  # errors travel as values (their text: the log)
-            log.exception("generation step failed")
+            self._step_failed("generation step failed")
             self.solo = None
             self.out.append(Failed(solo.slot.spec.id, GENERATION_FAILED))
 
@@ -116,5 +113,5 @@ class BatchScheduler(Admission):
         try:
             self._step()
         except Exception:  # errors travel as values; the batch starts over
-            log.exception("generation step failed")
+            self._step_failed("generation step failed")
             self._fail_all(GENERATION_FAILED)

@@ -4,6 +4,7 @@ does: tell the server a job started, hand out a token, keep an ended job's cache
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
 from collections.abc import Callable, Generator
@@ -20,6 +21,8 @@ from omni.runtime.chat.sampling import Processors, Samplers
 from omni.runtime.chat.wire import Finished, Output, Spec, Started, Token
 from omni.settings import EngineSettings
 
+log = logging.getLogger(__name__)
+
 # A failed job's message, which clients read: the exception's text goes to the log only.
 GENERATION_FAILED: Final = "generation failed: the engine had an error (see the server's log)"
 
@@ -31,6 +34,10 @@ PREFILL_CHUNK: Final = 512  # prompt tokens a step feeds one prompt by default (
 # is then prefilled in two passes, not one (on an H200, 64 streams through HTTP spent twice
 # raw's time in prefill steps). With two, it is prefilled with its group like any prompt.
 FEED_AT_LEAST: Final = 2
+
+
+class RanksOutOfStep(Exception):
+    """A step failed on a sharded model's rank: the ranks end (omni.runtime.chat.worker)."""
 
 
 @dataclass(eq=False, slots=True)
@@ -124,6 +131,16 @@ class SchedulerState:
         self._chunked: tuple[int, int, int, int] | None = None  # the step's chunk: id, n, fed, of
         self._step_began: float | None = None  # when the step in progress began (the watchdog)
         self._feeding = 0  # prompts of the group being fed now (the watchdog)
+        self.sharded = False  # the model is sharded over ranks (omni.runtime.chat.rank)
+
+    def _step_failed(self, what: str) -> None:
+        """In an `except` of a step that failed: its exception logged, with `what` failed.
+        A local engine goes on (the job fails); a sharded model's cannot: the other ranks may
+        not have failed with it (a lost link fails one rank's collective), and ranks out of
+        step wait for each other for ever. RanksOutOfStep ends them all."""
+        log.exception("%s", what)
+        if self.sharded:
+            raise RanksOutOfStep(what)
 
     @property
     def busy(self) -> bool:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from omni.heap import set_aside
 from omni.runtime.chat.generation_config import model_recommends
 from omni.runtime.chat.observe import QUIET, Observer, StepStats
+from omni.runtime.chat.state import RanksOutOfStep
 from omni.runtime.chat.wire import Loaded, Runtime
 from omni.runtime.loading import weights
 from omni.runtime.model_worker import serve_model
@@ -163,10 +164,14 @@ def main(
         if group is not None:  # every rank decides by rank 0's time (omni.runtime.chat.lockstep)
             scheduler.clock = conn.clock  # type: ignore[attr-defined]
             conn.stream = scheduler.batch.stream  # type: ignore[attr-defined]
+            scheduler.sharded = True
         try:
             scheduler.run(conn)
         except (EOFError, OSError):  # the server is gone: nobody is left to decode for
             pass
+        except RanksOutOfStep:  # this rank ends, and the launcher ends the others: no wait
+            logging.shutdown()  # for a collective that never completes (its peer is gone)
+            os._exit(1)
         finally:
             scheduler.cache.close()  # the disk tier's writes handed over so far
         observer.close()
