@@ -2,16 +2,16 @@
 sharded the same way (`mlx.launch ... mlx_lm.server`), decode tokens/s at 1 and 8 streams.
 
     python bench/distributed.py [--model PATH] [--ranks 2] [--backend ring] [--rounds 3]
-                                [--tokens 128]
+                                [--tokens 128] [--sharding tensor|pipeline]
 
 Per round, each server in turn (the order alternating), started fresh over MLX's launcher with
-the same backend and ranks (tensor parallel, mlx-lm's sharded_load on both sides): a warm-up,
+the same backend, ranks and sharding (mlx-lm's sharded_load on both sides): a warm-up,
 then one streamed greedy chat completion of --tokens tokens (its decode tokens/s: the tokens
 after the first over their time), then 8 at once (their tokens over the wall time from the
 first request to the last token). Ratios are Omni's over mlx-lm's, the median of each round's.
-Without --model, a random llama of 8 layers, 256 wide (tensor parallel needs heads that divide
-by the ranks; it shows the servers' overhead more than a big model would).
-Writes bench/out/distributed.json.
+Without --model, a random llama of 8 layers, 256 wide (a Ministral 3 for --sharding pipeline;
+tensor parallel needs heads that divide by the ranks; it shows the servers' overhead more than
+a big model would). Writes bench/out/distributed.json (distributed_pipeline.json).
 """
 
 from __future__ import annotations
@@ -36,6 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _plot import write_results  # noqa: E402
 from _server import free_port, wait_up  # noqa: E402
 
+# The model without --model: mlx-lm's llama shards but does not pipeline; Ministral 3 does both.
+DEFAULT = {"tensor": "tiny llama", "pipeline": "tiny Ministral 3"}
 LAUNCHER = "import sys; from mlx._distributed_utils.launch import main; sys.exit(main())"
 
 
@@ -45,12 +47,13 @@ def start(kind: str, model: str, args: argparse.Namespace, tmp: Path) -> tuple[A
         cmd = [sys.executable, "-m", "omni", "serve", "--model", model, "--port", str(port),
                "--db", str(tmp / f"omni-{port}.db"), "--log-level", "warning",
                "--prompt-cache-disk-gb", "0", "--ranks", str(args.ranks),
-               "--distributed-backend", args.backend]  # fmt: skip
+               "--distributed-backend", args.backend, "--sharding", args.sharding]  # fmt: skip
     else:
         ring = free_port()
         cmd = [sys.executable, "-c", LAUNCHER, "--backend", args.backend, "-n", str(args.ranks),
                "--starting-port", str(ring), "--", sys.executable, "-m", "mlx_lm.server",
-               "--model", model, "--port", str(port)]  # fmt: skip
+               "--model", model, "--port", str(port),
+               *(["--pipeline"] if args.sharding == "pipeline" else [])]  # fmt: skip
     # A session of its own: stopping it stops every rank (the launcher alone leaves them).
     proc = subprocess.Popen(
         cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
@@ -94,6 +97,7 @@ def main() -> None:
     p.add_argument("--model", default=None)
     p.add_argument("--ranks", type=int, default=2)
     p.add_argument("--backend", default="ring")
+    p.add_argument("--sharding", choices=("tensor", "pipeline"), default="tensor")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--tokens", type=int, default=128)
     args = p.parse_args()
@@ -101,9 +105,10 @@ def main() -> None:
         tmp = Path(folder)
         model = args.model
         if model is None:
-            from omni.testing.llama import build_tiny_llama
+            from omni.testing.llama import build_tiny_llama, build_tiny_ministral3
 
-            model = str(build_tiny_llama(tmp / "tiny", layers=8, hidden=256))
+            build = build_tiny_ministral3 if args.sharding == "pipeline" else build_tiny_llama
+            model = str(build(tmp / "tiny", layers=8, hidden=256))
         rows = []
         for i in range(args.rounds):
             row: dict[str, Any] = {}
@@ -122,17 +127,19 @@ def main() -> None:
                   f"8 streams {row['omni']['eight_tok_s']:.1f} / {row['mlx_lm']['eight_tok_s']:.1f}"
                   f" ({row['eight_tok_s_ratio']:.3f}x)", flush=True)  # fmt: skip
     result = {
-        "model": args.model or "tiny llama (8 layers, 256 wide, random)",
+        "model": args.model or f"{DEFAULT[args.sharding]} (8 layers, 256 wide, random)",
         "ranks": args.ranks,
         "backend": args.backend,
+        "sharding": args.sharding,
         "rounds": rows,
         "one_stream_ratio": statistics.median(r["one_tok_s_ratio"] for r in rows),
         "eight_streams_ratio": statistics.median(r["eight_tok_s_ratio"] for r in rows),
     }
-    print(f"omni/mlx_lm sharded over {args.ranks} ranks ({args.backend}): 1 stream "
+    print(f"omni/mlx_lm, {args.sharding} parallel over {args.ranks} ranks ({args.backend}): "
+          "1 stream "
           f"{result['one_stream_ratio']:.3f}x, 8 streams "
           f"{result['eight_streams_ratio']:.3f}x")  # fmt: skip
-    write_results("distributed", result)
+    write_results("distributed" if args.sharding == "tensor" else "distributed_pipeline", result)
 
 
 if __name__ == "__main__":

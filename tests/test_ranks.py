@@ -1,10 +1,12 @@
-"""A chat model sharded over two ranks on this machine's CPU (MLX's launcher, the ring backend
-over loopback), as a user runs it (`omni serve --ranks 2`), tensor parallel (a tiny llama) and
-pipeline parallel (a tiny Ministral 3: mlx-lm's llama does not pipeline): its greedy answers
-are token for token those of the same model served whole, through chat and Responses, one at a
-time and eight at once. A rank killed under a background response: the response goes on once
-the ranks are loaded again; a rank stopped under a foreground one (a dropped link, for the
-others): it ends failed (recorded) after --rank-timeout, the server answering meanwhile, and the
+"""A chat model sharded over ranks on this machine's CPU (MLX's launcher, the ring backend over
+loopback), as a user runs it (`omni serve --ranks N`): two ranks and four, tensor parallel and
+pipeline parallel (a tiny llama, and a tiny Ministral 3: mlx-lm's llama does not pipeline). Its
+answers are token for token those of the same model served whole: greedy through chat and
+Responses, a seeded sample, a structured output, one at a time and eight at once; the prefix
+cache serves a prompt asked again, and a client gone mid-stream is cancelled on every rank.
+Faults, on ranks from a host file: a rank killed under a background response, which goes on
+once the ranks are loaded again; a rank stopped under a foreground one (a dropped link, for the
+others), which ends failed (recorded) after --rank-timeout, the server answering meanwhile; the
 next request loads the ranks again."""
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -44,12 +47,16 @@ def pipelined(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_ministral3(tmp_path_factory.mktemp("ranks") / "tiny")
 
 
-def chat(base: str, text: str) -> str:
+def chat(base: str, text: str, **options: Any) -> str:
+    return str(chatted(base, text, **options)["choices"][0]["message"]["content"])
+
+
+def chatted(base: str, text: str, **options: Any) -> dict[str, Any]:
     body = {"model": "tiny", "messages": [{"role": "user", "content": text}], "max_tokens": 12,
-            "temperature": 0}  # fmt: skip
+            "temperature": 0, **options}  # fmt: skip
     got = httpx.post(f"{base}/v1/chat/completions", json=body, timeout=300)
     assert got.status_code == 200, got.text
-    return str(got.json()["choices"][0]["message"]["content"])
+    return dict(got.json())
 
 
 def respond(base: str, text: str) -> str:
@@ -59,55 +66,106 @@ def respond(base: str, text: str) -> str:
     return str(got.json()["output"][0]["content"][0]["text"])
 
 
+YES_OR_NO = {"type": "json_schema", "json_schema": {"name": "answer", "strict": True,
+             "schema": {"type": "string", "enum": ["yes", "no"]}}}  # fmt: skip
+SAMPLED = {"temperature": 0.9, "top_p": 0.9, "seed": 7, "logit_bias": {"5": 3}}
+
+
 def answers(base: str) -> tuple[list[str], list[str]]:
-    """Greedy answers one at a time (chat, then Responses), then eight chats at once."""
+    """Greedy answers one at a time (chat, then Responses), a seeded sample and a structured
+    output, then eight chats at once."""
     alone = [chat(base, t) for t in PROMPTS[:3]] + [respond(base, t) for t in PROMPTS[:3]]
+    alone += [chat(base, "pick", **SAMPLED), chat(base, "yes?", response_format=YES_OR_NO)]
+    assert alone[-1] in ('"yes"', '"no"')
     with ThreadPoolExecutor(len(PROMPTS)) as pool:
-        together = list(pool.map(lambda t: chat(base, t), PROMPTS))
-    return alone, together
+        return alone, list(pool.map(lambda t: chat(base, t), PROMPTS))
 
 
-@pytest.mark.parametrize("sharding", ["tensor", "pipeline"])
-def test_two_ranks_answer_as_the_model_served_whole(
-    model: Path, pipelined: Path, tmp_path: Path, sharding: str
+@pytest.fixture(scope="module")
+def wholes() -> dict[Path, tuple[list[str], list[str]]]:
+    return {}  # each model's answers served whole, by its folder
+
+
+@pytest.mark.parametrize(
+    ("sharding", "count", "kind"),
+    [
+        ("tensor", 2, "llama"),
+        ("pipeline", 2, "ministral3"),
+        ("tensor", 4, "ministral3"),
+        ("pipeline", 4, "ministral3"),
+    ],  # fmt: skip
+)
+def test_ranks_answer_as_the_model_served_whole(
+    model: Path,
+    pipelined: Path,
+    wholes: dict[Path, tuple[list[str], list[str]]],
+    tmp_path: Path,
+    sharding: str,
+    count: int,
+    kind: str,
 ) -> None:
-    if sharding == "pipeline":
+    if kind == "ministral3":
         model = pipelined
-    # The model whole, in this process (its engine in a process of its own, as always).
-    engine = MLXEngine(ModelSource(str(model), "tiny"))
-    engine.start()
-    try:
-        with running(engine, tmp_path / "whole.db") as (srv, _):
-            whole = answers(srv.base_url)
-    finally:
-        engine.close()
+    if model not in wholes:  # the model whole, in this process (its engine in its own)
+        engine = MLXEngine(ModelSource(str(model), "tiny"))
+        engine.start()
+        try:
+            with running(engine, tmp_path / "whole.db") as (srv, _):
+                wholes[model] = answers(srv.base_url)
+        finally:
+            engine.close()
+    whole = wholes[model]
     sharded = tmp_path / "sharded.db"
-    flags = (*FLAGS, "--ranks", "2", "--sharding", sharding)
+    flags = (*FLAGS, "--ranks", str(count), "--sharding", sharding)
     with serving(model, sharded, "warning", None, *flags) as (base, proc):
-        assert ranks_of(proc.pid) and len(ranks_of(proc.pid)) == 2
-        assert answers(base) == whole
+        assert len(ranks_of(proc.pid)) == count
+        if count == 2:
+            served_alike(base, whole)
+        else:  # four ranks on two cores are slow: a greedy chat and response
+            assert [chat(base, PROMPTS[0]), respond(base, PROMPTS[0])] == [whole[0][0], whole[0][3]]
         # Shown: /health, /metrics and the inspector's dashboard say what the model runs on.
-        said = {"count": 2, "backend": "ring", "sharding": sharding}
+        said = {"count": count, "backend": "ring", "sharding": sharding}
         assert httpx.get(f"{base}/health", timeout=30).json() == {"status": "ok", "ranks": said}
         metrics = httpx.get(f"{base}/metrics", timeout=30).text
-        assert f'omni_engine_ranks{{backend="ring",sharding="{sharding}"}} 2.0' in metrics
+        assert f'omni_engine_ranks{{backend="ring",sharding="{sharding}"}} {count}.0' in metrics
         trends = httpx.get(f"{base}/inspect/api/trends", timeout=30).json()
         assert trends["runtime"]["ranks"] == said
     assert not ranks_of(proc.pid)  # the ranks ended with the server
 
 
+def served_alike(base: str, whole: tuple[list[str], list[str]]) -> None:
+    """The sharded model's answers are the whole one's; its prefix cache and cancel work."""
+    assert answers(base) == whole
+    # The prefix cache: a prompt asked again (for fewer tokens: not the replay cache's)
+    # is read from it.
+    again = chatted(base, PROMPTS[0], max_tokens=4)["usage"]["prompt_tokens_details"]
+    assert again["cached_tokens"] > 0
+    # A client that goes away mid-stream: its cancel reaches every rank alike.
+    body = {"model": "tiny", "input": "go", "max_output_tokens": 1800, "stream": True}
+    with httpx.stream("POST", f"{base}/v1/responses", json=body, timeout=300) as stream:
+        data = (json.loads(line[6:]) for line in stream.iter_lines() if line[:6] == "data: ")
+        rid = next(data)["response"]["id"]
+        next(e for e in data if e["type"] == "response.output_text.delta")
+    assert chat(base, PROMPTS[1]) == whole[0][1]  # the ranks still in step
+    ended = ended_response(base, rid)
+    assert ended["status"] == "cancelled" and ended["usage"]["output_tokens"] < 1800
+
+
 def test_a_rank_that_dies_or_stops(model: Path, tmp_path: Path) -> None:
     log = tmp_path / "serve.log"
-    flags = (*FLAGS, "--ranks", "2", "--rank-timeout", "3")
+    # Its ranks from a host file, as across machines (mlx.launch runs 127.0.0.1's here).
+    hosts = tmp_path / "hosts.json"
+    hosts.write_text(json.dumps([{"ssh": "127.0.0.1", "ips": ["127.0.0.1"]}] * 2))
+    flags = (*FLAGS, "--hostfile", str(hosts), "--rank-timeout", "3")
     with serving(model, tmp_path / "omni.db", "info", log, *flags) as (base, proc):
         # A rank killed under a background response: it goes on once the ranks are back, from
         # its recorded tokens, in the same stream.
-        body = {"model": "tiny", "input": "go", "max_output_tokens": 500, "stream": True,
+        body = {"model": "tiny", "input": "go", "max_output_tokens": 80, "stream": True,
                 "background": True, "temperature": 0}  # fmt: skip
         events = streamed(base, body, lambda: os.kill(ranks_of(proc.pid)[-1], signal.SIGKILL))
         ended = events[-1]["response"]
         assert ended["incomplete_details"] == {"reason": "max_output_tokens"}, ended["error"]
-        assert ended["usage"]["output_tokens"] == 500
+        assert ended["usage"]["output_tokens"] == 80
         assert [e["sequence_number"] for e in events] == list(range(len(events)))
         text = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
         assert events[-1]["response"]["output"][0]["content"][0]["text"] == text
@@ -129,6 +187,16 @@ def test_a_rank_that_dies_or_stops(model: Path, tmp_path: Path) -> None:
     said = log.read_text()
     assert "the engine process exited unexpectedly" in said and "loading it again" in said
     assert "continuing resp_" in said
+
+
+def ended_response(base: str, rid: str) -> dict[str, Any]:
+    """Response `rid` once it has ended (its client gone, the server ends it when it learns)."""
+    for _ in range(600):
+        got = httpx.get(f"{base}/v1/responses/{rid}", timeout=30).json()
+        if got["status"] not in ("queued", "in_progress"):
+            return dict(got)
+        time.sleep(0.1)
+    raise AssertionError(f"{rid} never ended")
 
 
 def streamed(base: str, body: dict[str, Any], fault: Callable[[], None]) -> list[dict[str, Any]]:

@@ -62,8 +62,8 @@ async def recover(service: ResponsesService, among: Sequence[str] | None = None)
         unfinished, among, keep=lambda s: runs.get(s) is not None
     ) as taken:
         await _recover(service, taken)
-    if taken:
-        log.warning("recovered %d unfinished responses after a restart", len(taken))
+    if taken:  # after a restart, another server's expired lease, or a dead engine
+        log.warning("took up %d unfinished responses", len(taken))
     return len(taken)
 
 

@@ -97,7 +97,8 @@ def _save(out: Path, model: Any, config: dict[str, Any]) -> list[str]:
 
 def build_tiny_ministral3(out: Path, *, layers: int = 4, hidden: int = 64, seed: int = 0) -> Path:
     """A tiny random-weight Ministral 3 (a llama with rope scaling): of mlx-lm's models one
-    that both shards (tensor parallel) and pipelines; its weight index as sharded_load asks."""
+    that both shards (tensor parallel, over up to four ranks) and pipelines (over up to
+    `layers`); its weight index as sharded_load asks."""
     import mlx.core as mx
     from mlx_lm.models import ministral3
 
@@ -106,8 +107,10 @@ def build_tiny_ministral3(out: Path, *, layers: int = 4, hidden: int = 64, seed:
     vocab = len(json.loads((out / "tokenizer.json").read_text())["model"]["vocab"]) + 3
     rope = {"rope_theta": 10000.0, "rope_type": "default", "llama_4_scaling_beta": 0.1,
             "original_max_position_embeddings": 2048}  # fmt: skip
+    # Four heads of keys and values too: four ranks take one each (tensor parallel).
     config = {**llama_config(hidden, layers, vocab), "model_type": "ministral3",
-              "tie_word_embeddings": False, "rope_parameters": rope}  # fmt: skip
+              "tie_word_embeddings": False, "rope_parameters": rope,
+              "num_key_value_heads": 4}  # fmt: skip
     mx.random.seed(seed)
     names = _save(out, ministral3.Model(ministral3.ModelArgs(**config)), config)
     index = {"metadata": {}, "weight_map": dict.fromkeys(names, "model.safetensors")}
