@@ -110,8 +110,7 @@ async def _engine(service: ResponsesService, request: dict[str, Any]) -> Engine 
     except ModelLoadError:
         return (
             f"The model '{model_id}' that generated this response could not be loaded "
-            "after the restart (the server's log says why), so it cannot be continued "
-            "exactly."
+            "again (the server's log says why), so it cannot be continued exactly."
         )
 
 
