@@ -24,6 +24,7 @@ import httpx
 import pytest
 
 from omni.runtime.chat.engine import MLXEngine
+from omni.runtime.chat.rank import heads_divide
 from omni.runtime.chat.ranks import named
 from omni.runtime.loading.source import ModelSource
 from omni.testing.llama import build_tiny_llama, build_tiny_ministral3
@@ -255,3 +256,18 @@ def test_the_launchers_word_of_a_rank_that_exited_names_its_host() -> None:
     )
     assert named(said[:1], None) == "rank 1 (on this machine) exited with code 1"
     assert named(["nothing of ranks"], None) == ""
+
+
+def test_heads_that_do_not_divide_among_the_ranks_are_refused(tmp_path: Path) -> None:
+    """Tensor parallel over ranks that do not divide a layer's heads would run each rank on
+    heads of the wrong width (mlx-lm divides with no remainder check): refused, saying which
+    rank counts would do."""
+    config = {"num_attention_heads": 9, "num_key_value_heads": 3}  # SmolLM2-135M's
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=r"9 attention heads and 3 heads of keys and values "
+                       r"do not divide by 2: --ranks 3 would split them"):  # fmt: skip
+        heads_divide(tmp_path, 2)
+    heads_divide(tmp_path, 3)
+    (tmp_path / "config.json").write_text(json.dumps({"text_config": {"num_attention_heads": 5}}))
+    with pytest.raises(ValueError, match=r"5 attention heads do not divide by 2: --ranks 5"):
+        heads_divide(tmp_path, 2)

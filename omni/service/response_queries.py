@@ -46,7 +46,10 @@ class ResponseQueries:
 
     async def retrieve(self, response_id: str, owner: str | None = None) -> dict[str, Any]:
         await self._accepted(response_id, owner)
-        return await self.snapshot(response_id)
+        found = await self.snapshot(response_id)
+        if not found:  # purged between the two reads (retention, a delete)
+            raise NotFound(f"No response found with id '{response_id}'.")
+        return found
 
     async def snapshot(self, response_id: str) -> dict[str, Any]:
         """The response as its log stands (a terminal event is read alone)."""

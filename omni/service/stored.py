@@ -76,6 +76,8 @@ class StoredCompletions:
 
     async def _view(self, cid: str, metadata: dict[str, str]) -> dict[str, Any]:
         events = await self.store.read(cid)
+        if not events:  # purged since its facts were read (retention, a delete)
+            raise NotFound(f"No stored chat completion found with id '{cid}'.")
         return {**fold_chat([(e.type, e.data) for e in events]), "metadata": metadata}
 
     async def list(

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from omni.errors import InvalidRequest
+from omni.errors import InvalidRequest, NotFound
 from omni.ports.jobs import Delta, Finished
 from omni.schemas.responses import ResponseCreate
 from omni.vocabulary import ACCEPTED, CANCEL_REQUESTED
@@ -40,6 +40,10 @@ async def test_a_response_is_streamed_completed_and_read_back(services: Services
         ("assistant", "Hello"),
     ]
     assert [e.type for e in await services.store.read(f"{rid}/request")] == [ACCEPTED]
+    # Purged between its request's read and its events' (retention): not found, not {}.
+    await services.store.purge([rid])
+    with pytest.raises(NotFound):
+        await responses.retrieve(rid)
 
 
 async def test_a_background_response_is_cancelled_mid_way(services: Services) -> None:

@@ -6,10 +6,12 @@ engine's scheduler in lockstep with the others (omni.runtime.chat.lockstep)."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
 from multiprocessing.connection import Client, Connection
+from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
@@ -26,11 +28,41 @@ def sharded(path: str, group: Any, ranks: Ranks | None) -> tuple[Any, Any]:
     parallel, as `ranks` says and mlx-lm's model supports)."""
     from mlx_lm.utils import sharded_load
 
+    if ranks is None or ranks.sharding == "tensor":
+        heads_divide(Path(path), group.size())
     if ranks is not None and ranks.sharding == "pipeline":
         model, tokenizer = sharded_load(path, pipeline_group=group)[:2]
     else:
         model, tokenizer = sharded_load(path, tensor_group=group)[:2]
     return model, tokenizer
+
+
+HEADS = {
+    "num_attention_heads": "attention heads",
+    "num_key_value_heads": "heads of keys and values",
+}
+
+
+def heads_divide(folder: Path, count: int) -> None:
+    """ValueError, saying which rank counts would do, unless the model's attention heads (and
+    those of its keys and values) divide among `count` ranks: tensor parallel gives each rank
+    a share of each layer's, and mlx-lm's models divide them with no remainder check (a model
+    of 9 heads over 2 ranks would run 4 heads of the wrong width each, and answer nonsense)."""
+    if not (folder / "config.json").is_file():  # a repo id: sharded_load fetches it
+        return
+    config = json.loads((folder / "config.json").read_text())
+    text = config.get("text_config") or config
+    heads = {what: n for key, what in HEADS.items() if isinstance(n := text.get(key), int) and n}
+    if all(n % count == 0 for n in heads.values()):
+        return
+    fits = [k for k in range(2, max(heads.values()) + 1) if all(n % k == 0 for n in heads.values())]
+    said = " and ".join(f"{n} {what}" for what, n in heads.items())
+    raise ValueError(
+        f"tensor parallel over {count} ranks gives each a share of every layer's heads, and "
+        f"this model's {said} do not divide by {count}: "
+        + (f"--ranks {' or '.join(map(str, fits))} would split them, " if fits else "")
+        + "or --sharding pipeline where mlx-lm's model pipelines"
+    )
 
 
 def _connect() -> Connection | None:
