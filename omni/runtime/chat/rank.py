@@ -28,12 +28,19 @@ def sharded(path: str, group: Any, ranks: Ranks | None) -> tuple[Any, Any]:
     parallel, as `ranks` says and mlx-lm's model supports)."""
     from mlx_lm.utils import sharded_load
 
-    if ranks is None or ranks.sharding == "tensor":
+    pipeline = ranks is not None and ranks.sharding == "pipeline"
+    if not pipeline:
         heads_divide(Path(path), group.size())
-    if ranks is not None and ranks.sharding == "pipeline":
-        model, tokenizer = sharded_load(path, pipeline_group=group)[:2]
-    else:
-        model, tokenizer = sharded_load(path, tensor_group=group)[:2]
+    try:
+        if pipeline:
+            model, tokenizer = sharded_load(path, pipeline_group=group)[:2]
+        else:
+            model, tokenizer = sharded_load(path, tensor_group=group)[:2]
+    except ValueError as exc:  # mlx-lm's model splits only the other way, or not at all
+        if "group was provided" not in str(exc):  # not at all
+            raise
+        other = "tensor" if pipeline else "pipeline"
+        raise ValueError(f"{exc} (--sharding {other} may split this model)") from None
     return model, tokenizer
 
 
@@ -47,7 +54,8 @@ def heads_divide(folder: Path, count: int) -> None:
     """ValueError, saying which rank counts would do, unless the model's attention heads (and
     those of its keys and values) divide among `count` ranks: tensor parallel gives each rank
     a share of each layer's, and mlx-lm's models divide them with no remainder check (a model
-    of 9 heads over 2 ranks would run 4 heads of the wrong width each, and answer nonsense)."""
+    of 9 heads over 2 ranks loads, then fails every request with a shape error in its
+    attention, the ranks reloaded each time)."""
     if not (folder / "config.json").is_file():  # a repo id: sharded_load fetches it
         return
     config = json.loads((folder / "config.json").read_text())
