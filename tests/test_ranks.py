@@ -1,14 +1,14 @@
 """A chat model sharded over ranks on this machine's CPU (MLX's launcher, the ring backend over
-loopback), as a user runs it (`omni serve --ranks N`): two ranks, tensor parallel and pipeline
-parallel (a tiny llama, and a tiny Ministral 3: mlx-lm's llama does not pipeline), and four
-ranks pipelined (the Ministral 3 splits over four tensor parallel ranks too, but they crowd two
-cores for twice as long). Its answers are token for token those of the same model served whole:
-greedy through chat and Responses, a seeded sample, a structured output, one at a time and
-eight at once; the prefix cache serves a prompt asked again, and a client gone mid-stream is
-cancelled on every rank. Faults, on ranks from a host file: a rank killed under a background
-response, which goes on once the ranks are loaded again; a rank stopped under a foreground one
-(a dropped link, for the others), which ends failed (recorded) after --rank-timeout, the server
-answering meanwhile; the next request loads the ranks again."""
+loopback), as a user runs it (`omni serve --ranks N`): two ranks and four, tensor parallel and
+pipeline parallel (a tiny llama, and a tiny Ministral 3: mlx-lm's llama does not pipeline, and
+Ministral 3 splits over four ranks both ways). Its answers are token for token those of the same
+model served whole: greedy through chat and Responses, a seeded sample, a structured output, one
+at a time and eight at once (four ranks: a chat and a response); the prefix cache serves a
+prompt asked again, and a client gone mid-stream is cancelled on every rank. Faults, on ranks
+from a host file: a rank killed under a background response, which goes on once the ranks are
+loaded again; a rank stopped under a foreground one (a dropped link, for the others), which
+ends failed (recorded) after --rank-timeout, the server answering meanwhile; the next request
+loads the ranks again."""
 
 from __future__ import annotations
 
@@ -24,6 +24,9 @@ from typing import Any
 import httpx
 import pytest
 
+from omni.cli.program import parser
+from omni.cli.serve import ranks as serve_ranks
+from omni.errors import OmniError
 from omni.runtime.chat.engine import MLXEngine
 from omni.runtime.chat.rank import heads_divide
 from omni.runtime.chat.ranks import named
@@ -93,6 +96,7 @@ def wholes() -> dict[Path, tuple[list[str], list[str]]]:
     [
         ("tensor", 2, "llama"),
         ("pipeline", 2, "ministral3"),
+        ("tensor", 4, "ministral3"),
         ("pipeline", 4, "ministral3"),
     ],  # fmt: skip
 )
@@ -161,12 +165,12 @@ def test_a_rank_that_dies_or_stops(model: Path, tmp_path: Path) -> None:
     with serving(model, tmp_path / "omni.db", "info", log, *flags) as (base, proc):
         # A rank killed under a background response: it goes on once the ranks are back, from
         # its recorded tokens, in the same stream.
-        body = {"model": "tiny", "input": "go", "max_output_tokens": 50, "stream": True,
+        body = {"model": "tiny", "input": "go", "max_output_tokens": 400, "stream": True,
                 "background": True, "temperature": 0}  # fmt: skip
         events = streamed(base, body, lambda: os.kill(ranks_of(proc.pid)[-1], signal.SIGKILL))
         ended = events[-1]["response"]
         assert ended["incomplete_details"] == {"reason": "max_output_tokens"}, ended["error"]
-        assert ended["usage"]["output_tokens"] == 50
+        assert ended["usage"]["output_tokens"] == 400
         assert [e["sequence_number"] for e in events] == list(range(len(events)))
         text = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
         assert events[-1]["response"]["output"][0]["content"][0]["text"] == text
@@ -201,13 +205,15 @@ def ended_response(base: str, rid: str) -> dict[str, Any]:
 
 
 def streamed(base: str, body: dict[str, Any], fault: Callable[[], None]) -> list[dict[str, Any]]:
-    """The events of a streamed response, `fault` done well into its generation."""
+    """The events of a streamed response, `fault` done at its first delta (its generation
+    under way, most of it still to come)."""
     events: list[dict[str, Any]] = []
     with httpx.stream("POST", f"{base}/v1/responses", json=body, timeout=300) as stream:
         for line in stream.iter_lines():
             if line.startswith("data: "):
                 events.append(json.loads(line[6:]))
-                if len(events) == 20:
+                deltas = [e for e in events if e["type"] == "response.output_text.delta"]
+                if len(deltas) == 1 and events[-1] is deltas[0]:
                     fault()
     return events
 
@@ -271,3 +277,25 @@ def test_heads_that_do_not_divide_among_the_ranks_are_refused(tmp_path: Path) ->
     (tmp_path / "config.json").write_text(json.dumps({"text_config": {"num_attention_heads": 5}}))
     with pytest.raises(ValueError, match=r"5 attention heads do not divide by 2: --ranks 5"):
         heads_divide(tmp_path, 2)
+
+
+def test_a_host_file_is_read_as_mlx_launch_reads_it(tmp_path: Path) -> None:
+    """Its list form, and the form mlx.distributed_config writes (its backend and its hosts):
+    the backend is the flag's, else the host file's, else MLX's for this machine; a host
+    file that cannot be read is one line."""
+    listed, written = tmp_path / "listed.json", tmp_path / "written.json"
+    hosts = [{"ssh": "mac1", "ips": ["10.0.0.1"]}, {"ssh": "mac2", "ips": ["10.0.0.2"]}]
+    listed.write_text(json.dumps(hosts))
+    written.write_text(json.dumps({"backend": "jaccl", "envs": [], "hosts": hosts}))
+
+    def read(*argv: str) -> Any:
+        return serve_ranks(parser().parse_args(["serve", *argv]))
+
+    got = read("--hostfile", str(written))
+    assert (got.count, got.backend, got.hosts) == (2, "jaccl", ("mac1", "mac2"))
+    assert read("--hostfile", str(listed)).backend == "ring"  # this CPU's
+    assert read("--hostfile", str(written), "--distributed-backend", "ring").backend == "ring"
+    assert read("--ranks", "3").backend == "ring" and read("--ranks", "1") is None
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(OmniError, match="--hostfile: Failed to parse hostfile"):
+        read("--hostfile", str(tmp_path / "bad.json"))

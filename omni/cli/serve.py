@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
 import os
 import shutil
@@ -188,15 +187,33 @@ def server_settings(
 
 
 def ranks(args: argparse.Namespace) -> Ranks | None:
-    """The chat models' ranks where --ranks or --hostfile shards them (a host file's hosts
-    are its `ssh` names, rank by rank)."""
+    """The chat models' ranks where --ranks or --hostfile shards them: a host file as MLX's
+    launcher reads it (its hosts' `ssh` names, rank by rank, and the backend it may name), the
+    backend by MLX's rules where --distributed-backend is not given (the host file's, else
+    NCCL where CUDA is, else the ring)."""
+    from mlx._distributed_utils.common import Hostfile
+
     hosts: tuple[str, ...] = ()
+    named = ""
     if args.hostfile:
-        hosts = tuple(str(h.get("ssh", "?")) for h in json.loads(Path(args.hostfile).read_text()))
+        try:
+            read = Hostfile.from_file(args.hostfile)  # type: ignore[no-untyped-call]
+        except ValueError as exc:
+            raise OmniError(f"--hostfile: {exc}") from None
+        hosts, named = tuple(h.ssh_hostname for h in read.hosts), read.backend
+        if not hosts:
+            raise OmniError(f"--hostfile: {args.hostfile} names no host")
     elif args.ranks <= 1:
         return None
-    return Ranks(len(hosts) or args.ranks, args.distributed_backend, args.sharding,
-                 args.hostfile, hosts, args.rank_timeout)  # fmt: skip
+    backend = args.distributed_backend or named or _local_backend()
+    return Ranks(len(hosts) or args.ranks, backend, args.sharding, args.hostfile, hosts,
+                 args.rank_timeout)  # fmt: skip
+
+
+def _local_backend() -> str:
+    import mlx.core as mx
+
+    return "nccl" if mx.cuda.is_available() else "ring"
 
 
 def sampling_defaults(args: argparse.Namespace) -> Defaults:

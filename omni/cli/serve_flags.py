@@ -190,10 +190,11 @@ def _add_ranks(serve: argparse.ArgumentParser) -> None:
     )
     serve.add_argument(
         "--distributed-backend",
-        choices=("ring", "jaccl", "mpi", "nccl"),
-        default=env("DISTRIBUTED_BACKEND", Ranks.backend),
+        choices=("ring", "jaccl", "jaccl-ring", "mpi", "nccl"),
+        default=env("DISTRIBUTED_BACKEND", None),
         help="MLX's backend between the ranks: ring (TCP), jaccl (Thunderbolt RDMA between"
-        " Macs), mpi, nccl (NVIDIA GPUs) (default: %(default)s)",
+        " Macs), mpi, nccl (NVIDIA GPUs) (default: as MLX's launcher picks: the host file's,"
+        " else nccl where CUDA is, else ring)",
     )
     add_number(serve, Number(
         "--rank-timeout", float, 1, 86_400, str(Ranks.stall_s),

@@ -23,6 +23,11 @@ FIRST = 512  # bytes of the first collective of a share: a look with a few messa
 # takes longer than this looks every time). What the server sends waits that long at most.
 LOOK_EVERY_S = 0.02
 MOST_SKIPPED = 64  # steps between two looks at most
+# A wait for the server (an idle engine) is a look every IDLE_LOOK_S: the ranks other than 0
+# sleep through most of each (SLEEPING) rather than wait in the collective, where MLX's ring
+# keeps a core busy. What comes while they sleep waits that long at most.
+IDLE_LOOK_S = 0.05
+SLEEPING = 0.9
 
 
 class Gone:
@@ -93,12 +98,12 @@ class Lockstep:
                 self._skip -= 1
                 self._skipped += 1
                 return False
-            self._look(timeout)
+            self._wait(timeout)
         return bool(self._read)
 
     def recv(self) -> Any:
         if not self._read:
-            self._look(None)
+            self._wait(None)
         message = self._read.popleft()
         if isinstance(message, Gone):
             raise EOFError("the server's pipe is gone")
@@ -108,11 +113,28 @@ class Lockstep:
         if self.conn is not None:
             self.conn.send(value)
 
-    def _look(self, timeout: float | None) -> None:
+    def _wait(self, timeout: float | None) -> None:
+        """Looks at the pipe until a message comes or `timeout` has passed by rank 0's clock
+        (None: until a message comes), IDLE_LOOK_S apart at most: every rank takes the same
+        looks, deciding by what they shared."""
+        if timeout == 0:
+            self._look(0)
+            return
+        until = None if timeout is None else self._at + timeout
+        while True:
+            left = IDLE_LOOK_S if until is None else min(IDLE_LOOK_S, until - self._at)
+            self._look(max(0.0, left))
+            if self._read or (until is not None and self._at >= until):
+                return
+
+    def _look(self, timeout: float) -> None:
         """One look at the pipe for every rank: rank 0 waits up to `timeout` for a message,
-        takes all that came, and shares them with the time."""
+        takes all that came, and shares them with the time; the others sleep through most of
+        that wait."""
         look = None
-        if self.conn is not None:
+        if self.conn is None:
+            time.sleep(timeout * SLEEPING)
+        else:
             messages: list[Any] = []
             try:
                 if self.conn.poll(timeout):

@@ -23,8 +23,15 @@ from omni.settings import EngineSettings, Ranks
 
 ADDRESS = "OMNI_RANK_SERVER"  # host:port of the server's listener, for rank 0
 KEY = "OMNI_RANK_KEY"  # its authentication key, hex
-# mlx.launch, as its own script runs it (its module has no __main__), by this interpreter.
-LAUNCHER = "import sys; from mlx._distributed_utils.launch import main; sys.exit(main())"
+# mlx.launch, as its own script runs it (its module has no __main__), by this interpreter. It
+# forwards its stdin to every rank, a thread a rank selecting on that rank's stdin pipe, which
+# is always writable: each thread spins. Omni sends the ranks no input, so its selects are
+# asked of no writable pipe (and its own stdin is a pipe that stays empty, not /dev/null,
+# which is always readable): an idle server's launcher took a core and a half, now nothing.
+LAUNCHER = (
+    "import select, sys; from mlx._distributed_utils import launch; "
+    "launch.select = lambda r, w, x, t: select.select(r, [], x, t); sys.exit(launch.main())"
+)
 ACCEPT_S = 600.0  # the longest the ranks may take to start and rank 0 to call back
 EXITED = re.compile(r"rank (\d+) exited with code (-?\d+)")  # the launcher's own words
 
@@ -46,6 +53,8 @@ class Launched:
             line = raw.decode(errors="replace").rstrip()
             print(line, file=sys.stderr, flush=True)  # the ranks' own lines, in the server's
             self._tail = [*self._tail[-19:], line]
+        if self.popen.stdin is not None:  # the launcher is gone (its stderr ended)
+            self.popen.stdin.close()
 
     def tail(self) -> str:
         return "\n".join(self._tail)
@@ -120,7 +129,7 @@ def launch(
     # the model served whole).
     with gemv.engine_libraries(settings.blas) as forwarder:
         popen = subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
+            cmd, stdin=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
             start_new_session=True,  # its group: stopping it stops every rank it started
         )  # fmt: skip
     launched = Launched(popen, list(ranks.hosts) or None)
