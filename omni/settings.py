@@ -63,7 +63,7 @@ class Ranks:
     hosts: tuple[str, ...] = ()  # its hosts, rank by rank
     # The longest the ranks may go without a step's output while work runs: past it, a rank or
     # a link between them is taken for stopped, and the ranks end as if one had died.
-    stall_s: float = 120.0
+    timeout_s: float = 120.0
 
     def to_json(self) -> dict[str, object]:
         return {"count": self.count, "backend": self.backend, "sharding": self.sharding}

@@ -187,33 +187,23 @@ def server_settings(
 
 
 def ranks(args: argparse.Namespace) -> Ranks | None:
-    """The chat models' ranks where --ranks or --hostfile shards them: a host file as MLX's
-    launcher reads it (its hosts' `ssh` names, rank by rank, and the backend it may name), the
-    backend by MLX's rules where --distributed-backend is not given (the host file's, else
-    NCCL where CUDA is, else the ring)."""
-    from mlx._distributed_utils.common import Hostfile
+    """The chat models' ranks where --ranks or --hostfile shards them: a host file's hosts
+    rank by rank, and the backend by MLX's rules where --distributed-backend is not given
+    (omni.runtime.chat.ranks.host_file, local_backend)."""
+    from omni.runtime.chat.ranks import host_file, local_backend
 
     hosts: tuple[str, ...] = ()
-    named = ""
+    named = None
     if args.hostfile:
         try:
-            read = Hostfile.from_file(args.hostfile)  # type: ignore[no-untyped-call]
+            hosts, named = host_file(args.hostfile)
         except ValueError as exc:
             raise OmniError(f"--hostfile: {exc}") from None
-        hosts, named = tuple(h.ssh_hostname for h in read.hosts), read.backend
-        if not hosts:
-            raise OmniError(f"--hostfile: {args.hostfile} names no host")
     elif args.ranks <= 1:
         return None
-    backend = args.distributed_backend or named or _local_backend()
+    backend = args.distributed_backend or named or local_backend()
     return Ranks(len(hosts) or args.ranks, backend, args.sharding, args.hostfile, hosts,
                  args.rank_timeout)  # fmt: skip
-
-
-def _local_backend() -> str:
-    import mlx.core as mx
-
-    return "nccl" if mx.cuda.is_available() else "ring"
 
 
 def sampling_defaults(args: argparse.Namespace) -> Defaults:

@@ -197,7 +197,7 @@ def _add_ranks(serve: argparse.ArgumentParser) -> None:
         " else nccl where CUDA is, else ring)",
     )
     add_number(serve, Number(
-        "--rank-timeout", float, 1, 86_400, str(Ranks.stall_s),
+        "--rank-timeout", float, 1, 86_400, str(Ranks.timeout_s),
         "seconds the ranks may go without a step's output while work runs; past it a rank"
         " or a link is taken for stopped, and the ranks start again (default: 120)"))  # fmt: skip
     serve.add_argument(

@@ -1,4 +1,6 @@
-"""Start-up recovery: no response is left without a terminal event after a crash.
+"""Recovery: no response is left without a terminal event after a crash, taken up at the next
+start, by the server that takes over another's expired lease, or, for one background response,
+once the model whose engine died under it is loaded again (omni.service.runs):
 
 - a queued background response is run;
 - a running background response carries on from its last recorded token, its stream simply
@@ -129,6 +131,8 @@ async def _continue(
     tokens = [t for row in token_rows for t in json.loads(row.data)]
     cancelled = any(f.type == CANCEL_REQUESTED for f in facts)
     engine = await _engine(service, request)
+    if isinstance(engine, str) and service.runs.closing:  # the next start continues it
+        return
     if isinstance(engine, str):
         await _end(service, response_id, first, folded, cancelled, prompt, tokens, engine)
         return

@@ -22,6 +22,7 @@ from omni.protocol.recorder import ResponseRecorder
 from omni.service.intake import Intake
 from omni.service.leasing import Leasing
 from omni.service.run import Run
+from omni.service.run_metrics import observe
 from omni.service.streams import dumps, progress_stream, request_stream, tokens_stream
 from omni.service.unwritten import end_unwritten
 from omni.settings import ServerSettings
@@ -259,8 +260,14 @@ class Runs:
         if not run.crashed:
             self._crashes.pop(run.stream_id, None)
         elif self.on_crash is not None:
+            self._spawn(self._go_on(run.stream_id, self.on_crash), f"continue-{run.stream_id}")
+
+    async def _go_on(self, stream_id: str, on_crash: Callable[[str], Awaitable[Any]]) -> None:
+        try:
             await self.appender.append()  # after all it queued: committed in order
-            self._spawn(self.on_crash(run.stream_id), f"continue-{run.stream_id}")
+            await on_crash(stream_id)
+        except Exception:  # left unfinished: the next start continues it
+            log.exception("%s could not go on after its engine died", stream_id)
 
     async def _write(self, run: Run, outputs: list[Output]) -> None:
         """Record `outputs`: the ending committed before the recorder goes on, the rest queued."""
@@ -269,7 +276,7 @@ class Runs:
         if not isinstance(recorder, ResponseRecorder) and recorder.wants_stop:
             run.job.cancel()  # a stop sequence: no need to generate further
         if recorder.done:
-            self._observe(run, outputs)
+            observe(self.metrics, run, outputs)
             self._ended(run)
         if recorder.done and run.ending is not None:
             await run.ending(appends)
@@ -384,33 +391,3 @@ class Runs:
             appends.append(Append(tokens_stream(run.stream_id), run.tokens_seq, token_rows))
             run.tokens_seq += 1
         return appends
-
-    def _observe(self, run: Run, outputs: list[Output]) -> None:
-        """A generation's figures for /metrics, once, at its end."""
-        end = next((o for o in reversed(outputs) if isinstance(o, Finished | Failed)), None)
-        self.metrics.prefilling(run.stream_id, run.engine.model_id, None)
-        recorder = run.recorder
-        api = run.api
-        m = self.metrics
-        if not isinstance(end, Finished):
-            m.generations.labels(api, "failed").inc()
-            return
-        # A stop sequence ends a generation with a cancel to the engine: it stopped, all the same.
-        stopped = not isinstance(recorder, ResponseRecorder) and recorder.wants_stop
-        m.generations.labels(api, "stop" if stopped else end.reason).inc()
-        generated = end.completion_tokens - len(run.job.resume_tokens)
-        m.input_tokens.labels(api).inc(end.prompt_tokens)
-        m.output_tokens.labels(api).inc(max(0, generated))
-        memory = end.cached_tokens - end.disk_tokens
-        m.reused_tokens.labels(api, "memory").inc(memory)
-        m.reused_tokens.labels(api, "disk").inc(end.disk_tokens)
-        found = "disk" if end.disk_tokens else "memory" if end.cached_tokens else "miss"
-        m.prefix_lookups.labels(api, found).inc()
-        m.held[run.engine.model_id] = end.cache_bytes
-        first = run.first_token_at
-        if first is None:
-            return
-        if not run.job.resume_tokens:  # a restart's first token is not a first token
-            m.first_token.labels(api).observe(first - run.submitted_at)
-        if generated > 1:
-            m.per_token.labels(api).observe((time.perf_counter() - first) / (generated - 1))

@@ -86,7 +86,7 @@ def read(
     engine._gone = "done"
     engine._generations = 0
     engine._pending = {}
-    engine._stall_s, engine._crashed = None, False  # not sharded; its process there
+    engine._rank_timeout_s, engine._crashed = None, False  # not sharded; its process there
     for i in range(jobs):
         job = Job(prompt=[1], sampling=Sampling())
         job.outputs = Outputs(i, loop)  # type: ignore[assignment]

@@ -20,7 +20,7 @@ from omni.runtime.chat.lockstep import LOOK_EVERY_S, MOST_SKIPPED, Lockstep, sha
 @pytest.fixture
 def pipe() -> Iterator[tuple[Lockstep, Any]]:
     ours, theirs = Pipe()
-    yield Lockstep(mx.distributed.init(), ours), theirs
+    yield Lockstep(mx.distributed.init(), ours, 0.0), theirs
     ours.close()
     theirs.close()
 

@@ -4,6 +4,7 @@ while they wait. Jobs beyond the batch size stay queued, cancellable as such."""
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from collections.abc import Callable
 
@@ -19,6 +20,8 @@ from omni.runtime.chat.state import (
     solo_ok,
 )
 from omni.runtime.chat.wire import Failed, Finished, Spec, Started
+
+log = logging.getLogger(__name__)
 
 
 class Admission(Gathering):
@@ -127,8 +130,8 @@ class Admission(Gathering):
         start (it failed, the engine goes on)."""
         try:
             return self._slot(spec)
-        except Exception:  # one bad request must not stop the engine
-            self._step_failed("could not start a generation")
+        except Exception:  # one bad request must not stop the engine (no model call ran:
+            log.exception("could not start a generation")  # every rank fails it alike)
             self.out.append(Failed(spec.id, GENERATION_FAILED))
             return None
 

@@ -25,11 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from omni.errors import ModelLoadError
-from omni.ports.chat import Capabilities, Messages, RecommendedSampling, ToolFormat, Tools
+from omni.ports.chat import Capabilities, RecommendedSampling
 from omni.ports.jobs import Failed, Finished, Job, Output, Prefilled, Started
-from omni.runtime.chat import delivery, tokenizer, wire, worker
+from omni.runtime.chat import delivery, stall, tokenizer, wire, worker
 from omni.runtime.chat.delivery import HOLD_MIN, HOLD_S, Pending
 from omni.runtime.chat.generation_config import recommended_sampling
+from omni.runtime.chat.model_text import ModelText
 from omni.runtime.chat.ranks import Launched
 from omni.runtime.chat.worker import config_context_length
 from omni.runtime.loading.source import ModelSource
@@ -39,10 +40,7 @@ from omni.settings import EngineSettings, engine_knobs
 log = logging.getLogger(__name__)
 
 
-STALL_LOOK_S = 0.5  # how often a sharded model's reader looks whether its ranks stalled
-
-
-class MLXEngine:
+class MLXEngine(ModelText):
     """Runs the model in an engine process (omni.runtime.chat.worker); jobs are decoded together
     by continuous batching (omni.runtime.chat.scheduler)."""
 
@@ -83,7 +81,7 @@ class MLXEngine:
         self._gone: str | None = None  # why the engine process is no longer there (for jobs)
         self._load_error: str | None = None  # why its weights did not load (for the log)
         self._crashed = False  # its process (or a rank of it) died: the pool loads it again
-        self._stall_s: float | None = None  # a sharded model's ranks: Ranks.stall_s
+        self._rank_timeout_s: float | None = None  # a sharded model's: Ranks.timeout_s
         self._reader = threading.Thread(target=self._read, name="omni-engine-reader", daemon=True)
         self._loading = threading.Thread()  # set by begin()
         self._loaded = threading.Event()  # the weights are loaded, or failed to
@@ -102,7 +100,7 @@ class MLXEngine:
         settings = self._settings or self._from_environment()
         settings = dataclasses.replace(settings, max_batch=self._max_batch)
         self._process, conn, forwarder = worker.spawn(self.worker_main, self.source, settings)
-        self._stall_s = settings.ranks.stall_s if settings.ranks is not None else None
+        self._rank_timeout_s = settings.ranks.timeout_s if settings.ranks is not None else None
         self._loading = threading.Thread(
             target=self._await_weights, args=(conn, forwarder), name="omni-engine-load",
             daemon=True,
@@ -171,7 +169,7 @@ class MLXEngine:
             with self._send_lock:
                 self._early.clear()
                 self._loaded.set()
-            self._deliver([wire.Failed(job_id, self._gone) for job_id in list(self._pending)])
+            self._deliver([wire.Failed(job_id, str(self._gone)) for job_id in list(self._pending)])
             return
         if self.context_length and message.context_length != self.context_length:
             log.warning("%s: context %d in its config, %d loaded", self.model_id,
@@ -197,61 +195,6 @@ class MLXEngine:
             return EngineSettings(**{**engine_knobs(), **self._given})
         except ValueError as exc:  # a knob set wrong: the engine cannot start
             raise ModelLoadError(f"cannot load model {self.source.path}: {exc}") from None
-
-    def render(self, messages: Messages, tools: Tools, thinking: bool | None = None) -> list[int]:
-        """`thinking`: switch a reasoning template's thinking on or off (its own kwarg, e.g.
-        enable_thinking, as mlx-lm names it); None leaves the template's default (or what
-        `template_args` set)."""
-        extra = dict(self.template_args)
-        if thinking is not None:
-            extra["enable_thinking"] = thinking
-        return tokenizer.render(self._tokenizer, messages, tools, extra)
-
-    @property
-    def capabilities(self) -> Capabilities:
-        """What the loaded model can do, in one value. Read several times a request: built
-        again only once what it is made of changed (the tokenizer, the context, at load)."""
-        made_of = (self._tokenizer, self.context_length, self.max_token_bytes, self.sampling)
-        if self._capabilities is None or self._capabilities[0] != made_of:
-            value = Capabilities(
-                self.context_length,
-                self.max_token_bytes,
-                self.supports_tools,
-                self.tool_format,
-                self.thinking,
-                sampling=self.sampling,
-            )
-            self._capabilities = (made_of, value)
-        return self._capabilities[1]
-
-    @property
-    def thinking(self) -> tuple[str, str] | None:
-        """The think block's markers, for a reasoning model (found by mlx-lm)."""
-        return tokenizer.thinking(self._tokenizer)
-
-    def opens_thinking(self, prompt: list[int]) -> bool:
-        """The template opened the think block at the end of the prompt."""
-        marks = self.thinking
-        return marks is not None and self._tokenizer.decode(prompt[-8:]).rstrip().endswith(marks[0])
-
-    @property
-    def supports_tools(self) -> bool:
-        """The chat template renders tools (and tool calls and results) itself."""
-        return tokenizer.renders_tools(self._tokenizer)
-
-    @property
-    def tool_format(self) -> ToolFormat:
-        """How this model writes calls: mlx-lm's markers and parser for its family, or plain
-        JSON when mlx-lm knows none."""
-        return tokenizer.tool_format(self._tokenizer)
-
-    def encode(self, text: str) -> list[int]:
-        """Prompt tokens for raw text (legacy completions): no chat template."""
-        return list(self._tokenizer.encode(text))
-
-    def segments(self, tokens: list[int]) -> list[str]:
-        """Each token's text as a stream delivers it (a streaming detokenizer's segments)."""
-        return tokenizer.segments(self._tokenizer, tokens)
 
     @property
     def max_batch(self) -> int:
@@ -336,7 +279,13 @@ class MLXEngine:
                     self._deliver(held)
                     held = []
                     continue
-                if not held and not self._answering(conn):
+                timeout_s = self._rank_timeout_s
+                if not held and timeout_s and stall.stalled(conn, timeout_s, self._working):
+                    self._crash(
+                        f"the model's ranks stopped answering: no step ended in {timeout_s:g} "
+                        "s while work ran (a rank or a link between them is down)"
+                    )
+                    self._process.kill()
                     break
                 outputs = conn.recv()
             except (EOFError, OSError):
@@ -357,32 +306,19 @@ class MLXEngine:
                 held = [o for o in held if o.id not in urgent]
         self._deliver(held)
         exit_code = self._process.exitcode if self._process is not None else None
-        if self._gone is None:
-            self._gone = f"the engine process exited unexpectedly (exit code {exit_code})"
-            self._crashed = True
-            log.error("%s", self._gone)
-        self._deliver([wire.Failed(job_id, self._gone) for job_id in list(self._pending)])
+        self._crash(f"the engine process exited unexpectedly (exit code {exit_code})")
+        self._deliver([wire.Failed(job_id, str(self._gone)) for job_id in list(self._pending)])
 
-    def _answering(self, conn: Connection) -> bool:
-        """Until the engine has something to read, or its ranks are taken for stalled: work
-        runs, and no step's output came for Ranks.stall_s (a stopped rank or a dropped link
-        leaves the others waiting in a collective). Stalled, they are stopped as if one had
-        died. An engine process of its own is not timed: its steps' lengths are the model's."""
-        limit, waited = self._stall_s, 0.0
-        if limit is None:
-            return True
-        while not conn.poll(STALL_LOOK_S):
-            waited = waited + STALL_LOOK_S if self._pending and self._loaded.is_set() else 0.0
-            if waited >= limit and self._gone is None:
-                self._gone = (
-                    f"the model's ranks stopped answering: no step ended in {limit:g} s while "
-                    "work ran (a rank or a link between them is down)"
-                )
-                self._crashed = True
-                log.error("%s; stopping them", self._gone)
-                self._process.kill()
-                return False
-        return True
+    def _crash(self, why: str) -> None:
+        """The engine's process (or a rank of it) is gone, for `why`: jobs fail (crashed),
+        and the pool loads the model again. Not after a close (nobody waits then)."""
+        if self._gone is None:
+            self._crashed = True  # first: a job submitted meanwhile reads both
+            self._gone = why
+            log.error("%s", why)
+
+    def _working(self) -> bool:
+        return bool(self._pending) and self._loaded.is_set()
 
     def _deliver(self, outputs: list[wire.Output]) -> None:
         """One hand-off per event loop for `outputs` (a step's, or several held steps'),

@@ -22,7 +22,9 @@ FIRST = 512  # bytes of the first collective of a share: a look with a few messa
 # collective, and on the model's stream it waits for the step queued before it (a step that
 # takes longer than this looks every time). What the server sends waits that long at most.
 LOOK_EVERY_S = 0.02
-MOST_SKIPPED = 64  # steps between two looks at most
+# Steps between two looks at most: steps that turn slow (a prompt's chunks after quick decode
+# steps) before the next look are this many at worst.
+MOST_SKIPPED = 8
 # A wait for the server (an idle engine) is a look every IDLE_LOOK_S: the ranks other than 0
 # sleep through most of each (SLEEPING) rather than wait in the collective, where MLX's ring
 # keeps a core busy. What comes while they sleep waits that long at most.
@@ -70,14 +72,15 @@ def _summed(data: np.ndarray[Any, Any], group: Any, stream: Any) -> Any:
 
 class Lockstep:
     """The server's pipe as every rank's scheduler reads it (poll, recv, send), and its clock.
-    `conn`: rank 0's end of the pipe (None on the others, whose sends go nowhere)."""
+    `conn`: rank 0's end of the pipe (None on the others, whose sends go nowhere); `at`: rank
+    0's clock as all the ranks last shared it."""
 
-    def __init__(self, group: Any, conn: Connection | None) -> None:
+    def __init__(self, group: Any, conn: Connection | None, at: float) -> None:
         self.group, self.conn = group, conn
         self.stream: Any = None  # the model's, once it is loaded (share)
         self._read: deque[Any] = deque()
         self._fresh = False  # the last look brought messages (poll)
-        self._at = time.perf_counter()
+        self._at = at  # rank 0's clock, as it last shared it (at the start: the order's)
         self._skip = 0  # polls still to answer "nothing" without a look (LOOK_EVERY_S)
         self._skipped = 0  # polls answered so since the last look
 
@@ -146,7 +149,8 @@ class Lockstep:
             look = _Look(time.perf_counter(), tuple(messages))
         shared: _Look = share(self.group, look, self.stream)
         self._skip = 0
-        if timeout == 0:  # polls since the last look came this far apart: how many to skip
+        if timeout == 0 and not shared.messages:  # quick polls of the same work as before:
+            # they came this far apart, so this many can go without a look
             apart = (shared.at - self._at) / (self._skipped + 1)
             if apart > 0:
                 self._skip = max(0, min(MOST_SKIPPED, int(LOOK_EVERY_S / apart) - 1))

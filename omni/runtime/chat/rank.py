@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import sys
+import time
 from multiprocessing.connection import Client, Connection
 from pathlib import Path
 from typing import Any
@@ -89,13 +90,16 @@ def main() -> None:
     lead = group.rank() == 0
     conn = _connect() if lead else None
     order = conn.recv() if conn is not None else None
-    # Every rank learns the order (or that there is none) from rank 0, and the same seed.
-    shared = share(group, None if order is None else (*order, int.from_bytes(os.urandom(4))))
+    # Every rank learns the order (or that there is none) from rank 0, the same seed, and
+    # rank 0's clock.
+    seed = int.from_bytes(os.urandom(4))
+    shared = share(group, None if order is None else (*order, seed, time.perf_counter()))
     if shared is None:
         raise SystemExit(1)
-    path, settings, adapter, draft, seed = shared
+    path, settings, adapter, draft, seed, at = shared
     mx.random.seed(seed)
-    worker.main(Lockstep(group, conn), path, settings, adapter, draft, group=group)  # type: ignore[arg-type]
+    steps = Lockstep(group, conn, at)
+    worker.main(steps, path, settings, adapter, draft, group=group)  # type: ignore[arg-type]
 
 
 if __name__ == "__main__":

@@ -26,8 +26,8 @@ KEY = "OMNI_RANK_KEY"  # its authentication key, hex
 # mlx.launch, as its own script runs it (its module has no __main__), by this interpreter. It
 # forwards its stdin to every rank, a thread a rank selecting on that rank's stdin pipe, which
 # is always writable: each thread spins. Omni sends the ranks no input, so its selects are
-# asked of no writable pipe (and its own stdin is a pipe that stays empty, not /dev/null,
-# which is always readable): an idle server's launcher took a core and a half, now nothing.
+# asked of no writable pipe, and its own stdin is a pipe that stays empty (not /dev/null,
+# which is always readable): idle, it sleeps.
 LAUNCHER = (
     "import select, sys; from mlx._distributed_utils import launch; "
     "launch.select = lambda r, w, x, t: select.select(r, [], x, t); sys.exit(launch.main())"
@@ -99,6 +99,26 @@ def command(ranks: Ranks, address: str, key: bytes, port: int) -> list[str]:
         "--env", f"{ADDRESS}={address}", "--env", f"{KEY}={key.hex()}",
         "--", sys.executable, "-m", "omni.runtime.chat.rank",
     ]  # fmt: skip
+
+
+def host_file(path: str) -> tuple[tuple[str, ...], str | None]:
+    """An MLX host file read as mlx.launch reads it (a list of hosts, or the object
+    mlx.distributed_config writes): its hosts' `ssh` names, rank by rank, and the backend it
+    names (None: none). ValueError, in the launcher's words, if it cannot be read."""
+    from mlx._distributed_utils.common import Hostfile
+
+    read = Hostfile.from_file(path)  # type: ignore[no-untyped-call]
+    if not read.hosts:
+        raise ValueError(f"{path} names no host")
+    return tuple(h.ssh_hostname for h in read.hosts), read.backend or None
+
+
+def local_backend() -> str:
+    """The backend mlx.launch picks where nothing names one: NCCL where CUDA is, else the
+    ring."""
+    import mlx.core as mx
+
+    return "nccl" if mx.cuda.is_available() else "ring"
 
 
 def free_ports(n: int) -> int:
