@@ -1,15 +1,14 @@
 """A chat model sharded over ranks on this machine's CPU (MLX's launcher, the ring backend over
 loopback), as a user runs it (`omni serve --ranks N`): two ranks, tensor parallel and pipeline
 parallel (a tiny llama, and a tiny Ministral 3: mlx-lm's llama does not pipeline), and four
-ranks pipelined (the Ministral 3 splits over four tensor parallel ranks as well: add
-("tensor", 4, "ministral3") below to run it; it passes, in 10 s of the suite's budget). Its
-answers are token for token those of the same model served whole: greedy through chat and
-Responses, a seeded sample, a structured output, one at a time and eight at once (four ranks:
-a chat and a response); the prefix cache serves a prompt asked again, and a client gone
-mid-stream is cancelled on every rank. Faults, on ranks from a host file: a rank killed under a
-background response, which goes on once the ranks are loaded again; a rank stopped under a
-foreground one (a dropped link, for the others), which ends failed (recorded) after
---rank-timeout, the server answering meanwhile; the next request loads the ranks again."""
+both ways where OMNI_TEST_FOUR_RANKS is set (FOUR). Its answers are token for token those of
+the same model served whole: greedy through chat and Responses, a seeded sample, a structured
+output, one at a time and eight at once (four ranks: a chat and a response); the prefix cache
+serves a prompt asked again, and a client gone mid-stream is cancelled on every rank. Faults,
+on ranks from a host file: a rank killed under a background response, which goes on once the
+ranks are loaded again (the model's ranks started anew); a rank stopped under a foreground one
+(a dropped link, for the others), which ends failed (recorded) after --rank-timeout, the
+server answering meanwhile."""
 
 from __future__ import annotations
 
@@ -92,12 +91,17 @@ def wholes() -> dict[Path, tuple[list[str], list[str]]]:
     return {}  # each model's answers served whole, by its folder
 
 
+# Four ranks, both ways (the Ministral 3 has four heads of keys and values): they pass, and
+# take 18 s of the suite's 8 minutes on two cores, so they run where OMNI_TEST_FOUR_RANKS is set.
+FOUR = [("tensor", 4, "ministral3"), ("pipeline", 4, "ministral3")]
+
+
 @pytest.mark.parametrize(
     ("sharding", "count", "kind"),
     [
         ("tensor", 2, "llama"),
         ("pipeline", 2, "ministral3"),
-        ("pipeline", 4, "ministral3"),
+        *(FOUR if os.environ.get("OMNI_TEST_FOUR_RANKS") else []),
     ],  # fmt: skip
 )
 def test_ranks_answer_as_the_model_served_whole(
@@ -188,7 +192,6 @@ def test_a_rank_that_dies_or_stops(model: Path, tmp_path: Path) -> None:
         assert "stopped answering" in events[-1]["response"]["error"]["message"]
         stored = httpx.get(f"{base}/v1/responses/{events[0]['response']['id']}", timeout=30)
         assert stored.json()["status"] == "failed"
-        assert chat(base, "again")  # the model's ranks loaded again
     said = log.read_text()
     assert "the engine process exited unexpectedly" in said and "loading it again" in said
     assert "continuing resp_" in said

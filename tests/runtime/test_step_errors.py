@@ -83,7 +83,7 @@ def test_a_failed_group_pass_fails_its_jobs_without_the_exception(
     assert SECRET in caplog.text
 
 
-@pytest.mark.parametrize("where", ["_start_solo", "_solo_step", "_step"])
+@pytest.mark.parametrize("where", ["_solo_step", "_step"])
 def test_a_sharded_models_failed_step_ends_its_ranks(loaded: tuple[Any, Any], where: str) -> None:
     """On a rank of a sharded model, a step that fails (a lost link fails one rank's
     collective, not the others') cannot fail its jobs and go on: the ranks would be out of
