@@ -1,23 +1,24 @@
 """A chat model sharded over ranks on this machine's CPU (MLX's launcher, the ring backend over
 loopback), as a user runs it (`omni serve --ranks N`): two ranks, tensor parallel and pipeline
-parallel (a tiny llama, and a tiny Ministral 3: mlx-lm's llama does not pipeline), and four
-both ways where OMNI_TEST_FOUR_RANKS is set (FOUR). Its answers are token for token those of
-the same model served whole: greedy through chat and Responses, a seeded sample, a structured
-output, one at a time and eight at once (four ranks: a chat and a response); the prefix cache
-serves a prompt asked again, and a client gone mid-stream is cancelled on every rank. Faults,
-on ranks from a host file: a rank killed under a background response, which goes on once the
-ranks are loaded again (the model's ranks started anew); a rank stopped under a foreground one
-(a dropped link, for the others), which ends failed (recorded) after --rank-timeout, the
-server answering meanwhile."""
+parallel (a tiny llama, and a tiny Ministral 3: mlx-lm's llama does not pipeline), and four both
+ways where OMNI_TEST_FOUR_RANKS is set (FOUR). Its answers are token for token those of the same
+model served whole: greedy through chat and Responses, a seeded sample, a structured output, one
+at a time and eight at once (four ranks: a chat and a response); the prefix cache serves a
+prompt asked again, and a cancel reaches every rank. Faults, on the two tensor parallel ranks
+(from a host file) once compared: a rank killed under a background response, which goes on once
+the ranks are loaded again; a rank stopped (a dropped link, for the others), under which a
+foreground response ends failed (recorded) after --rank-timeout, the server answering meanwhile."""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
+import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +87,26 @@ def answers(base: str) -> tuple[list[str], list[str]]:
         return alone, list(pool.map(lambda t: chat(base, t), PROMPTS))
 
 
+@dataclass
+class Hosted:
+    base: str
+    proc: subprocess.Popen[str]
+    log: Path
+
+
+@pytest.fixture(scope="module")
+def hosted(model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hosted]:
+    """The tiny llama over two tensor parallel ranks from a host file, as across machines
+    (mlx.launch runs 127.0.0.1's here): its answers are compared, then its faults made."""
+    folder = tmp_path_factory.mktemp("hosted")
+    hosts, log = folder / "hosts.json", folder / "serve.log"
+    hosts.write_text(json.dumps([{"ssh": "127.0.0.1", "ips": ["127.0.0.1"]}] * 2))
+    flags = (*FLAGS, "--hostfile", str(hosts), "--rank-timeout", "3")
+    with serving(model, folder / "omni.db", "info", log, *flags) as (base, proc):
+        yield Hosted(base, proc, log)
+    assert not ranks_of(proc.pid)  # the ranks ended with the server
+
+
 @pytest.fixture(scope="module")
 def wholes() -> dict[Path, tuple[list[str], list[str]]]:
     return {}  # each model's answers served whole, by its folder
@@ -109,6 +130,7 @@ def test_ranks_answer_as_the_model_served_whole(
     pipelined: Path,
     wholes: dict[Path, tuple[list[str], list[str]]],
     tmp_path: Path,
+    request: pytest.FixtureRequest,
     sharding: str,
     count: int,
     kind: str,
@@ -124,22 +146,35 @@ def test_ranks_answer_as_the_model_served_whole(
         finally:
             engine.close()
     whole = wholes[model]
-    sharded = tmp_path / "sharded.db"
+    if kind == "llama":  # the host file's server, which the fault test goes on with
+        server: Hosted = request.getfixturevalue("hosted")
+        check_served(server.base, server.proc, whole, sharding, count)
+        return
     flags = (*FLAGS, "--ranks", str(count), "--sharding", sharding)
-    with serving(model, sharded, "warning", None, *flags) as (base, proc):
-        assert len(ranks_of(proc.pid)) == count
-        if count == 2:
-            served_alike(base, whole)
-        else:  # four ranks on two cores are slow: a greedy chat and response
-            assert [chat(base, PROMPTS[0]), respond(base, PROMPTS[0])] == [whole[0][0], whole[0][3]]
-        # Shown: /health, /metrics and the inspector's dashboard say what the model runs on.
-        said = {"count": count, "backend": "ring", "sharding": sharding}
-        assert httpx.get(f"{base}/health", timeout=30).json() == {"status": "ok", "ranks": said}
-        metrics = httpx.get(f"{base}/metrics", timeout=30).text
-        assert f'omni_engine_ranks{{backend="ring",sharding="{sharding}"}} {count}.0' in metrics
-        trends = httpx.get(f"{base}/inspect/api/trends", timeout=30).json()
-        assert trends["runtime"]["ranks"] == said
+    with serving(model, tmp_path / "sharded.db", "warning", None, *flags) as (base, proc):
+        check_served(base, proc, whole, sharding, count)
     assert not ranks_of(proc.pid)  # the ranks ended with the server
+
+
+def check_served(
+    base: str,
+    proc: subprocess.Popen[str],
+    whole: tuple[list[str], list[str]],
+    sharding: str,
+    count: int,
+) -> None:
+    assert len(ranks_of(proc.pid)) == count
+    if count == 2:
+        served_alike(base, whole)
+    else:  # four ranks on two cores are slow: a greedy chat and response
+        assert [chat(base, PROMPTS[0]), respond(base, PROMPTS[0])] == [whole[0][0], whole[0][3]]
+    # Shown: /health, /metrics and the inspector's dashboard say what the model runs on.
+    said = {"count": count, "backend": "ring", "sharding": sharding}
+    assert httpx.get(f"{base}/health", timeout=30).json() == {"status": "ok", "ranks": said}
+    metrics = httpx.get(f"{base}/metrics", timeout=30).text
+    assert f'omni_engine_ranks{{backend="ring",sharding="{sharding}"}} {count}.0' in metrics
+    trends = httpx.get(f"{base}/inspect/api/trends", timeout=30).json()
+    assert trends["runtime"]["ranks"] == said
 
 
 def served_alike(base: str, whole: tuple[list[str], list[str]]) -> None:
@@ -149,52 +184,42 @@ def served_alike(base: str, whole: tuple[list[str], list[str]]) -> None:
     # is read from it.
     again = chatted(base, PROMPTS[0], max_tokens=4)["usage"]["prompt_tokens_details"]
     assert again["cached_tokens"] > 0
-    # A client that goes away mid-stream: its cancel reaches every rank alike.
-    body = {"model": "tiny", "input": "go", "max_output_tokens": 1800, "stream": True}
-    with httpx.stream("POST", f"{base}/v1/responses", json=body, timeout=300) as stream:
-        data = (json.loads(line[6:]) for line in stream.iter_lines() if line[:6] == "data: ")
-        rid = next(data)["response"]["id"]
-        next(e for e in data if e["type"] == "response.output_text.delta")
+    # A cancel (of a background response) reaches every rank alike.
+    body = {"model": "tiny", "input": "go", "max_output_tokens": 1800, "background": True}
+    rid = httpx.post(f"{base}/v1/responses", json=body, timeout=60).json()["id"]
+    assert httpx.post(f"{base}/v1/responses/{rid}/cancel", timeout=60).status_code == 200
     assert chat(base, PROMPTS[1]) == whole[0][1]  # the ranks still in step
     ended = ended_response(base, rid)
     assert ended["status"] == "cancelled" and ended["usage"]["output_tokens"] < 1800
 
 
-def test_a_rank_that_dies_or_stops(model: Path, tmp_path: Path) -> None:
-    log = tmp_path / "serve.log"
-    # Its ranks from a host file, as across machines (mlx.launch runs 127.0.0.1's here).
-    hosts = tmp_path / "hosts.json"
-    hosts.write_text(json.dumps([{"ssh": "127.0.0.1", "ips": ["127.0.0.1"]}] * 2))
-    flags = (*FLAGS, "--hostfile", str(hosts), "--rank-timeout", "2")
-    with serving(model, tmp_path / "omni.db", "info", log, *flags) as (base, proc):
-        # A rank killed under a background response: it goes on once the ranks are back, from
-        # its recorded tokens, in the same stream.
-        body = {"model": "tiny", "input": "go", "max_output_tokens": 250, "stream": True,
-                "background": True, "temperature": 0}  # fmt: skip
-        events = streamed(base, body, lambda: os.kill(ranks_of(proc.pid)[-1], signal.SIGKILL))
-        ended = events[-1]["response"]
-        assert ended["incomplete_details"] == {"reason": "max_output_tokens"}, ended["error"]
-        assert ended["usage"]["output_tokens"] == 250
-        assert [e["sequence_number"] for e in events] == list(range(len(events)))
-        text = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
-        assert events[-1]["response"]["output"][0]["content"][0]["text"] == text
-        # A rank stopped (a link down, for the others) under a foreground one: it ends failed
-        # once the ranks have gone --rank-timeout without a step, and the server answers
-        # meanwhile.
-        body = {"model": "tiny", "input": "go", "max_output_tokens": 1800, "stream": True}
-
-        def stop() -> None:
-            os.kill(ranks_of(proc.pid)[-1], signal.SIGSTOP)
-            assert httpx.get(f"{base}/health", timeout=30).status_code == 200
-
-        events = streamed(base, body, stop)
-        assert events[-1]["type"] == "response.failed", events[-1]
-        assert "stopped answering" in events[-1]["response"]["error"]["message"]
-        stored = httpx.get(f"{base}/v1/responses/{events[0]['response']['id']}", timeout=30)
-        assert stored.json()["status"] == "failed"
-    said = log.read_text()
+def test_a_rank_that_dies_or_stops(hosted: Hosted) -> None:
+    base, proc = hosted.base, hosted.proc
+    # A rank killed under a background response: it goes on once the ranks are back, from its
+    # recorded tokens, in the same stream.
+    body = {"model": "tiny", "input": "go", "max_output_tokens": 250, "stream": True,
+            "background": True, "temperature": 0}  # fmt: skip
+    events = streamed(base, body, lambda: os.kill(ranks_of(proc.pid)[-1], signal.SIGKILL))
+    ended = events[-1]["response"]
+    assert ended["incomplete_details"] == {"reason": "max_output_tokens"}, ended["error"]
+    assert ended["usage"]["output_tokens"] == 250
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    text = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
+    assert events[-1]["response"]["output"][0]["content"][0]["text"] == text
+    said = hosted.log.read_text()
     assert "the engine process exited unexpectedly" in said and "loading it again" in said
     assert "continuing resp_" in said
+    # A rank stopped (a link down, for the others): the foreground response asked of the ranks
+    # ends failed once they have gone --rank-timeout without a step, the server answering
+    # meanwhile.
+    os.kill(ranks_of(proc.pid)[-1], signal.SIGSTOP)
+    assert httpx.get(f"{base}/health", timeout=30).status_code == 200
+    body = {"model": "tiny", "input": "go", "max_output_tokens": 1800, "stream": True}
+    events = streamed(base, body, lambda: None)
+    assert events[-1]["type"] == "response.failed", events[-1]
+    assert "stopped answering" in events[-1]["response"]["error"]["message"]
+    stored = httpx.get(f"{base}/v1/responses/{events[0]['response']['id']}", timeout=30)
+    assert stored.json()["status"] == "failed"
 
 
 def ended_response(base: str, rid: str) -> dict[str, Any]:
