@@ -252,9 +252,9 @@ class Runs:
         self._runs.pop(run.stream_id, None)
         # Done with, or left for the next start (a stop): another server may take it now.
         await self.leasing.release([run.stream_id, *run.leased])
-        await self._after_crash(run)
+        self._after_crash(run)
 
-    async def _after_crash(self, run: Run) -> None:
+    def _after_crash(self, run: Run) -> None:
         """A background run whose engine died goes on (on_crash) once what was queued of it
         is in the log."""
         if not run.crashed:
