@@ -65,17 +65,18 @@ def build_tiny_llama(
     seed: int = 0,
     thinking: bool = False,
     extra_tokens: tuple[str, ...] = (),
+    context: int = 2048,
 ) -> Path:
     """Write config.json, model.safetensors and a tokenizer into `out` (`thinking`: with
     <think> and </think> tokens and a template that opens the block; `extra_tokens`: more
-    added tokens, such as a family's call markers)."""
+    added tokens, such as a family's call markers; `context`: its context length)."""
     import mlx.core as mx
     from mlx_lm.models import llama
 
     out.mkdir(parents=True, exist_ok=True)
     build_tokenizer(out, thinking=thinking, extra=extra_tokens)
     vocab = len(json.loads((out / "tokenizer.json").read_text())["model"]["vocab"]) + 3
-    config = {**llama_config(hidden, layers, vocab), "rope_theta": 10000.0,
+    config = {**llama_config(hidden, layers, vocab, context), "rope_theta": 10000.0,
               "tie_word_embeddings": False}  # fmt: skip
     mx.random.seed(seed)
     _save(out, llama.Model(llama.ModelArgs(**config)), config)
@@ -95,7 +96,9 @@ def _save(out: Path, model: Any, config: dict[str, Any]) -> list[str]:
     return list(params)
 
 
-def build_tiny_ministral3(out: Path, *, layers: int = 4, hidden: int = 64, seed: int = 0) -> Path:
+def build_tiny_ministral3(
+    out: Path, *, layers: int = 4, hidden: int = 64, seed: int = 0, context: int = 2048
+) -> Path:
     """A tiny random-weight Ministral 3 (a llama with rope scaling): of mlx-lm's models one
     that both shards (tensor parallel, over up to four ranks) and pipelines (over up to
     `layers`); its weight index as sharded_load asks."""
@@ -108,7 +111,7 @@ def build_tiny_ministral3(out: Path, *, layers: int = 4, hidden: int = 64, seed:
     rope = {"rope_theta": 10000.0, "rope_type": "default", "llama_4_scaling_beta": 0.1,
             "original_max_position_embeddings": 2048}  # fmt: skip
     # Four heads of keys and values too: four ranks take one each (tensor parallel).
-    config = {**llama_config(hidden, layers, vocab), "model_type": "ministral3",
+    config = {**llama_config(hidden, layers, vocab, context), "model_type": "ministral3",
               "tie_word_embeddings": False, "rope_parameters": rope,
               "num_key_value_heads": 4}  # fmt: skip
     mx.random.seed(seed)
@@ -118,7 +121,7 @@ def build_tiny_ministral3(out: Path, *, layers: int = 4, hidden: int = 64, seed:
     return out
 
 
-def llama_config(hidden: int, layers: int, vocab: int) -> dict[str, Any]:
+def llama_config(hidden: int, layers: int, vocab: int, context: int = 2048) -> dict[str, Any]:
     """A tiny llama's config.json (4 heads, 2 of keys and values)."""
     return {
         "model_type": "llama",
@@ -129,7 +132,7 @@ def llama_config(hidden: int, layers: int, vocab: int) -> dict[str, Any]:
         "num_key_value_heads": 2,
         "rms_norm_eps": 1e-5,
         "vocab_size": vocab,
-        "max_position_embeddings": 2048,
+        "max_position_embeddings": context,
     }
 
 
