@@ -46,6 +46,7 @@ FLAGS = ("--temp", "0", "--prompt-cache-disk-gb", "0")
 # was once all generated before the client read its first delta.
 CONTEXT = 16384
 LONG_BUDGET = CONTEXT - 256
+DELTA = "response.output_text.delta"
 CONTINUED = re.compile(r"continuing resp_\w+ after (\d+) recorded tokens")
 
 
@@ -198,12 +199,14 @@ def served_alike(base: str, whole: tuple[list[str], list[str]]) -> None:
 
     answered: list[dict[str, Any]] = []
 
-    def cancel(rid: str) -> None:
-        got = httpx.post(f"{base}/v1/responses/{rid}/cancel", timeout=60)
-        assert got.status_code == 200, got.text
-        answered.append(got.json())  # (a response that ended first is answered unchanged)
+    def cancel(events: list[dict[str, Any]]) -> None:
+        if first_delta(events):
+            rid = events[0]["response"]["id"]
+            got = httpx.post(f"{base}/v1/responses/{rid}/cancel", timeout=60)
+            assert got.status_code == 200, got.text
+            answered.append(got.json())  # (a response that ended first is answered unchanged)
 
-    events = streamed(base, body, lambda: None, cancel)
+    events = streamed(base, body, cancel)
     ended = events[-1]["response"]  # (its event is response.incomplete: the SDK's)
     assert ended["status"] == "cancelled", (ended["status"], ended["usage"])
     assert answered[0]["status"] == "cancelled"
@@ -218,26 +221,23 @@ def test_a_rank_that_dies_or_stops(hosted: Hosted) -> None:
     # from its recorded tokens, in the same stream; cancelled once it has made more.
     body = {"model": "tiny", "input": "go", "max_output_tokens": LONG_BUDGET, "stream": True,
             "background": True, "temperature": 0}  # fmt: skip
-    events: list[dict[str, Any]] = []
     recorded: list[int] = []  # the tokens it went on after, as the server said
-    with httpx.stream("POST", f"{base}/v1/responses", json=body, timeout=300) as stream:
-        for line in stream.iter_lines():
-            if not line.startswith("data: "):
-                continue
-            events.append(json.loads(line[6:]))
-            deltas = sum(e["type"] == "response.output_text.delta" for e in events)
-            if deltas == 1 and events[-1]["type"] == "response.output_text.delta":
-                os.kill(ranks_of(proc.pid)[-1], signal.SIGKILL)
-            if not recorded and (went_on := CONTINUED.search(hosted.log.read_text())):
-                recorded.append(int(went_on[1]))
-            if recorded and deltas == recorded[0] + 10:  # (a delta is a token at most)
-                rid = events[0]["response"]["id"]
-                httpx.post(f"{base}/v1/responses/{rid}/cancel", timeout=60)
+
+    def kill_then_cancel(events: list[dict[str, Any]]) -> None:
+        if first_delta(events):
+            os.kill(ranks_of(proc.pid)[-1], signal.SIGKILL)
+        if not recorded and (went_on := CONTINUED.search(hosted.log.read_text())):
+            recorded.append(int(went_on[1]))
+        if recorded and deltas(events) == recorded[0] + 10:  # (a delta is a token at most)
+            rid = events[0]["response"]["id"]
+            httpx.post(f"{base}/v1/responses/{rid}/cancel", timeout=60)
+
+    events = streamed(base, body, kill_then_cancel)
     ended = events[-1]["response"]
     assert ended["status"] == "cancelled", (ended["status"], ended["error"])
     assert ended["usage"]["output_tokens"] >= recorded[0] + 10
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
-    text = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
+    text = "".join(e["delta"] for e in events if e["type"] == DELTA)
     assert events[-1]["response"]["output"][0]["content"][0]["text"] == text
     said = hosted.log.read_text()
     assert "the engine process exited unexpectedly" in said and "loading it again" in said
@@ -247,7 +247,7 @@ def test_a_rank_that_dies_or_stops(hosted: Hosted) -> None:
     os.kill(ranks_of(proc.pid)[-1], signal.SIGSTOP)
     assert httpx.get(f"{base}/health", timeout=30).status_code == 200
     body = {"model": "tiny", "input": "go", "max_output_tokens": 1800, "stream": True}
-    events = streamed(base, body, lambda: None)
+    events = streamed(base, body)
     assert events[-1]["type"] == "response.failed", events[-1]
     assert "stopped answering" in events[-1]["response"]["error"]["message"]
     stored = httpx.get(f"{base}/v1/responses/{events[0]['response']['id']}", timeout=30)
@@ -255,24 +255,27 @@ def test_a_rank_that_dies_or_stops(hosted: Hosted) -> None:
 
 
 def streamed(
-    base: str,
-    body: dict[str, Any],
-    fault: Callable[[], None],
-    on_delta: Callable[[str], None] | None = None,
+    base: str, body: dict[str, Any], each: Callable[[list[dict[str, Any]]], None] | None = None
 ) -> list[dict[str, Any]]:
-    """The events of a streamed response, `fault` done (and `on_delta` given the response's id)
-    at its first delta: its generation under way, most of it still to come."""
+    """The events of a streamed response, `each` given those read so far after every one."""
     events: list[dict[str, Any]] = []
     with httpx.stream("POST", f"{base}/v1/responses", json=body, timeout=300) as stream:
         for line in stream.iter_lines():
             if line.startswith("data: "):
                 events.append(json.loads(line[6:]))
-                deltas = [e for e in events if e["type"] == "response.output_text.delta"]
-                if len(deltas) == 1 and events[-1] is deltas[0]:
-                    fault()
-                    if on_delta is not None:
-                        on_delta(events[0]["response"]["id"])
+                if each is not None:
+                    each(events)
     return events
+
+
+def deltas(events: list[dict[str, Any]]) -> int:
+    return sum(e["type"] == DELTA for e in events)
+
+
+def first_delta(events: list[dict[str, Any]]) -> bool:
+    """The event just read is the first text delta: its generation under way, most of it
+    still to come."""
+    return events[-1]["type"] == DELTA and deltas(events) == 1
 
 
 def ranks_of(pid: int) -> list[int]:
